@@ -1,0 +1,40 @@
+// lazytrain: train language models that do not fit in fast memory.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/threads.h"
+
+namespace {
+// What `lazytrain` runs with no subcommand.
+constexpr const char* kDefaultCommand = "step";
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"lazytrain: train language models that do not fit in fast memory"};
+  int threads = 0;
+  if (const char* env = std::getenv("LT_THREADS")) threads = std::atoi(env);
+  app.add_option("--threads", threads, "CPU threads for kernels (default: all cores; env LT_THREADS)");
+  app.parse_complete_callback([&] { lt::set_num_threads(threads); });
+
+  lt::cli::add_step_command(app);
+
+  try {
+    app.parse(argc, argv);
+    if (app.get_subcommands().empty()) {
+      // No subcommand: the main job on its embedded default.
+      app.clear();
+      app.parse(std::vector<std::string>{kDefaultCommand});
+    }
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const lt::Error& e) {
+    std::fprintf(stderr, "lazytrain: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

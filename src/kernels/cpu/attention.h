@@ -1,0 +1,90 @@
+// Causal grouped-query attention (flash-attention style on CPU).
+//   q: [B*S, Hq, D]; k, v: [B*S, Hkv, D] (token-major, as the projections write them)
+//   o: [B*S, Hq, D]; lse: [B, Hq, S] = logsumexp over keys of the scaled scores
+//   query head h reads kv head h / (Hq / Hkv); scores = scale * q·k, key j <= query i.
+// Forward tiles over keys with an online softmax: memory O(S) per head, never S x S.
+// Backward recomputes the probabilities from q, k and the saved lse; dq, dk, dv overwrite.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace lt {
+
+void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
+                       int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                        const float* k, const float* v, const float* o, const float* lse,
+                        int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+
+namespace ref {
+// Plain reference: materializes one row of probabilities at a time.
+template <typename T>
+void attention_forward(T* o, T* lse, const T* q, const T* k, const T* v, int64_t B, int64_t S,
+                       int64_t Hq, int64_t Hkv, int64_t D, T scale) {
+  const int64_t group = Hq / Hkv;
+  std::vector<T> p(S);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t hk = h / group;
+      for (int64_t i = 0; i < S; ++i) {
+        const T* qi = q + ((b * S + i) * Hq + h) * D;
+        T mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          const T* kj = k + ((b * S + j) * Hkv + hk) * D;
+          T s = 0;
+          for (int64_t d = 0; d < D; ++d) s += qi[d] * kj[d];
+          p[j] = s * scale;
+          mx = std::max(mx, p[j]);
+        }
+        T sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[j] - mx);
+        const T l = mx + std::log(sum);
+        lse[(b * Hq + h) * S + i] = l;
+        T* oi = o + ((b * S + i) * Hq + h) * D;
+        for (int64_t d = 0; d < D; ++d) oi[d] = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const T pj = std::exp(p[j] - l);
+          const T* vj = v + ((b * S + j) * Hkv + hk) * D;
+          for (int64_t d = 0; d < D; ++d) oi[d] += pj * vj[d];
+        }
+      }
+    }
+}
+template <typename T>
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                        const T* o, const T* lse, int64_t B, int64_t S, int64_t Hq, int64_t Hkv,
+                        int64_t D, T scale) {
+  const int64_t group = Hq / Hkv;
+  for (int64_t i = 0; i < B * S * Hq * D; ++i) dq[i] = 0;
+  for (int64_t i = 0; i < B * S * Hkv * D; ++i) dk[i] = dv[i] = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t hk = h / group;
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t qoff = ((b * S + i) * Hq + h) * D;
+        T delta = 0;  // sum_d dO * O
+        for (int64_t d = 0; d < D; ++d) delta += dout[qoff + d] * o[qoff + d];
+        const T l = lse[(b * Hq + h) * S + i];
+        for (int64_t j = 0; j <= i; ++j) {
+          const int64_t koff = ((b * S + j) * Hkv + hk) * D;
+          T s = 0, dp = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            s += q[qoff + d] * k[koff + d];
+            dp += dout[qoff + d] * v[koff + d];
+          }
+          const T p = std::exp(s * scale - l);
+          const T ds = p * (dp - delta) * scale;
+          for (int64_t d = 0; d < D; ++d) {
+            dv[koff + d] += p * dout[qoff + d];
+            dq[qoff + d] += ds * k[koff + d];
+            dk[koff + d] += ds * q[qoff + d];
+          }
+        }
+      }
+    }
+}
+}  // namespace ref
+
+}  // namespace lt

@@ -1,0 +1,46 @@
+// Dense matmul through oneDNN (fast path) and a plain loop (fp32 reference).
+// Row-major throughout. Overwrites C unless `accumulate`.
+//
+//   C[M,N] (=|+=) op(A) · op(B)
+//   op(A) = A [M,K], or with trans_a A is stored as [K,M]
+//   op(B) = B [K,N], or with trans_b B is stored as [N,K]
+//
+// Precision::BF16 rounds A and B to bf16 (nearest even) and accumulates in fp32; on a
+// CPU with AMX, oneDNN runs its avx512_core_amx_bf16 kernel. Precision::F32 is fp32 all
+// the way. Primitives are created once per shape and cached (creation costs ~ms).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace lt {
+
+enum class Precision { F32, BF16 };
+
+void matmul(float* c, const float* a, bool trans_a, const float* b, bool trans_b, int64_t M,
+            int64_t N, int64_t K, bool accumulate, Precision p);
+// Inputs already in bf16 (a weight's bf16 compute copy, say): no conversion pass.
+void matmul_bf16(float* c, const bf16* a, bool trans_a, const bf16* b, bool trans_b, int64_t M,
+                 int64_t N, int64_t K, bool accumulate);
+
+// The oneDNN implementation name chosen for a shape, e.g. "brg:avx512_core_amx_bf16",
+// so tests and benchmarks can check which kernel runs.
+std::string matmul_impl_name(int64_t M, int64_t N, int64_t K, Precision p);
+
+namespace ref {
+template <typename T>
+void matmul(T* c, const T* a, bool trans_a, const T* b, bool trans_b, int64_t M, int64_t N,
+            int64_t K, bool accumulate) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      T acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += (trans_a ? a[k * M + i] : a[i * K + k]) * (trans_b ? b[j * K + k] : b[k * N + j]);
+      c[i * N + j] = accumulate ? c[i * N + j] + acc : acc;
+    }
+}
+}  // namespace ref
+
+}  // namespace lt

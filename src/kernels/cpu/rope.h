@@ -1,0 +1,38 @@
+// Rotary position embedding, Hugging Face "rotate_half" layout: for i < D/2 the pair is
+// (x[i], x[i + D/2]):
+//   y[i]       = x[i] * cos[s,i] - x[i+D/2] * sin[s,i]
+//   y[i + D/2] = x[i+D/2] * cos[s,i] + x[i] * sin[s,i]
+// x is [B*S, H, D], token b*S+s sits at position s. cos/sin tables are [S, D/2] (built by
+// model/rope_frequencies.h). Both directions work in place; backward applies the
+// transposed rotation (sin -> -sin) to the incoming gradient.
+#pragma once
+
+#include <cstdint>
+
+namespace lt {
+
+void rope_forward(float* x, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H,
+                  int64_t D);
+void rope_backward(float* dx, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H,
+                   int64_t D);
+
+namespace ref {
+template <typename T>
+void rope_apply(T* x, const T* cos, const T* sin, int64_t B, int64_t S, int64_t H, int64_t D,
+                T sign) {
+  const int64_t half = D / 2;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h) {
+        T* v = x + ((b * S + s) * H + h) * D;
+        for (int64_t i = 0; i < half; ++i) {
+          const T c = cos[s * half + i], sn = sign * sin[s * half + i];
+          const T a = v[i], bb = v[i + half];
+          v[i] = a * c - bb * sn;
+          v[i + half] = bb * c + a * sn;
+        }
+      }
+}
+}  // namespace ref
+
+}  // namespace lt
