@@ -1,0 +1,38 @@
+// Helpers shared by the test suite.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace lt::test {
+
+// A fresh directory under the build tree's test scratch area, removed by the destructor.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct PythonResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs tests/reference/<script> with the project's Python (LT_PYTHON, the .venv made by
+// `scripts/setup.sh --test`). Reference tests must not pass when this fails: call
+// ASSERT_PYTHON_OK, which fails the test with the script's output as the reason.
+PythonResult run_reference_script(const std::string& script, const std::string& args);
+
+}  // namespace lt::test
+
+#define ASSERT_PYTHON_OK(result)                                                           \
+  ASSERT_EQ((result).exit_code, 0)                                                         \
+      << "the Python reference could not run (did `scripts/setup.sh --test` make .venv?)\n" \
+      << (result).output
