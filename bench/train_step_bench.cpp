@@ -1,0 +1,99 @@
+// One process, one configuration: times the whole-model training step (forward +
+// backward, no optimizer) of the model in MODEL_DIR and prints one JSON line with the
+// median step time and this process's peak RSS. bench/train_step_bench.py runs it beside
+// PyTorch on the same model and prints the comparison; this program is its worker.
+//
+//   train_step_bench MODEL_DIR f32|bf16 BATCH SEQ STEPS [gemm]
+// With "gemm", it instead measures the bf16 GEMM rate (oneDNN) at the model's MLP shape.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/threads.h"
+#include "exec/model_step.h"
+#include "kernels/cpu/matmul.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;
+}
+
+int measure_gemm(const lt::ModelConfig& c, int64_t tokens, int reps) {
+  const int64_t M = tokens, K = c.hidden_size, N = c.intermediate_size;
+  std::vector<float> a(M * K, 0.5f), b(N * K, 0.25f), out(M * N);
+  std::vector<double> times;
+  for (int r = 0; r < reps + 2; ++r) {
+    const double t0 = now_s();
+    lt::matmul(out.data(), a.data(), false, b.data(), true, M, N, K, false, lt::Precision::BF16);
+    if (r >= 2) times.push_back(now_s() - t0);
+  }
+  const double flops = 2.0 * M * N * K;
+  std::printf("{\"gemm_bf16_gflops\": %.2f, \"impl\": \"%s\"}\n", flops / median(times) / 1e9,
+              lt::matmul_impl_name(M, N, K, lt::Precision::BF16).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 6) {
+    std::fprintf(stderr, "usage: %s MODEL_DIR f32|bf16 BATCH SEQ STEPS [gemm]\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1], prec = argv[2];
+  const int64_t batch = std::atoll(argv[3]), seq = std::atoll(argv[4]);
+  const int steps = std::atoi(argv[5]);
+  lt::set_num_threads(0);
+  try {
+    const lt::ModelConfig c = lt::load_model_config(dir);
+    if (argc > 6 && std::string(argv[6]) == "gemm") return measure_gemm(c, batch * seq, steps);
+    const lt::Precision p = prec == "bf16" ? lt::Precision::BF16 : lt::Precision::F32;
+    lt::ModelParameters params(c);
+    lt::load_parameters(params, dir);
+    lt::ModelParameters grads(c);
+    lt::ModelStep step(c, batch, seq, p);
+    step.refresh_compute_copy(params);
+
+    std::mt19937 rng(7);
+    std::vector<int32_t> ids(batch * seq);
+    for (auto& t : ids) t = static_cast<int32_t>(rng() % c.vocab_size);
+    std::vector<double> times;
+    double loss = 0;
+    for (int s = 0; s < steps + 1; ++s) {  // the first step warms the primitive caches
+      const double t0 = now_s();
+      grads.zero();
+      loss = step.forward_backward(params, grads, ids.data(), ids.data()).loss;
+      if (s > 0) times.push_back(now_s() - t0);
+    }
+    const double flops = 3.0 * (c.num_layers * lt::block_forward_flops(c, batch, seq) +
+                                lt::head_forward_flops(c, batch, seq));
+    std::printf("{\"step_s\": %.6f, \"tokens_per_s\": %.2f, \"peak_rss\": %.0f, \"loss\": %.6f, "
+                "\"model_flops_per_step\": %.6g, \"threads\": %d}\n",
+                median(times), batch * seq / median(times), peak_rss_bytes(), loss, flops,
+                lt::num_threads());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): one whole training step (forward + backward, no optimizer) of a
+~110M-parameter Llama shape, lazytrain against PyTorch on the same transformers model,
+in fp32 and in bf16 (PyTorch: CPU autocast), with the same thread count, in one run.
+
+Each configuration runs in its own process (so peak RSS is its own), and the rounds are
+interleaved, ours then PyTorch's, because this machine is shared and noisy: figures are
+medians over rounds, and the comparison is a ratio measured side by side.
+
+usage: .venv/bin/python bench/train_step_bench.py [--build build] [--rounds 3] [--steps 3]
+Last line: RESULT train_step bf16_ratio=... fp32_ratio=... mfu=... rss_ratio=...
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SHAPE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+             num_key_value_heads=4, intermediate_size=2048, vocab_size=32000,
+             max_position_embeddings=1024)
+
+
+def torch_worker(model_dir, mode, batch, seq, steps, threads):
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.train()
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=g)
+    times = []
+    for s in range(steps + 1):  # first step warms up
+        t0 = time.perf_counter()
+        model.zero_grad(set_to_none=False)
+        if mode == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+        else:
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        if s > 0:
+            times.append(time.perf_counter() - t0)
+    step_s = statistics.median(times)
+    print(json.dumps({"step_s": step_s, "tokens_per_s": batch * seq / step_s,
+                      "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "loss": float(loss), "threads": torch.get_num_threads()}))
+
+
+def run_json(cmd, env):
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit(f"benchmark worker failed: {' '.join(cmd)}\n{out.stdout}\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--worker", choices=["torch"])
+    ap.add_argument("--mode", choices=["f32", "bf16"])
+    ap.add_argument("--model-dir")
+    a = ap.parse_args()
+    if a.worker == "torch":
+        return torch_worker(a.model_dir, a.mode, a.batch, a.seq, a.steps, a.threads)
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    ours_bin = os.path.join(a.build, "bench", "train_step_bench")
+    if not os.path.exists(ours_bin):
+        sys.exit(f"{ours_bin} not found: build first (bash scripts/setup.sh)")
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), LT_THREADS=str(a.threads))
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(**SHAPE))
+        n_params = sum(p.numel() for p in model.parameters())
+        model.save_pretrained(tmp, safe_serialization=True)
+        del model
+        print(f"model: Llama {SHAPE}, {n_params / 1e6:.1f}M parameters; batch {a.batch}, "
+              f"seq {a.seq}; {a.threads} threads; {a.rounds} rounds x {a.steps} steps")
+        results = {(who, mode): [] for who in ("lazytrain", "pytorch") for mode in ("f32", "bf16")}
+        gemm = []
+        for r in range(a.rounds):
+            gemm.append(run_json([ours_bin, tmp, "bf16", str(a.batch), str(a.seq), "5", "gemm"], env))
+            for mode in ("f32", "bf16"):
+                results[("lazytrain", mode)].append(run_json(
+                    [ours_bin, tmp, mode, str(a.batch), str(a.seq), str(a.steps)], env))
+                results[("pytorch", mode)].append(run_json(
+                    [sys.executable, __file__, "--worker", "torch", "--mode", mode,
+                     "--model-dir", tmp, "--batch", str(a.batch), "--seq", str(a.seq),
+                     "--steps", str(a.steps), "--threads", str(a.threads)], env))
+                print(f"  round {r + 1} {mode}: lazytrain {results[('lazytrain', mode)][-1]['tokens_per_s']:.0f} tok/s, "
+                      f"pytorch {results[('pytorch', mode)][-1]['tokens_per_s']:.0f} tok/s", flush=True)
+
+    med = {k: {f: statistics.median(x[f] for x in v) for f in ("tokens_per_s", "peak_rss", "step_s")}
+           for k, v in results.items()}
+    gemm_rate = statistics.median(g["gemm_bf16_gflops"] for g in gemm) * 1e9
+    flops = results[("lazytrain", "bf16")][0]["model_flops_per_step"]
+    print(f"\n{'system':<10} {'mode':<5} {'tokens/s':>10} {'step s':>8} {'peak RSS GB':>12}")
+    for (who, mode), m in sorted(med.items()):
+        print(f"{who:<10} {mode:<5} {m['tokens_per_s']:>10.1f} {m['step_s']:>8.3f} {m['peak_rss'] / 1e9:>12.2f}")
+    bf16_ratio = med[("lazytrain", "bf16")]["tokens_per_s"] / med[("pytorch", "bf16")]["tokens_per_s"]
+    fp32_ratio = med[("lazytrain", "f32")]["tokens_per_s"] / med[("pytorch", "f32")]["tokens_per_s"]
+    mfu = flops / med[("lazytrain", "bf16")]["step_s"] / gemm_rate
+    rss_ratio = med[("lazytrain", "bf16")]["peak_rss"] / med[("pytorch", "bf16")]["peak_rss"]
+    print(f"bf16 GEMM rate measured in this run (oneDNN, {gemm[0]['impl']}): {gemm_rate / 1e9:.0f} GFLOP/s; "
+          f"model FLOPs per step (3 x forward, attention included): {flops / 1e9:.1f} GFLOP")
+    print(f"RESULT train_step bf16_ratio={bf16_ratio:.3f} fp32_ratio={fp32_ratio:.3f} "
+          f"mfu={mfu:.3f} rss_ratio={rss_ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()

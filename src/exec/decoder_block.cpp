@@ -1,0 +1,175 @@
+#include "exec/decoder_block.h"
+
+#include <cmath>
+#include <string>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "model/layer_specs.h"
+
+namespace lt {
+
+namespace {
+
+// y += x, elementwise (the residual connections).
+void add_inplace(float* y, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+// y = a + b, elementwise.
+void add_into(float* y, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+}  // namespace
+
+BlockShape block_shape(const ModelConfig& c, int64_t batch, int64_t seq) {
+  BlockShape s;
+  s.batch = batch;
+  s.seq = seq;
+  s.hidden = c.hidden_size;
+  s.heads = c.num_heads;
+  s.kv_heads = c.num_kv_heads;
+  s.head_dim = c.head_dim;
+  s.inter = c.intermediate_size;
+  s.eps = static_cast<float>(c.rms_norm_eps);
+  s.qk_norm = c.qk_norm;
+  return s;
+}
+
+int64_t block_saved_numel(const ModelConfig& c, int64_t batch, int64_t seq) {
+  return block_saved_bytes(c, RecomputeOption::KeepInternals, batch, seq, 4) / 4;
+}
+
+BlockSaved bind_block_saved(const ModelConfig& c, int64_t batch, int64_t seq, float* base) {
+  BlockSaved s;
+  const std::unordered_map<std::string, float**> slots = {
+      {"attn_norm_rstd", &s.attn_norm_rstd}, {"attn_norm_out", &s.attn_norm_out},
+      {"q_pre_norm", &s.q_pre_norm},         {"k_pre_norm", &s.k_pre_norm},
+      {"q_norm_rstd", &s.q_norm_rstd},       {"k_norm_rstd", &s.k_norm_rstd},
+      {"q", &s.q},                           {"k", &s.k},
+      {"v", &s.v},                           {"attn_out", &s.attn_out},
+      {"attn_lse", &s.attn_lse},             {"resid_mid", &s.resid_mid},
+      {"mlp_norm_rstd", &s.mlp_norm_rstd},   {"mlp_norm_out", &s.mlp_norm_out},
+      {"mlp_gate", &s.mlp_gate},             {"mlp_up", &s.mlp_up},
+      {"mlp_act", &s.mlp_act},
+  };
+  for (const auto& spec : block_saved_activations(c, RecomputeOption::KeepInternals, batch, seq, 4)) {
+    auto it = slots.find(spec.name);
+    LT_ASSERT(it != slots.end(), "activation spec '" + spec.name + "' has no slot in BlockSaved");
+    LT_ASSERT(spec.bytes % 4 == 0);
+    *it->second = base;
+    base += spec.bytes / 4;
+  }
+  LT_ASSERT(s.q && s.k && s.v && s.attn_out && s.attn_lse && s.mlp_act && s.resid_mid);
+  LT_ASSERT(!c.qk_norm || (s.q_pre_norm && s.k_norm_rstd));
+  return s;
+}
+
+BlockWorkspace::BlockWorkspace(const BlockShape& s) {
+  const int64_t T = s.tokens(), I = s.inter, C = s.hidden, QD = s.q_dim(), KD = s.kv_dim();
+  buf_.resize(static_cast<size_t>(3 * T * I + 2 * T * C + 3 * T * QD + 3 * T * KD));
+  float* p = buf_.data();
+  auto take = [&](int64_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  };
+  d_act = take(T * I);
+  d_gate = take(T * I);
+  d_up = take(T * I);
+  d_norm_out = take(T * C);
+  d_norm_in = take(T * C);
+  d_attn_out = take(T * QD);
+  dq = take(T * QD);
+  dq_pre = take(T * QD);
+  dk = take(T * KD);
+  dv = take(T * KD);
+  dk_pre = take(T * KD);
+}
+
+void block_forward(float* x_out, BlockSaved& sv, const float* x_in, const BlockTensors& w,
+                   const BlockTensorsBf16& wb, const BlockContext& ctx) {
+  const BlockShape& s = ctx.shape;
+  const int64_t T = s.tokens(), C = s.hidden, QD = s.q_dim(), KD = s.kv_dim(), I = s.inter;
+  const Precision p = ctx.precision;
+
+  rmsnorm_forward(sv.attn_norm_out, sv.attn_norm_rstd, x_in, w.attn_norm, T, C, s.eps);
+  const float* h1 = sv.attn_norm_out;
+  float* q_proj = s.qk_norm ? sv.q_pre_norm : sv.q;
+  float* k_proj = s.qk_norm ? sv.k_pre_norm : sv.k;
+  linear_forward(q_proj, h1, w.wq, wb.wq, w.bq, T, C, QD, p);
+  linear_forward(k_proj, h1, w.wk, wb.wk, w.bk, T, C, KD, p);
+  linear_forward(sv.v, h1, w.wv, wb.wv, w.bv, T, C, KD, p);
+  if (s.qk_norm) {
+    rmsnorm_forward(sv.q, sv.q_norm_rstd, sv.q_pre_norm, w.q_norm, T * s.heads, s.head_dim, s.eps);
+    rmsnorm_forward(sv.k, sv.k_norm_rstd, sv.k_pre_norm, w.k_norm, T * s.kv_heads, s.head_dim, s.eps);
+  }
+  rope_forward(sv.q, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim);
+  rope_forward(sv.k, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  attention_forward(sv.attn_out, sv.attn_lse, sv.q, sv.k, sv.v, s.batch, s.seq, s.heads,
+                    s.kv_heads, s.head_dim, scale);
+
+  linear_forward(sv.resid_mid, sv.attn_out, w.wo, wb.wo, w.bo, T, QD, C, p);
+  add_inplace(sv.resid_mid, x_in, T * C);
+
+  rmsnorm_forward(sv.mlp_norm_out, sv.mlp_norm_rstd, sv.resid_mid, w.mlp_norm, T, C, s.eps);
+  linear_forward(sv.mlp_gate, sv.mlp_norm_out, w.wg, wb.wg, w.bg, T, C, I, p);
+  linear_forward(sv.mlp_up, sv.mlp_norm_out, w.wu, wb.wu, w.bu, T, C, I, p);
+  swiglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
+  linear_forward(x_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
+  add_inplace(x_out, sv.resid_mid, T * C);
+}
+
+void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const float* dx_out,
+                    const float* x_in, const BlockTensors& w, const BlockTensorsBf16& wb,
+                    const BlockSaved& sv, const BlockContext& ctx) {
+  const BlockShape& s = ctx.shape;
+  const int64_t T = s.tokens(), C = s.hidden, QD = s.q_dim(), KD = s.kv_dim(), I = s.inter;
+  const Precision p = ctx.precision;
+
+  // MLP: x_out = x_mid + down(silu(gate(h2)) * up(h2)).
+  linear_backward(ws.d_act, g.wd, g.bd, dx_out, sv.mlp_act, w.wd, wb.wd, T, I, C, false, p);
+  swiglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
+  linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, sv.mlp_norm_out, w.wg, wb.wg, T, C, I, false, p);
+  linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, sv.mlp_norm_out, w.wu, wb.wu, T, C, I, true, p);
+  rmsnorm_backward(ws.d_norm_in, g.mlp_norm, ws.d_norm_out, sv.resid_mid, w.mlp_norm,
+                   sv.mlp_norm_rstd, T, C);
+  float* dx_mid = dx_in;  // dx_in accumulates the residual path from here on
+  add_into(dx_mid, dx_out, ws.d_norm_in, T * C);
+
+  // Attention: x_mid = x_in + o_proj(attention(rope(q), rope(k), v)).
+  linear_backward(ws.d_attn_out, g.wo, g.bo, dx_mid, sv.attn_out, w.wo, wb.wo, T, QD, C, false, p);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  attention_backward(ws.dq, ws.dk, ws.dv, ws.d_attn_out, sv.q, sv.k, sv.v, sv.attn_out,
+                     sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, scale);
+  rope_backward(ws.dq, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim);
+  rope_backward(ws.dk, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim);
+  const float* dq_proj = ws.dq;
+  const float* dk_proj = ws.dk;
+  if (s.qk_norm) {
+    rmsnorm_backward(ws.dq_pre, g.q_norm, ws.dq, sv.q_pre_norm, w.q_norm, sv.q_norm_rstd,
+                     T * s.heads, s.head_dim);
+    rmsnorm_backward(ws.dk_pre, g.k_norm, ws.dk, sv.k_pre_norm, w.k_norm, sv.k_norm_rstd,
+                     T * s.kv_heads, s.head_dim);
+    dq_proj = ws.dq_pre;
+    dk_proj = ws.dk_pre;
+  }
+  const float* h1 = sv.attn_norm_out;
+  linear_backward(ws.d_norm_out, g.wq, g.bq, dq_proj, h1, w.wq, wb.wq, T, C, QD, false, p);
+  linear_backward(ws.d_norm_out, g.wk, g.bk, dk_proj, h1, w.wk, wb.wk, T, C, KD, true, p);
+  linear_backward(ws.d_norm_out, g.wv, g.bv, ws.dv, h1, w.wv, wb.wv, T, C, KD, true, p);
+  rmsnorm_backward(ws.d_norm_in, g.attn_norm, ws.d_norm_out, x_in, w.attn_norm,
+                   sv.attn_norm_rstd, T, C);
+  add_inplace(dx_in, ws.d_norm_in, T * C);
+}
+
+}  // namespace lt

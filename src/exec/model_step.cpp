@@ -1,0 +1,159 @@
+#include "exec/model_step.h"
+
+#include "core/error.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "model/rope_frequencies.h"
+
+namespace lt {
+
+ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision precision)
+    : config_(c),
+      batch_(batch),
+      seq_(seq),
+      tokens_(batch * seq),
+      precision_(precision),
+      workspace_(block_shape(c, batch, seq)) {
+  if (batch <= 0 || seq <= 0)
+    throw Error("batch and seq must be positive (got batch " + std::to_string(batch) + ", seq " +
+                    std::to_string(seq) + ")",
+                "model step", "pass a positive batch size and sequence length");
+  if (seq > c.max_position_embeddings && c.max_position_embeddings > 0)
+    throw Error("sequence length " + std::to_string(seq) + " exceeds max_position_embeddings " +
+                    std::to_string(c.max_position_embeddings),
+                "model config", "use a shorter sequence");
+  const int64_t half = c.head_dim / 2;
+  rope_cos_.resize(seq * half);
+  rope_sin_.resize(seq * half);
+  rope_tables(rope_cos_.data(), rope_sin_.data(), c, seq);
+  ctx_.shape = block_shape(c, batch, seq);
+  ctx_.rope_cos = rope_cos_.data();
+  ctx_.rope_sin = rope_sin_.data();
+  ctx_.precision = precision;
+
+  const int64_t TC = tokens_ * c.hidden_size;
+  boundaries_.resize((c.num_layers + 1) * TC);
+  saved_.resize(c.num_layers);
+  final_norm_out_.resize(TC);
+  final_norm_rstd_.resize(tokens_);
+  d_hidden_.resize(TC);
+  d_boundary_[0].resize(TC);
+  d_boundary_[1].resize(TC);
+}
+
+void ModelStep::refresh_compute_copy(const ModelParameters& params) {
+  if (precision_ != Precision::BF16) return;
+  if (compute_copy_.size() != static_cast<size_t>(params.numel())) compute_copy_.resize(params.numel());
+  convert_f32_to_bf16(compute_copy_.data(), params.data(), params.numel());
+}
+
+const bf16* ModelStep::bf16_of(const ModelParameters& params, const float* f32) const {
+  if (precision_ != Precision::BF16 || f32 == nullptr) return nullptr;
+  LT_ASSERT(compute_copy_.size() == static_cast<size_t>(params.numel()),
+            "refresh_compute_copy() was not called before a bf16 step");
+  return compute_copy_.data() + (f32 - params.data());
+}
+
+BlockTensorsBf16 ModelStep::block_bf16(const ModelParameters& params, int64_t layer) const {
+  BlockTensors w = const_cast<ModelParameters&>(params).block(layer);
+  BlockTensorsBf16 b;
+  b.wq = bf16_of(params, w.wq);
+  b.wk = bf16_of(params, w.wk);
+  b.wv = bf16_of(params, w.wv);
+  b.wo = bf16_of(params, w.wo);
+  b.wg = bf16_of(params, w.wg);
+  b.wu = bf16_of(params, w.wu);
+  b.wd = bf16_of(params, w.wd);
+  return b;
+}
+
+void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids,
+                               const std::vector<RecomputeOption>& recompute) {
+  const ModelConfig& c = config_;
+  if (!recompute.empty() && static_cast<int64_t>(recompute.size()) != c.num_layers)
+    throw Error("recompute options for " + std::to_string(recompute.size()) + " layers, model has " +
+                    std::to_string(c.num_layers),
+                "model step", "give one option per layer");
+  embedding_forward(boundary(0), input_ids, params.embedding(), tokens_, c.vocab_size, c.hidden_size);
+  const int64_t saved_numel = block_saved_numel(c, batch_, seq_);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
+    // A kept layer owns its saved tensors until backward; a recomputed one writes them
+    // into the shared scratch, where backward's rerun will write them again.
+    if (!keep) saved_[l] = AlignedBuffer<float>();
+    AlignedBuffer<float>& store = keep ? saved_[l] : recompute_saved_;
+    if (store.size() != static_cast<size_t>(saved_numel)) store.resize(saved_numel);
+    BlockSaved sv = bind_block_saved(c, batch_, seq_, store.data());
+    block_forward(boundary(l + 1), sv, boundary(l), params.block(l), block_bf16(params, l), ctx_);
+  }
+}
+
+StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters& grads,
+                                       const int32_t* input_ids, const int32_t* labels,
+                                       const std::vector<RecomputeOption>& recompute) {
+  const ModelConfig& c = config_;
+  const int64_t T = tokens_, C = c.hidden_size, V = c.vocab_size, L = c.num_layers;
+  forward_blocks(params, input_ids, recompute);
+
+  // Head: position s predicts labels[s+1] of the same sequence (Hugging Face's shift).
+  std::vector<int32_t> targets(T, kIgnoreIndex);
+  int64_t predicted = 0;
+  for (int64_t b = 0; b < batch_; ++b)
+    for (int64_t s = 0; s + 1 < seq_; ++s) {
+      const int32_t y = labels[b * seq_ + s + 1];
+      if (y == kIgnoreIndex) continue;
+      if (y < 0 || y >= V)
+        throw Error("label " + std::to_string(y) + " at position " + std::to_string(b * seq_ + s + 1) +
+                        " is outside the vocabulary [0, " + std::to_string(V) + ")",
+                    "training batch", "labels must be token ids or -100");
+      targets[b * seq_ + s] = y;
+      ++predicted;
+    }
+  StepResult result;
+  result.predicted_tokens = predicted;
+
+  rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(L), params.final_norm(),
+                  T, C, static_cast<float>(c.rms_norm_eps));
+  const float grad_scale = predicted > 0 ? 1.0f / static_cast<float>(predicted) : 0.0f;
+  const double loss_sum = head_cross_entropy(d_hidden_.data(), grads.lm_head(), final_norm_out_.data(),
+                                             params.lm_head(), bf16_of(params, params.lm_head()),
+                                             targets.data(), T, C, V, grad_scale, precision_);
+  result.loss = predicted > 0 ? loss_sum / static_cast<double>(predicted) : 0.0;
+
+  float* d_out = d_boundary_[0].data();
+  float* d_in = d_boundary_[1].data();
+  rmsnorm_backward(d_out, grads.final_norm(), d_hidden_.data(), boundary(L), params.final_norm(),
+                   final_norm_rstd_.data(), T, C);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
+    BlockTensors w = params.block(l);
+    BlockTensorsBf16 wb = block_bf16(params, l);
+    BlockSaved sv;
+    if (keep) {
+      sv = bind_block_saved(c, batch_, seq_, saved_[l].data());
+    } else {
+      // Rerun the block from its input boundary; its output is discarded (boundary l+1
+      // already holds it), so write it into the spare gradient buffer.
+      sv = bind_block_saved(c, batch_, seq_, recompute_saved_.data());
+      block_forward(d_in, sv, boundary(l), w, wb, ctx_);
+    }
+    BlockTensors gw = grads.block(l);
+    block_backward(d_in, gw, workspace_, d_out, boundary(l), w, wb, sv, ctx_);
+    std::swap(d_in, d_out);
+  }
+  embedding_backward(grads.embedding(), input_ids, d_out, T, V, C);
+  return result;
+}
+
+void ModelStep::forward_logits(float* logits, ModelParameters& params, const int32_t* input_ids) {
+  const ModelConfig& c = config_;
+  forward_blocks(params, input_ids, std::vector<RecomputeOption>(c.num_layers, RecomputeOption::RecomputeFromInput));
+  rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(c.num_layers),
+                  params.final_norm(), tokens_, c.hidden_size, static_cast<float>(c.rms_norm_eps));
+  linear_forward(logits, final_norm_out_.data(), params.lm_head(), bf16_of(params, params.lm_head()),
+                 nullptr, tokens_, c.hidden_size, c.vocab_size, precision_);
+}
+
+}  // namespace lt

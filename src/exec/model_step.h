@@ -1,0 +1,68 @@
+// The whole-model training step with everything in memory: embed, decoder blocks,
+// final norm, fused head + cross-entropy, and the backward of all of it, giving a
+// gradient for every parameter. The streaming executor does the same math with the
+// layers and checkpoints moved as a plan says; this is the reference it must match.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "exec/decoder_block.h"
+#include "kernels/cpu/matmul.h"
+#include "model/config.h"
+#include "model/layer_specs.h"
+#include "model/parameters.h"
+
+namespace lt {
+
+struct StepResult {
+  double loss = 0;                // mean cross-entropy over the predicted tokens
+  int64_t predicted_tokens = 0;   // labels that were not -100 after the shift
+};
+
+class ModelStep {
+ public:
+  ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision precision);
+
+  // Rounds the matmul weights to the bf16 compute copy. Call after the parameters
+  // change (Precision::BF16 only; a no-op for F32).
+  void refresh_compute_copy(const ModelParameters& params);
+
+  // input_ids, labels: [batch*seq]. labels are Hugging Face style: unshifted, -100 for
+  // "no loss"; position s predicts labels[s+1]. Gradients of the mean loss are
+  // accumulated (+=) into grads. `recompute` gives each layer's option (empty: keep all
+  // internals); the result does not depend on it, bit for bit.
+  StepResult forward_backward(ModelParameters& params, ModelParameters& grads,
+                              const int32_t* input_ids, const int32_t* labels,
+                              const std::vector<RecomputeOption>& recompute = {});
+
+  // Forward only: logits [batch*seq, vocab] (for tests, evaluation and generation).
+  void forward_logits(float* logits, ModelParameters& params, const int32_t* input_ids);
+
+  int64_t batch() const { return batch_; }
+  int64_t seq() const { return seq_; }
+
+ private:
+  // Runs embed + all blocks, leaving boundary l in boundary(l). Layers whose option is
+  // KeepInternals keep their saved tensors in saved_[l].
+  void forward_blocks(ModelParameters& params, const int32_t* input_ids,
+                      const std::vector<RecomputeOption>& recompute);
+  float* boundary(int64_t l) { return boundaries_.data() + l * tokens_ * config_.hidden_size; }
+  BlockTensorsBf16 block_bf16(const ModelParameters& params, int64_t layer) const;
+  const bf16* bf16_of(const ModelParameters& params, const float* f32) const;
+
+  ModelConfig config_;
+  int64_t batch_, seq_, tokens_;
+  Precision precision_;
+  BlockContext ctx_;
+  AlignedBuffer<float> rope_cos_, rope_sin_;
+  AlignedBuffer<bf16> compute_copy_;        // bf16 mirror of the parameter block
+  AlignedBuffer<float> boundaries_;         // [L+1, T, C]
+  std::vector<AlignedBuffer<float>> saved_; // per layer; empty when recomputed
+  AlignedBuffer<float> recompute_saved_;    // one block's saved tensors, rebuilt in backward
+  AlignedBuffer<float> final_norm_out_, final_norm_rstd_, d_hidden_, d_boundary_[2];
+  BlockWorkspace workspace_;
+};
+
+}  // namespace lt

@@ -1,0 +1,61 @@
+#include "model/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/checkpoint_dir.h"
+#include "io/safetensors_writer.h"
+
+namespace lt {
+
+void load_parameters(ModelParameters& params, const std::string& dir) {
+  CheckpointDir ckpt(dir);
+  for (const WeightSpec& spec : params.specs()) {
+    if (!ckpt.contains(spec.hf_name))
+      throw Error("tensor '" + spec.hf_name + "' is missing", ckpt.path(),
+                  "the checkpoint does not match its config.json (model_type, layers, biases)");
+    const TensorView v = ckpt.tensor(spec.hf_name);
+    if (v.shape != spec.shape)
+      throw Error("tensor '" + spec.hf_name + "' has shape " + shape_str(v.shape) + ", config says " +
+                      shape_str(spec.shape),
+                  ckpt.path(), "the checkpoint does not match its config.json");
+    if (v.dtype != DType::F32 && v.dtype != DType::BF16 && v.dtype != DType::F16)
+      throw Error("tensor '" + spec.hf_name + "' has dtype " + std::string(dtype_name(v.dtype)),
+                  ckpt.path(), "weights must be F32, BF16 or F16");
+    convert_to_f32(params.tensor(spec.hf_name), v.data, v.dtype, static_cast<size_t>(v.numel()));
+  }
+}
+
+void save_pretrained(const ModelParameters& params, const std::string& dir, uint64_t max_shard_bytes) {
+  std::filesystem::create_directories(dir);
+  ModelConfig c = params.config();
+  c.torch_dtype = "float32";
+  {
+    const std::string path = dir + "/config.json";
+    std::ofstream f(path);
+    f << model_config_to_json(c).dump(2) << "\n";
+    if (!f.good()) throw Error("could not write config.json", path, "check the disk and permissions");
+  }
+  std::vector<NamedTensor> tensors;
+  for (const WeightSpec& spec : params.specs())
+    tensors.push_back({spec.hf_name, TensorView{const_cast<float*>(params.tensor(spec.hf_name)),
+                                                DType::F32, spec.shape}});
+  save_safetensors_sharded(dir, tensors, max_shard_bytes);
+}
+
+void init_parameters(ModelParameters& params, uint64_t seed, float init_std) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, init_std);
+  for (const WeightSpec& spec : params.specs()) {
+    float* p = params.tensor(spec.hf_name);
+    const bool is_norm = spec.hf_name.find("norm") != std::string::npos;
+    const bool is_bias = spec.hf_name.size() > 5 && spec.hf_name.substr(spec.hf_name.size() - 5) == ".bias";
+    for (int64_t i = 0; i < spec.numel(); ++i) p[i] = is_norm ? 1.0f : is_bias ? 0.0f : normal(rng);
+  }
+}
+
+}  // namespace lt

@@ -1,0 +1,82 @@
+// The model's parameters (or their gradients) as one contiguous fp32 block, laid out in
+// all_weight_specs() order, llm.c style: one allocation, one offset table, and typed
+// views per layer. A tied lm_head shares the embedding's storage.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "model/config.h"
+#include "model/layer_specs.h"
+
+namespace lt {
+
+// Views of one decoder layer's tensors (weights, or their gradients). Optional tensors
+// (biases, q/k norms) are null when the config has none.
+struct BlockTensors {
+  float* attn_norm = nullptr;  // [C]
+  float* wq = nullptr;         // [Hq*D, C]
+  float* bq = nullptr;         // [Hq*D]
+  float* wk = nullptr;         // [Hkv*D, C]
+  float* bk = nullptr;
+  float* wv = nullptr;  // [Hkv*D, C]
+  float* bv = nullptr;
+  float* q_norm = nullptr;  // [D]
+  float* k_norm = nullptr;  // [D]
+  float* wo = nullptr;      // [C, Hq*D]
+  float* bo = nullptr;      // [C]
+  float* mlp_norm = nullptr;  // [C]
+  float* wg = nullptr;        // [I, C]
+  float* bg = nullptr;
+  float* wu = nullptr;  // [I, C]
+  float* bu = nullptr;
+  float* wd = nullptr;  // [C, I]
+  float* bd = nullptr;
+};
+
+// The same views for a bf16 copy (only matmul weights are read in bf16).
+struct BlockTensorsBf16 {
+  const bf16 *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
+  const bf16 *wg = nullptr, *wu = nullptr, *wd = nullptr;
+};
+
+// Binds the views of decoder layer `layer` onto a buffer laid out in block_weight_specs()
+// order starting at `base`. The executor uses this to bind a layer template to a slot.
+BlockTensors bind_block_tensors(const ModelConfig& c, float* base);
+int64_t block_numel(const ModelConfig& c);
+
+class ModelParameters {
+ public:
+  explicit ModelParameters(const ModelConfig& c);  // zero-filled
+
+  const ModelConfig& config() const { return config_; }
+  float* data() { return data_.data(); }
+  const float* data() const { return data_.data(); }
+  int64_t numel() const { return static_cast<int64_t>(data_.size()); }
+  void zero() { data_.zero(); }
+
+  const std::vector<WeightSpec>& specs() const { return specs_; }
+  // A tensor by its Hugging Face name; throws lt::Error for an unknown name.
+  float* tensor(const std::string& hf_name);
+  const float* tensor(const std::string& hf_name) const;
+  bool has_tensor(const std::string& hf_name) const { return index_.count(hf_name) > 0; }
+
+  float* embedding() { return data_.data(); }
+  float* block_base(int64_t layer) { return data_.data() + block_offset_[layer]; }
+  BlockTensors block(int64_t layer) { return bind_block_tensors(config_, block_base(layer)); }
+  float* final_norm();
+  float* lm_head();  // the embedding when tied
+
+ private:
+  ModelConfig config_;
+  std::vector<WeightSpec> specs_;
+  std::vector<int64_t> offsets_;
+  std::unordered_map<std::string, size_t> index_;  // hf name -> position in specs_
+  std::vector<int64_t> block_offset_;
+  AlignedBuffer<float> data_;
+};
+
+}  // namespace lt

@@ -1,0 +1,191 @@
+// Parity of the whole-model step with transformers (tests/reference/model_parity.py):
+// logits, loss and every parameter's gradient, for tiny random models of each family.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "exec/model_step.h"
+#include "io/safetensors.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "test_util.h"
+
+namespace lt {
+namespace {
+
+// Norm-wise relative error ||a - b|| / ||b||, in double.
+double rel_error(const float* a, const float* b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+std::vector<float> to_f32(const TensorView& v) {
+  std::vector<float> out(v.numel());
+  convert_to_f32(out.data(), v.data, v.dtype, out.size());
+  return out;
+}
+
+std::vector<int32_t> to_i32(const TensorView& v) {
+  EXPECT_EQ(v.dtype, DType::I32);
+  const int32_t* p = v.as<const int32_t>();
+  return std::vector<int32_t>(p, p + v.numel());
+}
+
+// One reference model per case, built by the Python script and shared by the tests
+// and by the test processes ctest starts: it is cached in the build tree under a name
+// that includes a hash of the script, written to a temporary directory and renamed into
+// place, so concurrent processes never see half a reference.
+struct Reference {
+  std::string dir;
+  std::unique_ptr<SafetensorsFile> ref;
+  std::string error;
+};
+
+uint64_t file_hash(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char ch; f.get(ch);) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  return h;
+}
+
+const Reference& reference(const std::string& name) {
+  static std::map<std::string, Reference> cache;
+  auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  Reference& r = cache[name];
+  const std::string script = "model_parity.py";
+  const auto root = std::filesystem::path(LT_BINARY_DIR) / "test-scratch" / "parity-refs";
+  r.dir = (root / (name + "-" + std::to_string(file_hash(std::string(LT_TESTS_DIR) + "/reference/" + script)))).string();
+  if (!std::filesystem::exists(r.dir + "/ref.safetensors")) {
+    std::filesystem::create_directories(root);
+    const std::string tmp = r.dir + ".tmp-" + std::to_string(getpid());
+    std::filesystem::remove_all(tmp);
+    test::PythonResult py = test::run_reference_script(script, name + " " + tmp);
+    if (py.exit_code != 0) {
+      r.error = py.output;
+      return r;
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, r.dir, ec);  // fails harmlessly if another process won
+    std::filesystem::remove_all(tmp, ec);
+  }
+  r.ref = std::make_unique<SafetensorsFile>(r.dir + "/ref.safetensors");
+  return r;
+}
+
+// Tolerances.
+// fp32 (the bounds): logits and loss <= 1e-5, each gradient <= 1e-4, norm-wise.
+constexpr double kF32LogitTol = 1e-5, kF32GradTol = 1e-4;
+// bf16: every matmul rounds both operands to bf16 (unit roundoff u = 2^-8), so each
+// matmul stage perturbs its output by at most ~2u relative to first order; the other
+// ops run in fp32 and RMSNorm renormalises, so stages compose additively with gain <= 1.
+// Logits pass through 4 matmul stages per layer (qkv, o, gate/up, down) plus the head:
+// bound (4L + 1) * 2u. A gradient's path runs forward then back through the same stages:
+// bound 2 * (4L + 1) * 2u.
+constexpr double kBf16Unit = 0x1p-8;
+
+class ModelParity : public ::testing::TestWithParam<std::tuple<std::string, Precision>> {};
+
+TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
+  const auto& [name, precision] = GetParam();
+  const Reference& r = reference(name);
+  ASSERT_TRUE(r.error.empty()) << "the Python reference could not run (did `scripts/setup.sh "
+                                  "--test` make .venv?)\n"
+                               << r.error;
+  const ModelConfig config = load_model_config(r.dir);
+  ModelParameters params(config);
+  load_parameters(params, r.dir);
+  ModelParameters grads(config);
+
+  const TensorView ids_view = r.ref->tensor("input_ids");
+  const int64_t batch = ids_view.shape[0], seq = ids_view.shape[1];
+  const std::vector<int32_t> ids = to_i32(ids_view);
+  const std::vector<int32_t> labels = to_i32(r.ref->tensor("labels"));
+
+  ModelStep step(config, batch, seq, precision);
+  step.refresh_compute_copy(params);
+
+  const double L = static_cast<double>(config.num_layers);
+  const double logit_tol = precision == Precision::F32 ? kF32LogitTol : (4 * L + 1) * 2 * kBf16Unit;
+  const double grad_tol = precision == Precision::F32 ? kF32GradTol : 2 * (4 * L + 1) * 2 * kBf16Unit;
+
+  std::vector<float> logits(batch * seq * config.vocab_size);
+  step.forward_logits(logits.data(), params, ids.data());
+  const std::vector<float> ref_logits = to_f32(r.ref->tensor("logits"));
+  ASSERT_EQ(ref_logits.size(), logits.size());
+  const double logit_err = rel_error(logits.data(), ref_logits.data(), logits.size());
+  EXPECT_LE(logit_err, logit_tol) << "logits";
+
+  StepResult res = step.forward_backward(params, grads, ids.data(), labels.data());
+  const float ref_loss = to_f32(r.ref->tensor("loss"))[0];
+  const float loss = static_cast<float>(res.loss);
+  EXPECT_LE(rel_error(&loss, &ref_loss, 1), logit_tol) << "loss " << res.loss << " vs " << ref_loss;
+
+  double worst = 0;
+  std::string worst_name;
+  int checked = 0;
+  for (const auto& spec : params.specs()) {
+    const std::string key = "grad." + spec.hf_name;
+    ASSERT_TRUE(r.ref->contains(key)) << key;
+    const std::vector<float> ref_grad = to_f32(r.ref->tensor(key));
+    ASSERT_EQ(static_cast<int64_t>(ref_grad.size()), spec.numel()) << key;
+    const double err = rel_error(grads.tensor(spec.hf_name), ref_grad.data(), spec.numel());
+    EXPECT_LE(err, grad_tol) << spec.hf_name;
+    if (err > worst) worst = err, worst_name = spec.hf_name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(params.specs().size()));
+  std::printf("[%s %s] logits %.3g, loss %.3g vs %.6f, worst gradient %.3g (%s), %d tensors\n",
+              name.c_str(), precision == Precision::F32 ? "f32" : "bf16", logit_err,
+              std::fabs(loss - ref_loss) / std::fabs(ref_loss), ref_loss, worst, worst_name.c_str(),
+              checked);
+}
+
+TEST_P(ModelParity, RecomputeGivesBitwiseIdenticalGradients) {
+  const auto& [name, precision] = GetParam();
+  const Reference& r = reference(name);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  const ModelConfig config = load_model_config(r.dir);
+  ModelParameters params(config);
+  load_parameters(params, r.dir);
+  const std::vector<int32_t> ids = to_i32(r.ref->tensor("input_ids"));
+  const std::vector<int32_t> labels = to_i32(r.ref->tensor("labels"));
+  const int64_t batch = r.ref->tensor("input_ids").shape[0], seq = r.ref->tensor("input_ids").shape[1];
+
+  ModelStep step(config, batch, seq, precision);
+  step.refresh_compute_copy(params);
+  ModelParameters g_keep(config), g_recompute(config);
+  StepResult a = step.forward_backward(params, g_keep, ids.data(), labels.data());
+  std::vector<RecomputeOption> all_recompute(config.num_layers, RecomputeOption::RecomputeFromInput);
+  all_recompute[0] = RecomputeOption::KeepInternals;  // mixed plan
+  StepResult b = step.forward_backward(params, g_recompute, ids.data(), labels.data(), all_recompute);
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_EQ(0, std::memcmp(g_keep.data(), g_recompute.data(), g_keep.numel() * sizeof(float)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, ModelParity,
+    ::testing::Combine(::testing::Values("llama3_scaled_untied", "llama_bias_tied",
+                                         "mistral_gqa4_tied", "qwen2_bias_gqa3",
+                                         "qwen3_qknorm_untied"),
+                       ::testing::Values(Precision::F32, Precision::BF16)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + (std::get<1>(info.param) == Precision::F32 ? "_f32" : "_bf16");
+    });
+
+}  // namespace
+}  // namespace lt

@@ -1,0 +1,76 @@
+"""Reference for the model parity tests: builds a tiny random model with transformers,
+saves it with save_pretrained, runs one forward + backward in float32 (eager attention),
+and dumps the inputs, logits, loss and every parameter's gradient to ref.safetensors.
+
+usage: model_parity.py CASE OUT_DIR
+"""
+import sys
+
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+COMMON = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=96, vocab_size=101,
+              max_position_embeddings=128, rms_norm_eps=1e-5, initializer_range=0.2)
+
+# Each case covers a feature the issue names: tied/untied embeddings, GQA ratios 2-4,
+# qwen2 q/k/v bias, qwen3 q/k norm with head_dim != hidden/heads, llama3 rope scaling,
+# llama attention and mlp biases.
+CASES = {
+    "llama3_scaled_untied": lambda: LlamaConfig(
+        **COMMON, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
+        rope_theta=500000.0),
+    "llama_bias_tied": lambda: LlamaConfig(
+        **COMMON, num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True,
+        attention_bias=True, mlp_bias=True),
+    "mistral_gqa4_tied": lambda: MistralConfig(
+        **COMMON, num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True,
+        sliding_window=None),
+    "qwen2_bias_gqa3": lambda: Qwen2Config(
+        **{**COMMON, "hidden_size": 96}, num_attention_heads=6, num_key_value_heads=2,
+        tie_word_embeddings=True),
+    "qwen3_qknorm_untied": lambda: Qwen3Config(
+        **COMMON, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+        tie_word_embeddings=False),
+}
+
+BATCH, SEQ = 2, 11
+
+
+def main():
+    case, out_dir = sys.argv[1], sys.argv[2]
+    torch.manual_seed(1234)
+    config = CASES[case]()
+    config._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").float()
+    # Norm weights start at 1 and biases at 0; perturb them so their gradients and
+    # their effect on the forward pass are exercised.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith(".bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+    ids = torch.randint(0, config.vocab_size, (BATCH, SEQ))
+    labels = ids.clone()
+    labels[0, :3] = -100  # ignored positions
+    labels[1, 5] = -100
+    out = model(input_ids=ids, labels=labels)
+    out.loss.backward()
+
+    tensors = {
+        "input_ids": ids.to(torch.int32).contiguous(),
+        "labels": labels.to(torch.int32).contiguous(),
+        "logits": out.logits.detach().float().contiguous(),
+        "loss": out.loss.detach().float().reshape(1),
+    }
+    for name, p in model.named_parameters():
+        tensors["grad." + name] = p.grad.detach().float().contiguous()
+    save_file(tensors, f"{out_dir}/ref.safetensors")
+    print("cases:", case, "params:", sum(p.numel() for p in model.parameters()))
+
+
+if __name__ == "__main__":
+    main()
