@@ -39,6 +39,10 @@ struct ModelConfig {
   bool mlp_bias = false;  // gate/up/down have a bias (llama's mlp_bias)
   bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (qwen3)
   std::string torch_dtype = "float32";
+  // Mistral's sliding-window attention: 0 means full causal attention. lazytrain computes
+  // full attention only, which equals the windowed one while seq <= sliding_window; call
+  // check_sequence_length() before training on a config that has a window.
+  int64_t sliding_window = 0;
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
@@ -54,5 +58,11 @@ ModelConfig load_model_config(const std::string& path);
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where);
 // Writes a Hugging Face config.json that transformers loads back to the same model.
 nlohmann::json model_config_to_json(const ModelConfig& c);
+
+// The model types parse_model_config accepts, e.g. "llama, mistral, qwen2, qwen3".
+std::string supported_model_types();
+// Throws lt::Error when lazytrain's attention would differ from the model's at this
+// sequence length (a sliding window shorter than seq).
+void check_sequence_length(const ModelConfig& c, int64_t seq);
 
 }  // namespace lt

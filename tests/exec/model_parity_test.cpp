@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "exec/generator.h"
 #include "exec/model_step.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
@@ -186,6 +187,47 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::get<0>(info.param) + (std::get<1>(info.param) == Precision::F32 ? "_f32" : "_bf16");
     });
+
+}  // namespace
+}  // namespace lt
+
+namespace lt {
+namespace {
+
+class GeneratorParity : public ::testing::TestWithParam<std::string> {};
+
+// The KV-cache generator against the training forward (logits of every prefix) and
+// against transformers' greedy generate().
+TEST_P(GeneratorParity, MatchesTrainingForwardAndTransformersGenerate) {
+  const std::string name = GetParam();
+  const Reference& r = reference(name);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  const ModelConfig config = load_model_config(r.dir);
+  ModelParameters params(config);
+  load_parameters(params, r.dir);
+  const std::vector<int32_t> ids = to_i32(r.ref->tensor("input_ids"));
+  const int64_t seq = r.ref->tensor("input_ids").shape[1];
+
+  Generator gen(config, 32, Precision::F32);
+  ModelStep step(config, 1, seq, Precision::F32);
+  std::vector<float> logits(seq * config.vocab_size);
+  step.forward_logits(logits.data(), params, ids.data());
+  // Prefill of every prefix length: the last row must match the training forward's row.
+  for (int64_t n = 1; n <= seq; ++n) {
+    std::vector<int32_t> prefix(ids.begin(), ids.begin() + n);
+    std::vector<float> last = gen.last_logits(params, prefix);
+    EXPECT_LE(rel_error(last.data(), logits.data() + (n - 1) * config.vocab_size, config.vocab_size),
+              kF32LogitTol)
+        << "prefix " << n;
+  }
+  const std::vector<int32_t> expected = to_i32(r.ref->tensor("generated"));
+  std::vector<int32_t> prompt(ids.begin(), ids.begin() + 5);
+  EXPECT_EQ(gen.generate(params, prompt, static_cast<int64_t>(expected.size())), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GeneratorParity,
+                         ::testing::Values("llama3_scaled_untied", "mistral_gqa4_tied",
+                                           "qwen2_bias_gqa3", "qwen3_qknorm_untied"));
 
 }  // namespace
 }  // namespace lt

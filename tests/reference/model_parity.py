@@ -60,7 +60,13 @@ def main():
     out = model(input_ids=ids, labels=labels)
     out.loss.backward()
 
+    # Greedy continuation of a short prompt, for the generator's parity test.
+    model.eval()
+    with torch.no_grad():
+        gen = model.generate(ids[:1, :5], attention_mask=torch.ones(1, 5, dtype=torch.long),
+                             max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
     tensors = {
+        "generated": gen[0, 5:].to(torch.int32).contiguous(),
         "input_ids": ids.to(torch.int32).contiguous(),
         "labels": labels.to(torch.int32).contiguous(),
         "logits": out.logits.detach().float().contiguous(),

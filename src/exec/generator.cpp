@@ -1,0 +1,170 @@
+#include "exec/generator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "model/rope_frequencies.h"
+
+namespace lt {
+
+namespace {
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+// One query row per head at position `pos` against cached keys/values [0, pos]:
+// out[h] = softmax(scale * q[h]·K^T) V, for query head h reading kv head h / group.
+void decode_attention(float* out, float* scores, const float* q, const float* k_cache,
+                      const float* v_cache, int64_t pos, int64_t Hq, int64_t Hkv, int64_t D,
+                      float scale) {
+  const int64_t group = Hq / Hkv, KD = Hkv * D;
+  for (int64_t h = 0; h < Hq; ++h) {
+    const float* qh = q + h * D;
+    const int64_t hk = h / group;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j <= pos; ++j) {
+      const float* kj = k_cache + j * KD + hk * D;
+      float s = 0;
+      for (int64_t d = 0; d < D; ++d) s += qh[d] * kj[d];
+      scores[j] = s * scale;
+      mx = std::max(mx, scores[j]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j <= pos; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+    float* oh = out + h * D;
+    std::fill(oh, oh + D, 0.0f);
+    for (int64_t j = 0; j <= pos; ++j) {
+      const float p = static_cast<float>(scores[j] / sum);
+      const float* vj = v_cache + j * KD + hk * D;
+      for (int64_t d = 0; d < D; ++d) oh[d] += p * vj[d];
+    }
+  }
+}
+
+}  // namespace
+
+Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
+    : config_(c), max_len_(max_len), precision_(precision) {
+  if (max_len <= 0 || (c.max_position_embeddings > 0 && max_len > c.max_position_embeddings))
+    throw Error("generation length " + std::to_string(max_len) + " is outside 1.." +
+                    std::to_string(c.max_position_embeddings),
+                "generation", "shorten the prompt or --max-new-tokens");
+  const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
+  const int64_t half = c.head_dim / 2, n = max_len;
+  rope_cos_.resize(n * half);
+  rope_sin_.resize(n * half);
+  rope_tables(rope_cos_.data(), rope_sin_.data(), c, n);
+  k_cache_.resize(c.num_layers * n * KD);
+  v_cache_.resize(c.num_layers * n * KD);
+  for (auto* b : {&x_, &h_, &tmp_}) b->resize(n * C);
+  for (auto* b : {&q_pre_, &q_, &att_}) b->resize(n * QD);
+  for (auto* b : {&k_pre_, &k_, &v_}) b->resize(n * KD);
+  for (auto* b : {&gate_, &up_, &act_}) b->resize(n * I);
+  rstd_.resize(n);
+  head_rstd_.resize(n * std::max(c.num_heads, c.num_kv_heads));
+  lse_.resize(c.num_heads * n);
+  scores_.resize(n);
+  logits_.resize(c.vocab_size);
+}
+
+void Generator::refresh_compute_copy(const ModelParameters& params) {
+  if (precision_ != Precision::BF16) return;
+  if (compute_copy_.size() != static_cast<size_t>(params.numel())) compute_copy_.resize(params.numel());
+  convert_f32_to_bf16(compute_copy_.data(), params.data(), params.numel());
+}
+
+const bf16* Generator::bf16_of(const ModelParameters& params, const float* w) const {
+  if (precision_ != Precision::BF16 || w == nullptr) return nullptr;
+  LT_ASSERT(compute_copy_.size() == static_cast<size_t>(params.numel()),
+            "refresh_compute_copy() was not called before a bf16 generation");
+  return compute_copy_.data() + (w - params.data());
+}
+
+void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64_t n, int64_t pos) {
+  ModelParameters& params = const_cast<ModelParameters&>(cparams);  // views only; nothing is written
+  const ModelConfig& c = config_;
+  const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
+  const int64_t D = c.head_dim, half = D / 2;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  LT_ASSERT(pos == 0 || n == 1, "the generator prefills at position 0, then decodes one token at a time");
+  if (pos + n > max_len_)
+    throw Error("sequence of " + std::to_string(pos + n) + " tokens exceeds the generator's " +
+                    std::to_string(max_len_),
+                "generation", "raise the generation length");
+  const Precision p = precision_;
+  embedding_forward(x_.data(), tokens, params.embedding(), n, c.vocab_size, C);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const BlockTensors w = params.block(l);
+    rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps);
+    float* qp = c.qk_norm ? q_pre_.data() : q_.data();
+    float* kp = c.qk_norm ? k_pre_.data() : k_.data();
+    linear_forward(qp, h_.data(), w.wq, bf16_of(params, w.wq), w.bq, n, C, QD, p);
+    linear_forward(kp, h_.data(), w.wk, bf16_of(params, w.wk), w.bk, n, C, KD, p);
+    linear_forward(v_.data(), h_.data(), w.wv, bf16_of(params, w.wv), w.bv, n, C, KD, p);
+    if (c.qk_norm) {
+      rmsnorm_forward(q_.data(), head_rstd_.data(), q_pre_.data(), w.q_norm, n * c.num_heads, D, eps);
+      rmsnorm_forward(k_.data(), head_rstd_.data(), k_pre_.data(), w.k_norm, n * c.num_kv_heads, D, eps);
+    }
+    // Positions pos..pos+n-1: offset the tables so that row 0 is position pos.
+    rope_forward(q_.data(), rope_cos_.data() + pos * half, rope_sin_.data() + pos * half, 1, n, c.num_heads, D);
+    rope_forward(k_.data(), rope_cos_.data() + pos * half, rope_sin_.data() + pos * half, 1, n, c.num_kv_heads, D);
+    float* kc = k_cache_.data() + l * max_len_ * KD;
+    float* vc = v_cache_.data() + l * max_len_ * KD;
+    std::memcpy(kc + pos * KD, k_.data(), n * KD * sizeof(float));
+    std::memcpy(vc + pos * KD, v_.data(), n * KD * sizeof(float));
+    if (pos == 0)
+      attention_forward(att_.data(), lse_.data(), q_.data(), kc, vc, 1, n, c.num_heads, c.num_kv_heads, D, scale);
+    else
+      decode_attention(att_.data(), scores_.data(), q_.data(), kc, vc, pos, c.num_heads, c.num_kv_heads, D, scale);
+    linear_forward(tmp_.data(), att_.data(), w.wo, bf16_of(params, w.wo), w.bo, n, QD, C, p);
+    add_inplace(x_.data(), tmp_.data(), n * C);
+    rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.mlp_norm, n, C, eps);
+    linear_forward(gate_.data(), h_.data(), w.wg, bf16_of(params, w.wg), w.bg, n, C, I, p);
+    linear_forward(up_.data(), h_.data(), w.wu, bf16_of(params, w.wu), w.bu, n, C, I, p);
+    swiglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
+    linear_forward(tmp_.data(), act_.data(), w.wd, bf16_of(params, w.wd), w.bd, n, I, C, p);
+    add_inplace(x_.data(), tmp_.data(), n * C);
+  }
+  // Only the last position's logits are needed.
+  const float* last = x_.data() + (n - 1) * C;
+  rmsnorm_forward(h_.data(), rstd_.data(), last, params.final_norm(), 1, C, eps);
+  linear_forward(logits_.data(), h_.data(), params.lm_head(), bf16_of(params, params.lm_head()),
+                 nullptr, 1, C, c.vocab_size, p);
+}
+
+std::vector<float> Generator::last_logits(const ModelParameters& params,
+                                          const std::vector<int32_t>& tokens) {
+  LT_ASSERT(!tokens.empty());
+  run(params, tokens.data(), static_cast<int64_t>(tokens.size()), 0);
+  return std::vector<float>(logits_.data(), logits_.data() + config_.vocab_size);
+}
+
+std::vector<int32_t> Generator::generate(const ModelParameters& params, const std::vector<int32_t>& prompt,
+                                         int64_t max_new_tokens, const std::vector<int32_t>& stop_ids) {
+  if (prompt.empty()) throw Error("empty prompt", "generation", "give at least one token");
+  std::vector<int32_t> out;
+  max_new_tokens = std::min<int64_t>(max_new_tokens, max_len_ - static_cast<int64_t>(prompt.size()));
+  run(params, prompt.data(), static_cast<int64_t>(prompt.size()), 0);
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    const float* lg = logits_.data();
+    const int32_t next = static_cast<int32_t>(std::max_element(lg, lg + config_.vocab_size) - lg);
+    out.push_back(next);
+    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) break;
+    if (i + 1 == max_new_tokens) break;
+    run(params, &next, 1, pos++);
+  }
+  return out;
+}
+
+}  // namespace lt

@@ -1,0 +1,52 @@
+// Greedy generation with a KV cache, for evaluation and `lazytrain generate`.
+// Prefill runs the prompt through each layer at once; each new token then runs one
+// position through every layer, attending to the cached keys and values.
+// The math is the training forward's (same kernels, same precision), one sequence at a
+// time.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "kernels/cpu/matmul.h"
+#include "model/config.h"
+#include "model/parameters.h"
+
+namespace lt {
+
+class Generator {
+ public:
+  // max_len: prompt plus generated tokens, at most max_position_embeddings.
+  Generator(const ModelConfig& c, int64_t max_len, Precision precision);
+
+  // Rounds the matmul weights to bf16 (Precision::BF16 only). Call before generating
+  // and again whenever the parameters change.
+  void refresh_compute_copy(const ModelParameters& params);
+
+  // Greedy decoding: appends up to max_new_tokens argmax tokens to `prompt`, stopping
+  // after any token in stop_ids. Returns only the generated tokens.
+  std::vector<int32_t> generate(const ModelParameters& params, const std::vector<int32_t>& prompt,
+                                int64_t max_new_tokens, const std::vector<int32_t>& stop_ids = {});
+
+  // Logits of the last position after running `tokens` from position 0 (for tests).
+  std::vector<float> last_logits(const ModelParameters& params, const std::vector<int32_t>& tokens);
+
+ private:
+  // Runs tokens[0..n) at positions pos..pos+n, filling the caches; leaves the final
+  // hidden state of the last position in hidden_last_.
+  void run(const ModelParameters& params, const int32_t* tokens, int64_t n, int64_t pos);
+  const bf16* bf16_of(const ModelParameters& params, const float* w) const;
+
+  ModelConfig config_;
+  int64_t max_len_;
+  Precision precision_;
+  AlignedBuffer<float> rope_cos_, rope_sin_;
+  AlignedBuffer<float> k_cache_, v_cache_;  // [L, max_len, Hkv*D]
+  AlignedBuffer<bf16> compute_copy_;
+  // Per-call scratch, sized for max_len positions.
+  AlignedBuffer<float> x_, h_, q_pre_, k_pre_, q_, k_, v_, att_, tmp_, gate_, up_, act_;
+  AlignedBuffer<float> rstd_, head_rstd_, lse_, scores_, logits_;
+};
+
+}  // namespace lt

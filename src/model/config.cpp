@@ -1,0 +1,333 @@
+// Parses Hugging Face config.json for the four supported families, mirroring the
+// defaults of transformers' config classes (5.x) so a config means the same model here
+// and there. Anything that would change the math and is not implemented is an error.
+#include "model/config.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "model/layer_specs.h"
+
+namespace lt {
+
+namespace {
+
+using nlohmann::json;
+
+// Per-family facts from transformers' modeling_*.py and configuration_*.py.
+struct Family {
+  const char* model_type;
+  const char* architecture;
+  int64_t default_max_positions;
+  int64_t default_head_dim;  // 0: hidden_size / num_attention_heads
+  bool attention_bias_field;  // q/k/v/o bias follow "attention_bias" (llama, qwen3)
+  bool fixed_qkv_bias;        // q/k/v always biased, o never (qwen2)
+  bool mlp_bias_field;        // gate/up/down bias follow "mlp_bias" (llama)
+  bool qk_norm;               // qwen3
+};
+
+constexpr Family kFamilies[] = {
+    {"llama", "LlamaForCausalLM", 2048, 0, true, false, true, false},
+    {"mistral", "MistralForCausalLM", 131072, 0, false, false, false, false},
+    {"qwen2", "Qwen2ForCausalLM", 32768, 0, false, true, false, false},
+    {"qwen3", "Qwen3ForCausalLM", 32768, 128, true, false, false, true},
+};
+
+const Family* find_family(const std::string& type) {
+  for (const auto& f : kFamilies)
+    if (type == f.model_type) return &f;
+  return nullptr;
+}
+
+constexpr const char* kFixConfig = "fix config.json or use the model's original one";
+
+// Typed access to one JSON object, with errors that name the source and field.
+class Fields {
+ public:
+  Fields(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
+
+  bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  bool present(const std::string& key) const { return j_.contains(key); }  // even if null
+  std::string at(const std::string& key) const { return where_ + ", field \"" + key + "\""; }
+
+  int64_t req_int(const std::string& key) const {
+    if (!has(key)) throw Error("required field \"" + key + "\" is missing", where_, kFixConfig);
+    return to_int(key, j_.at(key));
+  }
+  int64_t opt_int(const std::string& key, int64_t def) const { return has(key) ? to_int(key, j_.at(key)) : def; }
+  double opt_num(const std::string& key, double def) const {
+    if (!has(key)) return def;
+    const json& v = j_.at(key);
+    if (!v.is_number()) throw Error("must be a number, got " + v.dump(), at(key), kFixConfig);
+    return v.get<double>();
+  }
+  double req_num(const std::string& key) const {
+    if (!has(key)) throw Error("required field \"" + key + "\" is missing", where_, kFixConfig);
+    return opt_num(key, 0.0);
+  }
+  bool opt_bool(const std::string& key, bool def) const {
+    if (!has(key)) return def;
+    const json& v = j_.at(key);
+    if (!v.is_boolean()) throw Error("must be true or false, got " + v.dump(), at(key), kFixConfig);
+    return v.get<bool>();
+  }
+  std::string opt_str(const std::string& key, const std::string& def) const {
+    if (!has(key)) return def;
+    const json& v = j_.at(key);
+    if (!v.is_string()) throw Error("must be a string, got " + v.dump(), at(key), kFixConfig);
+    return v.get<std::string>();
+  }
+  // An object or null/absent (returns nullptr).
+  const json* opt_object(const std::string& key) const {
+    if (!has(key)) return nullptr;
+    const json& v = j_.at(key);
+    if (!v.is_object()) throw Error("must be an object or null, got " + v.dump(), at(key), kFixConfig);
+    return &v;
+  }
+  const json& raw(const std::string& key) const { return j_.at(key); }
+
+ private:
+  int64_t to_int(const std::string& key, const json& v) const {
+    if (!v.is_number_integer()) throw Error("must be an integer, got " + v.dump(), at(key), kFixConfig);
+    return v.get<int64_t>();
+  }
+  const json& j_;
+  std::string where_;
+};
+
+void require_positive(int64_t v, const Fields& f, const std::string& key) {
+  if (v <= 0) throw Error("must be positive, got " + std::to_string(v), f.at(key), kFixConfig);
+}
+
+// rope_theta and scaling: transformers 5 writes "rope_parameters": {rope_type, rope_theta,
+// factor, ...}; 4.x wrote top-level "rope_theta" and "rope_scaling": {type|rope_type, ...}.
+// As in transformers, "rope_scaling" wins when both are present.
+void parse_rope(ModelConfig& c, const Fields& top, const std::string& where) {
+  const json* params = top.opt_object("rope_scaling");
+  std::string key = "rope_scaling";
+  if (!params) {
+    params = top.opt_object("rope_parameters");
+    key = "rope_parameters";
+  }
+  c.rope_theta = top.opt_num("rope_theta", 10000.0);
+  if (!params) return;
+  Fields p(*params, where + ", field \"" + key + "\"");
+  c.rope_theta = p.opt_num("rope_theta", c.rope_theta);
+  if (p.has("partial_rotary_factor") && p.opt_num("partial_rotary_factor", 1.0) != 1.0)
+    throw Error("partial rotary embeddings are not supported", p.at("partial_rotary_factor"), "");
+  const std::string type = p.opt_str("rope_type", p.opt_str("type", "default"));
+  if (type == "default") return;
+  if (type == "linear") {
+    c.rope_scaling.type = RopeScalingType::Linear;
+    c.rope_scaling.factor = p.req_num("factor");
+  } else if (type == "llama3") {
+    c.rope_scaling.type = RopeScalingType::Llama3;
+    c.rope_scaling.factor = p.req_num("factor");
+    c.rope_scaling.low_freq_factor = p.req_num("low_freq_factor");
+    c.rope_scaling.high_freq_factor = p.req_num("high_freq_factor");
+    c.rope_scaling.original_max_position_embeddings =
+        p.opt_int("original_max_position_embeddings", c.max_position_embeddings);
+    if (!(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor))
+      throw Error("llama3 rope scaling needs high_freq_factor > low_freq_factor", where + ", field \"" + key + "\"",
+                  kFixConfig);
+    require_positive(c.rope_scaling.original_max_position_embeddings, p, "original_max_position_embeddings");
+  } else {
+    throw Error("rope scaling type \"" + type + "\" is not supported", where + ", field \"" + key + "\"",
+                "lazytrain implements rope_type default, linear and llama3");
+  }
+  if (!(c.rope_scaling.factor > 0))
+    throw Error("rope scaling factor must be positive", p.at("factor"), kFixConfig);
+}
+
+// Qwen2/Qwen3 apply a window to layers >= max_window_layers when use_sliding_window is set
+// (or per "layer_types"). Released checkpoints train with full attention everywhere.
+void reject_qwen_sliding_window(const Fields& f, int64_t num_layers, const std::string& where) {
+  const std::string fix =
+      "sliding-window attention is not implemented; set \"use_sliding_window\": false if the model was "
+      "trained with full attention (Qwen2/Qwen3 releases were)";
+  if (f.has("layer_types")) {
+    const json& lt = f.raw("layer_types");
+    if (!lt.is_array()) throw Error("must be a list of strings", f.at("layer_types"), kFixConfig);
+    for (const auto& t : lt)
+      if (t != "full_attention")
+        throw Error("layer type " + t.dump() + " is not supported", f.at("layer_types"), fix);
+    return;
+  }
+  if (!f.opt_bool("use_sliding_window", false)) return;
+  const int64_t window = f.opt_int("sliding_window", 4096);
+  const int64_t from = f.opt_int("max_window_layers", 28);
+  // An absent key means the class default (4096); an explicit null means no window.
+  const bool has_window = !f.present("sliding_window") || f.has("sliding_window");
+  if (has_window && from < num_layers)
+    throw Error("use_sliding_window is true (window " + std::to_string(window) + " from layer " +
+                    std::to_string(from) + ")",
+                f.at("use_sliding_window"), fix);
+}
+
+}  // namespace
+
+std::string supported_model_types() {
+  std::string out;
+  for (const auto& f : kFamilies) out += (out.empty() ? "" : ", ") + std::string(f.model_type);
+  return out;
+}
+
+ModelConfig parse_model_config(const json& j, const std::string& where) {
+  if (!j.is_object()) throw Error("config is not a JSON object", where, kFixConfig);
+  Fields f(j, where);
+  ModelConfig c;
+  if (!f.has("model_type"))
+    throw Error("required field \"model_type\" is missing", where, "supported: " + supported_model_types());
+  c.model_type = f.opt_str("model_type", "");
+  const Family* fam = find_family(c.model_type);
+  if (!fam)
+    throw Error("model_type \"" + c.model_type + "\" is not supported", f.at("model_type"),
+                "lazytrain supports " + supported_model_types());
+
+  c.hidden_size = f.req_int("hidden_size");
+  c.num_layers = f.req_int("num_hidden_layers");
+  c.num_heads = f.req_int("num_attention_heads");
+  c.intermediate_size = f.req_int("intermediate_size");
+  c.vocab_size = f.req_int("vocab_size");
+  require_positive(c.hidden_size, f, "hidden_size");
+  require_positive(c.num_layers, f, "num_hidden_layers");
+  require_positive(c.num_heads, f, "num_attention_heads");
+  require_positive(c.intermediate_size, f, "intermediate_size");
+  require_positive(c.vocab_size, f, "vocab_size");
+  c.num_kv_heads = f.opt_int("num_key_value_heads", c.num_heads);
+  require_positive(c.num_kv_heads, f, "num_key_value_heads");
+  if (c.num_heads % c.num_kv_heads != 0)
+    throw Error("num_attention_heads " + std::to_string(c.num_heads) + " is not a multiple of num_key_value_heads " +
+                    std::to_string(c.num_kv_heads),
+                f.at("num_key_value_heads"), "grouped-query attention needs whole groups; " + std::string(kFixConfig));
+  // transformers reads head_dim with `or`: null and 0 fall back to the default.
+  c.head_dim = f.opt_int("head_dim", 0);
+  if (c.head_dim == 0) c.head_dim = fam->default_head_dim;
+  if (c.head_dim == 0) {
+    if (c.hidden_size % c.num_heads != 0)
+      throw Error("hidden_size is not a multiple of num_attention_heads and head_dim is not given",
+                  f.at("head_dim"), "state head_dim in config.json");
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  require_positive(c.head_dim, f, "head_dim");
+  c.max_position_embeddings = f.opt_int("max_position_embeddings", fam->default_max_positions);
+  require_positive(c.max_position_embeddings, f, "max_position_embeddings");
+  c.rms_norm_eps = f.opt_num("rms_norm_eps", 1e-6);
+  if (!(c.rms_norm_eps > 0)) throw Error("must be positive", f.at("rms_norm_eps"), kFixConfig);
+
+  const std::string act = f.opt_str("hidden_act", "silu");
+  if (act != "silu" && act != "swish")  // transformers maps both names to SiLU
+    throw Error("hidden_act \"" + act + "\" is not supported", f.at("hidden_act"),
+                "lazytrain implements the SwiGLU MLP (hidden_act \"silu\") only");
+
+  parse_rope(c, f, where);
+  c.tie_word_embeddings = f.opt_bool("tie_word_embeddings", false);  // false in all four classes
+
+  if (fam->attention_bias_field) c.qkv_bias = c.o_bias = f.opt_bool("attention_bias", false);
+  if (fam->fixed_qkv_bias) {
+    c.qkv_bias = true;
+    c.o_bias = false;
+  }
+  if (fam->mlp_bias_field) c.mlp_bias = f.opt_bool("mlp_bias", false);
+  c.qk_norm = fam->qk_norm;
+
+  // transformers 5 writes "dtype", 4.x wrote "torch_dtype".
+  c.torch_dtype = f.opt_str("dtype", f.opt_str("torch_dtype", "float32"));
+
+  if (c.model_type == "mistral") {
+    // MistralConfig's default window is 4096 when the key is absent; null means none.
+    const bool absent = !j.contains("sliding_window");
+    const int64_t window = absent ? 4096 : f.opt_int("sliding_window", 0);
+    if (window < 0) throw Error("must be positive or null", f.at("sliding_window"), kFixConfig);
+    c.sliding_window = window;
+  } else if (c.model_type == "qwen2" || c.model_type == "qwen3") {
+    reject_qwen_sliding_window(f, c.num_layers, where);
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  std::string file = path;
+  if (std::filesystem::is_directory(path)) file = (std::filesystem::path(path) / "config.json").string();
+  json j;
+  try {
+    j = json::parse(read_text_file(file));
+  } catch (const json::parse_error& e) {
+    throw Error(std::string("config is not valid JSON: ") + e.what(), file, kFixConfig);
+  }
+  return parse_model_config(j, file);
+}
+
+json model_config_to_json(const ModelConfig& c) {
+  const Family* fam = find_family(c.model_type);
+  const std::string where = "model config (" + c.model_type + ")";
+  if (!fam)
+    throw Error("model_type \"" + c.model_type + "\" is not supported", where,
+                "lazytrain supports " + supported_model_types());
+  auto unrepresentable = [&](const std::string& what) {
+    throw Error(what + " cannot be expressed in a " + c.model_type + " config.json", where,
+                "use a model_type whose architecture has this layout");
+  };
+  if (fam->attention_bias_field && c.qkv_bias != c.o_bias) unrepresentable("q/k/v bias without o bias (or back)");
+  if (fam->fixed_qkv_bias && !(c.qkv_bias && !c.o_bias)) unrepresentable("attention biases other than q/k/v");
+  if (!fam->attention_bias_field && !fam->fixed_qkv_bias && (c.qkv_bias || c.o_bias)) unrepresentable("attention bias");
+  if (!fam->mlp_bias_field && c.mlp_bias) unrepresentable("MLP bias");
+  if (c.qk_norm != fam->qk_norm) unrepresentable(c.qk_norm ? "q/k norm" : "no q/k norm");
+  if (c.sliding_window > 0 && c.model_type != "mistral") unrepresentable("a sliding window");
+
+  json rope = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
+  if (c.rope_scaling.type == RopeScalingType::Linear) {
+    rope["rope_type"] = "linear";
+    rope["factor"] = c.rope_scaling.factor;
+  } else if (c.rope_scaling.type == RopeScalingType::Llama3) {
+    rope["rope_type"] = "llama3";
+    rope["factor"] = c.rope_scaling.factor;
+    rope["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+    rope["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+    rope["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+  }
+
+  json j = {
+      {"architectures", {fam->architecture}},
+      {"model_type", c.model_type},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_layers},
+      {"num_attention_heads", c.num_heads},
+      {"num_key_value_heads", c.num_kv_heads},
+      {"head_dim", c.head_dim},
+      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"hidden_act", "silu"},
+      // Both spellings: transformers 5 reads rope_parameters, 4.x the top-level rope_theta.
+      {"rope_theta", c.rope_theta},
+      {"rope_parameters", rope},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"dtype", c.torch_dtype},
+  };
+  if (fam->attention_bias_field) j["attention_bias"] = c.qkv_bias;
+  if (fam->mlp_bias_field) j["mlp_bias"] = c.mlp_bias;
+  if (c.model_type == "qwen2" || c.model_type == "qwen3") j["use_sliding_window"] = false;
+  if (c.model_type == "mistral") j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+  return j;
+}
+
+void check_sequence_length(const ModelConfig& c, int64_t seq) {
+  if (c.sliding_window > 0 && seq > c.sliding_window)
+    throw Error("sequence length " + std::to_string(seq) + " exceeds the model's sliding attention window " +
+                    std::to_string(c.sliding_window),
+                "model config (" + c.model_type + ")",
+                "lazytrain computes full attention, which matches the model only up to the window; use "
+                "--seq-len <= " + std::to_string(c.sliding_window));
+}
+
+int64_t ModelConfig::num_params() const {
+  int64_t n = 0;
+  for (const auto& w : all_weight_specs(*this)) n += w.numel();
+  return n;
+}
+
+}  // namespace lt

@@ -1,0 +1,113 @@
+#include "model/layer_specs.h"
+
+#include "core/error.h"
+
+namespace lt {
+
+std::vector<WeightSpec> block_weight_specs(const ModelConfig& c, int64_t layer) {
+  LT_ASSERT(layer >= 0 && layer < c.num_layers, "layer index out of range");
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const int64_t C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
+  std::vector<WeightSpec> w;
+  // Linear layers store [out, in]; a bias, when present, follows its weight.
+  auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias) {
+    w.push_back({p + name + ".weight", {out, in}});
+    if (bias) w.push_back({p + name + ".bias", {out}});
+  };
+  w.push_back({p + "input_layernorm.weight", {C}});
+  linear("self_attn.q_proj", Q, C, c.qkv_bias);
+  linear("self_attn.k_proj", KV, C, c.qkv_bias);
+  linear("self_attn.v_proj", KV, C, c.qkv_bias);
+  if (c.qk_norm) {
+    w.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+    w.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+  }
+  linear("self_attn.o_proj", C, Q, c.o_bias);
+  w.push_back({p + "post_attention_layernorm.weight", {C}});
+  linear("mlp.gate_proj", I, C, c.mlp_bias);
+  linear("mlp.up_proj", I, C, c.mlp_bias);
+  linear("mlp.down_proj", C, I, c.mlp_bias);
+  return w;
+}
+
+WeightSpec embedding_weight_spec(const ModelConfig& c) {
+  return {"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}};
+}
+
+std::vector<WeightSpec> head_weight_specs(const ModelConfig& c) {
+  std::vector<WeightSpec> w = {{"model.norm.weight", {c.hidden_size}}};
+  if (!c.tie_word_embeddings) w.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}});
+  return w;
+}
+
+std::vector<WeightSpec> all_weight_specs(const ModelConfig& c) {
+  std::vector<WeightSpec> w = {embedding_weight_spec(c)};
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    auto b = block_weight_specs(c, l);
+    w.insert(w.end(), b.begin(), b.end());
+  }
+  auto h = head_weight_specs(c);
+  w.insert(w.end(), h.begin(), h.end());
+  return w;
+}
+
+std::vector<ActivationSpec> block_saved_activations(const ModelConfig& c, RecomputeOption opt, int64_t batch,
+                                                    int64_t seq, int act_bytes) {
+  if (opt == RecomputeOption::RecomputeFromInput) return {};
+  const int64_t T = batch * seq, C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
+  constexpr int64_t kStatBytes = 4;  // norm rstd and logsumexp stay fp32 for accuracy
+  std::vector<ActivationSpec> a;
+  auto act = [&](const std::string& name, Shape shape) {
+    a.push_back({name, shape, shape_numel(shape) * act_bytes});
+  };
+  auto stat = [&](const std::string& name, Shape shape) {
+    a.push_back({name, shape, shape_numel(shape) * kStatBytes});
+  };
+  stat("attn_norm_rstd", {T});
+  act("attn_norm_out", {T, C});
+  if (c.qk_norm) {
+    act("q_pre_norm", {T, Q});
+    act("k_pre_norm", {T, KV});
+    stat("q_norm_rstd", {T * c.num_heads});
+    stat("k_norm_rstd", {T * c.num_kv_heads});
+  }
+  act("q", {T, Q});
+  act("k", {T, KV});
+  act("v", {T, KV});
+  act("attn_out", {T, Q});
+  stat("attn_lse", {batch, c.num_heads, seq});
+  act("resid_mid", {T, C});
+  stat("mlp_norm_rstd", {T});
+  act("mlp_norm_out", {T, C});
+  act("mlp_gate", {T, I});
+  act("mlp_up", {T, I});
+  act("mlp_act", {T, I});
+  return a;
+}
+
+int64_t block_saved_bytes(const ModelConfig& c, RecomputeOption opt, int64_t batch, int64_t seq, int act_bytes) {
+  int64_t n = 0;
+  for (const auto& s : block_saved_activations(c, opt, batch, seq, act_bytes)) n += s.bytes;
+  return n;
+}
+
+int64_t boundary_bytes(const ModelConfig& c, int64_t batch, int64_t seq, int act_bytes) {
+  return batch * seq * c.hidden_size * act_bytes;
+}
+
+double block_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq) {
+  const double T = static_cast<double>(batch) * static_cast<double>(seq);
+  const double C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
+  // Matmul parameters: q, k, v, o projections and the three MLP matrices.
+  const double matmul_params = C * Q + 2 * C * KV + Q * C + 3 * C * I;
+  // QK^T and PV, each 2 FLOPs per MAC, over the causal triangle of seq*(seq+1)/2 pairs.
+  const double s = static_cast<double>(seq);
+  const double attention = 2.0 * 2.0 * batch * c.num_heads * c.head_dim * s * (s + 1) / 2.0;
+  return 2.0 * T * matmul_params + attention;
+}
+
+double head_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq) {
+  return 2.0 * static_cast<double>(batch) * seq * c.hidden_size * c.vocab_size;
+}
+
+}  // namespace lt
