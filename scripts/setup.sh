@@ -19,7 +19,7 @@ done
 
 apt_packages=(build-essential cmake pkg-config git
   libdnnl-dev coinor-libcbc-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
-  liburing-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev python3-venv)
+  liburing-dev libpcre2-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev python3-venv)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,7 +6,11 @@
 
 namespace lt::cli {
 
-// The main job: `lazytrain` with no subcommand runs it on its embedded default.
+// The main job: `lazytrain` with no subcommand runs `train` on its embedded default.
+void add_train_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+// Forward + backward of the whole model on a tiny generated model (a quick check).
 void add_step_command(CLI::App& app);
 // Helpers' subcommands are added here, one line each.
 

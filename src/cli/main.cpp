@@ -11,7 +11,7 @@
 
 namespace {
 // What `lazytrain` runs with no subcommand.
-constexpr const char* kDefaultCommand = "step";
+constexpr const char* kDefaultCommand = "train";
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads for kernels (default: all cores; env LT_THREADS)");
   app.parse_complete_callback([&] { lt::set_num_threads(threads); });
 
+  lt::cli::add_train_command(app);
+  lt::cli::add_eval_command(app);
+  lt::cli::add_generate_command(app);
   lt::cli::add_step_command(app);
 
   try {

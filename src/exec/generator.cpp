@@ -58,6 +58,7 @@ Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
     throw Error("generation length " + std::to_string(max_len) + " is outside 1.." +
                     std::to_string(c.max_position_embeddings),
                 "generation", "shorten the prompt or --max-new-tokens");
+  check_sequence_length(c, max_len);
   const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
   const int64_t half = c.head_dim / 2, n = max_len;
   rope_cos_.resize(n * half);

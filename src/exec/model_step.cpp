@@ -24,6 +24,7 @@ ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision
     throw Error("sequence length " + std::to_string(seq) + " exceeds max_position_embeddings " +
                     std::to_string(c.max_position_embeddings),
                 "model config", "use a shorter sequence");
+  check_sequence_length(c, seq);
   const int64_t half = c.head_dim / 2;
   rope_cos_.resize(seq * half);
   rope_sin_.resize(seq * half);
@@ -41,6 +42,29 @@ ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision
   d_hidden_.resize(TC);
   d_boundary_[0].resize(TC);
   d_boundary_[1].resize(TC);
+}
+
+int64_t count_predicted_tokens(const int32_t* labels, int64_t batch, int64_t seq) {
+  int64_t n = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 1; s < seq; ++s) n += labels[b * seq + s] != kIgnoreIndex;
+  return n;
+}
+
+int64_t ModelStep::activation_bytes() const {
+  size_t n = boundaries_.size() + recompute_saved_.size() + final_norm_out_.size() +
+             final_norm_rstd_.size() + d_hidden_.size() + d_boundary_[0].size() + d_boundary_[1].size();
+  for (const auto& s : saved_) n += s.size();
+  const BlockShape& b = ctx_.shape;
+  const int64_t T = b.tokens();
+  n += 3 * T * b.inter + 2 * T * b.hidden + 3 * T * b.q_dim() + 3 * T * b.kv_dim();  // workspace
+  return static_cast<int64_t>(n * sizeof(float));
+}
+
+bf16* ModelStep::compute_copy(const ModelParameters& params) {
+  if (precision_ != Precision::BF16) return nullptr;
+  if (compute_copy_.size() != static_cast<size_t>(params.numel())) compute_copy_.resize(params.numel());
+  return compute_copy_.data();
 }
 
 void ModelStep::refresh_compute_copy(const ModelParameters& params) {
@@ -92,7 +116,8 @@ void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids
 
 StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters& grads,
                                        const int32_t* input_ids, const int32_t* labels,
-                                       const std::vector<RecomputeOption>& recompute) {
+                                       const std::vector<RecomputeOption>& recompute,
+                                       float grad_scale_override) {
   const ModelConfig& c = config_;
   const int64_t T = tokens_, C = c.hidden_size, V = c.vocab_size, L = c.num_layers;
   forward_blocks(params, input_ids, recompute);
@@ -116,7 +141,9 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
 
   rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(L), params.final_norm(),
                   T, C, static_cast<float>(c.rms_norm_eps));
-  const float grad_scale = predicted > 0 ? 1.0f / static_cast<float>(predicted) : 0.0f;
+  const float grad_scale = grad_scale_override > 0 ? grad_scale_override
+                           : predicted > 0         ? 1.0f / static_cast<float>(predicted)
+                                                   : 0.0f;
   const double loss_sum = head_cross_entropy(d_hidden_.data(), grads.lm_head(), final_norm_out_.data(),
                                              params.lm_head(), bf16_of(params, params.lm_head()),
                                              targets.data(), T, C, V, grad_scale, precision_);

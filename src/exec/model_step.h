@@ -21,6 +21,9 @@ struct StepResult {
   int64_t predicted_tokens = 0;   // labels that were not -100 after the shift
 };
 
+// Positions that predict a token: labels[b*seq + s + 1] != -100 for s + 1 < seq.
+int64_t count_predicted_tokens(const int32_t* labels, int64_t batch, int64_t seq);
+
 class ModelStep {
  public:
   ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision precision);
@@ -33,12 +36,23 @@ class ModelStep {
   // "no loss"; position s predicts labels[s+1]. Gradients of the mean loss are
   // accumulated (+=) into grads. `recompute` gives each layer's option (empty: keep all
   // internals); the result does not depend on it, bit for bit.
+  // grad_scale > 0 replaces the 1/predicted_tokens factor, so that gradient
+  // accumulation can weight every token of all micro-batches equally.
   StepResult forward_backward(ModelParameters& params, ModelParameters& grads,
                               const int32_t* input_ids, const int32_t* labels,
-                              const std::vector<RecomputeOption>& recompute = {});
+                              const std::vector<RecomputeOption>& recompute = {},
+                              float grad_scale = 0.0f);
+
+  // The bf16 compute copy, laid out like the parameter block (numel() elements), so an
+  // optimizer can write it in its update pass instead of refresh_compute_copy(). Null
+  // for Precision::F32.
+  bf16* compute_copy(const ModelParameters& params);
 
   // Forward only: logits [batch*seq, vocab] (for tests, evaluation and generation).
   void forward_logits(float* logits, ModelParameters& params, const int32_t* input_ids);
+
+  // Bytes this step holds for activations: boundaries, saved tensors, scratch.
+  int64_t activation_bytes() const;
 
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }

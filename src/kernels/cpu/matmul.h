@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/dtype.h"
@@ -28,6 +29,42 @@ void matmul_bf16(float* c, const bf16* a, bool trans_a, const bf16* b, bool tran
 // The oneDNN implementation name chosen for a shape, e.g. "brg:avx512_core_amx_bf16",
 // so tests and benchmarks can check which kernel runs.
 std::string matmul_impl_name(int64_t M, int64_t N, int64_t K, Precision p);
+
+// One matmul operand: fp32 data and/or its bf16 copy. Under Precision::BF16 the bf16 copy
+// is used when present, else the fp32 data is rounded into the context's scratch; under
+// Precision::F32 only f32 is read (and must be present).
+struct MatmulOperand {
+  const float* f32 = nullptr;
+  const bf16* b16 = nullptr;
+};
+
+// Owns what the oneDNN path needs: engine, stream, the primitives cached by (shape,
+// transposes, precision, accumulate, bias), and the bf16 scratch. One context must not be
+// used by two threads at once. The free functions above share one process-wide
+// context, whose mutex serializes callers (see matmul.cpp for why that one global exists).
+class MatmulContext {
+ public:
+  MatmulContext();
+  ~MatmulContext();
+  MatmulContext(const MatmulContext&) = delete;
+  MatmulContext& operator=(const MatmulContext&) = delete;
+
+  // C[M,N] (=|+=) op(A) op(B) (+ bias[N] if bias, added once even when accumulating).
+  void run(float* c, MatmulOperand a, bool trans_a, MatmulOperand b, bool trans_b, int64_t M,
+           int64_t N, int64_t K, bool accumulate, Precision p, const float* bias = nullptr);
+  std::string impl_name(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
+                        Precision p);
+  size_t cached_primitives() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs one matmul on the process-default context under its mutex (the form the free
+// functions use), with mixed fp32/bf16 operands and an optional fused bias.
+void matmul_ex(float* c, MatmulOperand a, bool trans_a, MatmulOperand b, bool trans_b, int64_t M,
+               int64_t N, int64_t K, bool accumulate, Precision p, const float* bias = nullptr);
 
 namespace ref {
 template <typename T>

@@ -1,0 +1,172 @@
+// CUDA kernel of the fused 8-bit AdamW step; see adamw8_cuda.h for the contract.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/adamw8_cuda.h"
+
+namespace lt::cuda {
+
+namespace {
+
+struct Maps {
+  float m_value[256], m_tree[256], v_value[256], v_tree[256];
+};
+// Source of the per-block shared-memory copy (constant memory serializes divergent reads).
+__constant__ Maps c_maps;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+__device__ inline unsigned nearest_code(const float* tree, float x) {
+  unsigned t = 1;
+#pragma unroll
+  for (int level = 0; level < 8; ++level) t = 2 * t + (x > tree[t] ? 1u : 0u);
+  return t - 256;
+}
+
+// Same recipe as lt::f32_to_bf16: round to nearest even, NaN kept a quiet NaN.
+__device__ inline uint16_t to_bf16(float f) {
+  const unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Max over the thread block of x (>= 0, never NaN here); every thread gets the result.
+__device__ inline float block_max(float x, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  float r = 0.f;
+  for (int w = 0; w < warps; ++w) r = fmaxf(r, scratch[w]);
+  __syncthreads();
+  return r;
+}
+
+__global__ void adamw8_kernel(AdamW8DeviceArgs a, AdamW8DeviceConsts c) {
+  __shared__ Maps maps;
+  __shared__ float scratch[32];
+  for (int k = threadIdx.x; k < 256; k += blockDim.x) {
+    maps.m_value[k] = c_maps.m_value[k];
+    maps.m_tree[k] = c_maps.m_tree[k];
+    maps.v_value[k] = c_maps.v_value[k];
+    maps.v_tree[k] = c_maps.v_tree[k];
+  }
+  __syncthreads();
+  const int64_t b = blockIdx.x;
+  const int64_t i = b * a.block + threadIdx.x;
+  const bool live = i < a.n;
+  float m = 0.f, v = 0.f;
+  bool bad = false;
+  if (live) {
+    float g = a.grad ? a.grad[i] : __uint_as_float(static_cast<unsigned>(a.grad_bf16[i]) << 16);
+    g = __fmul_rn(g, c.clip);
+    const float m_old = __fmul_rn(maps.m_value[a.m_code[i]], a.m_absmax[b]);
+    const float v_old = __fmul_rn(maps.v_value[a.v_code[i]], a.v_absmax[b]);
+    m = __fmaf_rn(c.beta1, m_old, __fmul_rn(c.one_minus_beta1, g));
+    v = __fmaf_rn(c.beta2, v_old, __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
+    bad = !(v < INFINITY);
+  }
+  if (__syncthreads_or(bad)) {  // leave the whole block unchanged
+    if (threadIdx.x == 0) atomicAdd(a.skipped_blocks, 1);
+    return;
+  }
+  const float am = block_max(live ? fabsf(m) : 0.f, scratch);
+  const float av = block_max(live ? v : 0.f, scratch);
+  if (!live) return;
+  const float im = am > 0.f ? __fdiv_rn(1.0f, am) : 0.f, iv = av > 0.f ? __fdiv_rn(1.0f, av) : 0.f;
+  const float denom = __fmaf_rn(__fsqrt_rn(v), c.inv_sqrt_bc2, c.eps);
+  const float p = __fmaf_rn(-c.step_size, __fdiv_rn(m, denom), __fmul_rn(a.param[i], c.decay));
+  a.param[i] = p;
+  if (a.out_bf16) a.out_bf16[i] = to_bf16(p);
+  a.m_code[i] = static_cast<uint8_t>(nearest_code(maps.m_tree, __fmul_rn(m, im)));
+  a.v_code[i] = static_cast<uint8_t>(nearest_code(maps.v_tree, __fmul_rn(v, iv)));
+  if (threadIdx.x == 0) {
+    a.m_absmax[b] = am;
+    a.v_absmax[b] = av;
+  }
+}
+
+template <typename T>
+struct DeviceArray {
+  T* p = nullptr;
+  explicit DeviceArray(int64_t n) {
+    if (n > 0) check(cudaMalloc(&p, sizeof(T) * n), "cudaMalloc");
+  }
+  ~DeviceArray() { cudaFree(p); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+};
+
+template <typename T>
+void to_device(DeviceArray<T>& d, const T* h, int64_t n) {
+  if (h) check(cudaMemcpy(d.p, h, sizeof(T) * n, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+template <typename T>
+void to_host(T* h, const DeviceArray<T>& d, int64_t n) {
+  if (h) check(cudaMemcpy(h, d.p, sizeof(T) * n, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+void adamw8_step(const AdamW8DeviceArgs& a, const AdamW8DeviceConsts& c, const AdamW8DeviceMaps& maps, void* stream) {
+  if (a.block % 32 != 0 || a.block < 32 || a.block > 1024)
+    throw std::runtime_error("adamw8_step: block size must be a multiple of 32 in [32, 1024]");
+  auto s = static_cast<cudaStream_t>(stream);
+  Maps h;
+  for (int k = 0; k < 256; ++k) {
+    h.m_value[k] = maps.m_value[k];
+    h.m_tree[k] = maps.m_tree[k];
+    h.v_value[k] = maps.v_value[k];
+    h.v_tree[k] = maps.v_tree[k];
+  }
+  // Synchronous copy: h lives on this stack frame.
+  check(cudaMemcpyToSymbol(c_maps, &h, sizeof(Maps)), "cudaMemcpyToSymbol");
+  const int64_t blocks = (a.n + a.block - 1) / a.block;
+  adamw8_kernel<<<static_cast<unsigned>(blocks), a.block, 0, s>>>(a, c);
+  check(cudaGetLastError(), "adamw8_kernel launch");
+}
+
+int adamw8_step_host(float* param, const float* grad, const uint16_t* grad_bf16, uint16_t* out_bf16,
+                     uint8_t* m_code, uint8_t* v_code, float* m_absmax, float* v_absmax, int64_t n, int block,
+                     const AdamW8DeviceConsts& c, const AdamW8DeviceMaps& maps) {
+  const int64_t nb = (n + block - 1) / block;
+  DeviceArray<float> d_p(n), d_g(grad_bf16 ? 0 : n), d_am(nb), d_av(nb);
+  DeviceArray<uint16_t> d_g16(grad_bf16 ? n : 0), d_out(out_bf16 ? n : 0);
+  DeviceArray<uint8_t> d_mc(n), d_vc(n);
+  DeviceArray<int> d_skip(1);
+  to_device(d_p, param, n);
+  if (grad_bf16) to_device(d_g16, grad_bf16, n); else to_device(d_g, grad, n);
+  to_device(d_mc, m_code, n);
+  to_device(d_vc, v_code, n);
+  to_device(d_am, m_absmax, nb);
+  to_device(d_av, v_absmax, nb);
+  check(cudaMemset(d_skip.p, 0, sizeof(int)), "cudaMemset");
+  AdamW8DeviceArgs a{d_p.p, grad_bf16 ? nullptr : d_g.p, grad_bf16 ? d_g16.p : nullptr, out_bf16 ? d_out.p : nullptr,
+                     d_mc.p, d_vc.p, d_am.p, d_av.p, d_skip.p, n, block};
+  adamw8_step(a, c, maps, nullptr);
+  check(cudaDeviceSynchronize(), "adamw8_kernel");
+  int skipped = 0;
+  to_host(param, d_p, n);
+  to_host(out_bf16, d_out, n);
+  to_host(m_code, d_mc, n);
+  to_host(v_code, d_vc, n);
+  to_host(m_absmax, d_am, nb);
+  to_host(v_absmax, d_av, nb);
+  to_host(&skipped, d_skip, 1);
+  return skipped;
+}
+
+}  // namespace lt::cuda

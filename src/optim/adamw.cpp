@@ -1,0 +1,142 @@
+#include "optim/adamw.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/threads.h"
+#include "optim/quant_map.h"
+
+namespace lt {
+
+namespace {
+// Below this many blocks per thread, threads cost more than they save.
+constexpr int64_t kMinBlocksPerThread = 16;
+}  // namespace
+
+AdamW::AdamW(const AdamWConfig& cfg) : cfg_(cfg) {
+  if (cfg.block_size < 16 || cfg.block_size % 16 != 0 || cfg.block_size > kMaxAdamWBlock)
+    throw Error("block size " + std::to_string(cfg.block_size) + " is not a multiple of 16 in [16, " +
+                    std::to_string(kMaxAdamWBlock) + "]",
+                "AdamWConfig::block_size", "use 256 (the default) or another multiple of 16");
+  const bool has = cpu_has_avx512();
+  if (cfg.kernel == AdamWKernel::Avx512 && !has)
+    throw Error("the AVX-512 AdamW kernel was requested but this CPU lacks AVX-512 F/BW/DQ/VL",
+                "AdamWConfig::kernel", "use AdamWKernel::Auto");
+  avx512_ = cfg.kernel == AdamWKernel::Avx512 || (cfg.kernel == AdamWKernel::Auto && has);
+}
+
+int AdamW::add_tensor(const std::string& name, int64_t n, const AdamWTensorOptions& opt) {
+  if (n <= 0) throw Error("tensor size " + std::to_string(n) + " is not positive", name, "");
+  for (const Tensor& t : tensors_)
+    if (t.name == name) throw Error("tensor registered twice", name, "give each tensor a unique name");
+  Tensor t;
+  t.name = name;
+  t.n = n;
+  t.weight_decay = opt.weight_decay < 0 ? cfg_.hyper.weight_decay : opt.weight_decay;
+  t.format = (cfg_.eight_bit && !opt.keep_fp32 && n >= cfg_.min_8bit_numel) ? StateFormat::Q8 : StateFormat::F32;
+  if (t.format == StateFormat::Q8) {
+    const int64_t nb = (n + cfg_.block_size - 1) / cfg_.block_size;
+    t.m_code.resize(n);
+    t.v_code.resize(n);
+    // Zero state: absmax 0 decodes every code to 0 whatever the code; use the code of 0 anyway.
+    const uint8_t zero_m = quantize_nearest(signed_dynamic_map(), 0.f);
+    std::fill(t.m_code.data(), t.m_code.data() + n, zero_m);
+    t.m_absmax.resize(nb);
+    t.v_absmax.resize(nb);
+  } else {
+    t.m32.resize(n);
+    t.v32.resize(n);
+  }
+  tensors_.push_back(std::move(t));
+  return static_cast<int>(tensors_.size()) - 1;
+}
+
+AdamW::Tensor& AdamW::at(int id) {
+  LT_ASSERT(id >= 0 && id < num_tensors(), "bad tensor id " + std::to_string(id));
+  return tensors_[id];
+}
+const AdamW::Tensor& AdamW::at(int id) const {
+  LT_ASSERT(id >= 0 && id < num_tensors(), "bad tensor id " + std::to_string(id));
+  return tensors_[id];
+}
+const std::string& AdamW::name(int id) const { return at(id).name; }
+int64_t AdamW::numel(int id) const { return at(id).n; }
+StateFormat AdamW::format(int id) const { return at(id).format; }
+
+size_t AdamW::state_bytes() const {
+  size_t b = 0;
+  for (const Tensor& t : tensors_)
+    b += t.format == StateFormat::Q8 ? 2 * t.n + 2 * sizeof(float) * t.m_absmax.size() : 2 * sizeof(float) * t.n;
+  return b;
+}
+
+AdamW8State AdamW::q8_state(int id) {
+  Tensor& t = at(id);
+  LT_ASSERT(t.format == StateFormat::Q8, t.name + " has fp32 state");
+  return {t.m_code.data(), t.v_code.data(), t.m_absmax.data(), t.v_absmax.data()};
+}
+
+AdamW32State AdamW::f32_state(int id) {
+  Tensor& t = at(id);
+  LT_ASSERT(t.format == StateFormat::F32, t.name + " has 8-bit state");
+  return {t.m32.data(), t.v32.data()};
+}
+
+StepReport AdamW::step_tensor(int id, float* param, const float* grad, bf16* compute_out, float lr,
+                              float clip_factor, int64_t step_no) {
+  AdamWTensorArgs a;
+  a.param = param;
+  a.grad_f32 = grad;
+  a.out_bf16 = compute_out;
+  return step(id, a, lr, clip_factor, step_no);
+}
+
+StepReport AdamW::step_tensor(int id, float* param, const bf16* grad, bf16* compute_out, float lr,
+                              float clip_factor, int64_t step_no) {
+  AdamWTensorArgs a;
+  a.param = param;
+  a.grad_bf16 = grad;
+  a.out_bf16 = compute_out;
+  return step(id, a, lr, clip_factor, step_no);
+}
+
+StepReport AdamW::step(int id, AdamWTensorArgs a, float lr, float clip_factor, int64_t step_no) {
+  Tensor& t = at(id);
+  LT_ASSERT(a.param && (a.grad_f32 || a.grad_bf16), "null parameter or gradient for " + t.name);
+  AdamWHyper h = cfg_.hyper;
+  h.weight_decay = t.weight_decay;
+  const AdamWStepConsts c = make_step_consts(h, lr, clip_factor, step_no);
+  a.n = t.n;
+  a.block = cfg_.block_size;
+  const int64_t nb = (t.n + a.block - 1) / a.block;
+
+  // Contiguous ranges of whole blocks per thread: each block's result depends on that block
+  // alone, so the split (and the thread count) cannot change a bit of the output.
+  auto run = [&](int64_t b0, int64_t b1) -> int64_t {
+    if (t.format == StateFormat::Q8) {
+      const AdamW8State s{t.m_code.data(), t.v_code.data(), t.m_absmax.data(), t.v_absmax.data()};
+      return avx512_ ? adamw8_blocks_avx512(a, s, c, b0, b1) : adamw8_blocks_scalar(a, s, c, b0, b1);
+    }
+    const AdamW32State s{t.m32.data(), t.v32.data()};
+    return avx512_ ? adamw32_blocks_avx512(a, s, c, b0, b1) : adamw32_blocks_scalar(a, s, c, b0, b1);
+  };
+  const int want = cfg_.num_threads > 0 ? cfg_.num_threads : num_threads();
+  const int nt = static_cast<int>(std::clamp<int64_t>(nb / kMinBlocksPerThread, 1, want));
+  StepReport r;
+  if (nt == 1) {
+    r.skipped_blocks = run(0, nb);
+    return r;
+  }
+  int64_t skipped = 0;
+#pragma omp parallel num_threads(nt) reduction(+ : skipped)
+  {
+    const int64_t k = omp_get_thread_num(), T = omp_get_num_threads();
+    skipped += run(nb * k / T, nb * (k + 1) / T);
+  }
+  r.skipped_blocks = skipped;
+  return r;
+}
+
+}  // namespace lt

@@ -1,0 +1,107 @@
+// AdamW with fp32 states and the hybrid 8-bit AdamW, one object for both.
+//
+// The executor registers every parameter tensor once, then calls step_tensor() per tensor
+// from its lazy-update hook (in any order, from one thread at a time per tensor; the call
+// threads the work itself). One call makes the whole fused pass: clip, moments, decoupled
+// weight decay, bias correction, parameter write, state requantization, bf16 compute copy.
+//
+// State formats, chosen at registration:
+//   Q8:  m and v as 8-bit codes into the signed / unsigned dynamic maps (quant_map.h), with
+//        one fp32 absmax per block of `block_size` elements: 2 + 8 / block_size bytes per
+//        parameter (2.03 at the default 256).
+//   F32: fp32 m and v, 8 bytes per parameter. Used when eight_bit is off, for tensors under
+//        min_8bit_numel elements, and for tensors registered with keep_fp32.
+//
+// Typical step (see grad_clip.h for the non-finite policy):
+//   ClipDecision d = clip_decision(sum_sq_of_all_grads, max_norm);
+//   if (!d.finite) { report; skip the step; }
+//   else for each tensor: opt.step_tensor(id, p, g, bf16_copy, lr, d.clip_factor, step);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/dtype.h"
+#include "optim/adamw_kernels.h"
+#include "optim/adamw_math.h"
+
+namespace lt {
+
+enum class StateFormat : uint8_t { F32 = 0, Q8 = 1 };
+enum class AdamWKernel : uint8_t { Auto, Scalar, Avx512 };
+
+struct AdamWConfig {
+  AdamWHyper hyper;
+  bool eight_bit = true;          // false: plain fp32 AdamW for every tensor
+  int64_t block_size = 256;       // quantization (and non-finite guard) block; multiple of 16
+  int64_t min_8bit_numel = 4096;  // smaller tensors keep fp32 state
+  int num_threads = 0;            // 0: lt::num_threads()
+  AdamWKernel kernel = AdamWKernel::Auto;  // Auto: AVX-512 when the CPU has it
+};
+
+struct AdamWTensorOptions {
+  bool keep_fp32 = false;     // fp32 state regardless of size (embeddings, say)
+  float weight_decay = -1.f;  // < 0: the config's weight decay; 0 for norms and biases
+};
+
+struct StepReport {
+  int64_t skipped_blocks = 0;  // blocks left unchanged because their gradient was NaN/Inf
+  bool ok() const { return skipped_blocks == 0; }
+};
+
+class AdamW {
+ public:
+  explicit AdamW(const AdamWConfig& cfg = {});
+
+  // Registers a tensor of n elements; returns its id (0, 1, 2, ... in order). States start
+  // at zero. Names must be unique: save/load matches tensors by name.
+  int add_tensor(const std::string& name, int64_t n, const AdamWTensorOptions& opt = {});
+
+  // One fused update of tensor id. param: [n] fp32 master, updated in place; grad: [n];
+  // compute_out: [n] bf16 copy of the new param, or null. step is 1-based.
+  StepReport step_tensor(int id, float* param, const float* grad, bf16* compute_out, float lr,
+                         float clip_factor, int64_t step);
+  StepReport step_tensor(int id, float* param, const bf16* grad, bf16* compute_out, float lr,
+                         float clip_factor, int64_t step);
+
+  int num_tensors() const { return static_cast<int>(tensors_.size()); }
+  const std::string& name(int id) const;
+  int64_t numel(int id) const;
+  StateFormat format(int id) const;
+  const AdamWConfig& config() const { return cfg_; }
+  bool uses_avx512() const { return avx512_; }
+  // Host bytes of all m and v states (codes and absmax, or fp32).
+  size_t state_bytes() const;
+
+  // Raw views of one tensor's state (tests, device copies). The format must match.
+  AdamW8State q8_state(int id);
+  AdamW32State f32_state(int id);
+
+  // Bit-exact state file (format in adamw_state_file.cpp). load() needs the same tensors
+  // (names, sizes, formats) and block size registered; it throws lt::Error on any mismatch,
+  // truncation or corruption, and then leaves the current state untouched.
+  void save(const std::string& path) const;
+  void load(const std::string& path);
+
+ private:
+  struct Tensor {
+    std::string name;
+    int64_t n = 0;
+    StateFormat format = StateFormat::F32;
+    float weight_decay = 0.f;
+    AlignedBuffer<float> m32, v32;             // F32
+    AlignedBuffer<uint8_t> m_code, v_code;     // Q8
+    AlignedBuffer<float> m_absmax, v_absmax;   // Q8, one per block
+  };
+  StepReport step(int id, AdamWTensorArgs args, float lr, float clip_factor, int64_t step);
+  Tensor& at(int id);
+  const Tensor& at(int id) const;
+
+  AdamWConfig cfg_;
+  bool avx512_ = false;
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace lt

@@ -1,0 +1,272 @@
+// AVX-512 kernels of the fused step (see adamw_kernels.h). Compiled with target attributes,
+// so the library builds on any x86-64 compiler setting and the caller picks this path at
+// run time. 16 lanes per vector; the tail of a block is handled with lane masks.
+//
+// Map lookups stay in registers: a 256-entry fp32 table is 16 zmm registers, read with
+// vpermt2ps (32 entries per op) and blends. Nearest-code search walks the implicit
+// binary tree of midpoints (quant_map.h) eight levels deep, one compare per level.
+// GCC 12 warns about the undefined pass-through operand inside its own intrinsic headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "optim/adamw_kernels.h"
+#include "optim/quant_map.h"
+
+#define LT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+namespace lt {
+
+namespace {
+
+struct Table256 {
+  __m512 r[16];
+};
+
+LT_AVX512 inline Table256 load_table(const float* t) {
+  Table256 x;
+  for (int k = 0; k < 16; ++k) x.r[k] = _mm512_loadu_ps(t + 16 * k);
+  return x;
+}
+
+// t[idx] for idx in [0, 256): eight 32-entry permutes, then select by index bits 5, 6, 7.
+LT_AVX512 inline __m512 lookup256(const Table256& t, __m512i idx) {
+  const __mmask16 b5 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
+  const __mmask16 b6 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(64));
+  const __mmask16 b7 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(128));
+  __m512 q[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m512 lo = _mm512_permutex2var_ps(t.r[4 * k], idx, t.r[4 * k + 1]);
+    const __m512 hi = _mm512_permutex2var_ps(t.r[4 * k + 2], idx, t.r[4 * k + 3]);
+    q[k] = _mm512_mask_blend_ps(b5, lo, hi);
+  }
+  const __m512 h0 = _mm512_mask_blend_ps(b6, q[0], q[1]);
+  const __m512 h1 = _mm512_mask_blend_ps(b6, q[2], q[3]);
+  return _mm512_mask_blend_ps(b7, h0, h1);
+}
+
+// Nearest code: node t starts at 1; t = 2t + (x > tree[t]) eight times; code = t - 256.
+// Nodes 1..31 sit in r[0..1], 32..63 in r[2..3], 64..127 in r[4..7], 128..255 in r[8..15];
+// vpermt2ps reads only the low 5 bits of t, so no level needs index arithmetic.
+LT_AVX512 inline __m512 tree_split(const Table256& tr, __m512i t, int level) {
+  if (level < 5) return _mm512_permutex2var_ps(tr.r[0], t, tr.r[1]);
+  if (level == 5) return _mm512_permutex2var_ps(tr.r[2], t, tr.r[3]);
+  const __mmask16 b5 = _mm512_test_epi32_mask(t, _mm512_set1_epi32(32));
+  if (level == 6)
+    return _mm512_mask_blend_ps(b5, _mm512_permutex2var_ps(tr.r[4], t, tr.r[5]),
+                                _mm512_permutex2var_ps(tr.r[6], t, tr.r[7]));
+  const __mmask16 b6 = _mm512_test_epi32_mask(t, _mm512_set1_epi32(64));
+  const __m512 lo = _mm512_mask_blend_ps(b5, _mm512_permutex2var_ps(tr.r[8], t, tr.r[9]),
+                                         _mm512_permutex2var_ps(tr.r[10], t, tr.r[11]));
+  const __m512 hi = _mm512_mask_blend_ps(b5, _mm512_permutex2var_ps(tr.r[12], t, tr.r[13]),
+                                         _mm512_permutex2var_ps(tr.r[14], t, tr.r[15]));
+  return _mm512_mask_blend_ps(b6, lo, hi);
+}
+
+LT_AVX512 inline __m512i descend(__m512i t, __m512 x, __m512 split) {
+  const __mmask16 right = _mm512_cmp_ps_mask(x, split, _CMP_GT_OQ);
+  const __m512i tt = _mm512_add_epi32(t, t);  // off the critical path: runs beside the lookup
+  return _mm512_mask_add_epi32(tt, right, tt, _mm512_set1_epi32(1));
+}
+
+// K vectors of m and K of v searched in lockstep: each search is a chain of eight
+// dependent lookup-compare steps, so independent chains side by side keep the ports busy.
+template <int K>
+LT_AVX512 inline void nearest_codes(const Table256& tm, const __m512* xm, __m512i* cm, const Table256& tv,
+                                    const __m512* xv, __m512i* cv) {
+  for (int q = 0; q < K; ++q) cm[q] = cv[q] = _mm512_set1_epi32(1);
+#pragma GCC unroll 8
+  for (int level = 0; level < 8; ++level) {
+#pragma GCC unroll 4
+    for (int q = 0; q < K; ++q) {
+      cm[q] = descend(cm[q], xm[q], tree_split(tm, cm[q], level));
+      cv[q] = descend(cv[q], xv[q], tree_split(tv, cv[q], level));
+    }
+  }
+  for (int q = 0; q < K; ++q) {
+    cm[q] = _mm512_sub_epi32(cm[q], _mm512_set1_epi32(256));
+    cv[q] = _mm512_sub_epi32(cv[q], _mm512_set1_epi32(256));
+  }
+}
+
+LT_AVX512 inline __m512 load_f32(const float* p, __mmask16 k) {
+  return k == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p);
+}
+LT_AVX512 inline void store_f32(float* p, __m512 x, __mmask16 k) {
+  if (k == 0xffff) _mm512_storeu_ps(p, x);
+  else _mm512_mask_storeu_ps(p, k, x);
+}
+LT_AVX512 inline __m512i load_codes(const uint8_t* p, __mmask16 k) {
+  return _mm512_cvtepu8_epi32(k == 0xffff ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi8(k, p));
+}
+LT_AVX512 inline void store_codes(uint8_t* p, __m512i code, __mmask16 k) {
+  const __m128i c = _mm512_cvtepi32_epi8(code);
+  if (k == 0xffff) _mm_storeu_si128(reinterpret_cast<__m128i*>(p), c);
+  else _mm_mask_storeu_epi8(p, k, c);
+}
+
+LT_AVX512 inline __m512 load_grad(const AdamWTensorArgs& a, int64_t i, __mmask16 k) {
+  if (a.grad_f32) return load_f32(a.grad_f32 + i, k);
+  const __m256i h = k == 0xffff ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.grad_bf16 + i))
+                                : _mm256_maskz_loadu_epi16(k, a.grad_bf16 + i);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// bf16 round to nearest even, NaN kept a (quiet) NaN: the same integer recipe as
+// lt::f32_to_bf16, so both kernels write the same bits (vcvtneps2bf16 would flush denormals).
+LT_AVX512 inline void store_bf16(bf16* out, __m512 p, __mmask16 k) {
+  const __m512i u = _mm512_castps_si512(p);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  const __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
+  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+  const __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+  if (k == 0xffff) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), h);
+  else _mm256_mask_storeu_epi16(out, k, h);
+}
+
+struct Consts {
+  __m512 b1, omb1, b2, omb2, eps, decay, neg_step, isbc2, clip;
+};
+
+LT_AVX512 inline Consts broadcast(const AdamWStepConsts& c) {
+  return {_mm512_set1_ps(c.beta1), _mm512_set1_ps(c.one_minus_beta1), _mm512_set1_ps(c.beta2),
+          _mm512_set1_ps(c.one_minus_beta2), _mm512_set1_ps(c.eps), _mm512_set1_ps(c.decay),
+          _mm512_set1_ps(-c.step_size), _mm512_set1_ps(c.inv_sqrt_bc2), _mm512_set1_ps(c.clip)};
+}
+
+LT_AVX512 inline __mmask16 tail_mask(int64_t len, int64_t j) {
+  const int64_t r = len - j;
+  return r >= 16 ? __mmask16(0xffff) : __mmask16((1u << r) - 1);
+}
+
+// m, v from g and the old states; returns the lanes whose v is NaN or +Inf.
+LT_AVX512 inline __mmask16 moments(const Consts& c, __m512 g, __m512 m_old, __m512 v_old, __m512* m,
+                                   __m512* v) {
+  g = _mm512_mul_ps(g, c.clip);
+  *m = _mm512_fmadd_ps(c.b1, m_old, _mm512_mul_ps(c.omb1, g));
+  *v = _mm512_fmadd_ps(c.b2, v_old, _mm512_mul_ps(_mm512_mul_ps(c.omb2, g), g));
+  return _mm512_cmp_ps_mask(*v, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ);
+}
+
+LT_AVX512 inline __m512 new_param(const Consts& c, __m512 p, __m512 m, __m512 v) {
+  const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(v), c.isbc2, c.eps);
+  return _mm512_fmadd_ps(c.neg_step, _mm512_div_ps(m, denom), _mm512_mul_ps(p, c.decay));
+}
+
+}  // namespace
+
+LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& sc,
+                                       int64_t first_block, int64_t last_block) {
+  const QuantMap& qm = signed_dynamic_map();
+  const QuantMap& qv = unsigned_dynamic_map();
+  const Table256 m_val = load_table(qm.value), v_val = load_table(qv.value);
+  const Table256 m_tree = load_table(qm.tree), v_tree = load_table(qv.tree);
+  const Consts c = broadcast(sc);
+  alignas(64) float m[kMaxAdamWBlock], v[kMaxAdamWBlock];
+  int64_t skipped = 0;
+  for (int64_t b = first_block; b < last_block; ++b) {
+    const int64_t i0 = b * a.block, len = std::min(a.block, a.n - i0);
+    const __m512 am_old = _mm512_set1_ps(s.m_absmax[b]), av_old = _mm512_set1_ps(s.v_absmax[b]);
+    __m512 am = _mm512_setzero_ps(), av = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int64_t j = 0; j < len; j += 16) {
+      const __mmask16 k = tail_mask(len, j);
+      const int64_t i = i0 + j;
+      const __m512i cm = load_codes(s.m_code + i, k);
+      const __m512i cv = load_codes(s.v_code + i, k);
+      __m512 mj, vj;
+      bad |= k & moments(c, load_grad(a, i, k), _mm512_mul_ps(lookup256(m_val, cm), am_old),
+                         _mm512_mul_ps(lookup256(v_val, cv), av_old), &mj, &vj);
+      // Masked-off lanes hold g = 0 and code 0 -> finite values; keep them out of the max.
+      am = _mm512_mask_max_ps(am, k, am, _mm512_abs_ps(mj));
+      av = _mm512_mask_max_ps(av, k, av, vj);
+      _mm512_store_ps(m + j, mj);
+      _mm512_store_ps(v + j, vj);
+    }
+    if (bad) {
+      ++skipped;
+      continue;
+    }
+    const float amax_m = _mm512_reduce_max_ps(am), amax_v = _mm512_reduce_max_ps(av);
+    const __m512 im = _mm512_set1_ps(amax_m > 0 ? 1.0f / amax_m : 0.f);
+    const __m512 iv = _mm512_set1_ps(amax_v > 0 ? 1.0f / amax_v : 0.f);
+    // Parameter update and requantization, kQuad vectors at a time (then single vectors
+    // for the rest of the block, the last one masked).
+    constexpr int kQuad = 4;
+    int64_t j = 0;
+    for (; j + 16 * kQuad <= len; j += 16 * kQuad) {
+      __m512 xm[kQuad], xv[kQuad];
+      __m512i cm[kQuad], cv[kQuad];
+      for (int q = 0; q < kQuad; ++q) {
+        const int64_t jj = j + 16 * q, i = i0 + jj;
+        const __m512 mj = _mm512_load_ps(m + jj), vj = _mm512_load_ps(v + jj);
+        const __m512 p = new_param(c, _mm512_loadu_ps(a.param + i), mj, vj);
+        _mm512_storeu_ps(a.param + i, p);
+        if (a.out_bf16) store_bf16(a.out_bf16 + i, p, 0xffff);
+        xm[q] = _mm512_mul_ps(mj, im);
+        xv[q] = _mm512_mul_ps(vj, iv);
+      }
+      nearest_codes<kQuad>(m_tree, xm, cm, v_tree, xv, cv);
+      for (int q = 0; q < kQuad; ++q) {
+        store_codes(s.m_code + i0 + j + 16 * q, cm[q], 0xffff);
+        store_codes(s.v_code + i0 + j + 16 * q, cv[q], 0xffff);
+      }
+    }
+    for (; j < len; j += 16) {
+      const __mmask16 k = tail_mask(len, j);
+      const int64_t i = i0 + j;
+      const __m512 mj = _mm512_load_ps(m + j), vj = _mm512_load_ps(v + j);
+      const __m512 p = new_param(c, load_f32(a.param + i, k), mj, vj);
+      store_f32(a.param + i, p, k);
+      if (a.out_bf16) store_bf16(a.out_bf16 + i, p, k);
+      const __m512 xm = _mm512_mul_ps(mj, im), xv = _mm512_mul_ps(vj, iv);
+      __m512i cm, cv;
+      nearest_codes<1>(m_tree, &xm, &cm, v_tree, &xv, &cv);
+      store_codes(s.m_code + i, cm, k);
+      store_codes(s.v_code + i, cv, k);
+    }
+    s.m_absmax[b] = amax_m;
+    s.v_absmax[b] = amax_v;
+  }
+  return skipped;
+}
+
+LT_AVX512 int64_t adamw32_blocks_avx512(const AdamWTensorArgs& a, const AdamW32State& s,
+                                        const AdamWStepConsts& sc, int64_t first_block, int64_t last_block) {
+  const Consts c = broadcast(sc);
+  int64_t skipped = 0;
+  alignas(64) float m[kMaxAdamWBlock], v[kMaxAdamWBlock];
+  for (int64_t b = first_block; b < last_block; ++b) {
+    const int64_t i0 = b * a.block, len = std::min(a.block, a.n - i0);
+    __mmask16 bad = 0;
+    for (int64_t j = 0; j < len; j += 16) {
+      const __mmask16 k = tail_mask(len, j);
+      const int64_t i = i0 + j;
+      __m512 mj, vj;
+      bad |= k & moments(c, load_grad(a, i, k), load_f32(s.m + i, k),
+                         load_f32(s.v + i, k), &mj, &vj);
+      _mm512_store_ps(m + j, mj);
+      _mm512_store_ps(v + j, vj);
+    }
+    if (bad) {
+      ++skipped;
+      continue;
+    }
+    for (int64_t j = 0; j < len; j += 16) {
+      const __mmask16 k = tail_mask(len, j);
+      const int64_t i = i0 + j;
+      const __m512 mj = _mm512_load_ps(m + j), vj = _mm512_load_ps(v + j);
+      const __m512 p = new_param(c, load_f32(a.param + i, k), mj, vj);
+      store_f32(a.param + i, p, k);
+      store_f32(s.m + i, mj, k);
+      store_f32(s.v + i, vj, k);
+      if (a.out_bf16) store_bf16(a.out_bf16 + i, p, k);
+    }
+  }
+  return skipped;
+}
+
+}  // namespace lt

@@ -1,0 +1,184 @@
+#include "plan/baselines.h"
+
+#include "core/error.h"
+#include "plan/default_schedule.h"
+#include "plan/plan_builder.h"
+#include "plan/plan_evaluate.h"
+#include "plan/plan_stages.h"
+#include "plan/plan_validate.h"
+
+namespace lt {
+namespace {
+
+Plan finish(Plan p) {
+  evaluate_plan(p);
+  auto problems = capacity_problems(p);
+  p.feasible = problems.empty();
+  if (!p.feasible) p.infeasible_reason = problems.front();
+  p.solve.status = "heuristic";
+  return p;
+}
+
+Decisions megatrain_decisions(int L) {
+  Decisions d = all_gpu_decisions(L, "megatrain");
+  for (int b = 1; b < L; ++b) d.boundaries[b].recompute = b % kMegaTrainInterval != 0;
+  d.lazy_optimizer = false;
+  return d;
+}
+
+}  // namespace
+
+Plan plan_megatrain(const PlanRequest& req, const CostModel& cm) {
+  return finish(build_plan(req, cm, megatrain_decisions(cm.num_layers)));
+}
+
+Plan plan_keep_all(const PlanRequest& req, const CostModel& cm) {
+  return finish(build_plan(req, cm, all_gpu_decisions(cm.num_layers, "keep-all")));
+}
+
+Plan plan_recompute_all(const PlanRequest& req, const CostModel& cm) {
+  Decisions d = all_gpu_decisions(cm.num_layers, "recompute-all");
+  for (int b = 1; b < cm.num_layers; ++b) d.boundaries[b].recompute = true;
+  return finish(build_plan(req, cm, d));
+}
+
+Plan plan_greedy(const PlanRequest& req, const CostModel& cm) {
+  const int L = cm.num_layers;
+  Decisions d = all_gpu_decisions(L, "greedy");
+  auto try_build = [&] {
+    assign_asap_traffic(d, cm);
+    return finish(build_plan(req, cm, d));
+  };
+  Plan p = try_build();
+  for (int b = 1; b < L && !p.feasible; ++b) {
+    // Host memory first: it costs link time only. Then NVMe, then recompute.
+    d.boundaries[b] = BoundaryPlacement{false, 0, 1, 0};
+    Plan q = try_build();
+    bool host_ok = capacity_problems(q).empty() || q.predicted_peak.cpu - q.host_state_bytes <=
+                                                       q.cpu_act_budget_bytes * (1 + 1e-9);
+    if (!host_ok) {
+      d.boundaries[b] = BoundaryPlacement{false, 0, 0, 1};
+      bool nvme_ok = asap_nvme_possible(d.boundaries, b);
+      if (nvme_ok) {
+        q = try_build();
+        nvme_ok = q.predicted_peak.nvme <= q.nvme_act_budget_bytes * (1 + 1e-9) &&
+                  q.predicted_peak.cpu - q.host_state_bytes <= q.cpu_act_budget_bytes * (1 + 1e-9);
+      }
+      if (!nvme_ok) {
+        d.boundaries[b] = BoundaryPlacement{true, 0, 0, 0};
+        q = try_build();
+      }
+    }
+    p = std::move(q);
+  }
+  return p;
+}
+
+Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
+  const int L = cm.num_layers;
+  const double A = cm.boundary_bytes;
+  Plan p;
+  fill_plan_header(p, req, cm, "megatrain-code", cm.host_state_bytes_fp32);
+  p.boundaries.assign(L + 1, BoundaryPlacement{});
+  for (int b = 1; b < L; ++b) p.boundaries[b].recompute = b % kMegaTrainInterval != 0;
+  p.blocks = {};
+  for (int s = 0; s < L; s += kMegaTrainInterval) p.blocks.emplace_back(s, std::min(L, s + kMegaTrainInterval));
+  p.lazy_optimizer = false;
+  Stages st{L};
+  auto window = [](std::string name, WindowKind k, int layer, int stage) {
+    Window w;
+    w.name = std::move(name);
+    w.kind = k;
+    w.layer = layer;
+    w.stage = stage;
+    return w;
+  };
+  auto bname = [](const char* prefix, int i) { return std::string(prefix) + "." + std::to_string(i); };
+  const double opt_rate = req.hardware.host_optimizer_params_per_s;
+  {
+    Window w = window("P0", WindowKind::Prologue0, -1, st.p0());
+    w.host.push_back({"clip", "all", 8 * cm.total_params, cm.clip_pass_s});
+    auto opt = [&](const std::string& target, double params) {
+      w.host.push_back({"optimizer", target, params, params / opt_rate});
+      p.optimizer.push_back({target, 0, 1.0});
+    };
+    opt("embed", cm.embed_params);
+    opt("head", cm.head_params);
+    for (int j = 0; j < L; ++j) opt(bname("layer", j), cm.layer_params);
+    p.windows.push_back(std::move(w));
+  }
+  {
+    Window w = window("P1", WindowKind::Prologue1, -1, st.p1());
+    w.transfers = {{"w.0", Link::H2D, cm.weight_bytes}, {"in.0", Link::H2D, A}};
+    w.alloc.push_back({"a.0.gpu", A});
+    p.windows.push_back(std::move(w));
+  }
+  for (int j = 0; j < L; ++j) {
+    Window w = window("F" + std::to_string(j), WindowKind::Forward, j, st.forward(j));
+    w.compute_flops = cm.layer_forward_flops;
+    w.compute_s = cm.forward_s;
+    w.workspace_bytes = cm.workspace_forward;
+    if (j + 1 < L) w.transfers.push_back({bname("w", j + 1), Link::H2D, cm.weight_bytes});
+    int b = j + 1;
+    if (b == L || p.boundaries[b].recompute) {
+      w.alloc.push_back({"a." + std::to_string(b) + ".tmp", A});
+    } else {
+      w.alloc.push_back({"a." + std::to_string(b) + ".gpu", A});
+    }
+    if (j > 0 && p.boundaries[j].recompute) w.free.push_back({"a." + std::to_string(j) + ".tmp", A});
+    p.windows.push_back(std::move(w));
+  }
+  {
+    Window w = window("HEAD", WindowKind::Head, -1, st.head());
+    w.compute_flops = cm.head_flops;
+    w.compute_s = cm.head_s;
+    w.workspace_bytes = cm.workspace_head;
+    w.transfers = {{"w.head", Link::H2D, cm.head_weight_bytes}, {"g.head", Link::D2H, cm.head_grad_bytes}};
+    w.free.push_back({"a." + std::to_string(L) + ".tmp", A});
+    p.windows.push_back(std::move(w));
+  }
+  // Backward: a load window (no compute) before every compute window; the gradients of
+  // the last backward layer drain in the next window.
+  std::string pending_grad;
+  auto load = [&](int layer, int stage) {
+    Window w = window("LD" + std::to_string(layer), WindowKind::Load, -1, stage);
+    w.transfers.push_back({bname("w", layer), Link::H2D, cm.weight_bytes});
+    if (!pending_grad.empty()) w.transfers.push_back({pending_grad, Link::D2H, cm.grad_bytes});
+    pending_grad.clear();
+    p.windows.push_back(std::move(w));
+  };
+  for (auto it = p.blocks.rbegin(); it != p.blocks.rend(); ++it) {
+    auto [s, e] = *it;
+    for (int k = s; k < e; ++k) {
+      load(k, st.backward(e - 1));
+      Window w = window("RC" + std::to_string(k), WindowKind::Recompute, k, st.backward(e - 1));
+      w.compute_flops = cm.layer_forward_flops;
+      w.compute_s = cm.forward_s;
+      w.workspace_bytes = 0;  // the internals it keeps are allocated below
+      w.alloc.push_back({bname("int", k), cm.internals_bytes});
+      if (k + 1 < e) w.alloc.push_back({"rc." + std::to_string(k + 1), A});
+      p.windows.push_back(std::move(w));
+    }
+    for (int j = e - 1; j >= s; --j) {
+      load(j, st.backward(j));
+      Window w = window("B" + std::to_string(j), WindowKind::Backward, j, st.backward(j));
+      w.compute_flops = 2 * cm.layer_forward_flops;
+      w.compute_s = cm.backward_s;
+      w.workspace_bytes = cm.workspace_backward - cm.internals_bytes;
+      w.free.push_back({bname("int", j), cm.internals_bytes});
+      w.free.push_back({j == s ? "a." + std::to_string(j) + ".gpu" : "rc." + std::to_string(j), A});
+      pending_grad = bname("g", j);
+      p.windows.push_back(std::move(w));
+    }
+  }
+  {
+    Window w = window("E", WindowKind::Epilogue, -1, st.epilogue());
+    w.transfers = {{"g.0", Link::D2H, cm.grad_bytes}, {"dx.0", Link::D2H, cm.embed_grad_bytes}};
+    w.alloc.push_back({"dx.0", cm.embed_grad_bytes});
+    w.free.push_back({"dx.0", cm.embed_grad_bytes});
+    p.windows.push_back(std::move(w));
+  }
+  return finish(std::move(p));
+}
+
+}  // namespace lt

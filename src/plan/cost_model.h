@@ -1,0 +1,80 @@
+// The cost model: per-layer times and bytes for one training step of one model on one
+// hardware profile at one (batch, seq). Every policy, the MILP, the plan evaluator and the
+// simulator read these numbers; none of them invents its own.
+//
+// Decoder layers of the supported families are identical in shape, so per-layer numbers
+// are scalars (the same for every layer).
+//
+// Conventions (the executor's, see plan/plan.h):
+//  - weights stream to the compute tier in bf16 (2 B/param); gradients return in bf16;
+//  - activations are act_bytes per element (bf16 on GPU profiles);
+//  - a layer's backward reruns its own forward first unless its internals were kept
+//    (RecomputeFromInput), so backward compute = 2 forward (+1 forward when recomputed);
+//  - the head (final norm, lm_head, loss) runs forward and backward in one window over
+//    vocabulary chunks, recomputing each chunk's logits in backward: 4 head-forwards.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+#include "plan/hardware_profile.h"
+
+namespace lt {
+
+// Optional measured per-layer times; <= 0 means "derive from FLOPs".
+struct MeasuredLayerTimes {
+  double forward_s = 0;
+  double backward_s = 0;  // gradient part only (without the internal recompute)
+  double head_s = 0;      // head forward + backward
+};
+
+struct CostModel {
+  int num_layers = 0;
+  int64_t batch = 0, seq = 0, tokens = 0;
+  bool tied_embeddings = false;
+
+  // Parameters.
+  double total_params = 0;  // trainable, embedding and head counted once when tied
+  double layer_params = 0;
+  double embed_params = 0;
+  double head_params = 0;   // final norm + lm_head (0 extra for lm_head when tied)
+
+  // Bytes.
+  double weight_bytes = 0;       // one layer's bf16 weights
+  double grad_bytes = 0;         // one layer's bf16 gradients
+  double head_weight_bytes = 0;  // final norm + lm_head (the embedding when tied), bf16
+  double head_grad_bytes = 0;
+  double boundary_bytes = 0;     // one boundary activation [tokens, hidden]
+  double internals_bytes = 0;    // what one layer saves beyond its input (KeepInternals)
+  double workspace_forward = 0;  // transient bytes of a layer forward (or recompute)
+  double workspace_backward = 0; // transient bytes of a layer backward incl. its recompute
+  double workspace_head = 0;     // logits chunks and the fp32 boundary gradient
+  double embed_grad_bytes = 0;   // the boundary-0 gradient sent to the host (= boundary)
+
+  // FLOPs and times.
+  double layer_forward_flops = 0;
+  double head_flops = 0;          // forward + backward of the head window
+  double forward_s = 0;           // one layer forward (= one recompute)
+  double backward_s = 0;          // one layer's gradient computation, without recompute
+  double head_s = 0;
+  double optimizer_layer_s = 0;   // host AdamW of one layer
+  double optimizer_embed_s = 0;
+  double optimizer_head_s = 0;    // 0 when tied (the embedding's update covers it)
+  double clip_pass_s = 0;         // a separate pass over all fp32 gradients (megatrain-code)
+
+  // Host state that lives for the whole run.
+  double host_state_bytes = 0;       // ours: fp32 master + 8-bit m/v + bf16 copy + bf16 grads
+  double host_state_bytes_fp32 = 0;  // megatrain-code: bf16 params + fp32 grads + fp32 m/v
+
+  // Link rates (bytes/s) and the host tier's optimizer throughput, copied from the profile.
+  double h2d_bw = 0, d2h_bw = 0, nvme_read_bw = 0, nvme_write_bw = 0;
+};
+
+// Vocabulary chunk of the head's logits (columns per chunk).
+constexpr int64_t kHeadVocabChunk = 2048;
+
+CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int64_t batch, int64_t seq,
+                           const MeasuredLayerTimes& measured = {});
+
+}  // namespace lt

@@ -1,0 +1,123 @@
+#include "plan/hardware_profile.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace lt {
+namespace {
+
+constexpr double kGB = 1e9;
+
+// Reads one number (bare, or {"value", "source"}) and records its source.
+double read_number(const nlohmann::json& j, const char* section, const char* key, HardwareProfile& p,
+                   const std::string& where) {
+  std::string field = std::string(section) + "." + key;
+  if (!j.contains(section) || !j[section].contains(key))
+    throw Error("missing field " + field, where, "add it (see profiles/h800.json for the layout)");
+  const auto& v = j[section][key];
+  if (v.is_number()) {
+    p.sources[field] = "unspecified";
+    return v.get<double>();
+  }
+  if (v.is_object() && v.contains("value") && v["value"].is_number()) {
+    p.sources[field] = v.value("source", "unspecified");
+    return v["value"].get<double>();
+  }
+  throw Error("field " + field + " is not a number or {\"value\": number}", where, "fix the profile");
+}
+
+std::filesystem::path resolve(const std::string& name_or_path) {
+  namespace fs = std::filesystem;
+  if (fs::exists(name_or_path) && fs::is_regular_file(name_or_path)) return name_or_path;
+  for (const fs::path& dir : {fs::path(LT_SOURCE_DIR) / "profiles", fs::path("profiles")}) {
+    fs::path f = dir / (name_or_path + ".json");
+    if (fs::exists(f)) return f;
+  }
+  throw Error("unknown hardware profile '" + name_or_path + "'", "--hardware",
+              "give a profile file, or one of profiles/*.json (h800, rtx3090, h200, local)");
+}
+
+}  // namespace
+
+HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::string& where) {
+  HardwareProfile p;
+  p.name = j.value("name", std::string("unnamed"));
+  p.description = j.value("description", std::string());
+  p.backend = j.value("backend", std::string("cuda"));
+  p.act_bytes = j.value("act_bytes", 2);
+  p.compute_memory_bytes = read_number(j, "compute", "memory_gb", p, where) * kGB;
+  p.default_cap_bytes = read_number(j, "compute", "default_cap_gb", p, where) * kGB;
+  p.peak_flops = read_number(j, "compute", "peak_tflops", p, where) * 1e12;
+  p.efficiency = read_number(j, "compute", "efficiency", p, where);
+  p.h2d_bw = read_number(j, "links", "h2d_gbps", p, where) * kGB;
+  p.d2h_bw = read_number(j, "links", "d2h_gbps", p, where) * kGB;
+  p.nvme_read_bw = read_number(j, "nvme", "read_gbps", p, where) * kGB;
+  p.nvme_write_bw = read_number(j, "nvme", "write_gbps", p, where) * kGB;
+  p.nvme_capacity_bytes = read_number(j, "nvme", "capacity_gb", p, where) * kGB;
+  p.host_memory_bytes = read_number(j, "host", "memory_gb", p, where) * kGB;
+  p.host_optimizer_params_per_s = read_number(j, "host", "optimizer_gparams_per_s", p, where) * 1e9;
+  p.host_memory_bw = read_number(j, "host", "memory_bandwidth_gbps", p, where) * kGB;
+  if (p.act_bytes != 2 && p.act_bytes != 4)
+    throw Error("act_bytes must be 2 (bf16) or 4 (fp32)", where, "fix the profile");
+  struct Positive {
+    const char* name;
+    double v;
+  };
+  for (const Positive& f : {Positive{"compute.memory_gb", p.compute_memory_bytes},
+                            Positive{"compute.default_cap_gb", p.default_cap_bytes},
+                            Positive{"compute.peak_tflops", p.peak_flops},
+                            Positive{"compute.efficiency", p.efficiency},
+                            Positive{"links.h2d_gbps", p.h2d_bw}, Positive{"links.d2h_gbps", p.d2h_bw},
+                            Positive{"nvme.read_gbps", p.nvme_read_bw},
+                            Positive{"nvme.write_gbps", p.nvme_write_bw},
+                            Positive{"host.memory_gb", p.host_memory_bytes},
+                            Positive{"host.optimizer_gparams_per_s", p.host_optimizer_params_per_s},
+                            Positive{"host.memory_bandwidth_gbps", p.host_memory_bw}})
+    if (!(f.v > 0)) throw Error(std::string("field ") + f.name + " must be > 0", where, "fix the profile");
+  if (p.efficiency > 1) throw Error("compute.efficiency must be <= 1", where, "fix the profile");
+  return p;
+}
+
+HardwareProfile load_hardware_profile(const std::string& name_or_path) {
+  auto path = resolve(name_or_path);
+  std::ifstream f(path);
+  if (!f) throw Error("cannot open hardware profile", path.string(), "check the path");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("invalid JSON: ") + e.what(), path.string(), "fix the file");
+  }
+  return parse_hardware_profile(j, path.string());
+}
+
+nlohmann::json hardware_profile_to_json(const HardwareProfile& p) {
+  auto num = [&](const std::string& field, double v) {
+    auto it = p.sources.find(field);
+    return nlohmann::json{{"value", v}, {"source", it == p.sources.end() ? "unspecified" : it->second}};
+  };
+  nlohmann::json j;
+  j["name"] = p.name;
+  j["description"] = p.description;
+  j["backend"] = p.backend;
+  j["act_bytes"] = p.act_bytes;
+  j["compute"] = {{"memory_gb", num("compute.memory_gb", p.compute_memory_bytes / kGB)},
+                  {"default_cap_gb", num("compute.default_cap_gb", p.default_cap_bytes / kGB)},
+                  {"peak_tflops", num("compute.peak_tflops", p.peak_flops / 1e12)},
+                  {"efficiency", num("compute.efficiency", p.efficiency)}};
+  j["links"] = {{"h2d_gbps", num("links.h2d_gbps", p.h2d_bw / kGB)},
+                {"d2h_gbps", num("links.d2h_gbps", p.d2h_bw / kGB)}};
+  j["nvme"] = {{"read_gbps", num("nvme.read_gbps", p.nvme_read_bw / kGB)},
+               {"write_gbps", num("nvme.write_gbps", p.nvme_write_bw / kGB)},
+               {"capacity_gb", num("nvme.capacity_gb", p.nvme_capacity_bytes / kGB)}};
+  j["host"] = {{"memory_gb", num("host.memory_gb", p.host_memory_bytes / kGB)},
+               {"optimizer_gparams_per_s", num("host.optimizer_gparams_per_s", p.host_optimizer_params_per_s / 1e9)},
+               {"memory_bandwidth_gbps", num("host.memory_bandwidth_gbps", p.host_memory_bw / kGB)}};
+  return j;
+}
+
+}  // namespace lt

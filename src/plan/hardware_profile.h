@@ -1,0 +1,53 @@
+// Hardware profiles: the rates and capacities the cost model needs, each with the source
+// of the number (datasheet lead, measured here, taken from the paper, calibrated against a
+// paper anchor, or assumed). Files live in profiles/<name>.json; `lazytrain profile`
+// writes a measured one.
+//
+// JSON schema (every number is either a bare number or {"value", "source", "note"}):
+//   { "name", "description", "backend": "cuda"|"emu"|"cpu", "act_bytes": 2,
+//     "compute": { "memory_gb", "default_cap_gb", "peak_tflops", "efficiency" },
+//     "links":   { "h2d_gbps", "d2h_gbps" },
+//     "nvme":    { "read_gbps", "write_gbps", "capacity_gb" },
+//     "host":    { "memory_gb", "optimizer_gparams_per_s", "memory_bandwidth_gbps" } }
+// GB means 1e9 bytes throughout the planner; rates are per second.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace lt {
+
+struct HardwareProfile {
+  std::string name;
+  std::string description;
+  std::string backend = "cuda";
+  int act_bytes = 2;  // activation element size on the compute tier (bf16)
+
+  double compute_memory_bytes = 0;
+  double default_cap_bytes = 0;
+  double peak_flops = 0;   // FLOP/s
+  double efficiency = 1;   // fraction of peak_flops the layer kernels reach
+  double h2d_bw = 0;       // bytes/s, host -> compute tier
+  double d2h_bw = 0;       // bytes/s, compute tier -> host
+  double nvme_read_bw = 0;
+  double nvme_write_bw = 0;
+  double nvme_capacity_bytes = 0;
+  double host_memory_bytes = 0;
+  double host_optimizer_params_per_s = 0;
+  double host_memory_bw = 0;
+
+  // "compute.peak_tflops" -> "datasheet", ... for every number read.
+  std::map<std::string, std::string> sources;
+
+  double effective_flops() const { return peak_flops * efficiency; }
+};
+
+// `name_or_path`: a file path, or a name resolved as profiles/<name>.json in the source
+// tree (LT_SOURCE_DIR) or the working directory.
+HardwareProfile load_hardware_profile(const std::string& name_or_path);
+HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::string& where);
+nlohmann::json hardware_profile_to_json(const HardwareProfile& p);
+
+}  // namespace lt

@@ -1,0 +1,184 @@
+// A training-step plan: the contract between the planner (`lazytrain plan`), the
+// executor (`lazytrain train`) and the simulator (`lazytrain simulate`). Plans are data.
+//
+// The step is a sequence of windows. A window is one compute op (or none) plus the
+// transfers and host work issued with it. Window semantics, which the executor and the
+// simulator both follow:
+//  - everything listed in a window is issued when the window starts;
+//  - transfers run FIFO per link (h2d, d2h) and on one NVMe queue (reads and writes);
+//    host tasks run FIFO on the host's optimizer pool;
+//  - the window ends when its compute and all its transfers and host tasks are done (a
+//    barrier: buffers freed at window end are reusable by the next window);
+//  - a transfer must not depend on another transfer of the same window (the planner puts
+//    the device-to-host copy of an NVMe-bound activation and its NVMe write in different
+//    windows), so a window lasts max(compute, h2d/bw, d2h/bw, nvme_read/bw + nvme_write/bw,
+//    host work), and the step lasts the sum over windows.
+//
+// Window order: P0 (host: embedding update, the optimizer work the plan puts there, a clip
+// pass for megatrain-code), P1 (layer 0 weights and the embedded input boundary to the
+// compute tier), F0..F{L-1} (forward; F{j} prefetches layer j+1), HEAD (final norm, head,
+// loss, forward and backward in vocabulary chunks; streams the head weights and returns the
+// head gradients), then backward per recompute block (s,e), blocks from the top down:
+// RC{s}..RC{e-2} (recompute layers, producing boundaries s+1..e-1), then B{e-1}..B{s}
+// (backward of each layer; B{j} returns layer j+1's gradients and prefetches the next
+// window's weights), then E (layer 0 gradients and the boundary-0 gradient to the host).
+// megatrain-code adds LD windows (a weight load with no compute) before backward windows.
+//
+// Boundary b (0..L) is the input of layer b (boundary L feeds the head). Materialized
+// boundaries are split along tokens into a gpu part, a cpu part and an nvme part
+// (fractions sum to 1): tokens [0, gpu*T) stay on the compute tier, the next cpu*T tokens
+// go to host memory, the rest to NVMe through host staging. Boundaries inside a recompute
+// block are not stored; RC windows recompute them in backward.
+//
+// Tensor names used in transfers and memory ops:
+//   w.<j> layer j bf16 weights (into one of the two weight slots, or a resident buffer);
+//   wres.<j> resident copy of layer j across the forward-to-backward turnaround;
+//   w.head / g.head head weights / gradients (streamed in chunks in the HEAD window);
+//   g.<j> layer j gradients (from one of the two gradient slots);
+//   a.<b>.gpu, a.<b>.cpu, a.<b>.nvme parts of boundary b; a.<b>.tmp an unstored boundary
+//   between its producer and its consumer in forward; rc.<b> a recomputed boundary;
+//   int.<j> internals of layer j kept from forward to backward; in.0 the embedded input;
+//   dx.0 the boundary-0 gradient (for the host's embedding gradient).
+//
+// JSON schema (version 1):
+// { "format": "lazytrain-plan", "version": 1,
+//   "policy": "milp"|"megatrain"|"megatrain-code"|"keep-all"|"recompute-all"|"greedy",
+//   "feasible": bool, "infeasible_reason": str,
+//   "model": { "name", "num_layers", "hidden_size", "num_params", "config": {HF config} },
+//   "hardware": { hardware profile, see plan/hardware_profile.h },
+//   "batch", "seq",
+//   "budgets": { "gpu_cap_bytes", "cpu_act_bytes", "nvme_act_bytes" },
+//   "fixed": { "gpu_bytes" (2 weight slots + 2 gradient slots), "host_state_bytes" },
+//   "boundaries": [ { "index", "tier": "gpu"|"cpu"|"nvme"|"split"|"recompute",
+//                     "gpu", "cpu", "nvme" (token fractions), "bytes" } ]  (L+1 entries),
+//   "recompute_blocks": [[s, e], ...]  ascending, covering 0..L,
+//   "resident_layers": [j, ...], "keep_internals": [j, ...],
+//   "optimizer": { "lazy": bool, "placement": [ { "target": "layer.<j>"|"embed"|"head",
+//                  "window": index, "fraction" } ] },
+//   "windows": [ { "name", "kind": "P0"|"P1"|"forward"|"head"|"recompute"|"backward"|
+//                  "load"|"E", "layer", "stage",
+//                  "compute_flops", "compute_s", "workspace_bytes",
+//                  "transfers": [ { "tensor", "link": "h2d"|"d2h"|"nvme_write"|"nvme_read",
+//                                   "bytes" } ],
+//                  "host": [ { "task": "optimizer"|"clip", "target", "work", "seconds" } ],
+//                  "alloc": [ { "tensor", "bytes" } ]  (compute tier, at window start),
+//                  "free":  [ { "tensor", "bytes" } ]  (compute tier, at window end) } ],
+//   "predicted": { "step_s", "tokens_per_s", "tflops", "peak_bytes": {gpu, cpu, nvme} },
+//   "solver": { "solve_s", "solve_cpu_s", "mip_gap", "objective_s", "bound_s", "status",
+//               "columns", "rows" } }
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+#include "plan/hardware_profile.h"
+
+namespace lt {
+
+enum class WindowKind { Prologue0, Prologue1, Forward, Head, Recompute, Backward, Load, Epilogue };
+enum class Link { H2D, D2H, NvmeWrite, NvmeRead };
+
+const char* window_kind_name(WindowKind k);
+const char* link_name(Link l);
+
+struct Transfer {
+  std::string tensor;
+  Link link = Link::H2D;
+  double bytes = 0;
+};
+
+struct HostTask {
+  std::string task;    // "optimizer" or "clip"
+  std::string target;  // "layer.<j>", "embed", "head", "all"
+  double work = 0;     // parameters (optimizer) or bytes (clip)
+  double seconds = 0;
+};
+
+struct MemOp {
+  std::string tensor;
+  double bytes = 0;
+};
+
+struct Window {
+  std::string name;
+  WindowKind kind = WindowKind::Forward;
+  int layer = -1;  // decoder layer computed, -1 for none
+  int stage = -1;  // the MILP's window index this window belongs to (see plan_stages.h)
+  double compute_flops = 0;
+  double compute_s = 0;
+  double workspace_bytes = 0;
+  std::vector<Transfer> transfers;
+  std::vector<HostTask> host;
+  std::vector<MemOp> alloc;
+  std::vector<MemOp> free;
+};
+
+struct BoundaryPlacement {
+  bool recompute = false;
+  double gpu = 1, cpu = 0, nvme = 0;  // token fractions, sum 1 when materialized
+};
+
+struct OptimizerPlacement {
+  std::string target;  // "layer.<j>", "embed", "head"
+  int window = -1;     // index into Plan::windows
+  double fraction = 1;
+};
+
+struct PeakBytes {
+  double gpu = 0, cpu = 0, nvme = 0;
+};
+
+struct SolveInfo {
+  double solve_s = 0;      // wall clock
+  double solve_cpu_s = 0;  // CPU time of the solver (one thread)
+  double mip_gap = 0;
+  double objective_s = 0;
+  double bound_s = 0;
+  std::string status;  // "optimal", "gap", "time_limit", "heuristic"
+  int columns = 0, rows = 0;
+};
+
+struct Plan {
+  std::string policy;
+  bool feasible = true;
+  std::string infeasible_reason;
+  std::string model_name;
+  ModelConfig model;
+  HardwareProfile hardware;
+  int64_t batch = 0, seq = 0;
+  int num_layers = 0;
+  double num_params = 0;
+
+  double gpu_cap_bytes = 0, cpu_act_budget_bytes = 0, nvme_act_budget_bytes = 0;
+  double fixed_gpu_bytes = 0;
+  double host_state_bytes = 0;
+
+  std::vector<BoundaryPlacement> boundaries;  // L+1
+  std::vector<std::pair<int, int>> blocks;    // recompute blocks, ascending
+  std::vector<int> resident_layers;
+  std::vector<int> keep_internals;
+  bool lazy_optimizer = true;
+  std::vector<OptimizerPlacement> optimizer;
+  std::vector<Window> windows;
+
+  double predicted_step_s = 0;
+  PeakBytes predicted_peak;
+  SolveInfo solve;
+
+  double tokens() const { return static_cast<double>(batch * seq); }
+  double tokens_per_s() const { return predicted_step_s > 0 ? tokens() / predicted_step_s : 0; }
+  // The paper's convention: 6 * N_params * tokens / step time (ignores recompute).
+  double tflops() const {
+    return predicted_step_s > 0 ? 6 * num_params * tokens() / predicted_step_s / 1e12 : 0;
+  }
+  // How many boundaries (0..L) sit in each tier, counting a split boundary by fractions.
+  struct TierCounts {
+    double gpu = 0, cpu = 0, nvme = 0, recompute = 0;
+  };
+  TierCounts tier_counts() const;
+};
+
+}  // namespace lt

@@ -1,0 +1,253 @@
+#include "plan/plan_builder.h"
+
+#include <string>
+
+#include "core/error.h"
+#include "plan/plan_stages.h"
+
+namespace lt {
+namespace {
+
+std::string layer_tensor(const char* prefix, int j) { return std::string(prefix) + "." + std::to_string(j); }
+std::string part(int b, const char* which) { return "a." + std::to_string(b) + "." + which; }
+
+struct Builder {
+  const PlanRequest& req;
+  const CostModel& cm;
+  const Decisions& d;
+  Plan& p;
+  int L;
+  Stages st;
+  std::vector<int> stage_window;  // stage -> window index its traffic and host work join
+
+  int add(Window w) {
+    p.windows.push_back(std::move(w));
+    return static_cast<int>(p.windows.size()) - 1;
+  }
+  Window& at(int i) { return p.windows[i]; }
+  static void alloc(Window& w, const std::string& t, double bytes) {
+    if (bytes > 0) w.alloc.push_back({t, bytes});
+  }
+  static void release(Window& w, const std::string& t, double bytes) {
+    if (bytes > 0) w.free.push_back({t, bytes});
+  }
+  static void transfer(Window& w, const std::string& t, Link l, double bytes) {
+    if (bytes > 0) w.transfers.push_back({t, l, bytes});
+  }
+  bool materialized(int b) const { return b == L || !d.boundaries[b].recompute; }
+  double A() const { return cm.boundary_bytes; }
+
+  Window compute_window(const std::string& name, WindowKind kind, int layer, int stage, double flops,
+                        double seconds, double workspace) {
+    Window w;
+    w.name = name;
+    w.kind = kind;
+    w.layer = layer;
+    w.stage = stage;
+    w.compute_flops = flops;
+    w.compute_s = seconds;
+    w.workspace_bytes = workspace;
+    return w;
+  }
+
+  void build() {
+    stage_window.assign(st.count(), -1);
+    // P0 and P1.
+    stage_window[st.p0()] = add(compute_window("P0", WindowKind::Prologue0, -1, st.p0(), 0, 0, 0));
+    {
+      Window w = compute_window("P1", WindowKind::Prologue1, -1, st.p1(), 0, 0, 0);
+      transfer(w, "w.0", Link::H2D, cm.weight_bytes);
+      transfer(w, "in.0", Link::H2D, A());
+      if (d.resident[0]) alloc(w, "wres.0", cm.weight_bytes);
+      stage_window[st.p1()] = add(std::move(w));
+    }
+    // Forward.
+    for (int j = 0; j < L; ++j) {
+      Window w = compute_window("F" + std::to_string(j), WindowKind::Forward, j, st.forward(j),
+                                cm.layer_forward_flops, cm.forward_s, cm.workspace_forward);
+      if (j + 1 < L) {
+        transfer(w, layer_tensor("w", j + 1), Link::H2D, cm.weight_bytes);
+        if (d.resident[j + 1]) alloc(w, layer_tensor("wres", j + 1), cm.weight_bytes);
+      }
+      if (j > 0 && d.keep_internals[j - 1]) alloc(w, layer_tensor("int", j - 1), cm.internals_bytes);
+      stage_window[st.forward(j)] = add(std::move(w));
+    }
+    // The boundaries each forward window produces and frees.
+    for (int b = 0; b <= L; ++b) {
+      Window& prod = at(stage_window[b == 0 ? st.p1() : st.forward(b - 1)]);
+      if (b == L) {
+        alloc(prod, "a." + std::to_string(L) + ".tmp", A());
+        continue;
+      }
+      if (!materialized(b)) {
+        alloc(prod, part(b, "tmp"), A());
+        release(at(stage_window[st.forward(b)]), part(b, "tmp"), A());
+        continue;
+      }
+      const auto& bp = d.boundaries[b];
+      alloc(prod, part(b, "gpu"), A() * bp.gpu);
+      alloc(prod, part(b, "cpu"), A() * bp.cpu);
+      alloc(prod, part(b, "nvme"), A() * bp.nvme);
+    }
+    // Head.
+    {
+      Window w = compute_window("HEAD", WindowKind::Head, -1, st.head(), cm.head_flops, cm.head_s,
+                                cm.workspace_head);
+      transfer(w, "w.head", Link::H2D, cm.head_weight_bytes);
+      transfer(w, "g.head", Link::D2H, cm.head_grad_bytes);
+      if (d.keep_internals[L - 1]) alloc(w, layer_tensor("int", L - 1), cm.internals_bytes);
+      release(w, "a." + std::to_string(L) + ".tmp", A());
+      stage_window[st.head()] = add(std::move(w));
+    }
+    // Backward: blocks from the top down.
+    auto blocks = recompute_blocks(d.boundaries);
+    std::vector<int> backward_windows;
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+      auto [s, e] = *it;
+      for (int k = s; k + 1 < e; ++k) {
+        Window w = compute_window("RC" + std::to_string(k), WindowKind::Recompute, k, st.backward(e - 1),
+                                  cm.layer_forward_flops, cm.forward_s, cm.workspace_forward);
+        alloc(w, "rc." + std::to_string(k + 1), A());
+        backward_windows.push_back(add(std::move(w)));
+      }
+      for (int j = e - 1; j >= s; --j) {
+        bool keep = d.keep_internals[j];
+        Window w = compute_window("B" + std::to_string(j), WindowKind::Backward, j, st.backward(j),
+                                  (keep ? 2 : 3) * cm.layer_forward_flops,
+                                  cm.backward_s + (keep ? 0 : cm.forward_s), cm.workspace_backward);
+        if (j + 1 < L) transfer(w, layer_tensor("g", j + 1), Link::D2H, cm.grad_bytes);
+        if (materialized(j)) {
+          release(w, part(j, "gpu"), A() * d.boundaries[j].gpu);
+        } else {
+          release(w, "rc." + std::to_string(j), A());
+        }
+        if (d.resident[j]) release(w, layer_tensor("wres", j), cm.weight_bytes);
+        if (keep) release(w, layer_tensor("int", j), cm.internals_bytes);
+        int idx = add(std::move(w));
+        stage_window[st.backward(j)] = idx;
+        backward_windows.push_back(idx);
+      }
+    }
+    // Weight prefetch: the window before each backward compute window loads its weights,
+    // unless the layer stayed resident since its forward.
+    int prev = stage_window[st.head()];
+    for (int idx : backward_windows) {
+      int layer = at(idx).layer;
+      if (!d.resident[layer]) transfer(at(prev), layer_tensor("w", layer), Link::H2D, cm.weight_bytes);
+      prev = idx;
+    }
+    // Epilogue.
+    {
+      Window w = compute_window("E", WindowKind::Epilogue, -1, st.epilogue(), 0, 0, 0);
+      transfer(w, "g.0", Link::D2H, cm.grad_bytes);
+      alloc(w, "dx.0", cm.embed_grad_bytes);
+      transfer(w, "dx.0", Link::D2H, cm.embed_grad_bytes);
+      release(w, "dx.0", cm.embed_grad_bytes);
+      stage_window[st.epilogue()] = add(std::move(w));
+    }
+    attach_traffic();
+    attach_optimizer();
+  }
+
+  Window& stage(int s) {
+    LT_ASSERT(s >= 0 && s < st.count() && stage_window[s] >= 0, "stage " + std::to_string(s));
+    return at(stage_window[s]);
+  }
+
+  void attach_traffic() {
+    for (int b = 0; b < L; ++b) {
+      if (!materialized(b)) continue;
+      const BoundaryTraffic& t = d.traffic[b];
+      for (auto& x : t.d2h_cpu) {
+        transfer(stage(x.stage), part(b, "cpu"), Link::D2H, x.bytes);
+        release(stage(x.stage), part(b, "cpu"), x.bytes);
+      }
+      for (auto& x : t.d2h_nvme) {
+        transfer(stage(x.stage), part(b, "nvme"), Link::D2H, x.bytes);
+        release(stage(x.stage), part(b, "nvme"), x.bytes);
+      }
+      for (auto& x : t.nvme_write) transfer(stage(x.stage), part(b, "nvme"), Link::NvmeWrite, x.bytes);
+      for (auto& x : t.nvme_read) transfer(stage(x.stage), part(b, "nvme"), Link::NvmeRead, x.bytes);
+      double back_cpu = 0, back_nvme = 0;
+      for (auto& x : t.h2d_cpu) {
+        transfer(stage(x.stage), part(b, "cpu"), Link::H2D, x.bytes);
+        alloc(stage(x.stage), part(b, "cpu"), x.bytes);
+        back_cpu += x.bytes;
+      }
+      for (auto& x : t.h2d_nvme) {
+        transfer(stage(x.stage), part(b, "nvme"), Link::H2D, x.bytes);
+        alloc(stage(x.stage), part(b, "nvme"), x.bytes);
+        back_nvme += x.bytes;
+      }
+      Window& consumer = stage(st.backward(b));
+      release(consumer, part(b, "cpu"), back_cpu);
+      release(consumer, part(b, "nvme"), back_nvme);
+    }
+  }
+
+  void add_optimizer(int window, const std::string& target, double params, double fraction) {
+    if (fraction <= 0) return;
+    double work = params * fraction;
+    at(window).host.push_back(
+        {"optimizer", target, work, work / req.hardware.host_optimizer_params_per_s});
+    p.optimizer.push_back({target, window, fraction});
+  }
+
+  void attach_optimizer() {
+    int p0 = stage_window[st.p0()];
+    add_optimizer(p0, "embed", cm.embed_params, 1);
+    if (!d.lazy_optimizer) {
+      add_optimizer(p0, "head", cm.head_params, 1);
+      for (int j = 0; j < L; ++j) add_optimizer(p0, layer_tensor("layer", j), cm.layer_params, 1);
+      return;
+    }
+    for (auto& f : d.head_optimizer) add_optimizer(stage_window[f.stage], "head", cm.head_params, f.fraction);
+    for (int j = 0; j < L; ++j)
+      for (auto& f : d.layer_optimizer[j])
+        add_optimizer(stage_window[f.stage], layer_tensor("layer", j), cm.layer_params, f.fraction);
+  }
+};
+
+}  // namespace
+
+void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, const std::string& policy,
+                      double host_state_bytes) {
+  p.policy = policy;
+  p.model_name = req.model_name;
+  p.model = req.model;
+  p.hardware = req.hardware;
+  p.batch = req.batch;
+  p.seq = req.seq;
+  p.num_layers = cm.num_layers;
+  p.num_params = cm.total_params;
+  p.gpu_cap_bytes = req.gpu_cap();
+  p.cpu_act_budget_bytes = req.cpu_budget(host_state_bytes);
+  p.nvme_act_budget_bytes = req.nvme_budget();
+  // Two weight slots (the layer computing, the layer loading) and two gradient slots (the
+  // layer producing, the layer draining to the host), for the whole step.
+  p.fixed_gpu_bytes = 2 * cm.weight_bytes + 2 * cm.grad_bytes;
+  p.host_state_bytes = host_state_bytes;
+}
+
+Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d) {
+  const int L = cm.num_layers;
+  LT_ASSERT(static_cast<int>(d.boundaries.size()) == L + 1, "boundaries");
+  LT_ASSERT(static_cast<int>(d.resident.size()) == L && static_cast<int>(d.keep_internals.size()) == L, "flags");
+  LT_ASSERT(static_cast<int>(d.traffic.size()) == L + 1, "traffic");
+  LT_ASSERT(!d.boundaries[0].recompute && !d.boundaries[L].recompute, "boundaries 0 and L are materialized");
+  Plan p;
+  fill_plan_header(p, req, cm, d.policy, cm.host_state_bytes);
+  p.boundaries = d.boundaries;
+  p.boundaries[L] = BoundaryPlacement{};
+  p.blocks = recompute_blocks(d.boundaries);
+  for (int j = 0; j < L; ++j) {
+    if (d.resident[j]) p.resident_layers.push_back(j);
+    if (d.keep_internals[j]) p.keep_internals.push_back(j);
+  }
+  p.lazy_optimizer = d.lazy_optimizer;
+  Builder b{req, cm, d, p, L, Stages{L}, {}};
+  b.build();
+  return p;
+}
+
+}  // namespace lt

@@ -1,0 +1,84 @@
+#include "plan/plan_evaluate.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace lt {
+namespace {
+
+bool ends_with(const std::string& s, const char* suffix) {
+  std::string t(suffix);
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+}  // namespace
+
+double WindowTiming::total() const { return std::max({compute, h2d, d2h, nvme, host}); }
+
+WindowTiming window_timing(const Window& w, const HardwareProfile& hw) {
+  WindowTiming t;
+  t.compute = w.compute_s;
+  for (const auto& x : w.transfers) {
+    switch (x.link) {
+      case Link::H2D: t.h2d += x.bytes / hw.h2d_bw; break;
+      case Link::D2H: t.d2h += x.bytes / hw.d2h_bw; break;
+      case Link::NvmeWrite: t.nvme += x.bytes / hw.nvme_write_bw; break;
+      case Link::NvmeRead: t.nvme += x.bytes / hw.nvme_read_bw; break;
+    }
+  }
+  for (const auto& h : w.host) t.host += h.seconds;
+  return t;
+}
+
+double predicted_step_seconds(const Plan& p) {
+  double s = 0;
+  for (const auto& w : p.windows) s += window_timing(w, p.hardware).total();
+  return s;
+}
+
+double cpu_reserved_activation_bytes(const Plan& p) {
+  double a = 0;
+  for (const auto& w : p.windows)
+    for (const auto& x : w.transfers)
+      if (x.link == Link::D2H && ends_with(x.tensor, ".cpu")) a += x.bytes;
+  return a;
+}
+
+double peak_nvme_staging_bytes(const Plan& p) {
+  double staging = 0, peak = 0;
+  for (const auto& w : p.windows) {
+    double in = 0, out = 0;
+    for (const auto& x : w.transfers) {
+      bool nv = ends_with(x.tensor, ".nvme");
+      if ((x.link == Link::D2H && nv) || x.link == Link::NvmeRead) in += x.bytes;
+      if (x.link == Link::NvmeWrite || (x.link == Link::H2D && nv)) out += x.bytes;
+    }
+    staging += in;
+    peak = std::max(peak, staging);
+    staging -= out;
+  }
+  return peak;
+}
+
+PeakBytes predicted_peaks(const Plan& p) {
+  PeakBytes pk;
+  double live = p.fixed_gpu_bytes;
+  for (const auto& w : p.windows) {
+    for (const auto& a : w.alloc) live += a.bytes;
+    pk.gpu = std::max(pk.gpu, live + w.workspace_bytes);
+    for (const auto& f : w.free) live -= f.bytes;
+  }
+  pk.cpu = p.host_state_bytes + cpu_reserved_activation_bytes(p) + peak_nvme_staging_bytes(p);
+  for (const auto& w : p.windows)
+    for (const auto& x : w.transfers)
+      if (x.link == Link::NvmeWrite) pk.nvme += x.bytes;
+  return pk;
+}
+
+void evaluate_plan(Plan& p) {
+  p.predicted_step_s = predicted_step_seconds(p);
+  p.predicted_peak = predicted_peaks(p);
+}
+
+}  // namespace lt

@@ -1,0 +1,33 @@
+// What the user asks the planner for: a model, a machine, a batch shape and budgets.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+#include "plan/cost_model.h"
+#include "plan/hardware_profile.h"
+
+namespace lt {
+
+struct PlanRequest {
+  std::string model_name;
+  ModelConfig model;
+  HardwareProfile hardware;
+  int64_t batch = 1, seq = 1024;
+  double gpu_cap_bytes = 0;          // compute-tier cap; <= 0: the profile's default cap
+  double cpu_act_budget_bytes = -1;  // activations in host memory; < 0: what the host has left
+  double nvme_act_budget_bytes = -1; // activations on NVMe; < 0: the profile's NVMe capacity
+  MeasuredLayerTimes measured;
+  double time_limit_s = 10;          // MILP wall-clock limit
+  double target_gap = 0.002;         // MILP relative gap to stop at
+
+  // Budgets with defaults filled in (host budget depends on the policy's host state).
+  double gpu_cap() const { return gpu_cap_bytes > 0 ? gpu_cap_bytes : hardware.default_cap_bytes; }
+  double nvme_budget() const {
+    return nvme_act_budget_bytes >= 0 ? nvme_act_budget_bytes : hardware.nvme_capacity_bytes;
+  }
+  double cpu_budget(double host_state_bytes) const;
+};
+
+}  // namespace lt

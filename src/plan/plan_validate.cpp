@@ -1,0 +1,194 @@
+#include "plan/plan_validate.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "plan/plan_evaluate.h"
+
+namespace lt {
+namespace {
+
+std::string fmt_gb(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f GB", bytes / 1e9);
+  return buf;
+}
+
+// Cumulative bytes of one (tensor, link) pair through each window.
+struct Flow {
+  std::vector<double> through;  // through[i] = bytes moved in windows 0..i
+};
+
+}  // namespace
+
+std::vector<std::string> capacity_problems(const Plan& p) {
+  std::vector<std::string> out;
+  PeakBytes pk = predicted_peaks(p);
+  // Budgets are compared with a relative slack of 1e-9: the solver's tolerances are ~1e-9
+  // of the GB-scaled values.
+  auto over = [](double need, double have) { return need > have * (1 + 1e-9) + 1; };
+  if (over(pk.gpu, p.gpu_cap_bytes))
+    out.push_back("compute-tier memory short by " + fmt_gb(pk.gpu - p.gpu_cap_bytes) + " (needs " +
+                  fmt_gb(pk.gpu) + ", cap " + fmt_gb(p.gpu_cap_bytes) + ")");
+  double cpu_act = pk.cpu - p.host_state_bytes;
+  if (over(cpu_act, p.cpu_act_budget_bytes))
+    out.push_back("host activation budget short by " + fmt_gb(cpu_act - p.cpu_act_budget_bytes) + " (needs " +
+                  fmt_gb(cpu_act) + ", budget " + fmt_gb(p.cpu_act_budget_bytes) + ")");
+  if (over(pk.nvme, p.nvme_act_budget_bytes))
+    out.push_back("NVMe activation budget short by " + fmt_gb(pk.nvme - p.nvme_act_budget_bytes) + " (needs " +
+                  fmt_gb(pk.nvme) + ", budget " + fmt_gb(p.nvme_act_budget_bytes) + ")");
+  if (over(pk.cpu, p.hardware.host_memory_bytes))
+    out.push_back("host memory short by " + fmt_gb(pk.cpu - p.hardware.host_memory_bytes) + " (needs " +
+                  fmt_gb(pk.cpu) + ", host " + fmt_gb(p.hardware.host_memory_bytes) + ")");
+  return out;
+}
+
+std::vector<std::string> validate_plan(const Plan& p) {
+  std::vector<std::string> out;
+  const int L = p.num_layers;
+  const int n = static_cast<int>(p.windows.size());
+  if (static_cast<int>(p.boundaries.size()) != L + 1) {
+    out.push_back("boundaries: expected " + std::to_string(L + 1));
+    return out;
+  }
+  double A = 0;
+  {
+    // Boundary bytes from the forward windows' allocations of boundary 1 (any part).
+    for (const auto& w : p.windows)
+      for (const auto& a : w.alloc)
+        if (a.tensor == "in.0") A = a.bytes;
+    for (const auto& w : p.windows)
+      for (const auto& x : w.transfers)
+        if (x.tensor == "in.0") A = x.bytes;
+  }
+  for (int b = 0; b <= L; ++b) {
+    const auto& bp = p.boundaries[b];
+    if ((b == 0 || b == L) && bp.recompute) out.push_back("boundary " + std::to_string(b) + " must be materialized");
+    if (bp.recompute) continue;
+    if (bp.gpu < -1e-9 || bp.cpu < -1e-9 || bp.nvme < -1e-9 || std::fabs(bp.gpu + bp.cpu + bp.nvme - 1) > 1e-6)
+      out.push_back("boundary " + std::to_string(b) + ": tier fractions must be >= 0 and sum to 1");
+  }
+
+  // Flows per (tensor, link).
+  std::map<std::pair<std::string, Link>, Flow> flows;
+  for (int i = 0; i < n; ++i)
+    for (const auto& x : p.windows[i].transfers) {
+      auto& f = flows[{x.tensor, x.link}];
+      if (f.through.empty()) f.through.assign(n, 0);
+      f.through[i] += x.bytes;
+    }
+  for (auto& [k, f] : flows)
+    for (int i = 1; i < n; ++i) f.through[i] += f.through[i - 1];
+  auto through = [&](const std::string& t, Link l, int i) {
+    if (i < 0) return 0.0;
+    auto it = flows.find({t, l});
+    return it == flows.end() ? 0.0 : it->second.through[i];
+  };
+  // Absolute tolerance: solver round-off on GB-scaled values, ~1e-9 GB per term.
+  const double tol = 1e-6 * std::max(A, 1.0) + 16;
+
+  // Window index of each backward/recompute window's first use of boundary b, and the
+  // producer window of boundary b.
+  std::vector<int> first_use(L + 1, -1), producer(L + 1, -1);
+  for (int i = 0; i < n; ++i) {
+    const auto& w = p.windows[i];
+    if (w.kind == WindowKind::Prologue1) producer[0] = i;
+    if (w.kind == WindowKind::Forward && w.layer + 1 <= L) producer[w.layer + 1] = i;
+    if ((w.kind == WindowKind::Recompute || w.kind == WindowKind::Backward) && first_use[w.layer] < 0)
+      first_use[w.layer] = i;
+  }
+  for (int b = 0; b < L; ++b) {
+    const auto& bp = p.boundaries[b];
+    if (bp.recompute) continue;
+    std::string bs = "boundary " + std::to_string(b);
+    for (const char* which : {"cpu", "nvme"}) {
+      std::string t = "a." + std::to_string(b) + "." + which;
+      double want = A * (std::string(which) == "cpu" ? bp.cpu : bp.nvme);
+      if (std::fabs(through(t, Link::D2H, n - 1) - want) > tol)
+        out.push_back(bs + ": " + which + " part offloaded " + std::to_string(through(t, Link::D2H, n - 1)) +
+                      " bytes, expected " + std::to_string(want));
+      if (std::fabs(through(t, Link::H2D, n - 1) - want) > tol)
+        out.push_back(bs + ": " + which + " part reloaded " + std::to_string(through(t, Link::H2D, n - 1)) +
+                      " bytes, expected " + std::to_string(want));
+      if (through(t, Link::D2H, producer[b]) > tol)
+        out.push_back(bs + ": offloaded before it is produced");
+      bool nv = std::string(which) == "nvme";
+      for (int i = 0; i < n; ++i) {
+        if (nv) {
+          if (through(t, Link::NvmeWrite, i) > through(t, Link::D2H, i - 1) + tol)
+            out.push_back(bs + ": NVMe write in window " + p.windows[i].name + " before its D2H completed");
+          if (through(t, Link::NvmeRead, i) > through(t, Link::NvmeWrite, i - 1) + tol)
+            out.push_back(bs + ": NVMe read in window " + p.windows[i].name + " before its write completed");
+          if (through(t, Link::H2D, i) > through(t, Link::NvmeRead, i - 1) + tol)
+            out.push_back(bs + ": H2D in window " + p.windows[i].name + " before its NVMe read completed");
+        } else if (through(t, Link::H2D, i) > through(t, Link::D2H, i - 1) + tol) {
+          out.push_back(bs + ": H2D in window " + p.windows[i].name + " before its D2H completed");
+        }
+      }
+      if (nv && std::fabs(through(t, Link::NvmeWrite, n - 1) - want) > tol)
+        out.push_back(bs + ": NVMe part written " + std::to_string(through(t, Link::NvmeWrite, n - 1)) + " bytes");
+      if (first_use[b] >= 0 && through(t, Link::H2D, first_use[b] - 1) < want - tol)
+        out.push_back(bs + ": " + which + " part not back on the compute tier before " +
+                      p.windows[first_use[b]].name);
+    }
+  }
+
+  // Weights present before each compute window, and host updates before each weight load.
+  std::vector<int> first_load(L, -1);
+  int head_load = -1;
+  for (int i = 0; i < n; ++i)
+    for (const auto& x : p.windows[i].transfers) {
+      if (x.link != Link::H2D) continue;
+      if (x.tensor == "w.head" && head_load < 0) head_load = i;
+      if (x.tensor.rfind("w.", 0) == 0 && x.tensor != "w.head") {
+        int j = std::stoi(x.tensor.substr(2));
+        if (j >= 0 && j < L && first_load[j] < 0) first_load[j] = i;
+      }
+    }
+  std::vector<bool> resident(L, false);
+  for (int j : p.resident_layers) resident[j] = true;
+  for (int i = 1; i < n; ++i) {
+    const auto& w = p.windows[i];
+    if (w.layer < 0) continue;
+    bool loaded = through("w." + std::to_string(w.layer), Link::H2D, i - 1) -
+                      through("w." + std::to_string(w.layer), Link::H2D, i - 2) > 0;
+    if (!loaded && !(resident[w.layer] && w.kind == WindowKind::Backward))
+      out.push_back("window " + w.name + ": layer weights not loaded by the previous window");
+  }
+  std::map<std::string, double> opt_done;
+  for (int i = 0; i < n; ++i)
+    for (const auto& h : p.windows[i].host) {
+      if (h.task != "optimizer") continue;
+      int deadline = -1;  // the update must finish in a window before this one
+      if (h.target == "embed") {
+        deadline = 1;
+      } else if (h.target == "head") {
+        deadline = head_load;
+      } else if (h.target.rfind("layer.", 0) == 0) {
+        int j = std::stoi(h.target.substr(6));
+        if (j >= 0 && j < L) deadline = first_load[j];
+      }
+      if (deadline >= 0 && i >= deadline)
+        out.push_back("host update of " + h.target + " in window " + p.windows[i].name +
+                      " does not finish before its weights load");
+      if (p.windows[i].kind == WindowKind::Backward || p.windows[i].kind == WindowKind::Recompute ||
+          p.windows[i].kind == WindowKind::Head || p.windows[i].kind == WindowKind::Epilogue)
+        out.push_back("host update of " + h.target + " runs before the gradient norm is known");
+    }
+
+  // Memory: never negative, everything allocated is freed by the end of the step.
+  double live = 0;
+  for (const auto& w : p.windows) {
+    for (const auto& a : w.alloc) live += a.bytes;
+    for (const auto& f : w.free) live -= f.bytes;
+    if (live < -tol) out.push_back("window " + w.name + ": frees more than was allocated");
+  }
+  if (std::fabs(live) > tol * (L + 1)) out.push_back("memory allocated in the step is not all freed by its end");
+
+  auto caps = capacity_problems(p);
+  out.insert(out.end(), caps.begin(), caps.end());
+  return out;
+}
+
+}  // namespace lt

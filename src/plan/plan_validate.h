@@ -1,0 +1,20 @@
+// Plan validation: the rules a plan must satisfy before the executor runs it. Returns the
+// problems found (empty: valid). Checks structure (tiers, blocks), that every activation
+// part moves exactly its bytes, in order (D2H before NVMe write before NVMe read before
+// H2D, each in a strictly earlier window), reloads complete before the window that needs
+// them, host updates before the weight load that needs them, and capacities of every tier.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace lt {
+
+std::vector<std::string> validate_plan(const Plan& p);
+// Only the capacity checks (compute-tier cap, host activation budget, NVMe budget, host
+// memory), each problem naming the budget and the shortfall in GB.
+std::vector<std::string> capacity_problems(const Plan& p);
+
+}  // namespace lt

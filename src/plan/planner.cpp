@@ -1,0 +1,107 @@
+#include "plan/planner.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "plan/baselines.h"
+#include "plan/cost_model.h"
+#include "plan/milp_planner.h"
+#include "plan/plan_validate.h"
+
+namespace lt {
+namespace {
+
+// Batch-search solves are feasibility checks: a short limit finds an incumbent when one
+// exists for the models here (the LP relaxation already places most boundaries).
+constexpr double kSearchTimeLimit = 3;
+
+}  // namespace
+
+const std::vector<std::string>& plan_policies() {
+  static const std::vector<std::string> p{"milp", "megatrain", "megatrain-code", "keep-all", "recompute-all", "greedy"};
+  return p;
+}
+
+Plan make_plan(const PlanRequest& req, const std::string& policy) {
+  CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured);
+  if (policy == "milp") return plan_milp(req, cm);
+  if (policy == "megatrain") return plan_megatrain(req, cm);
+  if (policy == "megatrain-code") return plan_megatrain_code(req, cm);
+  if (policy == "keep-all") return plan_keep_all(req, cm);
+  if (policy == "recompute-all") return plan_recompute_all(req, cm);
+  if (policy == "greedy") return plan_greedy(req, cm);
+  throw Error("unknown policy '" + policy + "'", "--policy",
+              "use milp, megatrain, megatrain-code, keep-all, recompute-all or greedy");
+}
+
+namespace {
+
+Plan plan_at(PlanRequest req, const std::string& policy, int64_t batch) {
+  req.batch = batch;
+  if (policy == "milp") req.time_limit_s = std::min(req.time_limit_s, kSearchTimeLimit);
+  return make_plan(req, policy);
+}
+
+}  // namespace
+
+int64_t largest_feasible_batch(const PlanRequest& req, const std::string& policy, int64_t limit) {
+  if (!plan_at(req, policy, 1).feasible) return 0;
+  int64_t lo = 1, hi = 2;
+  while (hi <= limit && plan_at(req, policy, hi).feasible) {
+    lo = hi;
+    hi *= 2;
+  }
+  hi = std::min(hi, limit + 1);
+  while (hi - lo > 1) {  // lo feasible, hi infeasible (or past the limit)
+    int64_t mid = lo + (hi - lo) / 2;
+    if (plan_at(req, policy, mid).feasible) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+BatchSearchResult search_batch(const PlanRequest& req, const std::string& policy, int64_t limit) {
+  BatchSearchResult r;
+  r.largest_feasible = largest_feasible_batch(req, policy, limit);
+  std::vector<int64_t> candidates;
+  for (int64_t b = 1; b < r.largest_feasible; b *= 2) candidates.push_back(b);
+  if (r.largest_feasible > 0) candidates.push_back(r.largest_feasible);
+  if (r.largest_feasible > 2) candidates.push_back(r.largest_feasible - 1);
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  for (int64_t b : candidates) {
+    PlanRequest q = req;
+    q.batch = b;
+    Plan p = make_plan(q, policy);
+    BatchPoint pt{b, p.feasible, p.predicted_step_s, p.feasible ? p.tokens_per_s() : 0};
+    r.tried.push_back(pt);
+    if (pt.feasible && pt.tokens_per_s > r.best_tokens_per_s) {
+      r.best_tokens_per_s = pt.tokens_per_s;
+      r.best_batch = b;
+    }
+  }
+  return r;
+}
+
+InfeasibleReport diagnose_infeasible(const PlanRequest& req, const std::string& policy, const Plan& failed) {
+  InfeasibleReport rep;
+  std::vector<std::string> problems = failed.windows.empty() ? std::vector<std::string>{} : capacity_problems(failed);
+  if (problems.empty()) {
+    // No plan to measure (the MILP proved infeasibility): the plan that needs the least
+    // compute-tier memory among the simple ones tells which budget is short and by how much.
+    CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured);
+    Plan best = plan_greedy(req, cm);
+    Plan rc = plan_recompute_all(req, cm);
+    if (rc.predicted_peak.gpu < best.predicted_peak.gpu) best = rc;
+    problems = capacity_problems(best);
+  }
+  rep.shortage = problems.empty() ? "no budget is short, but no plan was found in the time limit" : problems.front();
+  rep.largest_batch = largest_feasible_batch(req, policy, std::max<int64_t>(req.batch - 1, 1));
+  if (rep.largest_batch >= req.batch) rep.largest_batch = req.batch - 1;
+  rep.message = "no feasible " + policy + " plan for batch " + std::to_string(req.batch) + ", seq " +
+                std::to_string(req.seq) + ": " + rep.shortage + "; largest batch that fits: " +
+                (rep.largest_batch > 0 ? std::to_string(rep.largest_batch) : std::string("none (not even batch 1)"));
+  return rep;
+}
+
+}  // namespace lt

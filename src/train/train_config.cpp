@@ -1,0 +1,165 @@
+#include "train/train_config.h"
+
+#include <functional>
+#include <sstream>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "core/error.h"
+
+namespace lt {
+
+namespace {
+
+using FieldPtr = std::variant<std::string*, int64_t*, uint64_t*, double*, bool*>;
+
+struct Field {
+  const char* key;
+  const char* help;
+  FieldPtr ptr;
+};
+
+// The one table: YAML key, flag (--key with '_' as '-'), help, and where it lands.
+std::vector<Field> fields(TrainConfig& c) {
+  return {
+      {"model", "Hugging Face model directory to fine-tune (empty: train from scratch)", &c.model},
+      {"scratch_hidden", "from-scratch model: hidden size", &c.scratch_hidden},
+      {"scratch_layers", "from-scratch model: decoder layers", &c.scratch_layers},
+      {"scratch_heads", "from-scratch model: attention heads", &c.scratch_heads},
+      {"scratch_kv_heads", "from-scratch model: key/value heads", &c.scratch_kv_heads},
+      {"scratch_intermediate", "from-scratch model: MLP size", &c.scratch_intermediate},
+      {"tokenizer", "tokenizer.json (default: the model's, or the synthetic task's)", &c.tokenizer},
+      {"train_data", "training JSONL (empty: the built-in synthetic arithmetic task)", &c.train_data},
+      {"eval_data", "evaluation JSONL in GSM8K format (question/answer)", &c.eval_data},
+      {"format", "JSONL format: auto, text, prompt_completion, alpaca, gsm8k, messages", &c.format},
+      {"chat_template", "chat template for messages: chatml or llama3", &c.chat_template},
+      {"train_on_prompt", "also train on prompt tokens", &c.train_on_prompt},
+      {"skip_bad_lines", "skip and count malformed JSONL lines instead of failing", &c.skip_bad_lines},
+      {"synthetic_train_problems", "synthetic task: training problems", &c.synthetic_train_problems},
+      {"eval_problems", "held-out problems scored by exact match (0: none)", &c.eval_problems},
+      {"seq_len", "tokens per packed sequence", &c.seq_len},
+      {"batch", "sequences per micro-batch", &c.batch},
+      {"grad_accum", "micro-batches per optimizer step", &c.grad_accum},
+      {"steps", "optimizer steps", &c.steps},
+      {"optimizer", "adamw8 (hybrid 8-bit states), adamw (fp32 states) or sgd", &c.optimizer},
+      {"lr", "peak learning rate", &c.lr},
+      {"min_lr_ratio", "cosine floor as a fraction of lr", &c.min_lr_ratio},
+      {"warmup_steps", "linear warmup steps", &c.warmup_steps},
+      {"weight_decay", "decoupled weight decay (not on norms and biases)", &c.weight_decay},
+      {"beta1", "AdamW beta1", &c.beta1},
+      {"beta2", "AdamW beta2", &c.beta2},
+      {"eps", "AdamW epsilon", &c.eps},
+      {"max_grad_norm", "global gradient-norm clip (0: off)", &c.max_grad_norm},
+      {"precision", "matmul precision: bf16 (fp32 accumulation) or f32", &c.precision},
+      {"seed", "seed for initialisation and data order", &c.seed},
+      {"output_dir", "where checkpoints, metrics and the summary go", &c.output_dir},
+      {"log_every", "progress/metrics interval in steps", &c.log_every},
+      {"eval_every", "evaluation interval in steps (0: at the end)", &c.eval_every},
+      {"save_every", "checkpoint interval in steps (0: at the end)", &c.save_every},
+      {"keep_checkpoints", "complete checkpoints kept (older ones are removed)", &c.keep_checkpoints},
+      {"max_new_tokens", "generation limit for evaluation", &c.max_new_tokens},
+      {"resume", "continue from the newest complete checkpoint in output_dir", &c.resume},
+      {"summary_json", "write a JSON summary of the run to this file", &c.summary_json},
+  };
+}
+
+std::string flag_name(const char* key) {
+  std::string f = std::string("--") + key;
+  for (char& ch : f)
+    if (ch == '_') ch = '-';
+  return f;
+}
+
+}  // namespace
+
+void apply_yaml_config(TrainConfig& cfg, const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw Error("cannot read the config file", path, "check the path");
+  } catch (const YAML::Exception& e) {
+    throw Error("malformed YAML: " + std::string(e.what()), path, "fix the file's syntax");
+  }
+  if (root.IsNull()) return;
+  if (!root.IsMap()) throw Error("the config must be a mapping of key: value", path, "see `lazytrain train --help`");
+  std::vector<Field> table = fields(cfg);
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string where = path + ":" + std::to_string(kv.first.Mark().line + 1) + " (" + key + ")";
+    const Field* f = nullptr;
+    for (const Field& candidate : table)
+      if (key == candidate.key) f = &candidate;
+    if (!f) throw Error("unknown key '" + key + "'", where, "see `lazytrain train --help` for the keys");
+    try {
+      std::visit([&](auto* p) { *p = kv.second.as<std::remove_pointer_t<decltype(p)>>(); }, f->ptr);
+    } catch (const YAML::Exception&) {
+      throw Error("value of '" + key + "' has the wrong type", where, std::string("expected: ") + f->help);
+    }
+  }
+}
+
+void add_train_flags(CLI::App& cmd, TrainConfig& cfg) {
+  for (const Field& f : fields(cfg))
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, bool>)
+            cmd.add_flag(flag_name(f.key), *p, f.help);
+          else
+            cmd.add_option(flag_name(f.key), *p, f.help);
+        },
+        f.ptr);
+}
+
+void apply_given_flags(TrainConfig& dst, TrainConfig& parsed, const CLI::App& cmd) {
+  std::vector<Field> to = fields(dst), from = fields(parsed);
+  for (size_t i = 0; i < to.size(); ++i) {
+    const CLI::Option* opt = cmd.get_option_no_throw(flag_name(to[i].key));
+    if (opt == nullptr || opt->count() == 0) continue;
+    std::visit([&](auto* d) { *d = *std::get<decltype(d)>(from[i].ptr); }, to[i].ptr);
+  }
+}
+
+void validate(const TrainConfig& c) {
+  auto positive = [](int64_t v, const char* key) {
+    if (v <= 0) throw Error(std::string(key) + " must be positive, got " + std::to_string(v), "train config", "");
+  };
+  positive(c.seq_len, "seq_len");
+  positive(c.batch, "batch");
+  positive(c.grad_accum, "grad_accum");
+  positive(c.steps, "steps");
+  positive(c.keep_checkpoints, "keep_checkpoints");
+  if (c.optimizer != "adamw8" && c.optimizer != "adamw" && c.optimizer != "sgd")
+    throw Error("unknown optimizer '" + c.optimizer + "'", "train config (optimizer)", "use adamw8, adamw or sgd");
+  if (c.precision != "bf16" && c.precision != "f32")
+    throw Error("unknown precision '" + c.precision + "'", "train config (precision)", "use bf16 or f32");
+  if (!(c.lr > 0)) throw Error("lr must be positive", "train config (lr)", "");
+  if (c.eval_problems < 0 || c.log_every < 0 || c.eval_every < 0 || c.save_every < 0)
+    throw Error("intervals and counts must not be negative", "train config", "");
+}
+
+std::string describe(const TrainConfig& cfg) {
+  TrainConfig copy = cfg;
+  std::ostringstream out;
+  for (const Field& f : fields(copy))
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          out << f.key << ": ";
+          if constexpr (std::is_same_v<T, std::string>)
+            out << nlohmann::json(*p).dump();  // quoted: valid YAML, empty stays a string
+          else if constexpr (std::is_same_v<T, bool>)
+            out << (*p ? "true" : "false");
+          else
+            out << *p;
+          out << "\n";
+        },
+        f.ptr);
+  return out.str();
+}
+
+}  // namespace lt

@@ -1,0 +1,61 @@
+// Everything a training run is told, with one declarative table (train_config.cpp) that
+// drives the YAML keys, the `lazytrain train` flags, their help text and the printout.
+// Precedence: built-in defaults < --config YAML < command-line flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace lt {
+
+struct TrainConfig {
+  // Model: a Hugging Face directory to fine-tune, or empty to train from scratch with the
+  // scratch_* shape (vocabulary from the tokenizer, positions = seq_len).
+  std::string model;
+  int64_t scratch_hidden = 192, scratch_layers = 4, scratch_heads = 6, scratch_kv_heads = 2;
+  int64_t scratch_intermediate = 512;
+  std::string tokenizer;  // tokenizer.json; empty: the model's, or the synthetic task's
+
+  // Data: JSONL files; an empty train_data means the built-in synthetic arithmetic task.
+  std::string train_data, eval_data;
+  std::string format = "auto", chat_template = "chatml";
+  bool train_on_prompt = false, skip_bad_lines = false;
+  int64_t synthetic_train_problems = 20000;
+  int64_t eval_problems = 200;  // held-out problems scored by exact match (0: no eval)
+
+  // Batch and length of the run.
+  int64_t seq_len = 128, batch = 16, grad_accum = 1, steps = 600;
+
+  // Optimizer: adamw8 (hybrid 8-bit states), adamw (fp32 states), or sgd.
+  std::string optimizer = "adamw8";
+  double lr = 3e-3, min_lr_ratio = 0.1, weight_decay = 0.01;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, max_grad_norm = 1.0;
+  int64_t warmup_steps = 30;
+  std::string precision = "bf16";  // matmul inputs: bf16 (fp32 accumulation) or f32
+  uint64_t seed = 1;
+
+  // Output.
+  std::string output_dir = "runs/default";
+  int64_t log_every = 10, eval_every = 0, save_every = 0;  // 0: at the end only
+  int64_t keep_checkpoints = 2;
+  int64_t max_new_tokens = 24;
+  bool resume = false;
+  std::string summary_json;
+};
+
+// Reads a YAML file of `key: value` pairs named as in the table; an unknown key or a
+// value of the wrong type throws lt::Error naming the file, line and key.
+void apply_yaml_config(TrainConfig& cfg, const std::string& path);
+// Adds one flag per table entry to `cmd` (--seq-len for seq_len, and so on).
+void add_train_flags(CLI::App& cmd, TrainConfig& cfg);
+// Copies into dst the fields whose flags were given on cmd's command line (`parsed` is
+// the config add_train_flags() wrote into), so flags override the YAML file.
+void apply_given_flags(TrainConfig& dst, TrainConfig& parsed, const CLI::App& cmd);
+// Checks ranges and combinations; throws lt::Error naming the key.
+void validate(const TrainConfig& cfg);
+// "key: value" lines, for the log and the checkpoint.
+std::string describe(const TrainConfig& cfg);
+
+}  // namespace lt

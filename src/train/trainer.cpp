@@ -1,0 +1,285 @@
+#include "train/trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.h"
+#include "core/threads.h"
+#include "data/jsonl_dataset.h"
+#include "data/packing.h"
+#include "data/synthetic_arith.h"
+#include "data/tokenizer.h"
+#include "exec/model_step.h"
+#include "io/atomic_file.h"
+#include "model/checkpoint.h"
+#include "train/checkpoints.h"
+#include "train/evaluate.h"
+#include "train/progress.h"
+#include "train/updater.h"
+
+namespace fs = std::filesystem;
+
+namespace lt {
+
+nlohmann::json TrainSummary::to_json() const {
+  return {{"steps", steps},
+          {"final_loss", final_loss},
+          {"eval_exact_match", eval_exact_match < 0 ? nlohmann::json(nullptr) : nlohmann::json(eval_exact_match)},
+          {"tokens_per_s", tokens_per_s},
+          {"peak_bytes", {{"compute", peak_compute_bytes}, {"host", peak_host_bytes}, {"nvme", peak_nvme_bytes}}},
+          {"peak_rss_bytes", peak_rss_bytes},
+          {"checkpoint_dir", checkpoint_dir}};
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+// Everything the run reads: tokenizer (with its JSON text, copied into checkpoints), the
+// training documents, and the held-out problems.
+struct RunData {
+  std::string tokenizer_json;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  std::unique_ptr<data::Dataset> train;
+  std::vector<QaExample> eval;
+};
+
+RunData load_data(const TrainConfig& cfg, const std::string& checkpoint_or_model) {
+  RunData d;
+  const bool synthetic = cfg.train_data.empty();
+  data::ArithmeticTaskOptions task;
+  if (!cfg.tokenizer.empty()) {
+    d.tokenizer_json = read_text_file(cfg.tokenizer);
+  } else if (!checkpoint_or_model.empty() && fs::exists(checkpoint_or_model + "/tokenizer.json")) {
+    d.tokenizer_json = read_text_file(checkpoint_or_model + "/tokenizer.json");
+  } else if (synthetic) {
+    d.tokenizer_json = data::synthetic_tokenizer_json(task).dump();
+  } else {
+    throw Error("no tokenizer", "train config (tokenizer)",
+                "give --tokenizer, or a --model directory that has tokenizer.json");
+  }
+  d.tokenizer = std::make_unique<data::Tokenizer>(
+      data::Tokenizer::from_json_text(d.tokenizer_json, cfg.tokenizer.empty() ? "tokenizer.json" : cfg.tokenizer));
+
+  data::DatasetOptions opts;
+  opts.format = data::parse_dataset_format(cfg.format);
+  opts.chat_template = data::parse_chat_template(cfg.chat_template);
+  opts.train_on_prompt = cfg.train_on_prompt;
+  opts.skip_bad_lines = cfg.skip_bad_lines;
+  if (synthetic) {
+    std::vector<nlohmann::json> records;
+    for (const auto& p : data::generate_arithmetic_problems(task, data::ArithmeticSplit::kTrain,
+                                                            static_cast<size_t>(cfg.synthetic_train_problems)))
+      records.push_back({{"question", p.question}, {"answer", p.answer}});
+    opts.format = data::DatasetFormat::kGsm8k;
+    d.train = std::make_unique<data::Dataset>(
+        data::Dataset::from_records(records, "synthetic arithmetic (train split)", *d.tokenizer, opts));
+    if (cfg.eval_data.empty())
+      for (const auto& p : data::generate_arithmetic_problems(task, data::ArithmeticSplit::kEval,
+                                                              static_cast<size_t>(cfg.eval_problems)))
+        d.eval.push_back({p.question, p.answer});
+  } else {
+    d.train = std::make_unique<data::Dataset>(data::Dataset::load_jsonl(cfg.train_data, *d.tokenizer, opts));
+  }
+  if (!cfg.eval_data.empty()) {
+    d.eval = load_qa_jsonl(cfg.eval_data);
+    if (static_cast<int64_t>(d.eval.size()) > cfg.eval_problems) d.eval.resize(cfg.eval_problems);
+  }
+  if (d.train->size() == 0) throw Error("the training data has no documents", cfg.train_data, "check the file");
+  return d;
+}
+
+ModelConfig scratch_config(const TrainConfig& cfg, int32_t vocab) {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.hidden_size = cfg.scratch_hidden;
+  c.num_layers = cfg.scratch_layers;
+  c.num_heads = cfg.scratch_heads;
+  c.num_kv_heads = cfg.scratch_kv_heads;
+  if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0 || c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
+    throw Error("scratch_hidden must divide by scratch_heads, and scratch_heads by scratch_kv_heads",
+                "train config (scratch_*)", "pick compatible sizes");
+  c.head_dim = c.hidden_size / c.num_heads;
+  c.intermediate_size = cfg.scratch_intermediate;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = cfg.seq_len;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000.0;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+}  // namespace
+
+TrainSummary run_training(const TrainConfig& cfg) {
+  validate(cfg);
+  fs::create_directories(cfg.output_dir);
+  std::optional<std::string> resume_from;
+  if (cfg.resume) {
+    resume_from = newest_complete_checkpoint(cfg.output_dir);
+    if (!resume_from)
+      std::printf("resume: no complete checkpoint in %s, starting from step 0\n", cfg.output_dir.c_str());
+  }
+  const std::string weights_dir = resume_from ? *resume_from : cfg.model;
+  RunData data = load_data(cfg, weights_dir);
+
+  const ModelConfig mc = weights_dir.empty() ? scratch_config(cfg, data.tokenizer->vocab_size())
+                                             : load_model_config(weights_dir);
+  if (data.tokenizer->vocab_size() > mc.vocab_size)
+    throw Error("the tokenizer has ids up to " + std::to_string(data.tokenizer->vocab_size() - 1) +
+                    " but the model's vocabulary is " + std::to_string(mc.vocab_size),
+                weights_dir.empty() ? "tokenizer" : weights_dir, "use the model's own tokenizer");
+  ModelParameters params(mc);
+  if (weights_dir.empty())
+    init_parameters(params, cfg.seed);
+  else
+    load_parameters(params, weights_dir);
+  ModelParameters grads(mc);
+  const Precision precision = cfg.precision == "bf16" ? Precision::BF16 : Precision::F32;
+  ModelStep step_engine(mc, cfg.batch, cfg.seq_len, precision);
+  step_engine.refresh_compute_copy(params);
+  Updater updater(cfg, params);
+
+  data::LoaderOptions lo;
+  lo.seq_len = cfg.seq_len;
+  lo.seed = cfg.seed;
+  data::PackedLoader loader(*data.train, lo);
+
+  int64_t start_step = 0;
+  double tokens_seen = 0;
+  if (resume_from) {
+    const std::string state_path = *resume_from + "/trainer_state.json";
+    try {
+      const auto st = nlohmann::json::parse(read_text_file(state_path));
+      start_step = st.at("step").get<int64_t>();
+      tokens_seen = st.at("tokens_seen").get<double>();
+      loader.set_position(data::DataPosition::from_json(st.at("data_position")));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("malformed trainer state: " + std::string(e.what()), state_path, "use another checkpoint");
+    }
+    updater.load(*resume_from);
+  }
+
+  const int64_t n_params = params.numel();
+  const int64_t compute_bytes = step_engine.activation_bytes() + (precision == Precision::BF16 ? 2 * n_params : 0);
+  const int64_t host_bytes = 8 * n_params + static_cast<int64_t>(updater.state_bytes());
+  std::printf("lazytrain train: %s model, %lld layers, hidden %lld, %.2fM parameters, vocab %lld; %d threads\n",
+              weights_dir.empty() ? "from-scratch llama" : weights_dir.c_str(), static_cast<long long>(mc.num_layers),
+              static_cast<long long>(mc.hidden_size), n_params / 1e6, static_cast<long long>(mc.vocab_size), num_threads());
+  std::printf("data: %zu training documents (%zu tokens, %zu trained), %zu evaluation problems\n", data.train->size(),
+              data.train->stats().tokens, data.train->stats().trained_tokens, data.eval.size());
+  std::printf("plan: cpu backend, whole model in memory, every layer keeps its internals (keep-all); "
+              "batch %lld x seq %lld x accumulation %lld; %s matmuls\n",
+              static_cast<long long>(cfg.batch), static_cast<long long>(cfg.seq_len),
+              static_cast<long long>(cfg.grad_accum), cfg.precision.c_str());
+  std::printf("memory: compute %s (activations %s%s), host %s (fp32 weights and gradients %s, %s optimizer states %s), nvme 0\n",
+              format_bytes(compute_bytes).c_str(), format_bytes(step_engine.activation_bytes()).c_str(),
+              precision == Precision::BF16 ? ", bf16 weight copy" : "", format_bytes(host_bytes).c_str(),
+              format_bytes(8 * n_params).c_str(), cfg.optimizer.c_str(), format_bytes(updater.state_bytes()).c_str());
+  if (resume_from) std::printf("resumed from %s at step %lld\n", resume_from->c_str(), static_cast<long long>(start_step));
+
+  Progress progress(cfg.output_dir + "/metrics.jsonl");
+  TrainSummary summary;
+  const int64_t rows = cfg.batch, seq = cfg.seq_len;
+  std::vector<int32_t> ids(cfg.grad_accum * rows * seq), labels(ids.size()), positions(ids.size());
+  const auto run_start = Clock::now();
+  double train_seconds = 0, loss = 0;
+  std::string last_checkpoint;
+
+  auto evaluate = [&](int64_t step) {
+    if (data.eval.empty()) return;
+    const auto t0 = Clock::now();
+    const EvalResult e = evaluate_exact_match(params, *data.tokenizer, data.eval, precision, cfg.max_new_tokens);
+    summary.eval_exact_match = e.exact_match;
+    progress.message("eval at step " + std::to_string(step) + ": exact match " + std::to_string(e.correct) + "/" +
+                     std::to_string(e.examples) + " = " + std::to_string(100.0 * e.exact_match).substr(0, 5) +
+                     "% (" + format_duration(seconds_since(t0)) + ")");
+    for (const auto& s : e.samples) progress.message("  " + s);
+    progress.metrics({{"step", step}, {"eval_exact_match", e.exact_match}, {"eval_examples", e.examples}});
+  };
+  auto save = [&](int64_t step) {
+    last_checkpoint = save_checkpoint(cfg.output_dir, step, cfg.keep_checkpoints, [&](const std::string& dir) {
+      save_pretrained(params, dir);
+      write_file_atomic(dir + "/tokenizer.json", data.tokenizer_json);
+      updater.save(dir);
+      // Fault injection for the crash test: die with the checkpoint half written.
+      if (const char* k = std::getenv("LT_TEST_KILL_DURING_SAVE"); k && std::atoll(k) == step) std::raise(SIGKILL);
+      const nlohmann::json st = {{"step", step},
+                                 {"tokens_seen", tokens_seen},
+                                 {"data_position", loader.position().to_json()},
+                                 {"loss", loss}};
+      write_file_atomic(dir + "/trainer_state.json", st.dump(2) + "\n");
+      write_file_atomic(dir + "/train_config.yaml", describe(cfg));
+    });
+    progress.message("saved " + last_checkpoint);
+  };
+
+  for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
+    const auto t0 = Clock::now();
+    loader.next_batch(cfg.grad_accum * rows, ids.data(), labels.data(), positions.data());
+    int64_t predicted = 0;
+    for (int64_t a = 0; a < cfg.grad_accum; ++a) predicted += count_predicted_tokens(labels.data() + a * rows * seq, rows, seq);
+    grads.zero();
+    double loss_sum = 0;
+    for (int64_t a = 0; a < cfg.grad_accum && predicted > 0; ++a) {
+      const StepResult r = step_engine.forward_backward(params, grads, ids.data() + a * rows * seq,
+                                                        labels.data() + a * rows * seq, {}, 1.0f / predicted);
+      loss_sum += r.loss * r.predicted_tokens;
+    }
+    loss = predicted > 0 ? loss_sum / predicted : 0.0;
+    const double sq = sum_of_squares(grads.data(), grads.numel());
+    const UpdateResult u = updater.apply(params, grads, sq, step_engine.compute_copy(params), step);
+    if (!u.applied)
+      progress.message("step " + std::to_string(step) + ": non-finite gradients, step skipped (" +
+                       std::to_string(updater.non_finite_in_a_row()) + " in a row)");
+    tokens_seen += static_cast<double>(ids.size());
+    train_seconds += seconds_since(t0);
+
+    const double tps = static_cast<double>(ids.size()) * (step - start_step) / std::max(train_seconds, 1e-9);
+    ProgressLine pl{step, cfg.steps, loss, u.lr, u.grad_norm, tps,
+                    train_seconds / (step - start_step) * (cfg.steps - step), compute_bytes, host_bytes, 0};
+    progress.step(pl, cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps));
+    if (cfg.eval_every > 0 && step % cfg.eval_every == 0 && step != cfg.steps) evaluate(step);
+    if (cfg.save_every > 0 && step % cfg.save_every == 0 && step != cfg.steps) save(step);
+    summary.tokens_per_s = tps;
+  }
+  if (start_step < cfg.steps) {
+    evaluate(cfg.steps);
+    save(cfg.steps);
+  } else {
+    progress.message("the checkpoint is already at step " + std::to_string(start_step) + " of " +
+                     std::to_string(cfg.steps) + "; nothing to train (raise --steps to continue)");
+    last_checkpoint = *resume_from;
+  }
+  summary.steps = cfg.steps;
+  summary.final_loss = loss;
+  summary.peak_compute_bytes = compute_bytes;
+  summary.peak_host_bytes = host_bytes;
+  summary.peak_rss_bytes = peak_rss_bytes();
+  summary.checkpoint_dir = last_checkpoint;
+  std::printf("done: %lld steps in %s (%s training), final loss %.4f, %.0f tokens/s%s\n",
+              static_cast<long long>(cfg.steps), format_duration(seconds_since(run_start)).c_str(),
+              format_duration(train_seconds).c_str(), loss, summary.tokens_per_s,
+              summary.eval_exact_match >= 0
+                  ? (", eval exact match " + std::to_string(100 * summary.eval_exact_match).substr(0, 5) + "%").c_str()
+                  : "");
+  if (!cfg.summary_json.empty()) write_file_atomic(cfg.summary_json, summary.to_json().dump(2) + "\n");
+  return summary;
+}
+
+}  // namespace lt

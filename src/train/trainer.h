@@ -1,0 +1,30 @@
+// `lazytrain train`: data, model, optimizer, the step loop, evaluation and checkpoints.
+//
+// Until the streaming executor lands, a step runs the whole model in memory
+// (exec/model_step.h); the optimizer is the hybrid 8-bit AdamW (or fp32 AdamW, or SGD)
+// with global-norm clipping and the non-finite guard (train/updater.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "train/train_config.h"
+
+namespace lt {
+
+struct TrainSummary {
+  int64_t steps = 0;
+  double final_loss = 0;
+  double eval_exact_match = -1;  // -1: no evaluation
+  double tokens_per_s = 0;
+  int64_t peak_compute_bytes = 0, peak_host_bytes = 0, peak_nvme_bytes = 0;
+  int64_t peak_rss_bytes = 0;
+  std::string checkpoint_dir;
+  nlohmann::json to_json() const;
+};
+
+TrainSummary run_training(const TrainConfig& cfg);
+
+}  // namespace lt

@@ -1,0 +1,357 @@
+// Causal GQA attention: the fp32 kernels against the ref:: template run in double, with
+// per-element error bounds derived from fp32 rounding (see ErrorBounds); a float64
+// finite-difference check of the backward; bitwise equality across thread counts.
+#include "kernels/cpu/attention.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "kernels/finite_difference.h"
+#include "test_util.h"
+
+namespace lt {
+namespace {
+
+struct Shape {
+  int64_t B, S, Hq, Hkv, D;
+  int64_t nq() const { return B * S * Hq * D; }
+  int64_t nk() const { return B * S * Hkv * D; }
+  int64_t nl() const { return B * Hq * S; }
+  std::string str() const {
+    std::ostringstream s;
+    s << "B=" << B << " S=" << S << " Hq=" << Hq << " Hkv=" << Hkv << " D=" << D;
+    return s.str();
+  }
+};
+
+std::vector<float> random_floats(int64_t n, uint64_t seed, float amp) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-amp, amp);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+};
+Inputs make_inputs(const Shape& s, uint64_t seed) {
+  // |q|, |k| up to 2: scaled scores spread over several units, so the softmax is far from
+  // uniform and the online max actually moves between key tiles.
+  return {random_floats(s.nq(), seed, 2.0f), random_floats(s.nk(), seed + 1, 2.0f),
+          random_floats(s.nk(), seed + 2, 1.0f), random_floats(s.nq(), seed + 3, 1.0f)};
+}
+
+// Per-element bounds on |fp32 kernel - exact|, from the standard model of rounding:
+// a sum of n products in fp32, in any order, with or without FMA, is off by at most
+// gamma_n * sum|terms|, gamma_n = n u / (1 - n u), u = 2^-24 (Higham, Accuracy and
+// Stability, Thm 3.1). The chain through the kernel:
+//   score   s_ij = scale q_i.k_j:       gamma_D * scale * sum_d |q k|, plus the exp2 domain
+//           change (times scale*log2 e, minus the running max or lse*log2 e): 4u(|s|+|lse|)
+//   exp2    polynomial < 1e-8 relative, plus the scalef: 2u
+//   forward lse = log of a sum of S terms rescaled once per key tile (ntiles): relative
+//           error of the sum gamma_(S + ntiles) plus the largest score error; o = sum_j p v
+//           / l adds gamma_S and the rescales once more: E_i below.
+//   backward dp_ij = dO_i.v_j: gamma_D sum|dO v|; delta_i = dO_i.o_i: gamma_D sum|dO o|;
+//           dS = p (dp - delta) scale: the error of p times |dp - delta| plus p times the
+//           errors of dp and delta; dv, dk sum over n = group*S query rows (gamma_n), dq
+//           over S keys (gamma_S).
+// Tests allow 2x these first-order bounds for the second-order terms they drop.
+struct ErrorBounds {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+ErrorBounds error_bounds(const Shape& s, const Inputs& in, const std::vector<double>& o,
+                         const std::vector<double>& lse, double scale) {
+  const double u = std::ldexp(1.0, -24);
+  auto gamma = [&](double n) { return n * u / (1 - n * u); };
+  const int64_t G = s.Hq / s.Hkv, D = s.D, S = s.S;
+  const double ntiles = double((S + 63) / 64);
+  ErrorBounds e{std::vector<double>(s.nq()), std::vector<double>(s.nl()),
+                std::vector<double>(s.nq()), std::vector<double>(s.nk()),
+                std::vector<double>(s.nk())};
+  std::vector<double> p(S), ep(S), es(S), ds(S), eds(S);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.Hq; ++h) {
+      const int64_t hk = h / G;
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t qo = ((b * S + i) * s.Hq + h) * D;
+        const double l = lse[(b * s.Hq + h) * S + i];
+        double delta = 0, delta_abs = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          delta += double(in.dout[qo + d]) * o[qo + d];
+          delta_abs += std::fabs(double(in.dout[qo + d]) * o[qo + d]);
+        }
+        double es_max = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const int64_t ko = ((b * S + j) * s.Hkv + hk) * D;
+          double sc = 0, sabs = 0, dp = 0, dpabs = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            sc += double(in.q[qo + d]) * in.k[ko + d];
+            sabs += std::fabs(double(in.q[qo + d]) * in.k[ko + d]);
+            dp += double(in.dout[qo + d]) * in.v[ko + d];
+            dpabs += std::fabs(double(in.dout[qo + d]) * in.v[ko + d]);
+          }
+          sc *= scale;
+          p[j] = std::exp(sc - l);
+          es[j] = gamma(D) * scale * sabs + 4 * u * (std::fabs(sc) + std::fabs(l));
+          es_max = std::max(es_max, es[j]);
+          ep[j] = p[j] * (es[j] + 2 * u);
+          const double g = dp - delta;
+          ds[j] = p[j] * g * scale;
+          eds[j] = scale * (ep[j] * std::fabs(g) +
+                            p[j] * (gamma(D) * (dpabs + delta_abs) + 2 * u * std::fabs(g)));
+        }
+        const double E = es_max + 2 * gamma(S + 2 * ntiles) + 8 * u;
+        e.lse[(b * s.Hq + h) * S + i] = E + u * std::fabs(l);
+        for (int64_t j = 0; j <= i; ++j) {
+          const int64_t ko = ((b * S + j) * s.Hkv + hk) * D;
+          for (int64_t d = 0; d < D; ++d) {
+            e.o[qo + d] += p[j] * std::fabs(in.v[ko + d]) * (es[j] + E);
+            e.dv[ko + d] += (ep[j] + gamma(G * S) * p[j]) * std::fabs(in.dout[qo + d]);
+            e.dk[ko + d] += (eds[j] + gamma(G * S) * std::fabs(ds[j])) * std::fabs(in.q[qo + d]);
+            e.dq[qo + d] += (eds[j] + gamma(S) * std::fabs(ds[j])) * std::fabs(in.k[ko + d]);
+          }
+        }
+      }
+    }
+  return e;
+}
+
+// Worst |got - want| / bound over all elements; > 1 is a failure.
+double worst_ratio(const std::vector<float>& got, const std::vector<double>& want,
+                   const std::vector<double>& bound, int64_t* where) {
+  double worst = 0;
+  *where = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - want[i]);
+    const double r = std::isfinite(err) ? err / (2 * bound[i] + 1e-30) : INFINITY;
+    if (r > worst || *where < 0) worst = r, *where = int64_t(i);
+  }
+  return worst;
+}
+
+#define EXPECT_WITHIN_BOUND(name, got, want, bound)                                          \
+  do {                                                                                       \
+    int64_t at;                                                                              \
+    const double r = worst_ratio(got, want, bound, &at);                                     \
+    EXPECT_LE(r, 1.0) << name << " " << s.str() << ": worst at " << at << " got " << got[at] \
+                      << " want " << want[at] << " bound " << 2 * bound[at];                 \
+  } while (0)
+
+const Shape kShapes[] = {
+    {2, 65, 4, 4, 16},   // GQA ratio 1, B > 1, a partial second tile
+    {1, 130, 6, 2, 64},  // ratio 3, three key tiles, the last with 2 keys
+    {2, 7, 8, 2, 80},    // ratio 4, D = 64 + 16
+    {1, 1, 4, 1, 33},    // a single token; odd D
+    {1, 130, 3, 1, 37},  // odd D over several tiles
+    {2, 70, 2, 1, 128},  // two full vectors chunks of D
+    {1, 9, 2, 2, 256},
+};
+
+TEST(Attention, ForwardMatchesReference) {
+  for (const Shape& s : kShapes) {
+    const Inputs in = make_inputs(s, 1000 + s.S + s.D);
+    const float scale = 1.0f / std::sqrt(float(s.D));
+    std::vector<float> o(s.nq(), NAN), lse(s.nl(), NAN);
+    attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                      s.Hkv, s.D, scale);
+    std::vector<double> ro(s.nq()), rl(s.nl());
+    const auto q = to_double(in.q), k = to_double(in.k), v = to_double(in.v);
+    ref::attention_forward<double>(ro.data(), rl.data(), q.data(), k.data(), v.data(), s.B, s.S,
+                                   s.Hq, s.Hkv, s.D, scale);
+    const ErrorBounds e = error_bounds(s, in, ro, rl, scale);
+    EXPECT_WITHIN_BOUND("o", o, ro, e.o);
+    EXPECT_WITHIN_BOUND("lse", lse, rl, e.lse);
+  }
+}
+
+TEST(Attention, BackwardMatchesReference) {
+  for (const Shape& s : kShapes) {
+    const Inputs in = make_inputs(s, 2000 + s.S + s.D);
+    const float scale = 0.7f / std::sqrt(float(s.D));  // not 1/sqrt(D): scale must be used
+    const auto q = to_double(in.q), k = to_double(in.k), v = to_double(in.v),
+               dout = to_double(in.dout);
+    // o and lse as the forward saves them: fp32, and the same values for both sides.
+    std::vector<double> ro(s.nq()), rl(s.nl());
+    ref::attention_forward<double>(ro.data(), rl.data(), q.data(), k.data(), v.data(), s.B, s.S,
+                                   s.Hq, s.Hkv, s.D, scale);
+    const std::vector<float> of = to_float(ro), lf = to_float(rl);
+    const auto o = to_double(of), l = to_double(lf);
+    std::vector<double> rdq(s.nq()), rdk(s.nk()), rdv(s.nk());
+    ref::attention_backward<double>(rdq.data(), rdk.data(), rdv.data(), dout.data(), q.data(),
+                                    k.data(), v.data(), o.data(), l.data(), s.B, s.S, s.Hq, s.Hkv,
+                                    s.D, scale);
+    // NaN-filled outputs: the kernel must overwrite every element.
+    std::vector<float> dq(s.nq(), NAN), dk(s.nk(), NAN), dv(s.nk(), NAN);
+    attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                       in.v.data(), of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale);
+    const ErrorBounds e = error_bounds(s, in, o, l, scale);
+    EXPECT_WITHIN_BOUND("dq", dq, rdq, e.dq);
+    EXPECT_WITHIN_BOUND("dk", dk, rdk, e.dk);
+    EXPECT_WITHIN_BOUND("dv", dv, rdv, e.dv);
+  }
+}
+
+// The reference backward in double against central differences of the reference
+// forward (loss = sum dO * o), and the fp32 kernel's backward against the same
+// differences with its derived fp32 bound as the extra allowance.
+TEST(Attention, BackwardFiniteDifference) {
+  const Shape s{1, 5, 4, 2, 3};
+  const double scale = 0.6;
+  const Inputs in = make_inputs(s, 77);
+  const int64_t nq = s.nq(), nk = s.nk();
+  std::vector<double> x(nq + 2 * nk);
+  std::copy(in.q.begin(), in.q.end(), x.begin());
+  std::copy(in.k.begin(), in.k.end(), x.begin() + nq);
+  std::copy(in.v.begin(), in.v.end(), x.begin() + nq + nk);
+  const auto dy = to_double(in.dout);
+  std::vector<double> lse(s.nl());
+  test::fd::Fn f = [&](const std::vector<double>& xx, std::vector<double>& y) {
+    ref::attention_forward<double>(y.data(), lse.data(), xx.data(), xx.data() + nq,
+                                   xx.data() + nq + nk, s.B, s.S, s.Hq, s.Hkv, s.D, scale);
+  };
+  std::vector<double> o(nq);
+  f(x, o);
+  std::vector<double> g(x.size());
+  ref::attention_backward<double>(g.data(), g.data() + nq, g.data() + nq + nk, dy.data(), x.data(),
+                                  x.data() + nq, x.data() + nq + nk, o.data(), lse.data(), s.B, s.S,
+                                  s.Hq, s.Hkv, s.D, scale);
+  const auto rep = test::fd::check_gradient(f, x, dy, g);
+  EXPECT_TRUE(rep.ok()) << "reference backward: " << rep.str();
+
+  // The fp32 kernel, fed exactly the values the check used (x holds fp32-representable
+  // values), with o and lse from its own forward.
+  std::vector<float> of(nq), lf(s.nl()), gf(x.size());
+  attention_forward(of.data(), lf.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                    s.Hkv, s.D, float(scale));
+  attention_backward(gf.data(), gf.data() + nq, gf.data() + nq + nk, in.dout.data(), in.q.data(),
+                     in.k.data(), in.v.data(), of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D,
+                     float(scale));
+  const ErrorBounds e = error_bounds(s, in, o, lse, scale);
+  double allow = 0;
+  for (const auto* b : {&e.dq, &e.dk, &e.dv})
+    for (double v : *b) allow = std::max(allow, 2 * v);
+  // o and lse in fp32 perturb delta and p by their own bounds; 4x covers that.
+  test::fd::Options opt;
+  opt.analytic_abs_err = 4 * allow;
+  const auto rep32 = test::fd::check_gradient(f, x, dy, to_double(gf), opt);
+  EXPECT_TRUE(rep32.ok()) << "fp32 kernel backward: " << rep32.str();
+}
+
+// Results must not depend on the thread count (nor on the fused / split backward
+// schedule it selects: B*Hkv = 1 is fused on 1 thread and split on 2 or 3).
+TEST(Attention, BitwiseIdenticalAcrossThreadCounts) {
+  const int saved = omp_get_max_threads();
+  for (const Shape& s :
+       {Shape{1, 200, 4, 1, 64}, Shape{2, 130, 6, 2, 80}, Shape{3, 67, 2, 2, 19}}) {
+    const Inputs in = make_inputs(s, 5 + s.S);
+    const float scale = 1.0f / std::sqrt(float(s.D));
+    std::vector<std::vector<float>> first;
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      std::vector<float> o(s.nq()), lse(s.nl()), dq(s.nq()), dk(s.nk()), dv(s.nk());
+      attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                        s.Hkv, s.D, scale);
+      attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                         in.v.data(), o.data(), lse.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale);
+      std::vector<std::vector<float>> all{o, lse, dq, dk, dv};
+      if (first.empty()) {
+        first = all;
+        continue;
+      }
+      const char* names[] = {"o", "lse", "dq", "dk", "dv"};
+      for (size_t t = 0; t < all.size(); ++t)
+        EXPECT_EQ(0, std::memcmp(all[t].data(), first[t].data(), all[t].size() * sizeof(float)))
+            << names[t] << " differs between 1 and " << threads << " threads, " << s.str();
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+// Fully masked future: changing k, v of later tokens must not change earlier outputs.
+TEST(Attention, CausalMaskIgnoresFutureKeys) {
+  const Shape s{1, 100, 2, 1, 32};
+  Inputs in = make_inputs(s, 9);
+  const float scale = 0.2f;
+  std::vector<float> o1(s.nq()), l1(s.nl()), o2(s.nq()), l2(s.nl());
+  attention_forward(o1.data(), l1.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                    s.Hkv, s.D, scale);
+  const int64_t cut = 70;  // tokens >= cut get new keys and values
+  for (int64_t i = cut * s.Hkv * s.D; i < s.nk(); ++i) in.k[i] += 5.0f, in.v[i] -= 3.0f;
+  attention_forward(o2.data(), l2.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                    s.Hkv, s.D, scale);
+  EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), cut * s.Hq * s.D * sizeof(float)));
+}
+
+// The contract's semantics (layouts, GQA head mapping, causal mask, lse, scale) against an
+// independent implementation: PyTorch's scaled_dot_product_attention in float64
+// (tests/reference/attention_sdpa.py), with the same derived fp32 bounds.
+template <typename T>
+void write_raw(const std::string& path, const std::vector<T>& v) {
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(T)));
+}
+std::vector<double> read_raw(const std::string& path, int64_t n) {
+  std::vector<double> v(n);
+  std::ifstream f(path, std::ios::binary);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(double)));
+  if (f.gcount() != std::streamsize(n * sizeof(double))) v.clear();
+  return v;
+}
+
+TEST(Attention, MatchesTorchSdpa) {
+  const Shape s{2, 70, 6, 2, 40};
+  const float scale = 0.17f;
+  const Inputs in = make_inputs(s, 31);
+  test::TempDir dir("attention-sdpa");
+  write_raw(dir.str() + "/q.bin", in.q);
+  write_raw(dir.str() + "/k.bin", in.k);
+  write_raw(dir.str() + "/v.bin", in.v);
+  write_raw(dir.str() + "/dout.bin", in.dout);
+  std::ostringstream args;
+  args.precision(9);
+  args << dir.str() << " " << s.B << " " << s.S << " " << s.Hq << " " << s.Hkv << " " << s.D << " "
+       << scale;
+  const auto r = test::run_reference_script("attention_sdpa.py", args.str());
+  ASSERT_PYTHON_OK(r);
+  const auto to = read_raw(dir.str() + "/o.bin", s.nq()),
+             tl = read_raw(dir.str() + "/lse.bin", s.nl()),
+             tdq = read_raw(dir.str() + "/dq.bin", s.nq()),
+             tdk = read_raw(dir.str() + "/dk.bin", s.nk()),
+             tdv = read_raw(dir.str() + "/dv.bin", s.nk());
+  ASSERT_TRUE(!to.empty() && !tl.empty() && !tdq.empty() && !tdk.empty() && !tdv.empty())
+      << "short output from attention_sdpa.py:\n"
+      << r.output;
+
+  std::vector<float> o(s.nq()), lse(s.nl()), dq(s.nq()), dk(s.nk()), dv(s.nk());
+  attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                    s.Hkv, s.D, scale);
+  attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                     in.v.data(), o.data(), lse.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale);
+  // The backward here starts from the kernel's own fp32 o and lse, while torch
+  // differentiates exactly: their forward bounds enter delta and p, hence 4x as in the
+  // finite-difference test.
+  const ErrorBounds e = error_bounds(s, in, to, tl, scale);
+  auto times4 = [](std::vector<double> v) {
+    for (double& x : v) x *= 4;
+    return v;
+  };
+  EXPECT_WITHIN_BOUND("o", o, to, e.o);
+  EXPECT_WITHIN_BOUND("lse", lse, tl, e.lse);
+  EXPECT_WITHIN_BOUND("dq", dq, tdq, times4(e.dq));
+  EXPECT_WITHIN_BOUND("dk", dk, tdk, times4(e.dk));
+  EXPECT_WITHIN_BOUND("dv", dv, tdv, times4(e.dv));
+}
+
+}  // namespace
+}  // namespace lt

@@ -1,0 +1,236 @@
+// The fused head + cross-entropy against the plain double reference, with many chunk
+// shapes (a tiny max_logit_bytes forces many token and vocabulary chunks), bf16, ignored
+// targets, bad input; and the reference's gradient against finite differences.
+//
+// Error bounds (u = fp32 unit roundoff; "sum of n terms within n u sum|terms|"):
+//   logits: E_t = (C + 2) u max_v sum_c |x_tc w_vc| bounds every logit's error in row t.
+//   lse: 1-Lipschitz in the logits (max norm), so E_t from them; the sum of V exps (each
+//     within 4u, exp_approx's 2 ulp) adds V u relative, the online rescaling 4u per
+//     vocabulary chunk, the log and add ~4u:  d_lse <= E_t + (V + 4 n_vc + 8) u.
+//   loss_t = lse - logit_target: d <= 2 E_t + (V + 4 n_vc + 8) u + 2u (|lse| + |target|).
+//   p_tv = exp(l - lse): relative error rho_t = 2 E_t + (V + 4 n_vc + 16) u; under BF16 the
+//     dlogits are rounded to bf16 before the backward matmuls: + u_bf16.
+//   dx_tc = gs sum_v g_tv w_vc with |g_tv| <= p_tv + [v = target]:
+//     d <= gs (rho_t + (V + n_vc + 2) u) sum_v (p_tv + [v = target]) |w_vc|.
+//   dw_vc += gs sum_t g_tv x_tc: d <= gs sum_t (rho_t + (T + 2) u) (p_tv + [..]) |x_tc|
+//     + (n_tc + 2) u |dw_old| (dw is rounded once per token chunk, with dw_old inside).
+// Under BF16 the reference is given the bf16-rounded x and w, so the same bounds hold.
+// Two fast runs with different chunkings are each within their bound of the exact value,
+// so they differ by at most the sum of the two bounds.
+#include "kernels/cpu/cross_entropy.h"
+
+#include "core/error.h"
+#include "kernels/finite_difference.h"
+#include "kernels/kernel_test_util.h"
+
+namespace lt {
+namespace {
+
+using test::kU32;
+
+struct Problem {
+  int64_t T, C, V;
+  std::vector<float> x, w, dw0;
+  std::vector<int32_t> targets;
+  float grad_scale = 0;
+};
+
+Problem make_problem(int64_t T, int64_t C, int64_t V, uint64_t seed, int ignore_every) {
+  Problem pr{T, C, V, test::random_floats(static_cast<size_t>(T * C), seed, -2, 2),
+             test::random_floats(static_cast<size_t>(V * C), seed + 1),
+             test::random_floats(static_cast<size_t>(V * C), seed + 2), {}, 0};
+  std::mt19937_64 rng(seed + 3);
+  int64_t valid = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const bool ignore = ignore_every > 0 && t % ignore_every == 1;
+    pr.targets.push_back(ignore ? kIgnoreIndex : int32_t(rng() % uint64_t(V)));
+    valid += !ignore;
+  }
+  pr.grad_scale = valid ? 1.0f / float(valid) : 1.0f;
+  return pr;
+}
+
+struct Result {
+  double loss = 0;
+  std::vector<float> dx, dw;
+};
+
+struct Expected {
+  double loss = 0, loss_bound = 0;
+  std::vector<double> dx, dw, dx_bound, dw_bound;
+};
+
+// The exact answer (double reference on the values the fast path multiplies) and the
+// bounds above for n_vc vocabulary chunks.
+Expected expected(const Problem& pr, bool bf, int64_t n_tc, int64_t n_vc) {
+  const auto [T, C, V] = std::tuple{pr.T, pr.C, pr.V};
+  auto x = test::to_double(bf ? test::round_bf16(pr.x) : pr.x);
+  auto w = test::to_double(bf ? test::round_bf16(pr.w) : pr.w);
+  Expected e;
+  e.dx.resize(static_cast<size_t>(T * C));
+  e.dw = test::to_double(pr.dw0);
+  e.loss = ref::head_cross_entropy<double>(e.dx.data(), e.dw.data(), x.data(), w.data(),
+                                           pr.targets.data(), T, C, V, double(pr.grad_scale));
+  e.dx_bound.assign(e.dx.size(), 1e-30);
+  e.dw_bound.resize(e.dw.size());
+  for (size_t i = 0; i < e.dw.size(); ++i) e.dw_bound[i] = (n_tc + 2) * kU32 * std::fabs(pr.dw0[i]) + 1e-30;
+  const double gs = pr.grad_scale;
+  std::vector<double> l(static_cast<size_t>(V));
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t tg = pr.targets[size_t(t)];
+    if (tg == kIgnoreIndex) continue;
+    double et = 0, mx = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) {
+      double s = 0, a = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        s += x[size_t(t * C + c)] * w[size_t(v * C + c)];
+        a += std::fabs(x[size_t(t * C + c)] * w[size_t(v * C + c)]);
+      }
+      l[size_t(v)] = s;
+      et = std::max(et, a);
+      mx = std::max(mx, s);
+    }
+    et *= (C + 2) * kU32;
+    double sum = 0;
+    for (double li : l) sum += std::exp(li - mx);
+    const double lse = mx + std::log(sum);
+    e.loss_bound += 2 * et + (V + 4 * n_vc + 8) * kU32 +
+                    2 * kU32 * (std::fabs(lse) + std::fabs(l[size_t(tg)]));
+    const double rho = 2 * et + (V + 4 * n_vc + 16) * kU32 + (bf ? test::kUBf16 : 0.0);
+    for (int64_t v = 0; v < V; ++v) {
+      const double g = std::exp(l[size_t(v)] - lse) + (v == tg ? 1.0 : 0.0);
+      for (int64_t c = 0; c < C; ++c) {
+        e.dx_bound[size_t(t * C + c)] +=
+            gs * (rho + (V + n_vc + 2) * kU32) * g * std::fabs(w[size_t(v * C + c)]);
+        e.dw_bound[size_t(v * C + c)] +=
+            gs * (rho + (T + 2) * kU32) * g * std::fabs(x[size_t(t * C + c)]);
+      }
+    }
+  }
+  return e;
+}
+
+Result run_fast(const Problem& pr, Precision p, const bf16* w_bf16, int64_t max_logit_bytes) {
+  Result r;
+  r.dx.assign(static_cast<size_t>(pr.T * pr.C), 1e30f);  // must be overwritten
+  r.dw = pr.dw0;
+  r.loss = head_cross_entropy(r.dx.data(), r.dw.data(), pr.x.data(), pr.w.data(), w_bf16,
+                              pr.targets.data(), pr.T, pr.C, pr.V, pr.grad_scale, p,
+                              CrossEntropyOptions{max_logit_bytes});
+  return r;
+}
+
+// The number of token and vocabulary chunks the fast path uses.
+std::pair<int64_t, int64_t> chunk_counts(const Problem& pr, int64_t bytes) {
+  const auto ch = cross_entropy_chunks(pr.T, pr.V, CrossEntropyOptions{bytes});
+  EXPECT_LE(ch.token_chunk * ch.vocab_chunk * 4, bytes);
+  return {(pr.T + ch.token_chunk - 1) / ch.token_chunk,
+          (pr.V + ch.vocab_chunk - 1) / ch.vocab_chunk};
+}
+
+void check_against_reference(const Problem& pr, Precision p, bool give_bf16, int64_t bytes) {
+  const bool bf = p == Precision::BF16;
+  std::vector<bf16> wb;
+  if (give_bf16)
+    for (float v : pr.w) wb.push_back(f32_to_bf16(v));
+  const auto [n_tc, n_vc] = chunk_counts(pr, bytes);
+  const Expected e = expected(pr, bf, n_tc, n_vc);
+  const Result r = run_fast(pr, p, wb.empty() ? nullptr : wb.data(), bytes);
+  const auto ch = cross_entropy_chunks(pr.T, pr.V, CrossEntropyOptions{bytes});
+  const std::string where = "T=" + std::to_string(pr.T) + " V=" + std::to_string(pr.V) +
+                            " chunks " + std::to_string(ch.token_chunk) + "x" +
+                            std::to_string(ch.vocab_chunk) + (bf ? " bf16" : " f32");
+  EXPECT_NEAR(r.loss, e.loss, e.loss_bound) << where;
+  EXPECT_TRUE(test::within_bound(r.dx, e.dx, e.dx_bound)) << "dx " << where;
+  EXPECT_TRUE(test::within_bound(r.dw, e.dw, e.dw_bound)) << "dw " << where;
+}
+
+TEST(CrossEntropy, MatchesReferenceForManyChunkings) {
+  const Problem pr = make_problem(37, 24, 101, 1, 5);
+  const int64_t f = 4;  // bytes per logit
+  for (int64_t bytes : {int64_t(32) << 20,  // one chunk
+                        f * 101 * 10,       // token chunks of 10, whole vocabulary
+                        f * 300,            // 37 tokens x 8 vocabulary (ragged last chunk)
+                        f * 24})            // 24 tokens x 1 vocabulary entry
+    check_against_reference(pr, Precision::F32, false, bytes);
+  // One logit at a time, on a smaller problem (every chunk is four oneDNN calls).
+  check_against_reference(make_problem(5, 6, 7, 8, 3), Precision::F32, false, f);
+}
+
+TEST(CrossEntropy, ChunkedEqualsUnchunkedUpToRounding) {
+  const Problem pr = make_problem(53, 19, 77, 2, 4);
+  const int64_t tiny = 4 * 90;  // 53 tokens x 1 vocabulary entry: 77 vocabulary chunks
+  const Result a = run_fast(pr, Precision::F32, nullptr, int64_t(32) << 20);
+  const Result b = run_fast(pr, Precision::F32, nullptr, tiny);
+  const auto [n_tc, n_vc] = chunk_counts(pr, tiny);
+  const Expected ea = expected(pr, false, 1, 1), eb = expected(pr, false, n_tc, n_vc);
+  EXPECT_NEAR(a.loss, b.loss, ea.loss_bound + eb.loss_bound);
+  auto sum = [](std::vector<double> u, const std::vector<double>& v) {
+    for (size_t i = 0; i < u.size(); ++i) u[i] += v[i];
+    return u;
+  };
+  EXPECT_TRUE(test::within_bound(b.dx, test::to_double(a.dx), sum(ea.dx_bound, eb.dx_bound)));
+  EXPECT_TRUE(test::within_bound(b.dw, test::to_double(a.dw), sum(ea.dw_bound, eb.dw_bound)));
+}
+
+TEST(CrossEntropy, Bf16MatchesReferenceOnRoundedValues) {
+  const Problem pr = make_problem(29, 40, 67, 3, 3);
+  check_against_reference(pr, Precision::BF16, false, int64_t(32) << 20);
+  check_against_reference(pr, Precision::BF16, true, int64_t(32) << 20);
+  check_against_reference(pr, Precision::BF16, true, 4 * 10 * 9);
+}
+
+TEST(CrossEntropy, EdgeCases) {
+  // T = 1, odd C; every target ignored (loss 0, dx 0, dw untouched).
+  check_against_reference(make_problem(1, 7, 5, 4, 0), Precision::F32, false, 1 << 20);
+  Problem pr = make_problem(6, 3, 4, 5, 0);
+  for (auto& t : pr.targets) t = kIgnoreIndex;
+  const Result r = run_fast(pr, Precision::F32, nullptr, 4 * 8);
+  EXPECT_EQ(r.loss, 0.0);
+  for (float v : r.dx) EXPECT_EQ(v, 0.0f);
+  EXPECT_EQ(r.dw, pr.dw0);
+  // Loss alone (no gradient) is the same loss.
+  const Problem q = make_problem(11, 8, 9, 6, 3);
+  const Result full = run_fast(q, Precision::F32, nullptr, 1 << 20);
+  const double loss_only = head_cross_entropy(nullptr, nullptr, q.x.data(), q.w.data(), nullptr,
+                                              q.targets.data(), q.T, q.C, q.V, 1.0f,
+                                              Precision::F32);
+  EXPECT_EQ(loss_only, full.loss);
+}
+
+TEST(CrossEntropy, BadInputThrows) {
+  Problem pr = make_problem(4, 3, 5, 7, 0);
+  std::vector<float> dx(12);
+  pr.targets[2] = 5;  // == V
+  EXPECT_THROW(head_cross_entropy(dx.data(), nullptr, pr.x.data(), pr.w.data(), nullptr,
+                                  pr.targets.data(), 4, 3, 5, 1.0f, Precision::F32),
+               Error);
+  pr.targets[2] = -1;  // negative but not the ignore index
+  EXPECT_THROW(head_cross_entropy(dx.data(), nullptr, pr.x.data(), pr.w.data(), nullptr,
+                                  pr.targets.data(), 4, 3, 5, 1.0f, Precision::F32),
+               Error);
+  pr.targets[2] = 0;
+  EXPECT_THROW(head_cross_entropy(dx.data(), nullptr, pr.x.data(), pr.w.data(), nullptr,
+                                  pr.targets.data(), 4, 3, 5, 1.0f, Precision::F32,
+                                  CrossEntropyOptions{3}),
+               Error);
+}
+
+TEST(CrossEntropy, ReferenceGradientMatchesFiniteDifferences) {
+  const int64_t T = 4, C = 3, V = 6;
+  const std::vector<int32_t> targets = {2, kIgnoreIndex, 5, 0};
+  auto in = test::fd::random_vector(static_cast<size_t>(T * C + V * C), 13, -2, 2);  // [x | w]
+  const std::vector<double> dy = {0.7};  // L = 0.7 * loss: grad_scale 0.7
+  std::vector<double> g(in.size(), 0.0);
+  ref::head_cross_entropy<double>(g.data(), g.data() + T * C, in.data(), in.data() + T * C,
+                                  targets.data(), T, C, V, dy[0]);
+  auto f = [&](const std::vector<double>& v, std::vector<double>& y) {
+    y[0] = ref::head_cross_entropy<double>(nullptr, nullptr, v.data(), v.data() + T * C,
+                                           targets.data(), T, C, V, 1.0);
+  };
+  auto r = test::fd::check_gradient(f, in, dy, g);
+  EXPECT_TRUE(r.ok()) << r.str();
+}
+
+}  // namespace
+}  // namespace lt

@@ -1,0 +1,144 @@
+// The oneDNN matmul against the plain reference run in double.
+//
+// Tolerance: a length-K fp32 dot product of exact inputs is within
+// gamma_{K} * sum_k |a_ik b_kj| of the exact value, gamma_K = K u / (1 - K u) ~ K u
+// (Higham, Accuracy and Stability, 3.1); accumulating into C adds one more rounding of
+// |c_old| + |dot|. So bound = (K + 2) u (sum |a||b| + |c_old|). Under BF16 the inputs are
+// first rounded to bf16; the reference is given the same rounded inputs, so the bound
+// stays an fp32-accumulation bound.
+#include "kernels/cpu/matmul.h"
+
+#include <fstream>
+#include <string>
+
+#include "kernels/kernel_test_util.h"
+
+namespace lt {
+namespace {
+
+using test::kU32;
+
+struct Case {
+  int64_t M, N, K;
+  bool ta, tb, acc;
+};
+
+void check_case(const Case& cs, Precision p) {
+  const auto [M, N, K, ta, tb, acc] = cs;
+  auto a = test::random_floats(size_t(M * K), 1 + M);
+  auto b = test::random_floats(size_t(K * N), 2 + N);
+  auto c = test::random_floats(size_t(M * N), 3 + K);
+  if (p == Precision::BF16) {
+    a = test::round_bf16(a);
+    b = test::round_bf16(b);
+  }
+  std::vector<double> want = test::to_double(c), absab(size_t(M * N));
+  auto ad = test::to_double(a), bd = test::to_double(b);
+  ref::matmul<double>(want.data(), ad.data(), ta, bd.data(), tb, M, N, K, acc);
+  for (auto& v : ad) v = std::fabs(v);
+  for (auto& v : bd) v = std::fabs(v);
+  ref::matmul<double>(absab.data(), ad.data(), ta, bd.data(), tb, M, N, K, false);
+  std::vector<double> bound(size_t(M * N));
+  for (size_t i = 0; i < bound.size(); ++i)
+    bound[i] = double(K + 2) * kU32 * (absab[i] + (acc ? std::fabs(c[i]) : 0.0)) + 1e-30;
+
+  matmul(c.data(), a.data(), ta, b.data(), tb, M, N, K, acc, p);
+  EXPECT_TRUE(test::within_bound(c, want, bound))
+      << "M=" << M << " N=" << N << " K=" << K << " ta=" << ta << " tb=" << tb << " acc=" << acc
+      << (p == Precision::BF16 ? " bf16" : " f32");
+}
+
+const Case kCases[] = {
+    {17, 33, 29, false, false, false}, {17, 33, 29, true, false, false},
+    {17, 33, 29, false, true, true},   {17, 33, 29, true, true, true},
+    {1, 7, 130, false, true, false},   {64, 48, 16, true, false, true},
+    {5, 1, 3, false, false, true},     {1, 9, 4, true, true, false},
+    {3, 1, 6, true, true, true},
+};
+
+TEST(Matmul, F32MatchesReferenceAllTransposes) {
+  for (const Case& cs : kCases) check_case(cs, Precision::F32);
+}
+
+TEST(Matmul, Bf16MatchesReferenceOnRoundedInputs) {
+  for (const Case& cs : kCases) check_case(cs, Precision::BF16);
+}
+
+TEST(Matmul, Bf16InputsSkipConversion) {
+  const int64_t M = 9, N = 13, K = 21;
+  auto a = test::round_bf16(test::random_floats(size_t(M * K), 7));
+  auto b = test::round_bf16(test::random_floats(size_t(K * N), 8));
+  std::vector<bf16> ab(a.size()), bb(b.size());
+  for (size_t i = 0; i < a.size(); ++i) ab[i] = f32_to_bf16(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) bb[i] = f32_to_bf16(b[i]);
+  std::vector<float> c1(size_t(M * N)), c2(size_t(M * N));
+  matmul_bf16(c1.data(), ab.data(), false, bb.data(), true, M, N, K, false);
+  matmul(c2.data(), a.data(), false, b.data(), true, M, N, K, false, Precision::BF16);
+  EXPECT_EQ(c1, c2);  // the same primitive on the same bf16 bits
+}
+
+TEST(Matmul, ZeroKIsAnEmptySum) {
+  std::vector<float> c = {1, 2, 3, 4};
+  matmul(c.data(), nullptr, false, nullptr, false, 2, 2, 0, true, Precision::F32);
+  EXPECT_EQ(c, (std::vector<float>{1, 2, 3, 4}));
+  matmul(c.data(), nullptr, false, nullptr, false, 2, 2, 0, false, Precision::F32);
+  EXPECT_EQ(c, (std::vector<float>{0, 0, 0, 0}));
+}
+
+TEST(Matmul, FusedBias) {
+  const int64_t M = 6, N = 11, K = 5;
+  auto a = test::random_floats(size_t(M * K), 11), b = test::random_floats(size_t(K * N), 12);
+  auto bias = test::random_floats(size_t(N), 13);
+  std::vector<float> c(size_t(M * N)), want(size_t(M * N));
+  MatmulContext ctx;
+  ctx.run(c.data(), {a.data(), nullptr}, false, {b.data(), nullptr}, false, M, N, K, false,
+          Precision::F32, bias.data());
+  ref::matmul<float>(want.data(), a.data(), false, b.data(), false, M, N, K, false);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      EXPECT_NEAR(c[size_t(i * N + j)], want[size_t(i * N + j)] + bias[size_t(j)],
+                  (K + 3) * kU32 * 8);  // |a|,|b|,|bias| <= 1: sum|terms| <= K + 1
+}
+
+TEST(Matmul, ContextCachesPrimitivesByShape) {
+  MatmulContext ctx;
+  std::vector<float> a(64), b(64), c(64);
+  for (int rep = 0; rep < 3; ++rep) {
+    ctx.run(c.data(), {a.data(), nullptr}, false, {b.data(), nullptr}, false, 8, 8, 8, false,
+            Precision::F32);
+    ctx.run(c.data(), {a.data(), nullptr}, false, {b.data(), nullptr}, true, 8, 8, 8, true,
+            Precision::F32);
+  }
+  EXPECT_EQ(ctx.cached_primitives(), 2u);
+  // A new thread count gets its own primitive (oneDNN fixes the split at creation).
+  test::ScopedThreads one(num_threads() == 1 ? 2 : 1);
+  ctx.run(c.data(), {a.data(), nullptr}, false, {b.data(), nullptr}, false, 8, 8, 8, false,
+          Precision::F32);
+  EXPECT_EQ(ctx.cached_primitives(), 3u);
+}
+
+bool cpu_has_amx_bf16() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("flags", 0) == 0) return line.find(" amx_bf16") != std::string::npos;
+  return false;
+}
+
+TEST(Matmul, Bf16UsesAmxWhereAvailable) {
+  const std::string f32 = matmul_impl_name(256, 256, 256, Precision::F32);
+  const std::string bf = matmul_impl_name(256, 256, 256, Precision::BF16);
+  RecordProperty("impl_f32", f32);
+  RecordProperty("impl_bf16", bf);
+  if (!cpu_has_amx_bf16())
+    GTEST_SKIP() << "this CPU has no amx_bf16 flag in /proc/cpuinfo (bf16 runs " << bf
+                 << ", f32 runs " << f32 << ")";
+  EXPECT_NE(bf.find("amx"), std::string::npos) << bf;
+  // The linear layer's shape (weights stored transposed) must pick it too.
+  MatmulContext ctx;
+  const std::string lin = ctx.impl_name(256, 512, 256, false, true, Precision::BF16);
+  EXPECT_NE(lin.find("amx"), std::string::npos) << lin;
+}
+
+}  // namespace
+}  // namespace lt

@@ -1,0 +1,97 @@
+// RoPE: fast path against the double reference, backward as the inverse rotation, and
+// the reference's backward (sign -1) against finite differences of its forward.
+//
+// Tolerance: y = a c - b s is two products and a difference: within 2u (|a c| + |b s|)
+// of the exact value; the bound uses 3u for slack on the sum's own rounding.
+#include "kernels/cpu/rope.h"
+
+#include "kernels/finite_difference.h"
+#include "kernels/kernel_test_util.h"
+
+namespace lt {
+namespace {
+
+using test::kU32;
+
+struct Tables {
+  std::vector<float> cos, sin;
+};
+Tables make_tables(int64_t S, int64_t D) {
+  Tables t;
+  const int64_t half = D / 2;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t i = 0; i < half; ++i) {
+      const double f = std::pow(10000.0, -2.0 * double(i) / double(D));
+      t.cos.push_back(float(std::cos(double(s) * f)));
+      t.sin.push_back(float(std::sin(double(s) * f)));
+    }
+  return t;
+}
+
+void check(int64_t B, int64_t S, int64_t H, int64_t D, bool backward) {
+  const Tables tb = make_tables(S, D);
+  const size_t n = size_t(B * S * H * D);
+  auto x = test::random_floats(n, uint64_t(B * 1000 + S * 10 + D), -3, 3);
+  auto want = test::to_double(x);
+  auto cd = test::to_double(tb.cos), sd = test::to_double(tb.sin);
+  ref::rope_apply<double>(want.data(), cd.data(), sd.data(), B, S, H, D, backward ? -1.0 : 1.0);
+  std::vector<double> bound(n);
+  const int64_t half = D / 2;
+  for (size_t r = 0; r < n / size_t(D); ++r) {
+    const int64_t s = int64_t(r / size_t(H)) % S;
+    for (int64_t i = 0; i < half; ++i) {
+      const double m = std::fabs(x[r * D + i] * cd[s * half + i]) +
+                       std::fabs(x[r * D + i + half] * sd[s * half + i]);
+      const double m2 = std::fabs(x[r * D + i + half] * cd[s * half + i]) +
+                        std::fabs(x[r * D + i] * sd[s * half + i]);
+      bound[r * D + i] = 3 * kU32 * m + 1e-30;
+      bound[r * D + i + half] = 3 * kU32 * m2 + 1e-30;
+    }
+  }
+  if (backward)
+    rope_backward(x.data(), tb.cos.data(), tb.sin.data(), B, S, H, D);
+  else
+    rope_forward(x.data(), tb.cos.data(), tb.sin.data(), B, S, H, D);
+  EXPECT_TRUE(test::within_bound(x, want, bound))
+      << "B=" << B << " S=" << S << " H=" << H << " D=" << D << " backward=" << backward;
+}
+
+TEST(Rope, MatchesReference) {
+  for (bool bw : {false, true}) {
+    check(2, 5, 3, 8, bw);
+    check(1, 1, 1, 2, bw);     // T=1, smallest D
+    check(3, 7, 2, 34, bw);    // D/2 odd, not a multiple of 16
+    check(2, 64, 4, 128, bw);  // threaded
+  }
+}
+
+TEST(Rope, BackwardInvertsForward) {
+  // The rotation is orthogonal, so backward (its transpose) undoes forward.
+  const int64_t B = 2, S = 9, H = 3, D = 16;
+  const Tables tb = make_tables(S, D);
+  auto x = test::random_floats(size_t(B * S * H * D), 4);
+  auto y = x;
+  rope_forward(y.data(), tb.cos.data(), tb.sin.data(), B, S, H, D);
+  rope_backward(y.data(), tb.cos.data(), tb.sin.data(), B, S, H, D);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 8 * kU32) << i;  // |x| <= 1
+}
+
+TEST(Rope, ReferenceBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, S = 3, H = 2, D = 6;
+  const Tables tb = make_tables(S, D);
+  auto cd = test::to_double(tb.cos), sd = test::to_double(tb.sin);
+  const size_t n = size_t(B * S * H * D);
+  auto x = test::fd::random_vector(n, 7);
+  auto dy = test::fd::random_vector(n, 8);
+  auto dx = dy;
+  ref::rope_apply<double>(dx.data(), cd.data(), sd.data(), B, S, H, D, -1.0);
+  auto f = [&](const std::vector<double>& in, std::vector<double>& y) {
+    y = in;
+    ref::rope_apply<double>(y.data(), cd.data(), sd.data(), B, S, H, D, 1.0);
+  };
+  auto r = test::fd::check_gradient(f, x, dy, dx);
+  EXPECT_TRUE(r.ok()) << r.str();
+}
+
+}  // namespace
+}  // namespace lt

@@ -1,0 +1,69 @@
+// Bitwise reproducibility: any thread count gives the serial result, and the AVX-512
+// kernel gives the scalar kernel's result, for 8-bit and fp32 state, fp32 and bf16 grads.
+#include <gtest/gtest.h>
+
+#include "adamw_test_util.h"
+#include "optim/adamw.h"
+
+namespace lt {
+namespace {
+
+struct RunResult {
+  std::vector<float> p;
+  std::vector<bf16> out;
+  test::StateSnapshot state;
+};
+
+// Three steps on one tensor of n elements (Q8 unless n < 4096), with the given settings.
+RunResult run(int64_t n, int threads, AdamWKernel kernel, bool bf16_grad) {
+  AdamWConfig cfg;
+  cfg.num_threads = threads;
+  cfg.kernel = kernel;
+  AdamW opt(cfg);
+  opt.add_tensor("w", n);
+  RunResult r{test::normal_vector(n, 0.3f, 5), std::vector<bf16>(n), {}};
+  for (int64_t step = 1; step <= 3; ++step) {
+    const std::vector<float> g = test::spread_gradient(n, 77 + step);
+    if (bf16_grad)
+      opt.step_tensor(0, r.p.data(), test::to_bf16(g).data(), r.out.data(), 1e-3f, 0.8f, step);
+    else
+      opt.step_tensor(0, r.p.data(), g.data(), r.out.data(), 1e-3f, 0.8f, step);
+  }
+  r.state = test::snapshot(opt, 0);
+  return r;
+}
+
+void expect_same(const RunResult& a, const RunResult& b) {
+  EXPECT_TRUE(test::same_bits(a.p, b.p));
+  EXPECT_TRUE(std::equal(a.out.begin(), a.out.end(), b.out.begin(),
+                         [](bf16 x, bf16 y) { return x.bits == y.bits; }));
+  EXPECT_TRUE(test::same_bits(a.state.m_absmax, b.state.m_absmax));
+  EXPECT_TRUE(test::same_bits(a.state.v_absmax, b.state.v_absmax));
+  EXPECT_TRUE(test::same_bits(a.state.m, b.state.m));
+  EXPECT_TRUE(test::same_bits(a.state.v, b.state.v));
+  EXPECT_EQ(a.state.m_code, b.state.m_code);
+  EXPECT_EQ(a.state.v_code, b.state.v_code);
+}
+
+TEST(AdamWDeterminism, ThreadCountDoesNotChangeBits) {
+  for (int64_t n : {int64_t{1048577}, int64_t{300001}}) {
+    const RunResult serial = run(n, 1, AdamWKernel::Auto, false);
+    for (int threads : {2, 3, 8}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " threads=" + std::to_string(threads));
+      expect_same(serial, run(n, threads, AdamWKernel::Auto, false));
+    }
+  }
+}
+
+TEST(AdamWDeterminism, Avx512EqualsScalarBitwise) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/DQ/VL";
+  for (int64_t n : {int64_t{1}, int64_t{22}, int64_t{4095}, int64_t{4097}, int64_t{100003}}) {
+    for (bool bf16_grad : {false, true}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + (bf16_grad ? " bf16" : " fp32"));
+      expect_same(run(n, 1, AdamWKernel::Scalar, bf16_grad), run(n, 2, AdamWKernel::Avx512, bf16_grad));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lt

@@ -1,0 +1,61 @@
+// The dynamic maps and the nearest-code search.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "adamw_reference.h"
+#include "optim/quant_map.h"
+
+namespace lt {
+namespace {
+
+TEST(AdamWQuantMap, MatchesDecadeDefinition) {
+  for (bool is_signed : {true, false}) {
+    const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();
+    const auto ref = test::reference_dynamic_map(is_signed);
+    ASSERT_EQ(ref.size(), 256u);
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(q.value[i], static_cast<float>(ref[i])) << i;
+    for (int i = 0; i < 255; ++i) EXPECT_LT(q.value[i], q.value[i + 1]);
+    EXPECT_EQ(q.value[255], 1.0f);
+    // Smallest positive centre: 0.55e-6 (signed: one bin in the lowest decade) or 0.325e-6.
+    const int first_pos = is_signed ? 128 : 1;
+    EXPECT_EQ(q.value[first_pos - 1], 0.0f);
+    EXPECT_NEAR(q.value[first_pos], is_signed ? 0.55e-6 : 0.325e-6, 1e-12);
+  }
+}
+
+// Every x: the search's code is a nearest value (ties, which fp32 midpoints make possible
+// only at the midpoint itself, may go either way).
+void expect_nearest(const QuantMap& q, const std::vector<double>& ref, float x) {
+  const int k = quantize_nearest(q, x);
+  const int r = test::reference_nearest(ref, x);
+  const double dk = std::fabs(double(x) - q.value[k]), dr = std::fabs(double(x) - q.value[r]);
+  EXPECT_LE(dk, dr) << "x=" << x << " code " << k << " reference " << r;
+}
+
+TEST(AdamWQuantMap, NearestCodeIsExact) {
+  std::mt19937 rng(1);
+  for (bool is_signed : {true, false}) {
+    const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();
+    const auto ref = test::reference_dynamic_map(is_signed);
+    // Every midpoint and its fp32 neighbours: the boundaries are where a search errs.
+    for (int j = 0; j < 255; ++j)
+      for (float x : {std::nextafter(q.mid[j], -1.f), q.mid[j], std::nextafter(q.mid[j], 2.f)}) expect_nearest(q, ref, x);
+    // Values across all decades, far below the smallest code (no lookup table floor), and
+    // the ends (|x| slightly above 1 after rounding of the normalization).
+    std::uniform_real_distribution<float> dec(-9.f, 0.f);
+    for (int i = 0; i < 20000; ++i) {
+      float x = std::pow(10.f, dec(rng));
+      if (is_signed && (i & 1)) x = -x;
+      expect_nearest(q, ref, x);
+    }
+    for (float x : {0.f, 1e-30f, 3e-7f, 1.f, 1.0000001f, is_signed ? -1.0000001f : 0.f}) expect_nearest(q, ref, x);
+  }
+  // 1e-7 is nearer 0 than the smallest code 0.325e-6; 2e-7 is nearer 0.325e-6.
+  EXPECT_EQ(quantize_nearest(unsigned_dynamic_map(), 1e-7f), 0);
+  EXPECT_EQ(quantize_nearest(unsigned_dynamic_map(), 2e-7f), 1);
+}
+
+}  // namespace
+}  // namespace lt
