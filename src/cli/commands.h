@@ -13,5 +13,8 @@ void add_generate_command(CLI::App& app);
 // Forward + backward of the whole model on a tiny generated model (a quick check).
 void add_step_command(CLI::App& app);
 // Helpers' subcommands are added here, one line each.
+void add_plan_command(CLI::App& app);
+void add_simulate_command(CLI::App& app);
+void add_profile_command(CLI::App& app);
 
 }  // namespace lt::cli

@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   lt::cli::add_eval_command(app);
   lt::cli::add_generate_command(app);
   lt::cli::add_step_command(app);
+  lt::cli::add_plan_command(app);
+  lt::cli::add_simulate_command(app);
+  lt::cli::add_profile_command(app);
 
   try {
     app.parse(argc, argv);

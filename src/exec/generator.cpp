@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/linear.h"
@@ -103,6 +105,10 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
                     std::to_string(max_len_),
                 "generation", "raise the generation length");
   const Precision p = precision_;
+  // One token through a small model is too little work to split across threads.
+  const bool tiny = n * (C * (QD + 2 * KD) + QD * C + 3 * C * I) < (int64_t{1} << 22);
+  std::optional<ScopedNumThreads> single_thread;
+  if (tiny) single_thread.emplace(1);
   embedding_forward(x_.data(), tokens, params.embedding(), n, c.vocab_size, C);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const BlockTensors w = params.block(l);

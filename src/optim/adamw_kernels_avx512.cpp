@@ -47,48 +47,32 @@ LT_AVX512 inline __m512 lookup256(const Table256& t, __m512i idx) {
   return _mm512_mask_blend_ps(b7, h0, h1);
 }
 
-// Nearest code: node t starts at 1; t = 2t + (x > tree[t]) eight times; code = t - 256.
-// Nodes 1..31 sit in r[0..1], 32..63 in r[2..3], 64..127 in r[4..7], 128..255 in r[8..15];
-// vpermt2ps reads only the low 5 bits of t, so no level needs index arithmetic.
-LT_AVX512 inline __m512 tree_split(const Table256& tr, __m512i t, int level) {
-  if (level < 5) return _mm512_permutex2var_ps(tr.r[0], t, tr.r[1]);
-  if (level == 5) return _mm512_permutex2var_ps(tr.r[2], t, tr.r[3]);
-  const __mmask16 b5 = _mm512_test_epi32_mask(t, _mm512_set1_epi32(32));
-  if (level == 6)
-    return _mm512_mask_blend_ps(b5, _mm512_permutex2var_ps(tr.r[4], t, tr.r[5]),
-                                _mm512_permutex2var_ps(tr.r[6], t, tr.r[7]));
-  const __mmask16 b6 = _mm512_test_epi32_mask(t, _mm512_set1_epi32(64));
-  const __m512 lo = _mm512_mask_blend_ps(b5, _mm512_permutex2var_ps(tr.r[8], t, tr.r[9]),
-                                         _mm512_permutex2var_ps(tr.r[10], t, tr.r[11]));
-  const __m512 hi = _mm512_mask_blend_ps(b5, _mm512_permutex2var_ps(tr.r[12], t, tr.r[13]),
-                                         _mm512_permutex2var_ps(tr.r[14], t, tr.r[15]));
-  return _mm512_mask_blend_ps(b6, lo, hi);
+// Nearest codes by the bucket table (quant_map.h): the same integer steps as
+// quant_bucket() / quantize_nearest(), lane by lane, with one gather per vector. Every step
+// depends on x alone, so vectors of a block overlap freely (the search this replaces was a
+// chain of eight dependent lookup-compare steps).
+LT_AVX512 inline __m512i nearest_code_signed(const uint32_t* bucket, __m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i s = _mm512_srai_epi32(bits, 31);
+  __m512i t = _mm512_srli_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), kBucketShift);
+  t = _mm512_min_epi32(_mm512_max_epi32(t, _mm512_set1_epi32(kBucketFirst)), _mm512_set1_epi32(kBucketLast));
+  const __m512i idx = _mm512_add_epi32(_mm512_xor_si512(_mm512_sub_epi32(t, _mm512_set1_epi32(kBucketFirst)), s),
+                                       _mm512_set1_epi32(kBucketsPerSide));
+  const __m512i key_hi = _mm512_slli_epi32(_mm512_xor_si512(bits, s), 16);
+  const __m512i e = _mm512_i32gather_epi32(idx, bucket, 4);
+  return _mm512_mask_sub_epi32(e, _mm512_cmpgt_epu32_mask(key_hi, e), e, _mm512_set1_epi32(-1));
 }
 
-LT_AVX512 inline __m512i descend(__m512i t, __m512 x, __m512 split) {
-  const __mmask16 right = _mm512_cmp_ps_mask(x, split, _CMP_GT_OQ);
-  const __m512i tt = _mm512_add_epi32(t, t);  // off the critical path: runs beside the lookup
-  return _mm512_mask_add_epi32(tt, right, tt, _mm512_set1_epi32(1));
-}
-
-// K vectors of m and K of v searched in lockstep: each search is a chain of eight
-// dependent lookup-compare steps, so independent chains side by side keep the ports busy.
-template <int K>
-LT_AVX512 inline void nearest_codes(const Table256& tm, const __m512* xm, __m512i* cm, const Table256& tv,
-                                    const __m512* xv, __m512i* cv) {
-  for (int q = 0; q < K; ++q) cm[q] = cv[q] = _mm512_set1_epi32(1);
-#pragma GCC unroll 8
-  for (int level = 0; level < 8; ++level) {
-#pragma GCC unroll 4
-    for (int q = 0; q < K; ++q) {
-      cm[q] = descend(cm[q], xm[q], tree_split(tm, cm[q], level));
-      cv[q] = descend(cv[q], xv[q], tree_split(tv, cv[q], level));
-    }
-  }
-  for (int q = 0; q < K; ++q) {
-    cm[q] = _mm512_sub_epi32(cm[q], _mm512_set1_epi32(256));
-    cv[q] = _mm512_sub_epi32(cv[q], _mm512_set1_epi32(256));
-  }
+// Unsigned map. x < 0 lands in bucket 0, whose entry has no midpoint: any key gives code 0
+// there, so the key skips the sign flip that the scalar code applies.
+LT_AVX512 inline __m512i nearest_code_unsigned(const uint32_t* bucket, __m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  __m512i t = _mm512_srai_epi32(bits, kBucketShift);
+  t = _mm512_min_epi32(_mm512_max_epi32(t, _mm512_set1_epi32(kBucketFirst)), _mm512_set1_epi32(kBucketLast));
+  const __m512i idx = _mm512_sub_epi32(t, _mm512_set1_epi32(kBucketFirst));
+  const __m512i e = _mm512_i32gather_epi32(idx, bucket, 4);
+  return _mm512_mask_sub_epi32(e, _mm512_cmpgt_epu32_mask(_mm512_slli_epi32(bits, 16), e), e,
+                               _mm512_set1_epi32(-1));
 }
 
 LT_AVX512 inline __m512 load_f32(const float* p, __mmask16 k) {
@@ -163,7 +147,6 @@ LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8Sta
   const QuantMap& qm = signed_dynamic_map();
   const QuantMap& qv = unsigned_dynamic_map();
   const Table256 m_val = load_table(qm.value), v_val = load_table(qv.value);
-  const Table256 m_tree = load_table(qm.tree), v_tree = load_table(qv.tree);
   const Consts c = broadcast(sc);
   alignas(64) float m[kMaxAdamWBlock], v[kMaxAdamWBlock];
   int64_t skipped = 0;
@@ -209,7 +192,10 @@ LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8Sta
         xm[q] = _mm512_mul_ps(mj, im);
         xv[q] = _mm512_mul_ps(vj, iv);
       }
-      nearest_codes<kQuad>(m_tree, xm, cm, v_tree, xv, cv);
+      for (int q = 0; q < kQuad; ++q) {
+        cm[q] = _mm512_cvttps_epi32(xm[q]);
+        cv[q] = _mm512_cvttps_epi32(xv[q]);
+      }
       for (int q = 0; q < kQuad; ++q) {
         store_codes(s.m_code + i0 + j + 16 * q, cm[q], 0xffff);
         store_codes(s.v_code + i0 + j + 16 * q, cv[q], 0xffff);
@@ -223,8 +209,7 @@ LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8Sta
       store_f32(a.param + i, p, k);
       if (a.out_bf16) store_bf16(a.out_bf16 + i, p, k);
       const __m512 xm = _mm512_mul_ps(mj, im), xv = _mm512_mul_ps(vj, iv);
-      __m512i cm, cv;
-      nearest_codes<1>(m_tree, &xm, &cm, v_tree, &xv, &cv);
+      const __m512i cm = nearest_code_signed(qm.bucket, xm), cv = nearest_code_unsigned(qv.bucket, xv);
       store_codes(s.m_code + i, cm, k);
       store_codes(s.v_code + i, cv, k);
     }

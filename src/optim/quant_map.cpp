@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -14,6 +16,55 @@ namespace {
 // Decade k (k = 0..6) covers [0.1, 1] * 10^(k-6) with `bins(k)` equal-width bins; the map
 // holds each bin's centre. Signed: 2^k bins per decade and per sign (127 + 127), plus 0
 // and +1. Unsigned: 2^(k+1) bins (254), plus 0 and +1. Built in float64, rounded once.
+// #{ j : x > mid[j] }, by a plain scan: the definition the bucket table must reproduce.
+int count_below(const QuantMap& m, float x) {
+  int c = 0;
+  for (int j = 0; j < 255; ++j) c += x > m.mid[j];
+  return c;
+}
+
+int32_t key_of(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const int32_t a = static_cast<int32_t>(bits & 0x7fffffffu);
+  return (bits >> 31) ? -1 - a : a;
+}
+
+float float_of(uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+// The bucket table (quant_map.h). For each bucket, the smallest and largest x that land in
+// it (the end buckets of a side take everything clamped into them) bound the codes; the
+// scan proves the "at most one midpoint per bucket" premise for every bucket, so the table
+// is exact by construction, and the tests compare it with the search anyway.
+void build_buckets(QuantMap& m, bool is_signed) {
+  m.is_signed = is_signed;
+  std::fill(std::begin(m.bucket), std::end(m.bucket), 0u);
+  for (int side = is_signed ? -1 : 1; side <= 1; side += 2) {
+    for (int32_t ia = 0; ia < kBucketsPerSide; ++ia) {
+      const bool first = ia == 0, last = ia == kBucketsPerSide - 1;
+      const uint32_t a_lo = first ? 0u : uint32_t(kBucketFirst + ia) << kBucketShift;
+      const uint32_t a_hi = last ? 0x7f800000u : (uint32_t(kBucketFirst + ia + 1) << kBucketShift) - 1;
+      float x_min = side > 0 ? float_of(a_lo) : -float_of(a_hi);
+      const float x_max = side > 0 ? float_of(a_hi) : -float_of(a_lo);
+      if (!is_signed && first) x_min = -INFINITY;  // every x <= -0 lands in bucket 0 too
+      const int c_lo = count_below(m, x_min), c_hi = count_below(m, x_max);
+      LT_ASSERT(c_hi - c_lo <= 1, "a quantization bucket holds more than one midpoint");
+      uint32_t thr = 0xffff;
+      if (c_hi > c_lo) {
+        // Clamped buckets hold keys of other buckets too: their low bits mean nothing.
+        LT_ASSERT(!first && !last, "a midpoint lies in a clamped quantization bucket");
+        thr = static_cast<uint32_t>(key_of(m.mid[c_lo])) & 0xffffu;
+      }
+      const int32_t index = is_signed ? ((ia ^ (side < 0 ? -1 : 0)) + kBucketsPerSide) : ia;
+      m.bucket[index] = thr << 16 | static_cast<uint32_t>(c_lo);
+    }
+  }
+}
+
 QuantMap build_map(bool is_signed) {
   std::vector<double> v;
   for (int k = 0; k < 7; ++k) {
@@ -51,6 +102,7 @@ QuantMap build_map(bool is_signed) {
     const int s = 128 >> d;
     for (int t = 1 << d; t < (2 << d); ++t) m.tree[t] = m.mid[(t - (1 << d)) * 2 * s + s - 1];
   }
+  build_buckets(m, is_signed);
   return m;
 }
 

@@ -45,31 +45,38 @@ Plan plan_recompute_all(const PlanRequest& req, const CostModel& cm) {
 Plan plan_greedy(const PlanRequest& req, const CostModel& cm) {
   const int L = cm.num_layers;
   Decisions d = all_gpu_decisions(L, "greedy");
-  auto try_build = [&] {
-    assign_asap_traffic(d, cm);
-    return finish(build_plan(req, cm, d));
+  // A candidate is usable when every NVMe part's chain fits its schedule (recomputing a
+  // boundary moves the reload deadline of the stored one below it earlier).
+  auto try_build = [&](Plan& out) {
+    if (!assign_asap_traffic(d, cm)) return false;
+    out = finish(build_plan(req, cm, d));
+    return true;
   };
-  Plan p = try_build();
+  Plan p;
+  try_build(p);
+  auto host_ok = [](const Plan& q) {
+    return cpu_reserved_activation_bytes(q) <= q.cpu_act_budget_bytes * (1 + 1e-9) &&
+           q.predicted_peak.cpu <= q.hardware.host_memory_bytes;
+  };
   for (int b = 1; b < L && !p.feasible; ++b) {
-    // Host memory first: it costs link time only. Then NVMe, then recompute.
-    d.boundaries[b] = BoundaryPlacement{false, 0, 1, 0};
-    Plan q = try_build();
-    bool host_ok = capacity_problems(q).empty() || q.predicted_peak.cpu - q.host_state_bytes <=
-                                                       q.cpu_act_budget_bytes * (1 + 1e-9);
-    if (!host_ok) {
-      d.boundaries[b] = BoundaryPlacement{false, 0, 0, 1};
-      bool nvme_ok = asap_nvme_possible(d.boundaries, b);
-      if (nvme_ok) {
-        q = try_build();
-        nvme_ok = q.predicted_peak.nvme <= q.nvme_act_budget_bytes * (1 + 1e-9) &&
-                  q.predicted_peak.cpu - q.host_state_bytes <= q.cpu_act_budget_bytes * (1 + 1e-9);
+    // Host memory first: it costs link time only. Then NVMe, then recompute; a boundary no
+    // option suits stays on the compute tier.
+    const BoundaryPlacement options[] = {{false, 0, 1, 0}, {false, 0, 0, 1}, {true, 0, 0, 0}};
+    for (const BoundaryPlacement& o : options) {
+      BoundaryPlacement old = d.boundaries[b];
+      d.boundaries[b] = o;
+      Plan q;
+      bool ok = try_build(q) && host_ok(q) && q.predicted_peak.nvme <= q.nvme_act_budget_bytes * (1 + 1e-9);
+      if (ok) {
+        p = std::move(q);
+        break;
       }
-      if (!nvme_ok) {
-        d.boundaries[b] = BoundaryPlacement{true, 0, 0, 0};
-        q = try_build();
-      }
+      d.boundaries[b] = old;
     }
-    p = std::move(q);
+  }
+  if (p.windows.empty()) {  // nothing buildable: report the all-GPU plan
+    d = all_gpu_decisions(L, "greedy");
+    try_build(p);
   }
   return p;
 }

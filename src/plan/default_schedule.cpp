@@ -38,11 +38,12 @@ bool asap_nvme_possible(const std::vector<BoundaryPlacement>& b, int boundary) {
   return read > write;
 }
 
-void assign_asap_traffic(Decisions& d, const CostModel& cm) {
+bool assign_asap_traffic(Decisions& d, const CostModel& cm) {
   const int L = cm.num_layers;
   Stages st{L};
   const double A = cm.boundary_bytes;
   d.traffic.assign(L + 1, BoundaryTraffic{});
+  bool ok = true;
   for (int b = 0; b < L; ++b) {
     const auto& bp = d.boundaries[b];
     if (bp.recompute) continue;
@@ -54,13 +55,17 @@ void assign_asap_traffic(Decisions& d, const CostModel& cm) {
       t.h2d_cpu = {{back, A * bp.cpu}};
     }
     if (bp.nvme > 0) {
-      LT_ASSERT(asap_nvme_possible(d.boundaries, b), "NVMe chain does not fit for boundary " + std::to_string(b));
+      if (!asap_nvme_possible(d.boundaries, b)) {
+        ok = false;
+        continue;
+      }
       t.d2h_nvme = {{out, A * bp.nvme}};
       t.nvme_write = {{out + 1, A * bp.nvme}};
       t.nvme_read = {{back - 1, A * bp.nvme}};
       t.h2d_nvme = {{back, A * bp.nvme}};
     }
   }
+  return ok;
 }
 
 }  // namespace lt

@@ -12,8 +12,9 @@ namespace lt {
 // Decisions with every boundary on the compute tier, no residency or kept internals, the
 // default lazy optimizer placement and no traffic.
 Decisions all_gpu_decisions(int L, const std::string& policy);
-// Fills d.traffic from d.boundaries (ASAP rule above).
-void assign_asap_traffic(Decisions& d, const CostModel& cm);
+// Fills d.traffic from d.boundaries (ASAP rule above). Returns false (and leaves the NVMe
+// parts without traffic) when an NVMe part's chain does not fit before its reload deadline.
+bool assign_asap_traffic(Decisions& d, const CostModel& cm);
 // The stage whose window must have brought boundary b back (the window before its first
 // backward use), given the materialized boundaries.
 int reload_deadline_stage(const std::vector<BoundaryPlacement>& b, int boundary);

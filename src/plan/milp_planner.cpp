@@ -46,7 +46,7 @@ struct Milp {
   double A, W, Wg, Wh, Wgh, I, wsf, wsb, wsh;
   double bh, bd, bnr, bnw;
   double F, Bw, H, to, toh, toe;
-  double capG, capC, capN;
+  double capG, capC, capN, capStage;
   bool use_cpu = false, use_nvme = false;
 
   std::vector<int> t;                 // per stage
@@ -85,9 +85,10 @@ struct Milp {
     capG = (req.gpu_cap() * kSafety - fixed) / kGB;
     capC = req.cpu_budget(cm.host_state_bytes) * kSafety / kGB;
     capN = req.nvme_budget() * kSafety / kGB;
+    capStage = std::max(0.0, req.hardware.host_memory_bytes * kSafety - cm.host_state_bytes) / kGB - capC;
     // A tier smaller than a millionth of a boundary cannot hold anything useful.
     use_cpu = capC > 1e-6 * A;
-    use_nvme = capN > 1e-6 * A;
+    use_nvme = capN > 1e-6 * A && capStage > 1e-6 * A;
   }
 
   std::string sn(int w) const {
@@ -463,22 +464,22 @@ struct Milp {
     if (A > capG) m.add_row("mem_E", {{t[st.epilogue()], 0}}, 1, 0);  // infeasible: E alone does not fit
   }
 
-  // Host activation bytes, telescoped like the compute tier: the cpu parts are reserved for
-  // the whole step; NVMe-bound bytes are staged from their D2H (or NVMe read) until their
-  // NVMe write (or H2D) has completed.
+  // Host memory for activations: the cpu parts are reserved for the whole step and bounded
+  // by the host activation budget; NVMe-bound bytes are staged in host memory from their
+  // D2H (or NVMe read) until their NVMe write (or H2D) has completed, bounded by what the
+  // host has left beyond its state and the activation budget. Telescoped like the
+  // compute tier.
   void host_rows() {
     Terms base;
     for (int b = 0; b < L; ++b) base.emplace_back(c[b], A);
-    if (!use_nvme) {
-      m.add_row("host_budget", base, -kInf, capC);
-      return;
-    }
+    m.add_row("host_budget", base, -kInf, capC);
+    if (!use_nvme) return;
     Terms nv;
     for (int b = 0; b < L; ++b) nv.emplace_back(n[b], A);
     m.add_row("nvme_budget", nv, -kInf, capN);
     int prev = -1;
     for (int w = st.forward(0); w < st.epilogue(); ++w) {
-      int stg = m.add_col("staging_" + sn(w), 0, kInf, 0, false);
+      int stg = m.add_col("staging_" + sn(w), 0, capStage, 0, false);
       Terms tt{{stg, 1}};
       if (prev >= 0) {
         tt.emplace_back(prev, -1);
@@ -488,9 +489,6 @@ struct Milp {
       append(tt, family_at(dn, w, -1));
       append(tt, family_at(r, w, -1));
       m.add_row("staging_def_" + sn(w), tt, 0, 0);
-      Terms cap = base;
-      cap.emplace_back(stg, 1);
-      m.add_row("host_" + sn(w), cap, -kInf, capC);
       prev = stg;
     }
   }

@@ -125,6 +125,7 @@ MipResult MipModel::solve(double time_limit_s, double rel_gap, const std::vector
     Cbc_setLogLevel(m.get(), log_level);
     Cbc_setMaximumSeconds(m.get(), std::max(0.05, seconds * kTimeLimitShare));
     Cbc_setAllowableFractionGap(m.get(), rel_gap);
+    if (const char* f = std::getenv("LT_CBC_WRITE_LP")) Cbc_writeLp(m.get(), f);  // for inspecting a model
     return m;
   };
   auto read = [&](Cbc_Model* m, MipResult& res) {

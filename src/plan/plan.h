@@ -50,7 +50,7 @@
 //   "budgets": { "gpu_cap_bytes", "cpu_act_bytes", "nvme_act_bytes" },
 //   "fixed": { "gpu_bytes" (2 weight slots + 2 gradient slots), "host_state_bytes" },
 //   "boundaries": [ { "index", "tier": "gpu"|"cpu"|"nvme"|"split"|"recompute",
-//                     "gpu", "cpu", "nvme" (token fractions), "bytes" } ]  (L+1 entries),
+//                     "gpu", "cpu", "nvme" (token fractions) } ]  (L+1 entries),
 //   "recompute_blocks": [[s, e], ...]  ascending, covering 0..L,
 //   "resident_layers": [j, ...], "keep_internals": [j, ...],
 //   "optimizer": { "lazy": bool, "placement": [ { "target": "layer.<j>"|"embed"|"head",

@@ -38,13 +38,13 @@ WindowKind parse_kind(const std::string& s, const std::string& where) {
   for (WindowKind k : {WindowKind::Prologue0, WindowKind::Prologue1, WindowKind::Forward, WindowKind::Head,
                        WindowKind::Recompute, WindowKind::Backward, WindowKind::Load, WindowKind::Epilogue})
     if (s == window_kind_name(k)) return k;
-  throw Error("unknown window kind '" + s + "'", where, "regenerate the plan with `lazytrain plan`");
+  throw Error(std::string("unknown window kind '").append(s).append("'"), where, "regenerate the plan with `lazytrain plan`");
 }
 
 Link parse_link(const std::string& s, const std::string& where) {
   for (Link l : {Link::H2D, Link::D2H, Link::NvmeWrite, Link::NvmeRead})
     if (s == link_name(l)) return l;
-  throw Error("unknown link '" + s + "'", where, "regenerate the plan with `lazytrain plan`");
+  throw Error(std::string("unknown link '").append(s).append("'"), where, "regenerate the plan with `lazytrain plan`");
 }
 
 const char* tier_name(const BoundaryPlacement& b) {
@@ -203,8 +203,11 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     throw Error(std::string("malformed plan: ") + e.what(), where, "regenerate the plan with `lazytrain plan`");
   }
   if (static_cast<int>(p.boundaries.size()) != p.num_layers + 1)
-    throw Error("plan has " + std::to_string(p.boundaries.size()) + " boundaries for " + std::to_string(p.num_layers) +
-                    " layers",
+    throw Error(std::string("plan has ")
+                    .append(std::to_string(p.boundaries.size()))
+                    .append(" boundaries for ")
+                    .append(std::to_string(p.num_layers))
+                    .append(" layers"),
                 where, "regenerate the plan");
   return p;
 }

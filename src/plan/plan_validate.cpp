@@ -31,7 +31,7 @@ std::vector<std::string> capacity_problems(const Plan& p) {
   if (over(pk.gpu, p.gpu_cap_bytes))
     out.push_back("compute-tier memory short by " + fmt_gb(pk.gpu - p.gpu_cap_bytes) + " (needs " +
                   fmt_gb(pk.gpu) + ", cap " + fmt_gb(p.gpu_cap_bytes) + ")");
-  double cpu_act = pk.cpu - p.host_state_bytes;
+  double cpu_act = cpu_reserved_activation_bytes(p);  // staging is bounded by host memory below
   if (over(cpu_act, p.cpu_act_budget_bytes))
     out.push_back("host activation budget short by " + fmt_gb(cpu_act - p.cpu_act_budget_bytes) + " (needs " +
                   fmt_gb(cpu_act) + ", budget " + fmt_gb(p.cpu_act_budget_bytes) + ")");

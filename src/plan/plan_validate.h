@@ -13,8 +13,9 @@
 namespace lt {
 
 std::vector<std::string> validate_plan(const Plan& p);
-// Only the capacity checks (compute-tier cap, host activation budget, NVMe budget, host
-// memory), each problem naming the budget and the shortfall in GB.
+// Only the capacity checks (compute-tier cap, host activation budget for the cpu parts,
+// NVMe budget, host memory for state + activations + NVMe staging), each problem naming the
+// budget and the shortfall in GB.
 std::vector<std::string> capacity_problems(const Plan& p);
 
 }  // namespace lt

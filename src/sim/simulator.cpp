@@ -43,6 +43,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 struct Replay {
+  Replay(const Plan& plan, const HardwareProfile& profile, bool retime_compute)
+      : p(plan), hw(profile), retime(retime_compute) {}
   const Plan& p;
   const HardwareProfile& hw;
   bool retime;
@@ -245,10 +247,6 @@ struct Replay {
         record(h.task + " " + h.target, w, SimLane::Host, s, e);
         end = std::max(end, e);
         if (h.task == "optimizer") {
-          auto it = std::find_if(p.optimizer.begin(), p.optimizer.end(), [&](const OptimizerPlacement& o) {
-            return o.target == h.target;
-          });
-          (void)it;
           update_done[h.target] = std::max(update_done[h.target], e);
           // Count down the fractions of this target's update.
           double frac = 0;
@@ -371,7 +369,7 @@ struct Replay {
 SimResult simulate_plan(const Plan& plan, const HardwareProfile& hw) {
   bool retime = hw.name != plan.hardware.name || hw.effective_flops() != plan.hardware.effective_flops() ||
                 hw.host_optimizer_params_per_s != plan.hardware.host_optimizer_params_per_s;
-  Replay r{plan, hw, retime, {}};
+  Replay r(plan, hw, retime);
   r.run();
   return std::move(r.out);
 }

@@ -54,7 +54,8 @@ void Progress::step(const ProgressLine& p, bool log_line) {
     std::fprintf(stderr, "\r\033[K[%.*s%*s] %s", filled, "########################", width - filled, "", line);
     bar_shown_ = true;
   } else if (log_line) {
-    std::fprintf(stderr, "%s\n", line);
+    std::fprintf(stdout, "%s\n", line);  // a log: one stream, in order with the messages
+    std::fflush(stdout);
   }
   std::fflush(stderr);
   if (log_line)

@@ -192,6 +192,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
               precision == Precision::BF16 ? ", bf16 weight copy" : "", format_bytes(host_bytes).c_str(),
               format_bytes(8 * n_params).c_str(), cfg.optimizer.c_str(), format_bytes(updater.state_bytes()).c_str());
   if (resume_from) std::printf("resumed from %s at step %lld\n", resume_from->c_str(), static_cast<long long>(start_step));
+  std::fflush(stdout);
 
   Progress progress(cfg.output_dir + "/metrics.jsonl");
   TrainSummary summary;

@@ -110,11 +110,26 @@ TEST(Matmul, ContextCachesPrimitivesByShape) {
             Precision::F32);
   }
   EXPECT_EQ(ctx.cached_primitives(), 2u);
-  // A new thread count gets its own primitive (oneDNN fixes the split at creation).
-  test::ScopedThreads one(num_threads() == 1 ? 2 : 1);
-  ctx.run(c.data(), {a.data(), nullptr}, false, {b.data(), nullptr}, false, 8, 8, 8, false,
-          Precision::F32);
-  EXPECT_EQ(ctx.cached_primitives(), 3u);
+  // Above the one-thread size, a new thread count gets its own primitive (oneDNN fixes the
+  // work split at creation); below it (8^3 above) every count shares the serial one.
+  std::vector<float> big(128 * 128);
+  auto run_big = [&] {
+    ctx.run(big.data(), {big.data(), nullptr}, false, {big.data(), nullptr}, false, 128, 128,
+            128, true, Precision::F32);
+  };
+  {
+    test::ScopedThreads two(2);
+    run_big();
+    ctx.run(c.data(), {a.data(), nullptr}, false, {b.data(), nullptr}, false, 8, 8, 8, false,
+            Precision::F32);
+  }
+  {
+    test::ScopedThreads one(1);
+    run_big();
+    ctx.run(c.data(), {a.data(), nullptr}, false, {b.data(), nullptr}, false, 8, 8, 8, false,
+            Precision::F32);
+  }
+  EXPECT_EQ(ctx.cached_primitives(), 4u);
 }
 
 bool cpu_has_amx_bf16() {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "adamw_reference.h"
@@ -55,6 +56,48 @@ TEST(AdamWQuantMap, NearestCodeIsExact) {
   // 1e-7 is nearer 0 than the smallest code 0.325e-6; 2e-7 is nearer 0.325e-6.
   EXPECT_EQ(quantize_nearest(unsigned_dynamic_map(), 1e-7f), 0);
   EXPECT_EQ(quantize_nearest(unsigned_dynamic_map(), 2e-7f), 1);
+}
+
+// The bucket table (quantize_nearest) against the binary search it replaces, on every
+// bucket's edges, every midpoint's neighbourhood, the specials, and ~3M other floats: a
+// sparse sweep of all bit patterns and uniform random bits.
+TEST(AdamWQuantMap, BucketTableEqualsSearch) {
+  auto f = [](uint32_t b) {
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x;
+  };
+  for (bool is_signed : {true, false}) {
+    const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();
+    int64_t checked = 0, bad = 0;
+    auto check = [&](float x) {
+      if (std::isnan(x)) return;
+      ++checked;
+      if (quantize_nearest(q, x) != quantize_nearest_search(q, x) && ++bad <= 10)
+        ADD_FAILURE() << (is_signed ? "signed" : "unsigned") << " x=" << x << " table "
+                      << int(quantize_nearest(q, x)) << " search " << int(quantize_nearest_search(q, x));
+    };
+    for (int j = 0; j < 255; ++j) {
+      uint32_t b;
+      std::memcpy(&b, &q.mid[j], 4);
+      for (int d = -3; d <= 3; ++d) check(f(b + d));
+    }
+    // First and last three keys of every bucket (and of the clamped ranges), both signs.
+    for (uint32_t hi = 0; hi <= 0x7f80; ++hi)
+      for (uint32_t lo : {0u, 1u, 2u, 0xfffdu, 0xfffeu, 0xffffu}) {
+        check(f(hi << 16 | lo));
+        check(f(0x80000000u | hi << 16 | lo));
+      }
+    for (float x : {0.f, -0.f, 1.f, -1.f, INFINITY, -INFINITY, 1e-45f, -1e-45f, 2.f, -2.f}) check(x);
+    for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099) check(f(static_cast<uint32_t>(b)));
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> mag(-8.f, 0.1f);
+    for (int i = 0; i < 1000000; ++i) {
+      check(f(static_cast<uint32_t>(rng())));
+      check(std::pow(10.f, mag(rng)) * ((i & 1) ? -1.f : 1.f));
+    }
+    EXPECT_EQ(bad, 0) << "of " << checked;
+  }
 }
 
 }  // namespace

@@ -8,11 +8,15 @@
 //     max m and sum s, rescaled by exp(m_old - m_new) when the max grows) and picks the
 //     target's logit; pass 2 recomputes each chunk's logits, turns them into dlogits in
 //     place, and does dx_c (= on the first chunk, += after) and dw[chunk] +=.  4 matmuls
+// Only non-ignored tokens enter the chunks (gathered when the mask makes gaps), so masked
+// prompt tokens cost no flops.
 // The softmax math is fp32 (logits are fp32 whatever the matmul precision); per-row
-// losses are summed in double, in token order.
-// Work memory: the logits chunk (<= max_logit_bytes), four floats per token of the chunk,
-// and, under BF16, the matmul context's bf16 copies of its operands (<= half the logits
-// chunk plus the x chunk) and a V*C bf16 copy of w when w_bf16 is not given.
+// losses are summed in double, in token order. Under BF16 the gradient is written as bf16
+// into its own buffer (the backward matmuls' operand), not in place.
+// Work memory: the logits chunk and under BF16 its bf16 gradient (together <=
+// max_logit_bytes), five words per token of the chunk, the chunk's x rows (bf16, or fp32
+// when gathered) and dx rows (when gathered), T positions, and a V*C bf16 copy of w when
+// BF16 is asked for and w_bf16 is not given.
 #include "kernels/cpu/cross_entropy.h"
 
 #include <algorithm>
@@ -27,10 +31,13 @@ namespace lt {
 
 namespace {
 
-// Token chunks of at least this many rows (when T has them) before the vocabulary gets
-// split: every token chunk re-reads all of w, so small token chunks make the head
-// memory-bound; 256 rows also keep oneDNN's blocked kernels busy.
-constexpr int64_t kMinTokenChunk = 256;
+// The vocabulary is split only when a token chunk with all of it would hold fewer than
+// this many tokens (or T, if smaller). Splitting costs a 4th matmul (+33% flops: the
+// logits are recomputed for the gradient); small token chunks cost memory traffic instead,
+// since each one re-reads w and reads and writes all of dw (~12 bytes per weight under
+// BF16 against 6 n flops per weight for n tokens). At n = 128 that is ~64 flops per byte,
+// still compute-bound here (~300 GFLOP/s against ~20 GB/s).
+constexpr int64_t kMinTokenChunk = 128;
 
 void check_targets(const int32_t* targets, int64_t T, int64_t V) {
   for (int64_t t = 0; t < T; ++t)
@@ -63,31 +70,50 @@ void fold_chunk_stats(float* m, float* s, float* tlogit, const float* logits, co
   }
 }
 
-// logits chunk -> grad_scale * (softmax - onehot), in place; ignored rows become 0.
-void logits_to_grad(float* logits, const float* lse, const int32_t* tgt, int64_t n, int64_t v0,
-                    int64_t nv, float grad_scale) {
+// logits chunk -> grad_scale * (softmax - onehot); ignored rows become 0. Written in place
+// (g16 == nullptr), or, for a BF16 matmul, straight into g16 as bf16: the backward
+// matmuls need bf16 operands, and rounding here once saves them two conversion passes.
+void logits_to_grad(float* logits, bf16* g16, const float* lse, const int32_t* tgt, int64_t n,
+                    int64_t v0, int64_t nv, float grad_scale) {
 #pragma omp parallel for schedule(static) if (n * nv >= (1 << 15))
   for (int64_t i = 0; i < n; ++i) {
     float* l = logits + i * nv;
-    if (tgt[i] == kIgnoreIndex) {
+    const bool ignored = tgt[i] == kIgnoreIndex;
+    const float li = lse[i];
+    const int64_t hit = ignored ? -1 : tgt[i] - v0;  // the target's column, if in this chunk
+    if (g16) {
+      bf16* o = g16 + i * nv;
+      if (ignored) {
+        std::fill(o, o + nv, bf16{});
+        continue;
+      }
+#pragma omp simd
+      for (int64_t v = 0; v < nv; ++v)
+        o[v].bits = vec::to_bf16_bits(grad_scale * vec::exp_approx(l[v] - li) -
+                                      (v == hit ? grad_scale : 0.0f));
+      continue;
+    }
+    if (ignored) {
       std::fill(l, l + nv, 0.0f);
       continue;
     }
-    const float li = lse[i];
 #pragma omp simd
-    for (int64_t v = 0; v < nv; ++v) l[v] = grad_scale * vec::exp_approx(l[v] - li);
-    if (tgt[i] >= v0 && tgt[i] < v0 + nv) l[tgt[i] - v0] -= grad_scale;
+    for (int64_t v = 0; v < nv; ++v)
+      l[v] = grad_scale * vec::exp_approx(l[v] - li) - (v == hit ? grad_scale : 0.0f);
   }
 }
 
 }  // namespace
 
-CrossEntropyChunks cross_entropy_chunks(int64_t T, int64_t V, const CrossEntropyOptions& opt) {
-  const int64_t floats = opt.max_logit_bytes / int64_t(sizeof(float));
+CrossEntropyChunks cross_entropy_chunks(int64_t T, int64_t V, const CrossEntropyOptions& opt,
+                                        Precision p) {
+  // Per logit: its fp32 value, plus under BF16 its bf16 gradient (see logits_to_grad).
+  const int64_t bytes_per_logit = p == Precision::BF16 ? 6 : 4;
+  const int64_t floats = opt.max_logit_bytes / bytes_per_logit;
   if (floats < 1)
     throw Error("max_logit_bytes " + std::to_string(opt.max_logit_bytes) +
                     " cannot hold one logit",
-                "CrossEntropyOptions", "give at least 4 bytes (the default is 32 MiB)");
+                "CrossEntropyOptions", "give at least 6 bytes (the default is 32 MiB)");
   CrossEntropyChunks ch;
   const int64_t want_tokens = std::max<int64_t>(1, std::min(T, kMinTokenChunk));
   if (floats / want_tokens >= V) {  // whole vocabulary rows fit
@@ -106,7 +132,7 @@ double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
                           const CrossEntropyOptions& opt) {
   LT_ASSERT(T >= 0 && C > 0 && V > 0, "head_cross_entropy sizes");
   check_targets(targets, T, V);
-  const CrossEntropyChunks ch = cross_entropy_chunks(T, V, opt);
+  const CrossEntropyChunks ch = cross_entropy_chunks(T, V, opt, p);
   if (T == 0) return 0.0;
   const int64_t tc = ch.token_chunk, vc = ch.vocab_chunk;
   const bool one_vocab_chunk = vc == V;
@@ -123,41 +149,85 @@ double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
     return MatmulOperand{w + v0 * C, w_bf16 ? w_bf16 + v0 * C : nullptr};
   };
 
+  // Ignored positions (prompt tokens under SFT masking, padding) cost nothing: chunks are
+  // made of the valid tokens only, gathered when they are not contiguous. Their dx rows
+  // are zero. Chunk sizes still come from T, so work memory does not depend on the mask.
+  std::vector<int64_t> valid;
+  valid.reserve(size_t(T));
+  for (int64_t t = 0; t < T; ++t) {
+    if (targets[t] != kIgnoreIndex)
+      valid.push_back(t);
+    else if (dx)
+      std::fill(dx + t * C, dx + (t + 1) * C, 0.0f);
+  }
+  const int64_t n_valid = int64_t(valid.size());
+
   // Not AlignedBuffer: its zero fill would be a wasted pass over max_logit_bytes.
+  const bool bf = p == Precision::BF16;
   auto logits = std::make_unique_for_overwrite<float[]>(size_t(tc * vc));
+  auto g16 = bf ? std::make_unique_for_overwrite<bf16[]>(size_t(tc * vc)) : nullptr;
+  // The chunk's x rows (gathered, and under BF16 rounded once for all the matmuls that
+  // read them) and its dx rows before they are scattered back.
+  auto x16 = bf ? std::make_unique_for_overwrite<bf16[]>(size_t(tc * C)) : nullptr;
+  std::unique_ptr<float[]> xg, dxg;
+  if (n_valid < T) {
+    if (!bf) xg = std::make_unique_for_overwrite<float[]>(size_t(tc * C));
+    if (dx) dxg = std::make_unique_for_overwrite<float[]>(size_t(tc * C));
+  }
   const size_t rows = static_cast<size_t>(tc);
   std::vector<float> m(rows), s(rows), tlogit(rows), lse(rows);
+  std::vector<int32_t> tg(rows);
   double loss = 0;
 
-  for (int64_t t0 = 0; t0 < T; t0 += tc) {
-    const int64_t n = std::min(tc, T - t0);
-    const int32_t* tgt = targets + t0;
-    const MatmulOperand xc{x + t0 * C, nullptr};
-    if (std::all_of(tgt, tgt + n, [](int32_t t) { return t == kIgnoreIndex; })) {
-      if (dx) std::fill(dx + t0 * C, dx + (t0 + n) * C, 0.0f);
-      continue;
+  for (int64_t c0 = 0; c0 < n_valid; c0 += tc) {
+    const int64_t n = std::min(tc, n_valid - c0);
+    const int64_t* idx = valid.data() + c0;
+    const bool contiguous = idx[n - 1] - idx[0] == n - 1;  // no ignored token inside
+    for (int64_t i = 0; i < n; ++i) tg[size_t(i)] = targets[idx[i]];
+    const float* xc32 = x + idx[0] * C;
+    if (bf) {
+#pragma omp parallel for schedule(static) if (n * C >= (1 << 15))
+      for (int64_t i = 0; i < n; ++i) {
+        const float* src = x + idx[i] * C;
+        bf16* dst = x16.get() + i * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) dst[c].bits = vec::to_bf16_bits(src[c]);
+      }
+    } else if (!contiguous) {
+#pragma omp parallel for schedule(static) if (n * C >= (1 << 15))
+      for (int64_t i = 0; i < n; ++i)
+        std::copy(x + idx[i] * C, x + (idx[i] + 1) * C, xg.get() + i * C);
+      xc32 = xg.get();
     }
+    const MatmulOperand xc{xc32, bf ? x16.get() : nullptr};
     // Pass 1: logsumexp (and, with one vocabulary chunk, keep the logits for pass 2).
     for (int64_t v0 = 0; v0 < V; v0 += vc) {
       const int64_t nv = std::min(vc, V - v0);
       matmul_ex(logits.get(), xc, false, w_rows(v0), true, n, nv, C, false, p);
-      fold_chunk_stats(m.data(), s.data(), tlogit.data(), logits.get(), tgt, n, v0, nv, v0 == 0);
+      fold_chunk_stats(m.data(), s.data(), tlogit.data(), logits.get(), tg.data(), n, v0, nv,
+                       v0 == 0);
     }
-    for (int64_t i = 0; i < n; ++i) {
-      if (tgt[i] == kIgnoreIndex) continue;
-      lse[size_t(i)] = m[size_t(i)] + std::log(s[size_t(i)]);
-      loss += double(lse[size_t(i)] - tlogit[size_t(i)]);
+    for (size_t i = 0; i < size_t(n); ++i) {
+      lse[i] = m[i] + std::log(s[i]);
+      loss += double(lse[i] - tlogit[i]);
     }
     if (!dx) continue;
     // Pass 2: gradients, a vocabulary chunk at a time.
+    float* dxc = contiguous ? dx + idx[0] * C : dxg.get();
     for (int64_t v0 = 0; v0 < V; v0 += vc) {
       const int64_t nv = std::min(vc, V - v0);
       if (!one_vocab_chunk)
         matmul_ex(logits.get(), xc, false, w_rows(v0), true, n, nv, C, false, p);
-      logits_to_grad(logits.get(), lse.data(), tgt, n, v0, nv, grad_scale);
-      const MatmulOperand g{logits.get(), nullptr};
-      matmul_ex(dx + t0 * C, g, false, w_rows(v0), false, n, C, nv, v0 > 0, p);
+      logits_to_grad(logits.get(), g16.get(), lse.data(), tg.data(), n, v0, nv, grad_scale);
+      const MatmulOperand g = bf ? MatmulOperand{nullptr, g16.get()}
+                                 : MatmulOperand{logits.get(), nullptr};
+      matmul_ex(dxc, g, false, w_rows(v0), false, n, C, nv, v0 > 0, p);
       if (dw) matmul_ex(dw + v0 * C, g, true, xc, false, nv, C, n, true, p);
+    }
+    if (!contiguous) {
+#pragma omp parallel for schedule(static) if (n * C >= (1 << 15))
+      for (int64_t i = 0; i < n; ++i)
+        std::copy(dxg.get() + i * C, dxg.get() + (i + 1) * C, dx + idx[i] * C);
     }
   }
   return loss;

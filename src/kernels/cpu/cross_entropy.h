@@ -34,13 +34,15 @@ double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
                           int64_t V, float grad_scale, Precision p,
                           const CrossEntropyOptions& opt = {});
 
-// The chunk sizes head_cross_entropy uses for these sizes and options: token_chunk *
-// vocab_chunk floats of logits (<= max_logit_bytes / 4), vocab_chunk == V when the whole
-// vocabulary of a token chunk fits. Throws lt::Error if max_logit_bytes < 4.
+// The chunk sizes head_cross_entropy uses: token_chunk * vocab_chunk logits, each 4 bytes
+// (fp32) plus, under BF16, 2 bytes (its bf16 gradient), within max_logit_bytes;
+// vocab_chunk == V when the whole vocabulary of a token chunk fits. Throws lt::Error if
+// max_logit_bytes cannot hold one logit.
 struct CrossEntropyChunks {
   int64_t token_chunk = 0, vocab_chunk = 0;
 };
-CrossEntropyChunks cross_entropy_chunks(int64_t T, int64_t V, const CrossEntropyOptions& opt);
+CrossEntropyChunks cross_entropy_chunks(int64_t T, int64_t V, const CrossEntropyOptions& opt,
+                                        Precision p = Precision::F32);
 
 namespace ref {
 // Plain reference: one row of logits at a time, no chunking. Same contract as above

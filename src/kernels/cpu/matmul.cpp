@@ -17,6 +17,15 @@
 namespace lt {
 namespace {
 
+// Below this many flops a matmul runs on one thread: a few microseconds of work, where an
+// OpenMP fork/join costs as much on an idle machine, and a whole scheduler tick (ms) when
+// the other core is busy (decoding steps, attention's small products, the tests).
+constexpr double kSerialFlops = 1 << 21;
+
+int threads_for(int64_t M, int64_t N, int64_t K) {
+  return 2.0 * double(M) * double(N) * double(K) < kSerialFlops ? 1 : omp_get_max_threads();
+}
+
 // oneDNN fixes a primitive's work split for the thread count at creation and runs that
 // many threads whatever omp_set_num_threads says later, so the count is part of the key:
 // set_num_threads then takes effect on the next call.
@@ -24,7 +33,7 @@ struct Key {
   int64_t M, N, K;
   bool trans_a, trans_b, accumulate, bias;
   Precision p;
-  int threads = omp_get_max_threads();
+  int threads = threads_for(M, N, K);
   bool operator==(const Key&) const = default;
 };
 
@@ -39,6 +48,22 @@ struct KeyHash {
         (k.bias ? 8u : 0u) | (k.p == Precision::BF16 ? 16u : 0u));
     return h;
   }
+};
+
+// Runs a scope (a primitive's creation and execution) under the key's thread count.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : outer_(omp_get_max_threads()), n_(n) {
+    if (n_ != outer_) omp_set_num_threads(n_);
+  }
+  ~ThreadCount() {
+    if (n_ != outer_) omp_set_num_threads(outer_);
+  }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int outer_, n_;
 };
 
 struct Entry {
@@ -71,6 +96,7 @@ struct MatmulContext::Impl {
       ops.append_sum(1.0f);
       attr.set_post_ops(ops);
     }
+    const ThreadCount threads(k.threads);  // oneDNN reads the count at creation
     try {
       dnnl::matmul::desc desc =
           k.bias ? dnnl::matmul::desc(a_md, b_md,
@@ -115,7 +141,9 @@ void MatmulContext::run(float* c, MatmulOperand a, bool trans_a, MatmulOperand b
         c[i * N + j] = (accumulate ? c[i * N + j] : 0.0f) + (bias ? bias[j] : 0.0f);
     return;
   }
-  const Entry& e = impl_->get(Key{M, N, K, trans_a, trans_b, accumulate, bias != nullptr, p});
+  const Key key{M, N, K, trans_a, trans_b, accumulate, bias != nullptr, p};
+  const ThreadCount threads(key.threads);
+  const Entry& e = impl_->get(key);
   const void* pa;
   const void* pb;
   if (p == Precision::BF16) {

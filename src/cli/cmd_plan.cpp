@@ -1,0 +1,150 @@
+// `lazytrain plan`: a training-step plan for a model on a machine (plan/planner.h).
+// Exit codes: 0 a feasible plan, 1 a user error (lt::Error, via main), 2 no feasible plan
+// (the message names the short budget, by how much, and the largest batch that fits).
+#include <cstdio>
+#include <memory>
+#include <cstdlib>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "plan/model_preset.h"
+#include "plan/plan_json.h"
+#include "plan/planner.h"
+
+namespace lt::cli {
+namespace {
+
+// Exit status for an infeasible request, distinct from main's 1 for input errors.
+constexpr int kExitInfeasible = 2;
+
+struct PlanArgs {
+  std::string model, hardware = "h800", policy = "milp", out, act_budget;
+  int64_t batch = 1, seq = 1024;
+  double gpu_cap_gb = 0, time_limit_s = 10, gap = 0.002;
+  bool max_batch = false, json = false;
+};
+
+// "cpu=15,nvme=32" (GB) into the request.
+void parse_act_budget(const std::string& s, PlanRequest& req) {
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t comma = s.find(',', pos);
+    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t eq = item.find('=');
+    if (eq == std::string::npos) throw Error("expected tier=GB, got '" + item + "'", "--act-budget", "e.g. --act-budget cpu=15,nvme=32");
+    std::string tier = item.substr(0, eq);
+    double gb = 0;
+    try {
+      gb = std::stod(item.substr(eq + 1));
+    } catch (...) {
+      throw Error("not a number: '" + item.substr(eq + 1) + "'", "--act-budget", "e.g. --act-budget cpu=15,nvme=32");
+    }
+    if (gb < 0) throw Error("budgets must be >= 0", "--act-budget", "");
+    if (tier == "cpu") req.cpu_act_budget_bytes = gb * 1e9;
+    else if (tier == "nvme") req.nvme_act_budget_bytes = gb * 1e9;
+    else throw Error("unknown tier '" + tier + "'", "--act-budget", "tiers are cpu and nvme");
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+}
+
+void print_table(const Plan& p) {
+  auto tc = p.tier_counts();
+  std::printf("plan: %s for %s on %s, batch %lld, seq %lld\n", p.policy.c_str(), p.model_name.c_str(),
+              p.hardware.name.c_str(), static_cast<long long>(p.batch), static_cast<long long>(p.seq));
+  std::printf("  %-24s %s\n", "feasible", p.feasible ? "yes" : ("no: " + p.infeasible_reason).c_str());
+  std::printf("  %-24s %.4f s\n", "predicted step", p.predicted_step_s);
+  std::printf("  %-24s %.1f\n", "tokens/s", p.tokens_per_s());
+  std::printf("  %-24s %.2f (6 * N * tokens / step)\n", "TFLOPS", p.tflops());
+  if (p.policy == "milp")
+    std::printf("  %-24s %.3f s wall, %.3f s cpu, gap %.4f%% (%s, %d columns, %d rows)\n", "solve", p.solve.solve_s,
+                p.solve.solve_cpu_s, 100 * p.solve.mip_gap, p.solve.status.c_str(), p.solve.columns, p.solve.rows);
+  std::printf("  %-24s gpu %.2f  cpu %.2f  nvme %.2f  recompute %.0f\n", "boundaries", tc.gpu, tc.cpu, tc.nvme,
+              tc.recompute);
+  std::printf("  %-24s gpu %.3f GB (cap %.3f)  cpu %.3f GB  nvme %.3f GB\n", "peak", p.predicted_peak.gpu / 1e9,
+              p.gpu_cap_bytes / 1e9, p.predicted_peak.cpu / 1e9, p.predicted_peak.nvme / 1e9);
+  std::printf("  %-24s %zu resident, %zu keep internals, optimizer %s\n", "layers", p.resident_layers.size(),
+              p.keep_internals.size(), p.lazy_optimizer ? "lazy (overlapped with forward)" : "after backward");
+}
+
+void run_plan(const PlanArgs& a) {
+  PlanRequest req;
+  ResolvedModel m = resolve_model(a.model);
+  req.model_name = m.name;
+  req.model = m.config;
+  req.hardware = load_hardware_profile(a.hardware);
+  req.batch = a.batch;
+  req.seq = a.seq;
+  if (a.batch <= 0 || a.seq <= 0) throw Error("batch and seq must be positive", "--batch/--seq", "");
+  req.gpu_cap_bytes = a.gpu_cap_gb * 1e9;
+  req.time_limit_s = a.time_limit_s;
+  req.target_gap = a.gap;
+  if (!a.act_budget.empty()) parse_act_budget(a.act_budget, req);
+
+  nlohmann::json extra;
+  if (a.max_batch) {
+    BatchSearchResult r = search_batch(req, a.policy);
+    extra["max_batch"] = r.largest_feasible;
+    extra["best_batch"] = r.best_batch;
+    extra["best_tokens_per_s"] = r.best_tokens_per_s;
+    if (!a.json) {
+      std::printf("batch search (%s): largest feasible batch %lld, most tokens/s at batch %lld (%.1f tokens/s)\n",
+                  a.policy.c_str(), static_cast<long long>(r.largest_feasible), static_cast<long long>(r.best_batch),
+                  r.best_tokens_per_s);
+      for (const auto& pt : r.tried)
+        std::printf("  batch %6lld  %s  step %.4f s  %.1f tokens/s\n", static_cast<long long>(pt.batch),
+                    pt.feasible ? "fits  " : "no fit", pt.step_s, pt.tokens_per_s);
+    }
+    if (r.largest_feasible > 0) req.batch = r.largest_feasible;
+  }
+  Plan p = make_plan(req, a.policy);
+  if (!p.feasible) {
+    InfeasibleReport rep = diagnose_infeasible(req, a.policy, p);
+    if (a.json) {
+      nlohmann::json j = plan_summary_json(p);
+      j["message"] = rep.message;
+      j["largest_feasible_batch"] = rep.largest_batch;
+      for (auto& [k, v] : extra.items()) j[k] = v;
+      std::printf("%s\n", j.dump().c_str());
+    }
+    std::fprintf(stderr, "lazytrain plan: %s\n", rep.message.c_str());
+    std::fflush(stdout);
+    std::exit(kExitInfeasible);
+  }
+  if (!a.out.empty()) save_plan(p, a.out);
+  if (a.json) {
+    nlohmann::json j = plan_summary_json(p);
+    for (auto& [k, v] : extra.items()) j[k] = v;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    print_table(p);
+    if (!a.out.empty()) std::printf("  %-24s %s\n", "written", a.out.c_str());
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plan", "Plan a training step: checkpoint tiers, recompute, transfer windows (MILP)");
+  auto a = std::make_shared<PlanArgs>();
+  cmd->add_option("--model", a->model, "Preset name (presets/*.json), config.json or Hugging Face directory")->required();
+  cmd->add_option("--hardware", a->hardware, "Profile name (profiles/*.json) or file")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "Sequences per step")->capture_default_str();
+  cmd->add_option("--seq", a->seq, "Tokens per sequence")->capture_default_str();
+  cmd->add_option("--policy", a->policy, "milp, megatrain, megatrain-code, keep-all, recompute-all or greedy")
+      ->capture_default_str()
+      ->check(CLI::IsMember(plan_policies()));
+  cmd->add_option("--gpu-cap", a->gpu_cap_gb, "Compute-tier cap in GB (default: the profile's)");
+  cmd->add_option("--act-budget", a->act_budget, "Activation budgets in GB, e.g. cpu=15,nvme=32");
+  cmd->add_flag("--max-batch", a->max_batch, "Search the largest feasible batch and the batch with the most tokens/s; plan the largest");
+  cmd->add_option("--time-limit", a->time_limit_s, "MILP time limit, seconds")->capture_default_str();
+  cmd->add_option("--gap", a->gap, "MILP relative gap to stop at")->capture_default_str();
+  cmd->add_option("--out", a->out, "Write the plan JSON here");
+  cmd->add_flag("--json", a->json, "Print one JSON object instead of tables");
+  cmd->callback([a] { run_plan(*a); });
+}
+
+}  // namespace lt::cli

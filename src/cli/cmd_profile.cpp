@@ -1,0 +1,202 @@
+// `lazytrain profile`: measures this machine and writes a hardware profile (plan/
+// hardware_profile.h) whose numbers are marked "measured": the GEMM rate (bf16 through
+// lt::matmul), memcpy bandwidth (the emu backend's copy rate and the host's stream rate),
+// NVMe read and write with O_DIRECT in a given directory, and the host AdamW throughput.
+// Medians of a few repetitions: the machines this runs on are often shared and noisy.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/aligned_buffer.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "kernels/cpu/matmul.h"
+
+namespace lt::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct ProfileArgs {
+  std::string out = "profiles/local.json", dir = ".";
+  int nvme_mb = 1024, reps = 5;
+  double compute_memory_gb = 0;
+};
+
+// FLOP/s of a square bf16 GEMM at a transformer-like size.
+double measure_gemm(int reps) {
+  const int64_t n = 2048;
+  AlignedBuffer<float> a(n * n), b(n * n), c(n * n);
+  for (int64_t i = 0; i < n * n; ++i) {
+    a[i] = static_cast<float>((i % 97) - 48) / 97.f;
+    b[i] = static_cast<float>((i % 89) - 44) / 89.f;
+  }
+  matmul(c.data(), a.data(), false, b.data(), false, n, n, n, false, Precision::BF16);  // warm-up
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    matmul(c.data(), a.data(), false, b.data(), false, n, n, n, false, Precision::BF16);
+    rates.push_back(2.0 * n * n * n / seconds_since(t0));
+  }
+  return median(rates);
+}
+
+// Bytes copied per second by memcpy on 256 MB buffers.
+double measure_memcpy(int reps) {
+  const size_t bytes = size_t{256} << 20;
+  AlignedBuffer<char> src(bytes), dst(bytes);
+  std::memset(src.data(), 1, bytes);
+  std::memcpy(dst.data(), src.data(), bytes);
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    rates.push_back(static_cast<double>(bytes) / seconds_since(t0));
+  }
+  return median(rates);
+}
+
+// Sequential O_DIRECT write then read of `mb` MiB in 8 MiB requests; returns {read, write} B/s.
+std::pair<double, double> measure_nvme(const std::string& dir, int mb) {
+  namespace fs = std::filesystem;
+  const size_t block = size_t{8} << 20;
+  const size_t blocks = std::max<size_t>(1, static_cast<size_t>(mb) / 8);
+  fs::path file = fs::path(dir) / "lazytrain-profile.tmp";
+  void* raw = nullptr;
+  if (posix_memalign(&raw, 4096, block) != 0) throw Error("cannot allocate an aligned buffer", "profile", "");
+  std::unique_ptr<char, decltype(&std::free)> io(static_cast<char*>(raw), &std::free);
+  std::memset(io.get(), 7, block);
+  int fd = ::open(file.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT, 0600);
+  if (fd < 0)
+    throw Error(std::string("cannot open a file with O_DIRECT: ") + std::strerror(errno), file.string(),
+                "give --dir on a filesystem that supports O_DIRECT (not tmpfs), on the NVMe drive to profile");
+  auto t0 = Clock::now();
+  for (size_t i = 0; i < blocks; ++i)
+    if (::write(fd, io.get(), block) != static_cast<ssize_t>(block)) {
+      ::close(fd);
+      fs::remove(file);
+      throw Error(std::string("write failed: ") + std::strerror(errno), file.string(), "check free space");
+    }
+  ::fsync(fd);
+  double write_bw = static_cast<double>(block * blocks) / seconds_since(t0);
+  ::close(fd);
+  fd = ::open(file.c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) throw Error(std::string("cannot reopen: ") + std::strerror(errno), file.string(), "");
+  t0 = Clock::now();
+  for (size_t i = 0; i < blocks; ++i)
+    if (::read(fd, io.get(), block) != static_cast<ssize_t>(block)) {
+      ::close(fd);
+      fs::remove(file);
+      throw Error(std::string("read failed: ") + std::strerror(errno), file.string(), "");
+    }
+  double read_bw = static_cast<double>(block * blocks) / seconds_since(t0);
+  ::close(fd);
+  fs::remove(file);
+  return {read_bw, write_bw};
+}
+
+// Parameters per second of a plain fp32 AdamW step over all threads.
+double measure_optimizer(int reps) {
+  const int64_t n = int64_t{16} << 20;
+  AlignedBuffer<float> p(n), g(n), m(n), v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = 0.01f * static_cast<float>(i % 101);
+    g[i] = 0.001f * static_cast<float>(i % 37);
+  }
+  const float lr = 1e-5f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
+  std::vector<double> rates;
+  for (int r = 0; r <= reps; ++r) {
+    const float c1 = 1 - std::pow(b1, static_cast<float>(r + 1)), c2 = 1 - std::pow(b2, static_cast<float>(r + 1));
+    auto t0 = Clock::now();
+    float* P = p.data();
+    float* G = g.data();
+    float* M = m.data();
+    float* V = v.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      M[i] = b1 * M[i] + (1 - b1) * G[i];
+      V[i] = b2 * V[i] + (1 - b2) * G[i] * G[i];
+      P[i] -= lr * ((M[i] / c1) / (std::sqrt(V[i] / c2) + eps) + wd * P[i]);
+    }
+    if (r > 0) rates.push_back(static_cast<double>(n) / seconds_since(t0));  // r = 0 warms up
+  }
+  return median(rates);
+}
+
+nlohmann::json measured(double v, const std::string& note = "") {
+  nlohmann::json j = {{"value", v}, {"source", "measured"}};
+  if (!note.empty()) j["note"] = note;
+  return j;
+}
+
+void run_profile(const ProfileArgs& a) {
+  std::printf("profiling this machine (%d threads)...\n", num_threads());
+  double gemm = measure_gemm(a.reps);
+  std::printf("  bf16 GEMM 2048^3          %.1f GFLOP/s\n", gemm / 1e9);
+  double copy = measure_memcpy(a.reps);
+  std::printf("  memcpy                    %.2f GB/s\n", copy / 1e9);
+  auto [rd, wr] = measure_nvme(a.dir, a.nvme_mb);
+  std::printf("  disk O_DIRECT in %s    read %.2f GB/s, write %.2f GB/s\n", a.dir.c_str(), rd / 1e9, wr / 1e9);
+  double opt = measure_optimizer(a.reps);
+  std::printf("  fp32 AdamW                %.1f M params/s\n", opt / 1e6);
+  double host = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  double disk = static_cast<double>(std::filesystem::space(a.dir).available);
+  double compute_mem = a.compute_memory_gb > 0 ? a.compute_memory_gb * 1e9 : 0.5 * host;
+  nlohmann::json j;
+  j["name"] = "local";
+  j["description"] = "This machine, measured by `lazytrain profile` (CPU backend: the compute tier is a RAM budget).";
+  j["backend"] = "cpu";
+  j["act_bytes"] = 2;
+  j["compute"] = {
+      {"memory_gb", {{"value", compute_mem / 1e9}, {"source", a.compute_memory_gb > 0 ? "given" : "assumed"},
+                     {"note", "RAM budget for the compute tier (half the host unless --compute-memory)"}}},
+      {"default_cap_gb", {{"value", compute_mem / 1e9}, {"source", a.compute_memory_gb > 0 ? "given" : "assumed"}}},
+      {"peak_tflops", measured(gemm / 1e12, "bf16 GEMM 2048^3 through lt::matmul")},
+      {"efficiency", measured(1.0, "the GEMM rate above is already what the kernels reach")}};
+  j["links"] = {{"h2d_gbps", measured(copy / 1e9, "memcpy (the emu backend's copies)")},
+                {"d2h_gbps", measured(copy / 1e9, "memcpy")}};
+  j["nvme"] = {{"read_gbps", measured(rd / 1e9, "O_DIRECT 8 MiB sequential in " + a.dir)},
+               {"write_gbps", measured(wr / 1e9, "O_DIRECT 8 MiB sequential with fsync in " + a.dir)},
+               {"capacity_gb", measured(disk / 1e9, "free space in " + a.dir)}};
+  j["host"] = {{"memory_gb", measured(host / 1e9)},
+               {"optimizer_gparams_per_s", measured(opt / 1e9, "plain fp32 AdamW loop, all threads")},
+               {"memory_bandwidth_gbps", measured(copy / 1e9, "memcpy")}};
+  std::ofstream f(a.out);
+  if (!f) throw Error("cannot write profile", a.out, "check the directory exists and is writable");
+  f << j.dump(2) << "\n";
+  std::printf("written %s\n", a.out.c_str());
+}
+
+}  // namespace
+
+void add_profile_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("profile", "Measure this machine (GEMM, memcpy, disk, optimizer) into a hardware profile");
+  auto a = std::make_shared<ProfileArgs>();
+  cmd->add_option("--out", a->out, "Profile file to write")->capture_default_str();
+  cmd->add_option("--dir", a->dir, "Directory on the NVMe drive for the O_DIRECT test")->capture_default_str();
+  cmd->add_option("--nvme-mb", a->nvme_mb, "Size of the disk test file, MiB")->capture_default_str();
+  cmd->add_option("--reps", a->reps, "Repetitions per measurement (median)")->capture_default_str();
+  cmd->add_option("--compute-memory", a->compute_memory_gb, "RAM budget of the compute tier, GB");
+  cmd->callback([a] { run_profile(*a); });
+}
+
+}  // namespace lt::cli

@@ -1,0 +1,98 @@
+// The compute tier's arena: one block of a fixed byte budget, carved at the offsets the
+// plan chose. Memory is planned, not discovered (shared/DESIGN.md): the arena never picks
+// an offset itself; it hands out the planned range for a name.
+//
+// Lifetimes are in plan windows: an allocation is live from the start of window
+// `first_window` through the end of window `last_window` (inclusive), which matches the
+// plan's "alloc at window start, free at window end" barrier semantics.
+//
+// Two error tiers:
+//  - at setup, a plan that does not fit the budget, has overlapping live ranges, or is
+//    malformed is an lt::Error (plans are files a user can pass in);
+//  - at run time, acquiring something the plan did not foresee (unknown name, outside its
+//    lifetime, twice) or keeping something past its lifetime is an executor bug: LT_ASSERT.
+//
+// Thread-safe: acquire/release may come from compute and copy threads.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/tensor_view.h"
+
+namespace lt {
+
+struct ArenaAllocation {
+  std::string name;
+  size_t offset = 0;
+  size_t bytes = 0;
+  int first_window = 0;  // live from the start of this window ...
+  int last_window = 0;   // ... through the end of this one
+};
+
+class ComputeArena {
+ public:
+  // 256: what cudaMalloc guarantees, and a multiple of every vector width on the CPU.
+  static constexpr size_t kDefaultAlignment = 256;
+
+  // Owns budget_bytes of host memory (the cpu and emu backends). The block is 4096-aligned,
+  // so a range whose offset is a multiple of 4096 can go straight to the NVMe store.
+  ComputeArena(std::string tier, size_t budget_bytes, std::vector<ArenaAllocation> plan,
+               size_t alignment = kDefaultAlignment);
+  // Does not own `base` (the cuda backend: device memory it allocated itself).
+  ComputeArena(std::string tier, std::byte* base, size_t budget_bytes,
+               std::vector<ArenaAllocation> plan, size_t alignment = kDefaultAlignment);
+  ~ComputeArena();
+  ComputeArena(const ComputeArena&) = delete;
+  ComputeArena& operator=(const ComputeArena&) = delete;
+
+  // Enters window w (non-decreasing). Asserts nothing live has outlived its lifetime.
+  void begin_window(int w);
+  int current_window() const;
+
+  // The planned range of `name` for the current window. Asserts it is planned for this
+  // window and not already live.
+  std::span<std::byte> acquire(const std::string& name);
+  // The same range as a typed view; asserts the shape fits the planned bytes.
+  TensorView acquire_view(const std::string& name, DType dtype, const Shape& shape);
+  // Asserts `name` is live.
+  void release(const std::string& name);
+  bool is_live(const std::string& name) const;
+
+  const std::string& tier() const { return tier_; }
+  std::byte* base() const { return base_; }
+  size_t budget_bytes() const { return budget_; }
+  // From the plan: the largest sum of bytes live in any window, and the highest byte used.
+  size_t planned_peak_bytes() const { return planned_peak_; }
+  size_t planned_extent_bytes() const { return planned_extent_; }
+  // Measured: bytes acquired and not yet released, now and at most.
+  size_t live_bytes() const;
+  size_t peak_live_bytes() const;
+
+ private:
+  void validate_and_index(size_t alignment);
+  const ArenaAllocation* find_planned(const std::string& name, int window) const;
+
+  std::string tier_;
+  size_t budget_ = 0;
+  std::vector<ArenaAllocation> plan_;
+  std::unordered_map<std::string, std::vector<size_t>> by_name_;  // indices into plan_
+  std::unique_ptr<std::byte, void (*)(void*)> owned_{nullptr, nullptr};
+  std::byte* base_ = nullptr;
+  size_t planned_peak_ = 0, planned_extent_ = 0;
+
+  mutable std::mutex mu_;
+  int window_ = -1;
+  std::unordered_map<std::string, const ArenaAllocation*> live_;
+  size_t live_bytes_ = 0, peak_live_bytes_ = 0;
+};
+
+// "12345 bytes (12.1 KiB)": sizes in messages, readable and exact.
+std::string format_bytes(size_t bytes);
+
+}  // namespace lt

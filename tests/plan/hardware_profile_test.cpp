@@ -1,0 +1,50 @@
+#include "plan/hardware_profile.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace lt {
+namespace {
+
+TEST(HardwareProfile, ShippedProfilesLoadWithSources) {
+  for (const char* name : {"h800", "rtx3090", "h200"}) {
+    HardwareProfile p = load_hardware_profile(name);
+    EXPECT_EQ(p.name, name);
+    EXPECT_GT(p.effective_flops(), 0);
+    // Every number says where it comes from.
+    EXPECT_EQ(p.sources.size(), 12u) << name;
+    for (const auto& [field, source] : p.sources) EXPECT_NE(source, "unspecified") << name << " " << field;
+  }
+  HardwareProfile h800 = load_hardware_profile("h800");
+  EXPECT_DOUBLE_EQ(h800.compute_memory_bytes, 80e9);
+  EXPECT_DOUBLE_EQ(h800.default_cap_bytes, 70e9);
+  EXPECT_DOUBLE_EQ(h800.peak_flops, 989e12);
+  EXPECT_DOUBLE_EQ(h800.h2d_bw, 12e9);
+  EXPECT_DOUBLE_EQ(h800.nvme_read_bw, 2.83e9);
+  EXPECT_DOUBLE_EQ(h800.nvme_write_bw, 3.35e9);
+  EXPECT_EQ(h800.sources.at("links.h2d_gbps"), "paper");
+  HardwareProfile h200 = load_hardware_profile("h200");
+  EXPECT_EQ(h200.sources.at("links.h2d_gbps"), "assumed");  // must be calibrated
+}
+
+TEST(HardwareProfile, RoundTripsThroughJson) {
+  HardwareProfile p = load_hardware_profile("rtx3090");
+  HardwareProfile q = parse_hardware_profile(hardware_profile_to_json(p), "round trip");
+  EXPECT_DOUBLE_EQ(q.peak_flops, p.peak_flops);
+  EXPECT_DOUBLE_EQ(q.h2d_bw, p.h2d_bw);
+  EXPECT_EQ(q.sources, p.sources);
+}
+
+TEST(HardwareProfile, RejectsBadInput) {
+  EXPECT_THROW(load_hardware_profile("no-such-profile"), Error);
+  nlohmann::json j = hardware_profile_to_json(load_hardware_profile("h800"));
+  j["compute"]["efficiency"] = 1.5;
+  EXPECT_THROW(parse_hardware_profile(j, "test"), Error);
+  j["compute"].erase("efficiency");
+  EXPECT_THROW(parse_hardware_profile(j, "test"), Error);
+}
+
+}  // namespace
+}  // namespace lt

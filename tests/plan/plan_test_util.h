@@ -1,0 +1,51 @@
+// Shared setup for the planner's tests: requests for presets and profiles, and a tiny
+// synthetic model for exhaustive checks.
+#pragma once
+
+#include <string>
+
+#include "plan/model_preset.h"
+#include "plan/plan_request.h"
+
+namespace lt::test {
+
+inline PlanRequest preset_request(const std::string& model, const std::string& hardware, int64_t batch,
+                                  int64_t seq = 1024) {
+  PlanRequest req;
+  ResolvedModel m = resolve_model(model);
+  req.model_name = m.name;
+  req.model = m.config;
+  req.hardware = load_hardware_profile(hardware);
+  req.batch = batch;
+  req.seq = seq;
+  return req;
+}
+
+// A small llama-shaped model with `layers` layers: tiny enough for exhaustive enumeration,
+// with bytes and FLOPs in the same proportions as real decoders.
+inline ModelConfig tiny_config(int layers) {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.hidden_size = 512;
+  c.num_layers = layers;
+  c.num_heads = 8;
+  c.num_kv_heads = 4;
+  c.head_dim = 64;
+  c.intermediate_size = 1536;
+  c.vocab_size = 4096;
+  c.max_position_embeddings = 4096;
+  c.torch_dtype = "bfloat16";
+  return c;
+}
+
+inline PlanRequest tiny_request(int layers, const std::string& hardware, int64_t batch, int64_t seq = 512) {
+  PlanRequest req;
+  req.model_name = "tiny" + std::to_string(layers);
+  req.model = tiny_config(layers);
+  req.hardware = load_hardware_profile(hardware);
+  req.batch = batch;
+  req.seq = seq;
+  return req;
+}
+
+}  // namespace lt::test
