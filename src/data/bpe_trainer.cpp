@@ -22,11 +22,11 @@ using nlohmann::json;
 
 namespace {
 
-json pre_tokenizer_json() {
+json pre_tokenizer_json(const std::string& pattern) {
   return {{"type", "Sequence"},
           {"pretokenizers",
            json::array({json{{"type", "Split"},
-                             {"pattern", {{"Regex", kQwen2SplitPattern}}},
+                             {"pattern", {{"Regex", pattern}}},
                              {"behavior", "Isolated"},
                              {"invert", false}},
                         json{{"type", "ByteLevel"},
@@ -38,7 +38,7 @@ json pre_tokenizer_json() {
 }  // namespace
 
 json train_byte_level_bpe(const std::vector<std::string>& corpus, const BpeTrainerOptions& options) {
-  const json pre_json = pre_tokenizer_json();
+  const json pre_json = pre_tokenizer_json(options.split_pattern);
   PreTokenizer pre = PreTokenizer::from_json(pre_json, "built-in BPE trainer");
 
   // Vocabulary: specials, then the byte alphabet in byte order.

@@ -28,6 +28,9 @@ struct BpeTrainerOptions {
   // A pair must occur this often to be merged.
   size_t min_frequency = 2;
   std::vector<std::string> special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  // The pre-tokenizer's split pattern (kQwen2SplitPattern: digits one by one;
+  // kLlama3SplitPattern: runs of up to 3 digits, which merges can turn into number tokens).
+  std::string split_pattern = kQwen2SplitPattern;
 };
 
 nlohmann::json train_byte_level_bpe(const std::vector<std::string>& corpus,

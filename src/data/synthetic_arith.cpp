@@ -133,7 +133,8 @@ std::vector<ArithmeticProblem> generate_arithmetic_problems(const ArithmeticTask
   return out;
 }
 
-nlohmann::json synthetic_tokenizer_json(const ArithmeticTaskOptions& options, size_t vocab_size) {
+nlohmann::json synthetic_tokenizer_json(const ArithmeticTaskOptions& options, size_t vocab_size,
+                                        bool whole_numbers) {
   // A fixed corpus seed: the tokenizer should not change with the training seed.
   ArithmeticTaskOptions o = options;
   o.seed = 7;
@@ -143,6 +144,7 @@ nlohmann::json synthetic_tokenizer_json(const ArithmeticTaskOptions& options, si
     corpus.push_back(gsm8k_prompt(p.question) + p.answer);
   BpeTrainerOptions bo;
   bo.vocab_size = vocab_size;
+  if (whole_numbers) bo.split_pattern = kLlama3SplitPattern;
   return train_byte_level_bpe(corpus, bo);
 }
 

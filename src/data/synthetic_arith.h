@@ -47,7 +47,10 @@ size_t arithmetic_split_size(const ArithmeticTaskOptions& options, ArithmeticSpl
 // A small byte-level BPE tokenizer.json for the task (bpe_trainer.h), trained on train
 // problems as the gsm8k format renders them. vocab_size 0 gives the pure byte-level one.
 // Digits stay single tokens. Special tokens: <|endoftext|> (EOS), <|im_start|>, <|im_end|>.
-nlohmann::json synthetic_tokenizer_json(const ArithmeticTaskOptions& options, size_t vocab_size = 384);
+// whole_numbers: split digits in runs (Llama 3's pattern) so that frequent numbers become
+// single tokens, and an answer is one token per number instead of one per digit.
+nlohmann::json synthetic_tokenizer_json(const ArithmeticTaskOptions& options, size_t vocab_size = 384,
+                                        bool whole_numbers = false);
 
 // Writes problems as GSM8K JSONL: {"question": ..., "answer": ...} per line.
 void write_gsm8k_jsonl(const std::string& path, const std::vector<ArithmeticProblem>& problems);

@@ -53,6 +53,7 @@ ComputeArena::ComputeArena(std::string tier, std::byte* base, size_t budget_byte
                            std::vector<ArenaAllocation> plan, size_t alignment)
     : tier_(std::move(tier)), budget_(budget_bytes), plan_(std::move(plan)), base_(base) {
   LT_ASSERT(base_ != nullptr || budget_ == 0, "an external arena needs its memory");
+  LT_ASSERT(alignment > 0 && (alignment & (alignment - 1)) == 0, "alignment must be a power of two");
   LT_ASSERT(reinterpret_cast<uintptr_t>(base_) % alignment == 0, "external arena base is misaligned");
   validate_and_index(alignment);
 }

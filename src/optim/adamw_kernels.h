@@ -54,6 +54,11 @@ int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8State& s, con
 int64_t adamw32_blocks_avx512(const AdamWTensorArgs& a, const AdamW32State& s, const AdamWStepConsts& c,
                               int64_t first_block, int64_t last_block);
 
+// The AVX-512 kernels' nearest-code path over n values (tests: it must equal
+// quantize_nearest for every input). Call only when cpu_has_avx512() is true.
+struct QuantMap;
+void quantize_nearest_avx512(const QuantMap& map, const float* x, uint8_t* code, int64_t n);
+
 // Run-time check of the CPU (not of the compiler flags).
 bool cpu_has_avx512();
 

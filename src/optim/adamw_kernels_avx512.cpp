@@ -2,9 +2,11 @@
 // so the library builds on any x86-64 compiler setting and the caller picks this path at
 // run time. 16 lanes per vector; the tail of a block is handled with lane masks.
 //
-// Map lookups stay in registers: a 256-entry fp32 table is 16 zmm registers, read with
-// vpermt2ps (32 entries per op) and blends. Nearest-code search walks the implicit
-// binary tree of midpoints (quant_map.h) eight levels deep, one compare per level.
+// Dequantization stays in registers: a 256-entry fp32 table is 16 zmm registers, read
+// with vpermt2ps (32 entries per op) and blends. Nearest-code quantization is the
+// arithmetic fast path of quant_map.h (register tables, no memory access) with the bucket
+// table as an exact fallback for the rare lanes near a midpoint; gathers are avoided on
+// the common path because one costs about as much here as the rest of the step.
 // GCC 12 warns about the undefined pass-through operand inside its own intrinsic headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -73,6 +75,56 @@ LT_AVX512 inline __m512i nearest_code_unsigned(const uint32_t* bucket, __m512 x)
   const __m512i e = _mm512_i32gather_epi32(idx, bucket, 4);
   return _mm512_mask_sub_epi32(e, _mm512_cmpgt_epu32_mask(_mm512_slli_epi32(bits, 16), e), e,
                                _mm512_set1_epi32(-1));
+}
+
+// The arithmetic fast path (quant_map.h, QuantFastPath): ~20 register-only operations per
+// vector instead of a gather, which on this CPU costs about as much as the rest of the
+// fused step. Lanes whose position lies too near a midpoint are flagged; a vector with any
+// flagged lane (rare) takes the table path for those lanes, so the result is the exact
+// nearest code either way.
+struct FastRegs {
+  __m512 t0, t1, a, b, l, h;
+  __m512i s0, s1;
+  const uint32_t* bucket;
+};
+
+LT_AVX512 inline FastRegs load_fast(const QuantMap& q) {
+  const QuantFastPath& f = q.fast;
+  return {_mm512_loadu_ps(f.T), _mm512_loadu_ps(f.T + 16), _mm512_loadu_ps(f.A), _mm512_loadu_ps(f.B),
+          _mm512_loadu_ps(f.L), _mm512_loadu_ps(f.H), _mm512_loadu_si512(f.seg), _mm512_loadu_si512(f.seg + 16),
+          q.bucket};
+}
+
+template <bool kSigned>
+LT_AVX512 inline __m512i nearest_code(const FastRegs& r, __m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i ab = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+  const __m512 a = _mm512_castsi512_ps(ab);
+  __m512i e = _mm512_srli_epi32(ab, 23);
+  e = _mm512_min_epi32(_mm512_max_epi32(e, _mm512_set1_epi32(kFastFirstE)), _mm512_set1_epi32(kFastLastE));
+  const __m512 thr = _mm512_permutex2var_ps(r.t0, e, r.t1);
+  __m512i seg = _mm512_permutex2var_epi32(r.s0, e, r.s1);
+  seg = _mm512_mask_add_epi32(seg, _mm512_cmp_ps_mask(a, thr, _CMP_GT_OQ), seg, _mm512_set1_epi32(1));
+  const __m512 u = _mm512_fmadd_ps(a, _mm512_permutexvar_ps(seg, r.a), _mm512_permutexvar_ps(seg, r.b));
+  const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 fr = _mm512_sub_ps(u, fl);  // exact; NaN (from inf * 0) counts as ambiguous
+  __mmask16 amb = _mm512_cmp_ps_mask(fr, _mm512_set1_ps(kFastAmbiguity), _CMP_NGE_UQ) |
+                  _mm512_cmp_ps_mask(fr, _mm512_set1_ps(1.0f - kFastAmbiguity), _CMP_NLE_UQ);
+  // A negative x counts a segment boundary when |x| >= the mirrored midpoint, which is the
+  // boundary T itself or the next float up (midpoints round down on both sides), so
+  // |x| > T is right for every |x| but T: flag that one.
+  if constexpr (kSigned) amb |= _mm512_cmp_ps_mask(a, thr, _CMP_EQ_OQ);
+  __m512 c = _mm512_min_ps(_mm512_max_ps(fl, _mm512_permutexvar_ps(seg, r.l)), _mm512_permutexvar_ps(seg, r.h));
+  const __mmask16 neg = _mm512_movepi32_mask(bits);
+  if constexpr (kSigned) {
+    c = _mm512_max_ps(_mm512_mask_sub_ps(c, neg, _mm512_set1_ps(254.f), c), _mm512_setzero_ps());
+  } else {
+    c = _mm512_mask_mov_ps(c, neg, _mm512_setzero_ps());
+  }
+  __m512i code = _mm512_cvttps_epi32(c);
+  if (amb) [[unlikely]]
+    code = _mm512_mask_mov_epi32(code, amb, kSigned ? nearest_code_signed(r.bucket, x) : nearest_code_unsigned(r.bucket, x));
+  return code;
 }
 
 LT_AVX512 inline __m512 load_f32(const float* p, __mmask16 k) {
@@ -147,6 +199,7 @@ LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8Sta
   const QuantMap& qm = signed_dynamic_map();
   const QuantMap& qv = unsigned_dynamic_map();
   const Table256 m_val = load_table(qm.value), v_val = load_table(qv.value);
+  const FastRegs fm = load_fast(qm), fv = load_fast(qv);
   const Consts c = broadcast(sc);
   alignas(64) float m[kMaxAdamWBlock], v[kMaxAdamWBlock];
   int64_t skipped = 0;
@@ -193,8 +246,8 @@ LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8Sta
         xv[q] = _mm512_mul_ps(vj, iv);
       }
       for (int q = 0; q < kQuad; ++q) {
-        cm[q] = _mm512_cvttps_epi32(xm[q]);
-        cv[q] = _mm512_cvttps_epi32(xv[q]);
+        cm[q] = nearest_code<true>(fm, xm[q]);
+        cv[q] = nearest_code<false>(fv, xv[q]);
       }
       for (int q = 0; q < kQuad; ++q) {
         store_codes(s.m_code + i0 + j + 16 * q, cm[q], 0xffff);
@@ -209,7 +262,7 @@ LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8Sta
       store_f32(a.param + i, p, k);
       if (a.out_bf16) store_bf16(a.out_bf16 + i, p, k);
       const __m512 xm = _mm512_mul_ps(mj, im), xv = _mm512_mul_ps(vj, iv);
-      const __m512i cm = nearest_code_signed(qm.bucket, xm), cv = nearest_code_unsigned(qv.bucket, xv);
+      const __m512i cm = nearest_code<true>(fm, xm), cv = nearest_code<false>(fv, xv);
       store_codes(s.m_code + i, cm, k);
       store_codes(s.v_code + i, cv, k);
     }
@@ -252,6 +305,15 @@ LT_AVX512 int64_t adamw32_blocks_avx512(const AdamWTensorArgs& a, const AdamW32S
     }
   }
   return skipped;
+}
+
+LT_AVX512 void quantize_nearest_avx512(const QuantMap& map, const float* x, uint8_t* code, int64_t n) {
+  const FastRegs r = load_fast(map);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n, i);
+    const __m512 xi = _mm512_maskz_loadu_ps(k, x + i);
+    store_codes(code + i, map.is_signed ? nearest_code<true>(r, xi) : nearest_code<false>(r, xi), k);
+  }
 }
 
 }  // namespace lt

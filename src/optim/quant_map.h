@@ -47,12 +47,36 @@ inline constexpr int32_t kBucketFirst = (127 - 24) << 7;    // A >> 16 of 2^-24
 inline constexpr int32_t kBucketLast = (128 << 7) - 1;      // A >> 16 of the top of [1, 2)
 inline constexpr int32_t kBucketsPerSide = kBucketLast - kBucketFirst + 1;  // 3200
 
+// The arithmetic fast path of the AVX-512 kernel (adamw_kernels_avx512.cpp), on a = |x|.
+// Within decade k the midpoints sit (up to fp32 rounding) at the integers of
+// u = a * N_k / (0.9 * 10^(k-6)) + const, and the midpoint to the next decade at one more
+// integer, so code = clamp(floor(fma(a, A, B)), L, H) with one (A, B, L, H) per decade,
+// B holding the decade's first code. Segment 0 (below the first midpoint) and the last
+// (above the one below 1) are constant. The segment of a is seg[E] + (a > T[E]), E the
+// binade of a (no binade holds two segment boundaries; the builder checks), T[E] the
+// exact fp32 midpoint where the segment changes inside binade E, or +inf. The fp32
+// evaluation of u is off the true position by < 1e-4 (rounded A, B and midpoints), so a
+// lane whose u lies within kFastAmbiguity of an integer may be wrong; the kernel then
+// takes the table path for that vector (< 1% of vectors). Negative x in the signed map use
+// the mirror: code = max(254 - code(|x|), 0), with |x| == T flagged too (a negative x's
+// boundary is T or the float above it). Tested exhaustively against the table.
+inline constexpr float kFastAmbiguity = 1.0f / 4096;
+inline constexpr int32_t kFastFirstE = 102;  // binade [2^-25, 2^-24): smaller a clamp here
+inline constexpr int32_t kFastLastE = 128;   // binade [2, 4): larger a clamp here
+
+struct QuantFastPath {
+  float T[32];      // by E mod 32
+  int32_t seg[32];  // by E mod 32
+  float A[16], B[16], L[16], H[16];  // by segment
+};
+
 struct QuantMap {
   float value[256];  // sorted ascending; value[code] is the dequantized normalized state
   float mid[256];    // mid[j] = midpoint(value[j], value[j+1]); mid[255] = +inf (never passed)
   float tree[256];   // tree[t], t in [1, 256): the midpoint compared at search node t
   bool is_signed;
   uint32_t bucket[2 * kBucketsPerSide];  // signed: both sides; unsigned: the first half
+  QuantFastPath fast;
 };
 
 // Signed map for the first moment m: 127 negative, 0, 127 positive, and +1.

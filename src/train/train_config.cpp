@@ -39,6 +39,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train_on_prompt", "also train on prompt tokens", &c.train_on_prompt},
       {"skip_bad_lines", "skip and count malformed JSONL lines instead of failing", &c.skip_bad_lines},
       {"synthetic_train_problems", "synthetic task: training problems", &c.synthetic_train_problems},
+      {"synthetic_number_tokens", "synthetic task: whole numbers as single tokens", &c.synthetic_number_tokens},
+      {"synthetic_vocab", "synthetic task: tokenizer vocabulary size", &c.synthetic_vocab},
       {"eval_problems", "held-out problems scored by exact match (0: none)", &c.eval_problems},
       {"seq_len", "tokens per packed sequence", &c.seq_len},
       {"batch", "sequences per micro-batch", &c.batch},

@@ -23,6 +23,8 @@ struct TrainConfig {
   std::string format = "auto", chat_template = "chatml";
   bool train_on_prompt = false, skip_bad_lines = false;
   int64_t synthetic_train_problems = 20000;
+  bool synthetic_number_tokens = false;  // numbers as single tokens in the task's tokenizer
+  int64_t synthetic_vocab = 384;
   int64_t eval_problems = 200;  // held-out problems scored by exact match (0: no eval)
 
   // Batch and length of the run.

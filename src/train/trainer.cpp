@@ -68,7 +68,8 @@ RunData load_data(const TrainConfig& cfg, const std::string& checkpoint_or_model
   } else if (!checkpoint_or_model.empty() && fs::exists(checkpoint_or_model + "/tokenizer.json")) {
     d.tokenizer_json = read_text_file(checkpoint_or_model + "/tokenizer.json");
   } else if (synthetic) {
-    d.tokenizer_json = data::synthetic_tokenizer_json(task).dump();
+    d.tokenizer_json =
+        data::synthetic_tokenizer_json(task, static_cast<size_t>(cfg.synthetic_vocab), cfg.synthetic_number_tokens).dump();
   } else {
     throw Error("no tokenizer", "train config (tokenizer)",
                 "give --tokenizer, or a --model directory that has tokenizer.json");

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "adamw_reference.h"
+#include "optim/adamw_kernels.h"
 #include "optim/quant_map.h"
 
 namespace lt {
@@ -97,6 +98,48 @@ TEST(AdamWQuantMap, BucketTableEqualsSearch) {
       check(std::pow(10.f, mag(rng)) * ((i & 1) ? -1.f : 1.f));
     }
     EXPECT_EQ(bad, 0) << "of " << checked;
+  }
+}
+
+// The AVX-512 kernels' fast path against the table, exhaustively over every fp32 whose
+// magnitude lies in [2^-26, 8) (both signs: everything else clamps into the end binades,
+// sampled sparsely), ~0.5 G values per map in chunks.
+TEST(AdamWQuantMap, Avx512FastPathEqualsTableExhaustively) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/DQ/VL";
+  constexpr int64_t kChunk = 1 << 16;
+  std::vector<float> x(kChunk);
+  std::vector<uint8_t> got(kChunk);
+  for (bool is_signed : {true, false}) {
+    const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();
+    int64_t bad = 0;
+    auto run = [&](int64_t n) {
+      quantize_nearest_avx512(q, x.data(), got.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        if (got[i] != quantize_nearest(q, x[i]) && ++bad <= 10)
+          ADD_FAILURE() << (is_signed ? "signed" : "unsigned") << " x=" << x[i] << " fast " << int(got[i])
+                        << " table " << int(quantize_nearest(q, x[i]));
+    };
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      for (uint32_t b0 = (127u - 26) << 23; b0 < (130u << 23); b0 += kChunk) {
+        for (int64_t i = 0; i < kChunk; ++i) {
+          const uint32_t b = sign | (b0 + static_cast<uint32_t>(i));
+          std::memcpy(&x[i], &b, 4);
+        }
+        run(kChunk);
+      }
+    }
+    int64_t n = 0;  // the rest, sparsely: tiny, huge, infinities (NaN is never quantized)
+    for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 65537) {
+      float f;
+      const uint32_t bb = static_cast<uint32_t>(b);
+      std::memcpy(&f, &bb, 4);
+      if (std::isnan(f)) continue;
+      x[n++] = f;
+      if (n == kChunk) run(n), n = 0;
+    }
+    for (float f : {0.f, -0.f, INFINITY, -INFINITY, 1e-45f, -1e-45f, 3e38f, -3e38f}) x[n++] = f;
+    run(n);
+    EXPECT_EQ(bad, 0);
   }
 }
 
