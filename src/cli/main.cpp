@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   lt::cli::add_plan_command(app);
   lt::cli::add_simulate_command(app);
   lt::cli::add_profile_command(app);
+  lt::cli::add_bench_predict_command(app);
 
   try {
     app.parse(argc, argv);

@@ -58,7 +58,11 @@ EvalResult evaluate_exact_match(const ModelParameters& params, const data::Token
     const bool ok = data::exact_match(text, ex.answer);
     r.correct += ok;
     ++r.examples;
-    if (r.samples.size() < 3) r.samples.push_back(ex.question + " -> " + text + (ok ? "  [correct]" : "  [wrong]"));
+    if (r.samples.size() < 3) {
+      std::string shown = text;  // one line per sample in the log
+      for (size_t i = 0; (i = shown.find('\n', i)) != std::string::npos;) shown.replace(i, 1, "\\n");
+      r.samples.push_back(ex.question + " -> " + shown + (ok ? "  [correct]" : "  [wrong]"));
+    }
   }
   r.exact_match = static_cast<double>(r.correct) / static_cast<double>(r.examples);
   return r;

@@ -1,0 +1,39 @@
+// What the streaming executor needs from a backend: where the compute tier lives and how
+// bytes cross between the host tier and it. The executor owns the plan walk, the arena
+// layout and the NVMe tier; a backend only moves bytes (shared/DESIGN.md, "Backends").
+//
+// Copies are issued in the executor's window order and complete by the next
+// synchronize(); a backend may run them asynchronously (emu: copy threads), so the
+// executor never touches a destination before synchronize().
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace lt {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // True when compute kernels may read host-tier tensors in place (weights and gradients
+  // are then views of the host buffers, not copies into weight / gradient slots).
+  virtual bool host_is_compute() const = 0;
+  virtual void copy_to_compute(void* dst, const void* src, size_t bytes) = 0;  // h2d
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;     // d2h
+  // Waits for every copy issued so far.
+  virtual void synchronize() = 0;
+  // Bytes moved each way since construction (for the trace and bench predict).
+  size_t h2d_bytes = 0, d2h_bytes = 0;
+};
+
+// "cpu": the compute tier is host RAM; copies are memcpy, done when issued.
+std::unique_ptr<Backend> make_cpu_backend();
+// "emu": a separate compute arena, one copy thread per direction, each copy lasting at
+// least bytes / (GB/s * 1e9) when the rate is > 0 (0: as fast as memcpy).
+std::unique_ptr<Backend> make_emu_backend(double h2d_gbps = 0, double d2h_gbps = 0);
+// Throws lt::Error for an unknown name (the list: cpu, emu).
+std::unique_ptr<Backend> make_backend(const std::string& name);
+
+}  // namespace lt

@@ -1,0 +1,37 @@
+// The cpu backend: compute tier and host tier are the same RAM, so copies are plain
+// memcpy that finish before they return.
+#include <cstring>
+
+#include "core/error.h"
+#include "exec/backend.h"
+
+namespace lt {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+  bool host_is_compute() const override { return true; }
+  void copy_to_compute(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+    h2d_bytes += bytes;
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+    d2h_bytes += bytes;
+  }
+  void synchronize() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+std::unique_ptr<Backend> make_backend(const std::string& name) {
+  if (name == "cpu") return make_cpu_backend();
+  if (name == "emu") return make_emu_backend();
+  throw Error("unknown backend '" + name + "'", "streaming executor",
+              "use --backend cpu or emu (cuda is not built yet)");
+}
+
+}  // namespace lt

@@ -1,0 +1,106 @@
+// The emu backend: the compute tier is an arena of its own (the executor's), and every
+// byte crossing between it and the host goes through a copy thread, one per direction,
+// FIFO, as cudaMemcpyAsync on an H2D and a D2H stream would. An optional throttle makes
+// each copy last at least bytes / GB/s, so a small machine can play a GPU whose PCIe is
+// slow next to its compute (an H800's ratio) and the simulator can be checked against it.
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "exec/backend.h"
+
+namespace lt {
+namespace {
+
+// One direction: a thread draining a FIFO of copies.
+class CopyLane {
+ public:
+  explicit CopyLane(double bytes_per_s) : bw_(bytes_per_s), thread_([this] { run(); }) {}
+  ~CopyLane() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void push(void* dst, const void* src, size_t bytes) {
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back({dst, src, bytes});
+      ++pending_;
+    }
+    cv_.notify_all();
+  }
+  void drain() {
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [this] { return pending_ == 0; });
+  }
+
+ private:
+  struct Copy {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ with nothing left
+      Copy c = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      const auto t0 = std::chrono::steady_clock::now();
+      std::memcpy(c.dst, c.src, c.bytes);
+      if (bw_ > 0)  // the throttle: the copy ends no earlier than bytes / bandwidth
+        std::this_thread::sleep_until(t0 + std::chrono::duration<double>(static_cast<double>(c.bytes) / bw_));
+      lock.lock();
+      if (--pending_ == 0) done_cv_.notify_all();
+    }
+  }
+
+  double bw_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<Copy> queue_;
+  size_t pending_ = 0;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+class EmuBackend final : public Backend {
+ public:
+  EmuBackend(double h2d_bps, double d2h_bps) : h2d_(h2d_bps), d2h_(d2h_bps) {}
+  const char* name() const override { return "emu"; }
+  bool host_is_compute() const override { return false; }
+  void copy_to_compute(void* dst, const void* src, size_t bytes) override {
+    if (bytes) h2d_.push(dst, src, bytes);
+    h2d_bytes += bytes;
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) d2h_.push(dst, src, bytes);
+    d2h_bytes += bytes;
+  }
+  void synchronize() override {
+    h2d_.drain();
+    d2h_.drain();
+  }
+
+ private:
+  CopyLane h2d_, d2h_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_emu_backend(double h2d_gbps, double d2h_gbps) {
+  if (h2d_gbps < 0 || d2h_gbps < 0)
+    throw Error("a negative emu link bandwidth", "emu backend", "give GB/s > 0, or 0 for no throttle");
+  return std::make_unique<EmuBackend>(h2d_gbps * 1e9, d2h_gbps * 1e9);
+}
+
+}  // namespace lt

@@ -1,0 +1,469 @@
+#include "exec/streaming_executor.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "memory/arena_layout.h"
+#include "model/rope_frequencies.h"
+
+namespace lt {
+
+// One offloaded boundary: its host part, its NVMe staging buffer and the NVMe request
+// in flight (0: none).
+struct StreamingExecutor::Parked {
+  HostBuffer host;     // cpu_tokens rows
+  HostBuffer staging;  // nvme_tokens rows, 4096-aligned for O_DIRECT
+  size_t slot = 0;
+  NvmeStore::Ticket write = 0, read = 0;
+  double write_issued_s = 0, read_issued_s = 0;
+};
+
+namespace {
+
+double sq_sum(const float* x, int64_t n, double acc) {
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * x[i];
+  return acc;
+}
+
+bool tied(const ModelParameters& p) {
+  return const_cast<ModelParameters&>(p).lm_head() == const_cast<ModelParameters&>(p).embedding();
+}
+
+}  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& params, const UpdateTarget& t) {
+  auto& p = const_cast<ModelParameters&>(params);
+  const ModelConfig& c = p.config();
+  const auto off = [&](const float* x) { return static_cast<int64_t>(x - p.data()); };
+  switch (t.kind) {
+    case UpdateTarget::Kind::Embed: return {{0, c.vocab_size * c.hidden_size}};
+    case UpdateTarget::Kind::Layer: return {{off(p.block_base(t.layer)), block_numel(c)}};
+    case UpdateTarget::Kind::Head: {
+      std::vector<std::pair<int64_t, int64_t>> r{{off(p.final_norm()), c.hidden_size}};
+      if (!tied(p)) r.push_back({off(p.lm_head()), c.vocab_size * c.hidden_size});
+      return r;
+    }
+  }
+  return {};
+}
+
+double ordered_grad_sq_sum(const ModelParameters& grads) {
+  const int L = grads.config().num_layers;
+  double acc = 0;
+  auto add = [&](const UpdateTarget& t) {
+    for (auto [o, n] : target_ranges(grads, t)) acc = sq_sum(grads.data() + o, n, acc);
+  };
+  add({UpdateTarget::Kind::Head, -1});
+  for (int j = L - 1; j >= 0; --j) add({UpdateTarget::Kind::Layer, j});
+  add({UpdateTarget::Kind::Embed, -1});
+  return acc;
+}
+
+StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const StreamingOptions& options)
+    : plan_(plan),
+      backend_(backend),
+      config_(plan.model),
+      batch_(plan.batch),
+      seq_(plan.seq),
+      T_(plan.batch * plan.seq),
+      C_(plan.model.hidden_size),
+      sched_(make_stream_schedule(plan, block_saved_numel(plan.model, plan.batch, plan.seq), !backend.host_is_compute(),
+                                  block_numel(plan.model))),
+      host_("host activations"),
+      workspace_(block_shape(plan.model, plan.batch, plan.seq)) {
+  if (!backend_.host_is_compute()) {  // host ends of the embedding and of gradient slots
+    const int64_t V = config_.vocab_size;
+    in0_ = host_.allocate(T_ * C_ * sizeof(float), "in.0");
+    dx0_ = host_.allocate(T_ * C_ * sizeof(float), "dx.0");
+    grad_stage_ = host_.allocate(std::max(block_numel(config_), V * C_) * sizeof(float), "gradient staging");
+  }
+  check_sequence_length(config_, seq_);
+  const int64_t half = config_.head_dim / 2;
+  rope_cos_.resize(seq_ * half);
+  rope_sin_.resize(seq_ * half);
+  rope_tables(rope_cos_.data(), rope_sin_.data(), config_, seq_);
+  ctx_.shape = block_shape(config_, batch_, seq_);
+  ctx_.rope_cos = rope_cos_.data();
+  ctx_.rope_sin = rope_sin_.data();
+  ctx_.precision = Precision::F32;
+
+  // Compute tier: lay out every planned allocation, then hold exactly that many bytes.
+  layout_ = lay_out_arena(sched_.arena);
+  const size_t extent = arena_extent(layout_);
+  const size_t rounded = (extent + 4095) / 4096 * 4096;
+  if (rounded > 0) {
+    void* mem = std::aligned_alloc(4096, rounded);
+    if (!mem)
+      throw Error("cannot allocate the compute tier of " + format_bytes(extent), "streaming executor",
+                  "plan with a smaller --gpu-cap or free host memory");
+    memory_ = {static_cast<std::byte*>(mem), std::free};
+  }
+  arena_ = std::make_unique<ComputeArena>("compute tier", memory_.get(), extent, layout_);
+  const size_t W = plan_.windows.size();
+  acquire_at_.assign(W, {});
+  release_at_.assign(W, {});
+  for (const ArenaRequest& r : sched_.arena) {
+    acquire_at_[r.first_window].push_back(r.name);
+    release_at_[r.last_window].push_back(r.name);
+  }
+
+  // Host parts and NVMe slots of the offloaded boundaries.
+  const size_t row = static_cast<size_t>(C_) * sizeof(float);
+  std::vector<NvmeSlot> slots;
+  parked_.resize(sched_.L + 1);
+  for (int b = 0; b <= sched_.L; ++b) {
+    const BoundarySchedule& bs = sched_.boundaries[b];
+    if (!bs.offloaded()) continue;
+    auto p = std::make_unique<Parked>();
+    const std::string id = "a." + std::to_string(b);
+    p->host = host_.allocate(bs.cpu_tokens * row, id + ".cpu");
+    if (bs.nvme_tokens > 0) {
+      p->staging = host_.allocate(bs.nvme_tokens * row, id + ".nvme staging");
+      p->slot = slots.size();
+      slots.push_back({id + ".nvme", bs.nvme_tokens * row});
+    }
+    parked_[b] = std::move(p);
+  }
+  if (!slots.empty()) {
+    if (options.offload_dir.empty())
+      throw Error("the plan puts activations on NVMe but no offload directory was given",
+                  "streaming executor", "pass --offload-dir on a fast local disk");
+    NvmeStoreOptions no;
+    no.dir = options.offload_dir;
+    no.direct_io = options.direct_io;
+    nvme_ = std::make_unique<NvmeStore>(std::move(slots), no);
+  }
+}
+
+StreamingExecutor::~StreamingExecutor() = default;
+
+double StreamingExecutor::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+void StreamingExecutor::event(const std::string& name, const char* lane, double start, double bytes) {
+  if (events_) events_->push_back({name, window_name_, lane, start, now(), bytes});
+}
+
+float* StreamingExecutor::buf(const std::string& name) {
+  auto it = live_.find(name);
+  LT_ASSERT(it != live_.end(), "compute-tier tensor " + name + " used outside its planned lifetime");
+  return it->second;
+}
+
+float* StreamingExecutor::boundary_input(int b) {
+  const BoundarySchedule& bs = sched_.boundaries[b];
+  const std::string id = std::to_string(b);
+  if (!bs.stored) return buf("rc." + id);
+  return bs.offloaded() ? buf("r." + id) : buf("x." + id);
+}
+
+// Right after boundary b is produced: copy its non-compute parts out (the compute part
+// stays, in its own smaller buffer), then start the NVMe write from host staging.
+void StreamingExecutor::store_boundary(int b) {
+  const BoundarySchedule& bs = sched_.boundaries[b];
+  if (!bs.offloaded()) return;
+  Parked& p = *parked_[b];
+  const std::string id = std::to_string(b);
+  const size_t row = static_cast<size_t>(C_) * sizeof(float);
+  const std::byte* x = reinterpret_cast<const std::byte*>(buf("x." + id));
+  if (bs.gpu_tokens > 0) std::memcpy(buf("a." + id + ".gpu"), x, bs.gpu_tokens * row);
+  const double t = now();
+  backend_.copy_to_host(p.host.data(), x + bs.gpu_tokens * row, bs.cpu_tokens * row);
+  backend_.copy_to_host(p.staging.data(), x + (bs.gpu_tokens + bs.cpu_tokens) * row, bs.nvme_tokens * row);
+  backend_.synchronize();
+  event("a." + id + ".out", "d2h", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
+  if (bs.nvme_tokens > 0) {
+    // The write runs on the store's thread; its event spans issue to the wait that retires it.
+    p.write = nvme_->write(p.slot, 0, p.staging.data(), bs.nvme_tokens * row);
+    p.write_issued_s = now();
+  }
+}
+
+void StreamingExecutor::start_nvme_read(int b) {
+  const BoundarySchedule& bs = sched_.boundaries[b];
+  if (!bs.offloaded() || bs.nvme_tokens == 0) return;
+  Parked& p = *parked_[b];
+  // The read lands in the buffer the write sends from: the write must be done first.
+  if (p.write) {
+    nvme_->wait(std::exchange(p.write, 0));
+    event("a." + std::to_string(b) + ".nvme write", "nvme", p.write_issued_s,
+          static_cast<double>(bs.nvme_tokens * C_ * sizeof(float)));
+  }
+  p.read_issued_s = now();
+  p.read = nvme_->read(p.slot, 0, p.staging.data(), bs.nvme_tokens * static_cast<size_t>(C_) * sizeof(float));
+}
+
+// Reassembles boundary b on the compute tier from its three parts.
+void StreamingExecutor::fetch_boundary(int b) {
+  const BoundarySchedule& bs = sched_.boundaries[b];
+  Parked& p = *parked_[b];
+  const std::string id = std::to_string(b);
+  const size_t row = static_cast<size_t>(C_) * sizeof(float);
+  std::byte* r = reinterpret_cast<std::byte*>(buf("r." + id));
+  if (bs.gpu_tokens > 0) std::memcpy(r, buf("a." + id + ".gpu"), bs.gpu_tokens * row);
+  if (bs.nvme_tokens > 0) {
+    if (!p.read) start_nvme_read(b);
+    nvme_->wait(std::exchange(p.read, 0));
+    event("a." + id + ".nvme read", "nvme", p.read_issued_s, static_cast<double>(bs.nvme_tokens * row));
+  }
+  const double t = now();
+  backend_.copy_to_compute(r + bs.gpu_tokens * row, p.host.data(), bs.cpu_tokens * row);
+  backend_.copy_to_compute(r + (bs.gpu_tokens + bs.cpu_tokens) * row, p.staging.data(), bs.nvme_tokens * row);
+  backend_.synchronize();
+  event("a." + id + ".in", "h2d", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
+}
+
+void StreamingExecutor::run_update(size_t t, ModelParameters& params, ModelParameters& grads,
+                                   const StepOptions& o) {
+  const UpdateTarget& target = sched_.targets[t];
+  if (o.update) {
+    const double t = now();
+    (*o.update)(target);
+    event("optimizer " + target.name(), "host", t);
+  }
+  if (o.zero_grads)
+    for (auto [off, n] : target_ranges(grads, target)) std::memset(grads.data() + off, 0, n * sizeof(float));
+  (void)params;
+}
+
+BlockTensors StreamingExecutor::weights(ModelParameters& params, int j, bool backward) {
+  if (backend_.host_is_compute()) return params.block(j);
+  return bind_block_tensors(config_, buf((backward ? "wb." : "w.") + std::to_string(j)));
+}
+
+// Copies the weights planned to arrive in window w onto the compute tier; waits for them
+// only when this window's own compute reads them (a prefetch runs under the compute).
+void StreamingExecutor::load_weights(int w, ModelParameters& params) {
+  const size_t bytes = static_cast<size_t>(block_numel(config_)) * sizeof(float);
+  bool needed_now = false;
+  const double t = now();
+  for (int j = 0; j < sched_.L; ++j) {
+    if (sched_.fwd_load_w[j] == w) {
+      backend_.copy_to_compute(buf("w." + std::to_string(j)), params.block_base(j), bytes);
+      needed_now |= sched_.forward_w[j] == w;
+    }
+    if (sched_.bwd_load_w[j] == w) {
+      backend_.copy_to_compute(buf("wb." + std::to_string(j)), params.block_base(j), bytes);
+      needed_now |= plan_.windows[w].layer == j;
+    }
+  }
+  if (w == sched_.head) {
+    const int64_t C = C_, V = config_.vocab_size;
+    backend_.copy_to_compute(buf("w.norm"), params.final_norm(), C * sizeof(float));
+    backend_.copy_to_compute(buf("w.lm_head"), params.lm_head(), V * C * sizeof(float));
+    needed_now = true;
+  }
+  if (needed_now) {
+    backend_.synchronize();
+    event("weights", "h2d", t);
+  }
+}
+
+// A gradient slot's sum reaches the host block: copied over a block that was zeroed for
+// this step (bitwise what accumulating in place gives), else added through staging.
+// When zero_grads holds, the copy is left running under the next window (the slot lives
+// until that window's barrier, as the plan's g.<j> transfer does); finish_landings() then
+// counts it in the norm, in the order the gradients were produced.
+void StreamingExecutor::land_gradient(float* host, const float* slot, int64_t n, bool count, const StepOptions& o) {
+  landings_.push_back({host, n, count, now()});
+  if (o.zero_grads) {
+    backend_.copy_to_host(host, slot, n * sizeof(float));
+  } else {
+    float* stage = grad_stage_.as<float>();
+    backend_.copy_to_host(stage, slot, n * sizeof(float));
+    backend_.synchronize();
+    for (int64_t i = 0; i < n; ++i) host[i] += stage[i];
+  }
+}
+
+double StreamingExecutor::finish_landings(double sq) {
+  for (const Landing& l : landings_) {
+    if (l.count) sq = sq_sum(l.host, l.n, sq);
+    event("gradients", "d2h", l.issued_s, static_cast<double>(l.n * sizeof(float)));
+  }
+  landings_.clear();
+  return sq;
+}
+
+StreamingStepResult StreamingExecutor::step(ModelParameters& params, ModelParameters& grads,
+                                            const int32_t* input_ids, const int32_t* labels,
+                                            const StepOptions& options) {
+  const ModelConfig& c = config_;
+  const int64_t T = T_, C = C_, V = c.vocab_size;
+  const int L = sched_.L;
+  LT_ASSERT(params.numel() == grads.numel(), "parameter and gradient blocks differ");
+  if (params.config().hidden_size != C || params.config().num_layers != L)
+    throw Error("the parameters are for a different model than the plan", "streaming executor",
+                "plan for the model you train");
+
+  // Targets as ModelStep builds them: position s predicts labels[s+1].
+  std::vector<int32_t> targets(T, kIgnoreIndex);
+  int64_t predicted = 0;
+  for (int64_t bi = 0; bi < batch_; ++bi)
+    for (int64_t s = 0; s + 1 < seq_; ++s) {
+      const int32_t y = labels[bi * seq_ + s + 1];
+      if (y == kIgnoreIndex) continue;
+      if (y < 0 || y >= V)
+        throw Error("label " + std::to_string(y) + " at position " + std::to_string(bi * seq_ + s + 1) +
+                        " is outside the vocabulary [0, " + std::to_string(V) + ")",
+                    "training batch", "labels must be token ids or -100");
+      targets[bi * seq_ + s] = y;
+      ++predicted;
+    }
+  const float grad_scale = options.grad_scale > 0 ? options.grad_scale
+                           : predicted > 0        ? 1.0f / static_cast<float>(predicted)
+                                                  : 0.0f;
+
+  StreamingStepResult result;
+  result.predicted_tokens = predicted;
+  if (arena_->current_window() >= 0) {  // a previous step walked this arena
+    peak_ = std::max(peak_, arena_->peak_live_bytes());
+    arena_ = std::make_unique<ComputeArena>("compute tier", memory_.get(), arena_->budget_bytes(), layout_);
+    live_.clear();
+  }
+  t0_ = std::chrono::steady_clock::now();
+  events_ = &result.events;
+  const auto since = [&] { return now(); };
+  float* d_out = nullptr;
+  float* d_in = nullptr;
+  double sq = 0;
+  const BlockTensorsBf16 no_bf16;  // fp32 compute: kernels read the fp32 weights
+
+  for (int w = 0; w < static_cast<int>(plan_.windows.size()); ++w) {
+    const Window& win = plan_.windows[w];
+    const double start = since();
+    window_name_ = win.name;
+    arena_->begin_window(w);
+    for (const std::string& n : acquire_at_[w]) live_[n] = reinterpret_cast<float*>(arena_->acquire(n).data());
+    for (int b = 0; b < L; ++b) {
+      const BoundarySchedule& bs = sched_.boundaries[b];
+      if (!bs.offloaded()) continue;
+      if (bs.nvme_read_w == w && bs.nvme_tokens > 0) start_nvme_read(b);
+      if (bs.fetch_w == w) fetch_boundary(b);
+    }
+    for (size_t t = 0; t < sched_.targets.size(); ++t)
+      if (sched_.update_w[t] == w) run_update(t, params, grads, options);
+    if (!backend_.host_is_compute()) load_weights(w, params);
+
+    const int j = win.layer;
+    const double compute_start = since();
+    switch (win.kind) {
+      case WindowKind::Prologue0:
+      case WindowKind::Load:
+        break;
+      case WindowKind::Prologue1:
+        if (backend_.host_is_compute()) {
+          embedding_forward(buf("x.0"), input_ids, params.embedding(), T, V, C);
+        } else {  // the host embeds, the link carries the boundary (the plan's in.0)
+          embedding_forward(in0_.as<float>(), input_ids, params.embedding(), T, V, C);
+          backend_.copy_to_compute(buf("x.0"), in0_.data(), T * C * sizeof(float));
+          backend_.synchronize();
+        }
+        store_boundary(0);
+        break;
+      case WindowKind::Forward: {
+        const std::string in = std::to_string(j), out = std::to_string(j + 1);
+        float* saved = sched_.keep_internals[j] ? buf("int." + in) : buf("int.scratch");
+        BlockSaved sv = bind_block_saved(c, batch_, seq_, saved);
+        block_forward(buf("x." + out), sv, buf("x." + in), weights(params, j, false), no_bf16, ctx_);
+        if (j + 1 < L) store_boundary(j + 1);
+        break;
+      }
+      case WindowKind::Head: {
+        float* x = buf("x." + std::to_string(L));
+        float* norm_out = buf("head.norm_out");
+        float* rstd = buf("head.rstd");
+        float* d_hidden = buf("head.d_hidden");
+        const float eps = static_cast<float>(c.rms_norm_eps);
+        const bool host = backend_.host_is_compute();
+        const float* norm_w = host ? params.final_norm() : buf("w.norm");
+        const float* head_w = host ? params.lm_head() : buf("w.lm_head");
+        float* norm_g = host ? grads.final_norm() : buf("g.norm");
+        float* head_g = host ? grads.lm_head() : buf("g.lm_head");
+        if (!host) {  // gradient slots start at zero; the host's sums are added after
+          std::memset(norm_g, 0, C * sizeof(float));
+          std::memset(head_g, 0, V * C * sizeof(float));
+        }
+        rmsnorm_forward(norm_out, rstd, x, norm_w, T, C, eps);
+        const double loss_sum = head_cross_entropy(d_hidden, head_g, norm_out, head_w, nullptr, targets.data(), T, C,
+                                                   V, grad_scale, Precision::F32);
+        result.loss = predicted > 0 ? loss_sum / static_cast<double>(predicted) : 0.0;
+        d_out = buf("dx.0");
+        d_in = buf("dx.1");
+        rmsnorm_backward(d_out, norm_g, d_hidden, x, norm_w, rstd, T, C);
+        // Norm order: final norm, then an untied head (a tied one counts as the embedding).
+        if (host) {
+          sq = sq_sum(grads.final_norm(), C, sq);
+          if (!tied(params)) sq = sq_sum(grads.lm_head(), V * C, sq);
+        } else {
+          land_gradient(grads.final_norm(), norm_g, C, true, options);
+          land_gradient(grads.lm_head(), head_g, V * C, !tied(params), options);
+        }
+        break;
+      }
+      case WindowKind::Recompute: {
+        BlockSaved sv = bind_block_saved(c, batch_, seq_, buf("int.scratch"));
+        block_forward(buf("rc." + std::to_string(j + 1)), sv, boundary_input(j), weights(params, j, true), no_bf16,
+                      ctx_);
+        break;
+      }
+      case WindowKind::Backward: {
+        LT_ASSERT(d_out != nullptr, "backward window before HEAD");
+        const float* x_in = boundary_input(j);
+        BlockTensors wj = weights(params, j, true);
+        BlockSaved sv;
+        if (sched_.keep_internals[j]) {
+          sv = bind_block_saved(c, batch_, seq_, buf("int." + std::to_string(j)));
+        } else {
+          // Rerun the block; its output is not needed, so it goes to the spare gradient.
+          sv = bind_block_saved(c, batch_, seq_, buf("int.scratch"));
+          block_forward(d_in, sv, x_in, wj, no_bf16, ctx_);
+        }
+        const bool host = backend_.host_is_compute();
+        float* g = host ? grads.block_base(j) : buf("g." + std::to_string(j));
+        if (!host) std::memset(g, 0, block_numel(c) * sizeof(float));
+        BlockTensors gj = bind_block_tensors(c, g);
+        block_backward(d_in, gj, workspace_, d_out, x_in, wj, no_bf16, sv, ctx_);
+        if (host) sq = sq_sum(grads.block_base(j), block_numel(c), sq);
+        else land_gradient(grads.block_base(j), g, block_numel(c), true, options);
+        std::swap(d_in, d_out);
+        break;
+      }
+      case WindowKind::Epilogue:
+        LT_ASSERT(d_out != nullptr, "epilogue before HEAD");
+        if (!backend_.host_is_compute()) {  // the host owns the embedding gradient (the plan's dx.0)
+          backend_.copy_to_host(dx0_.data(), d_out, T * C * sizeof(float));
+          backend_.synchronize();
+          d_out = dx0_.as<float>();
+        }
+        embedding_backward(grads.embedding(), input_ids, d_out, T, V, C);
+        break;  // its norm is summed after the barrier, behind layer 0's
+
+    }
+    if (win.kind != WindowKind::Prologue0 && win.kind != WindowKind::Load) event(win.name, "compute", compute_start);
+    backend_.synchronize();  // the window's barrier: its copies are done before its frees
+    sq = finish_landings(sq);
+    if (win.kind == WindowKind::Epilogue) sq = sq_sum(grads.embedding(), V * C, sq);
+    result.compute_bytes.push_back({since(), static_cast<double>(arena_->live_bytes())});
+    for (const std::string& n : release_at_[w]) {
+      arena_->release(n);
+      live_.erase(n);
+    }
+    result.windows.push_back({win.name, start, since()});
+  }
+  if (nvme_) nvme_->wait_all();
+  for (auto& p : parked_)
+    if (p) p->write = p->read = 0;
+  events_ = nullptr;
+  result.grad_sq_sum = sq;
+  result.step_s = since();
+  return result;
+}
+
+}  // namespace lt

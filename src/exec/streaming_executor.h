@@ -1,0 +1,162 @@
+// The streaming executor: one training step run window by window as a plan says
+// (plan/plan.h), on a backend (exec/backend.h). It does ModelStep's math (the reference,
+// matched bit for bit) with the activations placed by the plan:
+//  - forward: each boundary kept whole on the compute tier, or split by tokens into a
+//    compute part, a host part and an NVMe part (through host staging and NvmeStore),
+//    or dropped and rebuilt by the RC windows of its recompute block;
+//  - head: final norm, fused head + cross-entropy, its backward;
+//  - backward: the block's input fetched (or recomputed), internals recomputed unless the
+//    plan keeps them, block_backward, gradients added into the host gradient block and
+//    their squared norm summed as each layer's arrive (fixed order: head, layers L-1..0,
+//    embedding — so the sum is the same for every plan);
+//  - the lazy optimizer hook: each target (embed, layer j, head) is updated at its planned
+//    window, at the latest just before the step first reads it, then its gradient is zeroed.
+//
+// Every compute-tier byte lives in a ComputeArena laid out at construction from the
+// plan (streaming_schedule.h); the host parts and NVMe slots are allocated there too.
+// Weights and gradients are host-tier views on the cpu backend (host_is_compute()); on
+// the others (emu) each layer's weights are copied into planned arena slots (w.<j> for
+// forward, wb.<j> for backward) at the windows the plan loads them, and gradients are
+// summed in slots (g.<j>) and copied back. Not yet: one weight slot reused across the
+// forward-backward turnaround for resident layers, bf16 compute copies; BlockWorkspace
+// and the cross-entropy's logit chunks still hold their own scratch outside the arena.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "exec/backend.h"
+#include "exec/decoder_block.h"
+#include "exec/streaming_schedule.h"
+#include "memory/compute_arena.h"
+#include "memory/host_pool.h"
+#include "memory/nvme_store.h"
+#include "model/parameters.h"
+#include "plan/plan.h"
+
+namespace lt {
+
+// Called once per target per step (when StepOptions::update is set), before the step
+// reads the target's weights; the target's gradient still holds the previous step's sum.
+using LazyUpdateHook = std::function<void(const UpdateTarget&)>;
+
+// (offset, numel) ranges of a target's tensors inside the parameter block (the same
+// offsets index the gradient block). A tied lm_head belongs to "embed".
+std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& params, const UpdateTarget& t);
+
+// The squared gradient norm in the executor's arrival order (head, layers L-1..0,
+// embedding), so an in-memory run can reproduce the executor's sum bit for bit.
+double ordered_grad_sq_sum(const ModelParameters& grads);
+
+struct StreamingOptions {
+  std::filesystem::path offload_dir;  // NVMe tier; required when the plan puts tokens there
+  bool direct_io = true;
+};
+
+struct StepOptions {
+  const LazyUpdateHook* update = nullptr;
+  bool zero_grads = true;   // zero each target's gradient before the step adds into it
+  float grad_scale = 0.0f;  // > 0 replaces 1/predicted_tokens (as in ModelStep)
+};
+
+struct WindowTiming {
+  std::string name;
+  double start_s = 0, end_s = 0;  // since the step began
+};
+
+// What ran, when, on which lane ("compute", "h2d", "d2h", "nvme", "host"): the
+// simulator's event shape (sim/simulator.h SimEvent), so a real step and its replay can
+// be laid side by side in one Chrome trace (the conversion lives above exec/).
+struct ExecEvent {
+  std::string name, window, lane;
+  double start_s = 0, end_s = 0, bytes = 0;
+};
+
+struct StreamingStepResult {
+  double loss = 0;
+  int64_t predicted_tokens = 0;
+  double grad_sq_sum = 0;  // squared global gradient norm of this step's gradients
+  double step_s = 0;
+  std::vector<WindowTiming> windows;
+  std::vector<ExecEvent> events;
+  std::vector<std::pair<double, double>> compute_bytes;  // (time, live arena bytes) per window
+};
+
+class StreamingExecutor {
+ public:
+  StreamingExecutor(const Plan& plan, Backend& backend, const StreamingOptions& options = {});
+  ~StreamingExecutor();
+  StreamingExecutor(const StreamingExecutor&) = delete;
+  StreamingExecutor& operator=(const StreamingExecutor&) = delete;
+
+  // input_ids, labels: [batch*seq], labels unshifted with -100 for no loss (ModelStep's).
+  StreamingStepResult step(ModelParameters& params, ModelParameters& grads, const int32_t* input_ids,
+                           const int32_t* labels, const StepOptions& options = {});
+
+  const StreamSchedule& schedule() const { return sched_; }
+  size_t planned_peak_bytes() const { return arena_->planned_peak_bytes(); }
+  // The largest compute-tier bytes live at once, over all steps so far.
+  size_t measured_peak_bytes() const { return std::max(peak_, arena_->peak_live_bytes()); }
+  size_t arena_bytes() const { return arena_->budget_bytes(); }
+  size_t host_peak_bytes() const { return host_.peak_bytes(); }
+  size_t nvme_bytes() const { return nvme_ ? nvme_->file_bytes() : 0; }
+  const Plan& plan() const { return plan_; }
+
+ private:
+  struct Parked;  // one boundary's offloaded parts
+  float* buf(const std::string& name);
+  float* boundary_input(int b);  // boundary b on the compute tier during backward
+  void store_boundary(int b);
+  void start_nvme_read(int b);
+  void fetch_boundary(int b);
+  double now() const;
+  void event(const std::string& name, const char* lane, double start, double bytes = 0);
+  BlockTensors weights(ModelParameters& params, int j, bool backward);
+  void load_weights(int w, ModelParameters& params);
+  void land_gradient(float* host, const float* slot, int64_t n, bool count, const StepOptions& o);
+  double finish_landings(double sq);  // after a barrier: norms of the landed gradients
+  void run_update(size_t target, ModelParameters& params, ModelParameters& grads, const StepOptions& o);
+
+  Plan plan_;
+  Backend& backend_;
+  ModelConfig config_;
+  int64_t batch_, seq_, T_, C_;
+  StreamSchedule sched_;
+  BlockContext ctx_;
+  AlignedBuffer<float> rope_cos_, rope_sin_;
+  // The compute tier's memory, held for the executor's life; each step walks a fresh
+  // ComputeArena over it, because an arena's windows only go forward.
+  std::unique_ptr<std::byte, void (*)(void*)> memory_{nullptr, nullptr};
+  std::vector<ArenaAllocation> layout_;
+  std::unique_ptr<ComputeArena> arena_;
+  size_t peak_ = 0;
+  std::vector<std::vector<std::string>> acquire_at_, release_at_;  // per window
+  std::unordered_map<std::string, float*> live_;
+  HostPool host_;
+  std::vector<std::unique_ptr<Parked>> parked_;
+  HostBuffer in0_, dx0_, grad_stage_;  // backends with a separate compute tier only
+  struct Landing {
+    float* host;
+    int64_t n;
+    bool count;  // in the norm (a tied head's gradient is counted as the embedding's)
+    double issued_s;
+  };
+  std::vector<Landing> landings_;  // gradient copies in flight, in production order  // per boundary (null: not offloaded)
+  std::unique_ptr<NvmeStore> nvme_;
+  BlockWorkspace workspace_;
+  // Per step: the clock origin, the window running, and the events so far.
+  std::chrono::steady_clock::time_point t0_;
+  std::string window_name_;
+  std::vector<ExecEvent>* events_ = nullptr;
+};
+
+}  // namespace lt

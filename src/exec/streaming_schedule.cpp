@@ -1,0 +1,204 @@
+#include "exec/streaming_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace lt {
+
+std::string UpdateTarget::name() const {
+  switch (kind) {
+    case Kind::Embed: return "embed";
+    case Kind::Head: return "head";
+    case Kind::Layer: break;
+  }
+  return "layer." + std::to_string(layer);
+}
+
+namespace {
+
+[[noreturn]] void bad_plan(const std::string& what) {
+  throw Error(what, "plan for the streaming executor", "regenerate the plan with `lazytrain plan`");
+}
+
+bool moves(const Window& w, const std::string& tensor, Link link) {
+  for (const Transfer& t : w.transfers)
+    if (t.link == link && t.tensor == tensor && t.bytes > 0) return true;
+  return false;
+}
+
+}  // namespace
+
+StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, bool weights_on_compute,
+                                    int64_t block_numel) {
+  if (!plan.feasible) bad_plan("the plan is infeasible: " + plan.infeasible_reason);
+  StreamSchedule s;
+  const int L = plan.model.num_layers;
+  s.L = L;
+  s.tokens = plan.batch * plan.seq;
+  s.hidden = plan.model.hidden_size;
+  if (L <= 0 || static_cast<int>(plan.boundaries.size()) != L + 1)
+    bad_plan("the plan has " + std::to_string(plan.boundaries.size()) + " boundaries for " +
+             std::to_string(L) + " layers");
+  s.forward_w.assign(L, -1);
+  s.backward_w.assign(L, -1);
+  s.recompute_w.assign(L, -1);
+  for (int w = 0; w < static_cast<int>(plan.windows.size()); ++w) {
+    const Window& win = plan.windows[w];
+    const int j = win.layer;
+    auto layer_slot = [&](std::vector<int>& v) {
+      if (j < 0 || j >= L || v[j] >= 0) bad_plan("window " + win.name + " has a bad or repeated layer");
+      v[j] = w;
+    };
+    switch (win.kind) {
+      case WindowKind::Prologue0: s.p0 = w; break;
+      case WindowKind::Prologue1: s.p1 = w; break;
+      case WindowKind::Forward: layer_slot(s.forward_w); break;
+      case WindowKind::Head: s.head = w; break;
+      case WindowKind::Recompute: layer_slot(s.recompute_w); break;
+      case WindowKind::Backward: layer_slot(s.backward_w); break;
+      case WindowKind::Load: break;
+      case WindowKind::Epilogue: s.epilogue = w; break;
+    }
+  }
+  if (s.p1 < 0 || s.head < 0 || s.epilogue < 0) bad_plan("the plan lacks a P1, HEAD or E window");
+  for (int j = 0; j < L; ++j)
+    if (s.forward_w[j] < 0 || s.backward_w[j] < 0)
+      bad_plan("layer " + std::to_string(j) + " has no forward or backward window");
+  if (s.p0 < 0) s.p0 = s.p1;
+
+  s.keep_internals.assign(L, false);
+  for (int j : plan.keep_internals)
+    if (j >= 0 && j < L) s.keep_internals[j] = true;
+
+  // Boundaries: token split and windows.
+  const int64_t T = s.tokens;
+  s.boundaries.resize(L + 1);
+  for (int b = 0; b <= L; ++b) {
+    BoundarySchedule& bs = s.boundaries[b];
+    const BoundaryPlacement& bp = plan.boundaries[b];
+    bs.produce_w = b == 0 ? s.p1 : s.forward_w[b - 1];
+    bs.forward_use_w = b == L ? s.head : s.forward_w[b];
+    if (b == L) continue;
+    bs.backward_last_w = s.backward_w[b];
+    bs.backward_first_w = s.recompute_w[b] >= 0 ? std::min(s.recompute_w[b], bs.backward_last_w)
+                                                : bs.backward_last_w;
+    if (bp.recompute) {
+      if (b == 0) bad_plan("boundary 0 (the embedded input) cannot be recomputed");
+      if (s.recompute_w[b - 1] < 0 || s.recompute_w[b - 1] > bs.backward_first_w)
+        bad_plan("boundary " + std::to_string(b) + " is recomputed but no RC window before B" +
+                 std::to_string(b) + " produces it");
+      continue;
+    }
+    bs.stored = true;
+    // Fractions to whole tokens; the parts tile [0, T) exactly.
+    bs.gpu_tokens = std::clamp<int64_t>(std::llround(bp.gpu * T), 0, T);
+    const int64_t cpu_end = std::clamp<int64_t>(std::llround((bp.gpu + bp.cpu) * T), bs.gpu_tokens, T);
+    bs.cpu_tokens = cpu_end - bs.gpu_tokens;
+    bs.nvme_tokens = T - cpu_end;
+    if (bp.nvme <= 0 && bs.nvme_tokens > 0) {  // rounding residue: keep it off NVMe
+      bs.cpu_tokens += bs.nvme_tokens;
+      bs.nvme_tokens = 0;
+    }
+    // The plan's first copy back (after the forward consumer) starts the fetch; the
+    // backward consumer is the latest it can be.
+    const std::string cpu = "a." + std::to_string(b) + ".cpu", nvme = "a." + std::to_string(b) + ".nvme";
+    bs.fetch_w = bs.backward_first_w;
+    for (int w = bs.forward_use_w + 1; w < bs.backward_first_w; ++w)
+      if (moves(plan.windows[w], cpu, Link::H2D) || moves(plan.windows[w], nvme, Link::H2D)) {
+        bs.fetch_w = w;
+        break;
+      }
+    bs.nvme_read_w = bs.fetch_w;
+    for (int w = bs.forward_use_w + 1; w < bs.fetch_w; ++w)
+      if (moves(plan.windows[w], nvme, Link::NvmeRead)) {
+        bs.nvme_read_w = w;
+        break;
+      }
+  }
+
+  // Lazy optimizer: each target updates at its planned window, or at the latest just
+  // before its first use in this step.
+  s.targets.push_back({UpdateTarget::Kind::Embed, -1});
+  s.update_w.push_back(s.p1);
+  for (int j = 0; j < L; ++j) {
+    s.targets.push_back({UpdateTarget::Kind::Layer, j});
+    s.update_w.push_back(s.forward_w[j]);
+  }
+  s.targets.push_back({UpdateTarget::Kind::Head, -1});
+  s.update_w.push_back(s.head);
+  for (const OptimizerPlacement& o : plan.optimizer)
+    for (size_t t = 0; t < s.targets.size(); ++t)
+      if (s.targets[t].name() == o.target && o.window >= 0) s.update_w[t] = std::min(s.update_w[t], o.window);
+
+  // Weight loads: the plan's h2d of w.<j> before F{j} (the prefetch in F{j-1}, or P1),
+  // and the first one after HEAD before layer j's first backward-side window.
+  s.fwd_load_w.assign(L, -1);
+  s.bwd_load_w.assign(L, -1);
+  for (int j = 0; j < L; ++j) {
+    const std::string wj = "w." + std::to_string(j);
+    const int first_back = s.recompute_w[j] >= 0 ? std::min(s.recompute_w[j], s.backward_w[j]) : s.backward_w[j];
+    s.fwd_load_w[j] = s.forward_w[j];
+    for (int w = 0; w < s.forward_w[j]; ++w)
+      if (moves(plan.windows[w], wj, Link::H2D)) s.fwd_load_w[j] = w;  // the latest before F{j}
+    s.bwd_load_w[j] = first_back;
+    for (int w = s.head; w < first_back; ++w)
+      if (moves(plan.windows[w], wj, Link::H2D)) {
+        s.bwd_load_w[j] = w;
+        break;
+      }
+    // The compute copy is taken after the update: the update moves up to the load.
+    if (weights_on_compute) s.update_w[1 + j] = std::min(s.update_w[1 + j], s.fwd_load_w[j]);
+  }
+
+  // Compute-tier allocations (fp32).
+  const size_t row = static_cast<size_t>(s.hidden) * sizeof(float);
+  const size_t full = static_cast<size_t>(T) * row;
+  auto req = [&](const std::string& name, size_t bytes, int first, int last) {
+    LT_ASSERT(first >= 0 && last >= first, "lifetime of " + name);
+    if (bytes > 0) s.arena.push_back({name, bytes, first, last});
+  };
+  for (int b = 0; b <= L; ++b) {
+    const BoundarySchedule& bs = s.boundaries[b];
+    const std::string id = std::to_string(b);
+    const bool whole_kept = bs.stored && !bs.offloaded();
+    req("x." + id, full, bs.produce_w, whole_kept ? bs.backward_last_w : bs.forward_use_w);
+    if (bs.offloaded()) {
+      req("a." + id + ".gpu", static_cast<size_t>(bs.gpu_tokens) * row, bs.produce_w, bs.backward_last_w);
+      req("r." + id, full, bs.fetch_w, bs.backward_last_w);
+    }
+    if (b < L && !bs.stored && b > 0) req("rc." + id, full, s.recompute_w[b - 1], bs.backward_last_w);
+  }
+  const size_t saved_bytes = static_cast<size_t>(saved_numel) * sizeof(float);
+  bool any_scratch = false;
+  for (int j = 0; j < L; ++j) {
+    if (s.keep_internals[j]) req("int." + std::to_string(j), saved_bytes, s.forward_w[j], s.backward_w[j]);
+    else any_scratch = true;
+  }
+  const int first = std::min(s.p0, s.p1);
+  if (any_scratch) req("int.scratch", saved_bytes, first, s.epilogue);
+  req("head.norm_out", full, s.head, s.head);
+  req("head.rstd", static_cast<size_t>(T) * sizeof(float), s.head, s.head);
+  req("head.d_hidden", full, s.head, s.head);
+  if (weights_on_compute) {
+    const size_t wbytes = static_cast<size_t>(block_numel) * sizeof(float);
+    const size_t C = static_cast<size_t>(s.hidden), V = static_cast<size_t>(plan.model.vocab_size);
+    for (int j = 0; j < L; ++j) {
+      const std::string id = std::to_string(j);
+      req("w." + id, wbytes, s.fwd_load_w[j], s.forward_w[j]);
+      req("wb." + id, wbytes, s.bwd_load_w[j], s.backward_w[j]);
+      // A gradient slot drains to the host under the next window's compute.
+      req("g." + id, wbytes, s.backward_w[j], s.backward_w[j] + 1);
+    }
+    req("w.norm", C * sizeof(float), s.head, s.head);
+    req("w.lm_head", V * C * sizeof(float), s.head, s.head);
+    req("g.norm", C * sizeof(float), s.head, s.head + 1);
+    req("g.lm_head", V * C * sizeof(float), s.head, s.head + 1);
+  }
+  req("dx.0", full, s.head, s.epilogue);
+  req("dx.1", full, s.head, s.epilogue);
+  return s;
+}
+
+}  // namespace lt

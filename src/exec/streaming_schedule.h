@@ -1,0 +1,64 @@
+// The executor's reading of a plan: for every boundary, where its tokens go and in which
+// plan window it is produced, consumed, fetched back; for every layer, its forward,
+// recompute and backward windows; and the compute-tier allocations (names, bytes,
+// lifetimes in plan windows) that follow from it. Computed once at setup, so that every
+// byte the step touches on the compute tier is planned before step 1 (DESIGN.md:
+// "memory is planned, not discovered").
+//
+// The executor keeps activations in fp32 (the kernels' type), so its arena bytes are
+// those of the plan's tensors at 4 bytes per element, not the plan's act_bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory/arena_layout.h"
+#include "plan/plan.h"
+
+namespace lt {
+
+struct BoundarySchedule {
+  // Kept from forward to backward (not recomputed, and not boundary L, which only the
+  // head reads).
+  bool stored = false;
+  int64_t gpu_tokens = 0, cpu_tokens = 0, nvme_tokens = 0;  // tokens [0,gpu) [gpu,gpu+cpu) rest
+  int produce_w = -1;         // forward producer: P1 (b = 0) or F{b-1}
+  int forward_use_w = -1;     // F{b}, or HEAD for b = L
+  int backward_first_w = -1;  // RC{b} or B{b}, whichever runs first; -1 for b = L
+  int backward_last_w = -1;   // B{b}; -1 for b = L
+  int fetch_w = -1;           // offloaded parts copied back to the compute tier
+  int nvme_read_w = -1;       // NVMe read issued (<= fetch_w)
+  bool offloaded() const { return stored && gpu_tokens < gpu_tokens + cpu_tokens + nvme_tokens; }
+};
+
+// Lazy-optimizer targets, in the order update_w lists them: embed, layer 0..L-1, head.
+struct UpdateTarget {
+  enum class Kind { Embed, Layer, Head } kind = Kind::Layer;
+  int layer = -1;
+  std::string name() const;  // "embed", "layer.<j>", "head" (the plan's target names)
+};
+
+struct StreamSchedule {
+  int L = 0;
+  int64_t tokens = 0, hidden = 0;
+  int p0 = -1, p1 = -1, head = -1, epilogue = -1;
+  std::vector<BoundarySchedule> boundaries;  // L+1
+  std::vector<bool> keep_internals;          // per layer
+  std::vector<int> forward_w, backward_w, recompute_w;  // per layer (-1: none)
+  std::vector<UpdateTarget> targets;
+  std::vector<int> update_w;  // per target: the window whose start runs its update
+  // Backends whose compute tier is separate memory: the windows that copy layer j's
+  // weights in for its forward and for its backward (RC and B windows).
+  std::vector<int> fwd_load_w, bwd_load_w;
+  std::vector<ArenaRequest> arena;
+};
+
+// Throws lt::Error for a plan the executor cannot run (infeasible, wrong model shape,
+// a backward window whose input is neither stored nor recomputed, ...).
+// weights_on_compute: the backend's compute tier is not the host's memory, so weight and
+// gradient slots are planned in the arena too (block_numel floats per layer).
+StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel_per_layer,
+                                    bool weights_on_compute = false, int64_t block_numel = 0);
+
+}  // namespace lt

@@ -1,0 +1,59 @@
+// The streaming executor's setup errors: plans it cannot run, and an NVMe tier with no
+// directory, are lt::Errors before step 1, never a crash mid-step.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "exec/backend.h"
+#include "exec/streaming_executor.h"
+#include "plan/planner.h"
+#include "streaming_test_util.h"
+
+namespace lt {
+namespace {
+
+PlanRequest tiny_request() {
+  PlanRequest req;
+  req.model_name = "streaming-tiny";
+  req.model = test::streaming_tiny_config(4);
+  req.hardware = test::streaming_cpu_profile();
+  req.batch = 2;
+  req.seq = 16;
+  return req;
+}
+
+TEST(StreamingErrors, InfeasiblePlanIsRejectedAtSetup) {
+  Plan p = make_plan(tiny_request(), "keep-all");
+  p.feasible = false;
+  p.infeasible_reason = "test";
+  auto backend = make_cpu_backend();
+  EXPECT_THROW(StreamingExecutor(p, *backend), Error);
+}
+
+TEST(StreamingErrors, RecomputedBoundaryWithoutRecomputeWindowIsRejected) {
+  Plan p = make_plan(tiny_request(), "keep-all");
+  p.boundaries[2].recompute = true;  // no RC window produces it
+  auto backend = make_cpu_backend();
+  EXPECT_THROW(StreamingExecutor(p, *backend), Error);
+}
+
+TEST(StreamingErrors, NvmeTokensWithoutOffloadDirAreAClearError) {
+  Plan p = make_plan(tiny_request(), "keep-all");
+  p.boundaries[1] = BoundaryPlacement{false, 0.5, 0.0, 0.5};
+  auto backend = make_cpu_backend();
+  try {
+    StreamingExecutor ex(p, *backend);
+    FAIL() << "expected an lt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("offload"), std::string::npos) << e.what();
+  }
+}
+
+TEST(StreamingErrors, UnknownBackendNamesTheChoices) {
+  EXPECT_THROW(make_backend("tpu"), Error);
+  EXPECT_NE(make_backend("emu"), nullptr);
+}
+
+}  // namespace
+}  // namespace lt
