@@ -14,6 +14,7 @@
 #include "exec/model_step.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "train/updater.h"
 
 namespace lt::cli {
 
@@ -42,13 +43,6 @@ ModelConfig tiny_default_config() {
   c.rms_norm_eps = 1e-5;
   c.rope_theta = 10000.0;
   return c;
-}
-
-double sum_squares(const float* x, int64_t n) {
-  double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return s;
 }
 
 void run(const StepOptions& o) {
@@ -85,7 +79,7 @@ void run(const StepOptions& o) {
     step.refresh_compute_copy(params);
     grads.zero();
     const StepResult r = step.forward_backward(params, grads, ids.data(), ids.data());
-    const double norm = std::sqrt(sum_squares(grads.data(), grads.numel()));
+    const double norm = std::sqrt(sum_of_squares(grads.data(), grads.numel()));
     if (!std::isfinite(r.loss) || !std::isfinite(norm))
       throw Error("non-finite loss or gradient at step " + std::to_string(s + 1), "lazytrain step",
                   "lower --lr");

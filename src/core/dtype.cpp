@@ -94,7 +94,7 @@ void convert_to_f32(float* dst, const void* src, DType t, size_t n) {
 }
 
 void convert_f32_to_bf16(bf16* dst, const float* src, size_t n) {
-#pragma omp parallel for if (n > (1u << 16)) schedule(static)
+#pragma omp parallel for simd if (n > (1u << 16)) schedule(static)
   for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 

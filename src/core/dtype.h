@@ -28,12 +28,13 @@ inline float bf16_to_f32(bf16 h) {
   return f;
 }
 
+// Branch-free, so that loops over it vectorize.
 inline bf16 f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<uint16_t>((u >> 16) | 0x40)};  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return bf16{static_cast<uint16_t>(u >> 16)};
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
+  const uint32_t nan = (u >> 16) | 0x40u;                            // NaN stays a quiet NaN
+  return bf16{static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};
 }
 
 // IEEE half, for reading fp16 checkpoints.

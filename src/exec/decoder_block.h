@@ -47,6 +47,7 @@ BlockSaved bind_block_saved(const ModelConfig& c, int64_t batch, int64_t seq, fl
 class BlockWorkspace {
  public:
   explicit BlockWorkspace(const BlockShape& s);
+  size_t bytes() const { return buf_.size() * sizeof(float); }
   float *d_act, *d_gate, *d_up;   // [T, I]
   float *d_norm_out, *d_norm_in;  // [T, C]
   float *d_attn_out, *dq, *dq_pre;  // [T, Hq*D]

@@ -55,10 +55,7 @@ int64_t ModelStep::activation_bytes() const {
   size_t n = boundaries_.size() + recompute_saved_.size() + final_norm_out_.size() +
              final_norm_rstd_.size() + d_hidden_.size() + d_boundary_[0].size() + d_boundary_[1].size();
   for (const auto& s : saved_) n += s.size();
-  const BlockShape& b = ctx_.shape;
-  const int64_t T = b.tokens();
-  n += 3 * T * b.inter + 2 * T * b.hidden + 3 * T * b.q_dim() + 3 * T * b.kv_dim();  // workspace
-  return static_cast<int64_t>(n * sizeof(float));
+  return static_cast<int64_t>(n * sizeof(float) + workspace_.bytes());
 }
 
 bf16* ModelStep::compute_copy(const ModelParameters& params) {

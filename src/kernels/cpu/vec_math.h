@@ -4,6 +4,8 @@
 // -march allows, so no run-time dispatch is needed).
 #pragma once
 
+#include "core/dtype.h"
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -39,13 +41,7 @@ inline float exp_approx(float x) {
 // sigmoid(x) = 1 / (1 + e^-x), through exp_approx.
 inline float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 
-// fp32 -> bf16 bits, round to nearest even, NaN kept a (quiet) NaN: the same result as
-// f32_to_bf16 in core/dtype.h, written branch-free so that it vectorizes inside loops.
-inline uint16_t to_bf16_bits(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t nan = (u >> 16) | 0x40u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
+// fp32 -> bf16 bits (core/dtype.h's branch-free rounding), for use inside loops.
+inline uint16_t to_bf16_bits(float f) { return f32_to_bf16(f).bits; }
 
 }  // namespace lt::vec
