@@ -112,7 +112,7 @@ void add_train_flags(CLI::App& cmd, TrainConfig& cfg) {
           if constexpr (std::is_same_v<T, bool>)
             cmd.add_flag(flag_name(f.key), *p, f.help);
           else
-            cmd.add_option(flag_name(f.key), *p, f.help);
+            cmd.add_option(flag_name(f.key), *p, f.help)->capture_default_str();
         },
         f.ptr);
 }
