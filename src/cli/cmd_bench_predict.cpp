@@ -3,9 +3,12 @@
 // backward and head times of a keep-all step; memcpy and NVMe-store bandwidth), plans a
 // small model under several policies with that profile, runs each plan on the cpu
 // backend with a real NVMe tier, and prints predicted vs measured step time and planned
-// vs measured compute-tier peak. The last line is
+// vs measured compute-tier peak, for the cpu backend (with the NVMe tier) and the emu
+// backend with throttled links. The last line is
 //   RESULT predict max_err=<largest relative error> peak_ok=<true|false>
-// Not yet: the emu backend's throttled rows.
+// --windows / --events show where each row's time goes, window by window.
+// `lazytrain bench out-of-core` (section 6) trains a model whose state is several times
+// the compute budget and reports its step time against the NVMe I/O floor.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -48,6 +51,8 @@ struct PredictArgs {
   std::string offload_dir = std::filesystem::temp_directory_path().string();
   std::string trace;
   bool direct_io = true;
+  bool windows = false;  // print each row's per-window measured vs planned times
+  bool events = false;   // ... and each window's events (copies, waits, compute)
 };
 
 ModelConfig bench_model(const PredictArgs& a) {
@@ -158,6 +163,38 @@ std::pair<double, double> nvme_bw(const PredictArgs& a) {
   return {r, w};
 }
 
+// Where a step's time goes: each window's measured length next to what the plan gives it
+// (its compute, and each link's bytes over the profile's rate; a window lasts the longest
+// of them). "extra" sums what the step spent beyond the plan, window by window.
+void print_windows(const StreamingStepResult& r, const Plan& p, bool events) {
+  const HardwareProfile& hw = p.hardware;
+  double extra = 0;
+  std::printf("  %-8s %10s %10s %10s %10s %10s %10s\n", "window", "measured", "planned", "compute", "h2d", "d2h",
+              "nvme");
+  for (size_t i = 0; i < r.windows.size() && i < p.windows.size(); ++i) {
+    const Window& w = p.windows[i];
+    double h2d = 0, d2h = 0, nvme = 0;
+    for (const Transfer& t : w.transfers) {
+      if (t.link == Link::H2D) h2d += t.bytes / hw.h2d_bw;
+      else if (t.link == Link::D2H) d2h += t.bytes / hw.d2h_bw;
+      else if (t.link == Link::NvmeRead) nvme += t.bytes / hw.nvme_read_bw;
+      else nvme += t.bytes / hw.nvme_write_bw;
+    }
+    const double planned = std::max({w.compute_s, h2d, d2h, nvme});
+    const double measured = r.windows[i].end_s - r.windows[i].start_s;
+    extra += measured - planned;
+    if (events)
+      for (const ExecEvent& e : r.events)
+        if (e.window == w.name)
+          std::printf("      %-24s %-8s %8.2f .. %8.2f ms\n", e.name.c_str(), e.lane.c_str(),
+                      (e.start_s - r.windows[i].start_s) * 1e3, (e.end_s - r.windows[i].start_s) * 1e3);
+    std::printf("  %-8s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f  ms\n", w.name.c_str(), measured * 1e3,
+                planned * 1e3, w.compute_s * 1e3, h2d * 1e3, d2h * 1e3, nvme * 1e3);
+  }
+  std::printf("  step %.2f ms, planned %.2f ms, extra over the windows' plan %.2f ms\n", r.step_s * 1e3,
+              p.predicted_step_s * 1e3, extra * 1e3);
+}
+
 SimResult to_sim(const StreamingStepResult& r) {
   SimResult s;
   s.step_s = r.step_s;
@@ -253,9 +290,86 @@ void run_predict(const PredictArgs& a) {
     std::printf("%-20s %12.4f %12.4f %7.1f%% %14.0f %14zu   (gpu %.1f cpu %.1f nvme %.1f rc %.0f)\n",
                 row.label.c_str(), p.predicted_step_s, m.step_s, 100 * err, p.predicted_peak.gpu, m.peak, tc.gpu,
                 tc.cpu, tc.nvme, tc.recompute);
+    if (a.windows || a.events) print_windows(m.last, p, a.events);
     if (!a.trace.empty() && &row == &rows.back()) write_chrome_trace(to_sim(m.last), p, a.trace);
   }
   std::printf("RESULT predict max_err=%.3f peak_ok=%s\n", max_err, peak_ok ? "true" : "false");
+}
+
+struct OutOfCoreArgs {
+  PredictArgs base;
+  double cap_fraction = 0.35;
+};
+
+// Section 6 of issue 4: a model whose training state (fp32 weights, gradients, two AdamW
+// moments, and every activation a keep-all step holds) is several times the compute-tier
+// budget, planned by the MILP with a host budget of one boundary, so checkpoints go to
+// NVMe or are recomputed as it decides; run on the cpu backend. Reports the step time
+// against the I/O-bound floor: the NVMe bytes the step moves over the store's measured
+// bandwidth (writes at the write rate plus reads at the read rate: one disk).
+void run_out_of_core(const OutOfCoreArgs& o) {
+  const PredictArgs& a = o.base;
+  set_num_threads(a.kernel_threads);
+  const ModelConfig c = bench_model(a);
+  PlanRequest req;
+  req.model_name = "bench-llama-" + std::to_string(a.layers) + "x" + std::to_string(a.hidden);
+  req.model = c;
+  req.batch = a.batch;
+  req.seq = a.seq;
+  req.time_limit_s = 20;
+  HardwareProfile& hw = req.hardware;
+  hw.name = "this machine (bench out-of-core)";
+  hw.backend = "cpu";
+  hw.act_bytes = 4;
+  hw.compute_memory_bytes = hw.default_cap_bytes = 64e9;
+  hw.peak_flops = 1e11;
+  hw.host_memory_bytes = 64e9;
+  hw.host_optimizer_params_per_s = 1e15;
+  hw.host_memory_bw = hw.h2d_bw = hw.d2h_bw = memcpy_bw();
+  auto [nr, nw] = nvme_bw(a);
+  hw.nvme_read_bw = nr;
+  hw.nvme_write_bw = nw;
+  hw.nvme_capacity_bytes = 16e9;
+  const Plan probe_plan = make_plan(req, "keep-all");
+  const Measured probe = run_plan(probe_plan, a);
+  req.measured = layer_times(probe, probe_plan);
+
+  const double boundary = static_cast<double>(a.batch) * a.seq * a.hidden * hw.act_bytes;
+  req.cpu_act_budget_bytes = boundary;
+  Plan plan;
+  for (double f = o.cap_fraction; f <= 1.0; f += 0.05) {
+    req.gpu_cap_bytes = probe_plan.predicted_peak.gpu * f;
+    plan = make_plan(req, "milp");
+    if (plan.feasible) break;
+  }
+  if (!plan.feasible) {
+    std::printf("RESULT out-of-core infeasible: %s\n", plan.infeasible_reason.c_str());
+    return;
+  }
+  const Measured m = run_plan(plan, a);
+  const Measured in_memory = probe;
+  const ModelParameters probe_params(c);
+  const double state = static_cast<double>(probe_params.numel()) * 16 + static_cast<double>(probe.arena_planned_peak);
+  const double budget = static_cast<double>(m.arena_planned_peak);
+  double wbytes = 0, rbytes = 0;
+  for (const ExecEvent& e : m.last.events)
+    if (e.lane == "nvme") (e.name.find("write") != std::string::npos ? wbytes : rbytes) += e.bytes;
+  const double floor_s = wbytes / nw + rbytes / nr;
+  const Plan::TierCounts tc = plan.tier_counts();
+  std::printf("bench out-of-core: %s, batch %d, seq %d; NVMe store read %.2f GB/s, write %.2f GB/s\n",
+              req.model_name.c_str(), a.batch, a.seq, nr / 1e9, nw / 1e9);
+  std::printf("training state %.1f MiB (fp32 weights+grads+2 moments %.1f MiB, keep-all activations %.1f MiB), "
+              "compute budget %.1f MiB: %.1fx\n",
+              state / 1048576, probe_params.numel() * 16 / 1048576.0, probe.arena_planned_peak / 1048576.0,
+              budget / 1048576, state / budget);
+  std::printf("plan: boundaries gpu %.1f cpu %.1f nvme %.1f recomputed %.0f; predicted %.4f s\n", tc.gpu, tc.cpu,
+              tc.nvme, tc.recompute, plan.predicted_step_s);
+  std::printf("NVMe per step: wrote %.1f MiB, read %.1f MiB; I/O floor %.4f s\n", wbytes / 1048576,
+              rbytes / 1048576, floor_s);
+  std::printf("step: out-of-core %.4f s, in-memory keep-all %.4f s; measured peak %zu <= budget %.0f: %s\n",
+              m.step_s, in_memory.step_s, m.peak, budget, static_cast<double>(m.peak) <= budget ? "yes" : "NO");
+  std::printf("RESULT out-of-core step_s=%.4f io_floor_s=%.4f ratio=%.2f state_over_budget=%.1f\n", m.step_s,
+              floor_s, floor_s > 0 ? m.step_s / floor_s : 0.0, state / budget);
 }
 
 }  // namespace
@@ -276,7 +390,23 @@ void add_bench_predict_command(CLI::App& app) {
   cmd->add_option("--offload-dir", a->offload_dir, "directory for the NVMe tier");
   cmd->add_option("--trace", a->trace, "Chrome trace of the last plan's real step");
   cmd->add_flag("!--no-direct-io", a->direct_io, "buffered I/O (filesystems without O_DIRECT)");
+  cmd->add_flag("--windows", a->windows, "per-window measured vs planned times of every row");
+  cmd->add_flag("--events", a->events, "--windows, with each window's events");
   cmd->callback([a] { run_predict(*a); });
+
+  auto o = std::make_shared<OutOfCoreArgs>();
+  CLI::App* ooc = parent->add_subcommand("out-of-core",
+                                         "Train a model whose state is several times the compute budget; "
+                                         "step time vs the NVMe I/O floor");
+  ooc->add_option("--layers", o->base.layers, "decoder layers of the bench model");
+  ooc->add_option("--hidden", o->base.hidden, "hidden size of the bench model");
+  ooc->add_option("--seq", o->base.seq, "sequence length");
+  ooc->add_option("--batch", o->base.batch, "batch size");
+  ooc->add_option("--steps", o->base.steps, "measured steps (the fastest counts)");
+  ooc->add_option("--cap-fraction", o->cap_fraction, "compute budget as a fraction of a keep-all step's peak");
+  ooc->add_option("--offload-dir", o->base.offload_dir, "directory for the NVMe tier");
+  ooc->add_flag("!--no-direct-io", o->base.direct_io, "buffered I/O (filesystems without O_DIRECT)");
+  ooc->callback([o] { run_out_of_core(*o); });
 }
 
 }  // namespace lt::cli

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,15 @@ class Backend {
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;     // d2h
   // Waits for every copy issued so far.
   virtual void synchronize() = 0;
+  // Events: copies are numbered per direction in issue order; a fence is how many were
+  // issued so far that way, and wait_*(fence) returns once those are done (what a CUDA
+  // event recorded on the H2D or D2H stream gives). Lets the executor wait for the copies
+  // a window needs and leave later ones running under the next window's compute.
+  // Defaults: copies are done when issued.
+  virtual uint64_t to_compute_fence() const { return 0; }
+  virtual uint64_t to_host_fence() const { return 0; }
+  virtual void wait_to_compute(uint64_t fence) { (void)fence; }
+  virtual void wait_to_host(uint64_t fence) { (void)fence; }
   // Bytes moved each way since construction (for the trace and bench predict).
   size_t h2d_bytes = 0, d2h_bytes = 0;
 };

@@ -5,6 +5,7 @@
 // slow next to its compute (an H800's ratio) and the simulator can be checked against it.
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -33,12 +34,22 @@ class CopyLane {
       std::lock_guard lock(mu_);
       queue_.push_back({dst, src, bytes});
       ++pending_;
+      ++issued_;
     }
     cv_.notify_all();
   }
   void drain() {
     std::unique_lock lock(mu_);
     done_cv_.wait(lock, [this] { return pending_ == 0; });
+  }
+  uint64_t issued() const {
+    std::lock_guard lock(mu_);
+    return issued_;
+  }
+  // Until the first `fence` copies pushed are done (FIFO: they finish in order).
+  void wait(uint64_t fence) {
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return issued_ - pending_ >= fence; });
   }
 
  private:
@@ -60,15 +71,17 @@ class CopyLane {
       if (bw_ > 0)  // the throttle: the copy ends no earlier than bytes / bandwidth
         std::this_thread::sleep_until(t0 + std::chrono::duration<double>(static_cast<double>(c.bytes) / bw_));
       lock.lock();
-      if (--pending_ == 0) done_cv_.notify_all();
+      --pending_;
+      done_cv_.notify_all();
     }
   }
 
   double bw_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::deque<Copy> queue_;
   size_t pending_ = 0;
+  uint64_t issued_ = 0;
   bool stop_ = false;
   std::thread thread_;  // last: starts after the members it uses
 };
@@ -90,6 +103,10 @@ class EmuBackend final : public Backend {
     h2d_.drain();
     d2h_.drain();
   }
+  uint64_t to_compute_fence() const override { return h2d_.issued(); }
+  uint64_t to_host_fence() const override { return d2h_.issued(); }
+  void wait_to_compute(uint64_t fence) override { h2d_.wait(fence); }
+  void wait_to_host(uint64_t fence) override { d2h_.wait(fence); }
 
  private:
   CopyLane h2d_, d2h_;

@@ -1,6 +1,7 @@
 #include "exec/streaming_executor.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,9 +26,17 @@ struct StreamingExecutor::Parked {
 
 namespace {
 
+// acc + the sum of x[i]^2 in float64: eight interleaved partial sums (so the loop
+// vectorizes and is not one long chain of dependent adds), added in a fixed order. The
+// same call on the same range gives the same bits, whatever the plan.
 double sq_sum(const float* x, int64_t n, double acc) {
-  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * x[i];
-  return acc;
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(x[i + k]) * x[i + k];
+  double s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return acc + s;
 }
 
 bool tied(const ModelParameters& p) {
@@ -140,7 +149,40 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   }
 }
 
-StreamingExecutor::~StreamingExecutor() = default;
+StreamingExecutor::~StreamingExecutor() {
+  // Copies still running write into buffers about to be freed (only after a failed step
+  // that could not drain; abort_step() normally has).
+  try {
+    backend_.synchronize();
+  } catch (...) {
+  }
+}
+
+void StreamingExecutor::abort_step() noexcept {
+  try {
+    backend_.synchronize();
+  } catch (...) {
+  }
+  if (nvme_) {
+    // Requests in flight still read or write staging buffers: finish them all. Their own
+    // failures come from the same fault as the one being thrown; print, never drop them.
+    for (;;) {
+      try {
+        nvme_->wait_all();
+        break;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "lazytrain: while abandoning the failed step, also: %s\n", e.what());
+      }
+    }
+  }
+  for (auto& p : parked_)
+    if (p) p->write = p->read = 0;
+  landings_.clear();
+  live_.clear();
+  peak_ = std::max(peak_, arena_->peak_live_bytes());
+  arena_->reset();
+  events_ = nullptr;
+}
 
 double StreamingExecutor::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
@@ -176,7 +218,7 @@ void StreamingExecutor::store_boundary(int b) {
   const double t = now();
   backend_.copy_to_host(p.host.data(), x + bs.gpu_tokens * row, bs.cpu_tokens * row);
   backend_.copy_to_host(p.staging.data(), x + (bs.gpu_tokens + bs.cpu_tokens) * row, bs.nvme_tokens * row);
-  backend_.synchronize();
+  backend_.wait_to_host(backend_.to_host_fence());
   event("a." + id + ".out", "d2h", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
   if (bs.nvme_tokens > 0) {
     // The write runs on the store's thread; its event spans issue to the wait that retires it.
@@ -215,7 +257,7 @@ void StreamingExecutor::fetch_boundary(int b) {
   const double t = now();
   backend_.copy_to_compute(r + bs.gpu_tokens * row, p.host.data(), bs.cpu_tokens * row);
   backend_.copy_to_compute(r + (bs.gpu_tokens + bs.cpu_tokens) * row, p.staging.data(), bs.nvme_tokens * row);
-  backend_.synchronize();
+  backend_.wait_to_compute(backend_.to_compute_fence());
   event("a." + id + ".in", "h2d", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
 }
 
@@ -241,26 +283,30 @@ BlockTensors StreamingExecutor::weights(ModelParameters& params, int j, bool bac
 // only when this window's own compute reads them (a prefetch runs under the compute).
 void StreamingExecutor::load_weights(int w, ModelParameters& params) {
   const size_t bytes = static_cast<size_t>(block_numel(config_)) * sizeof(float);
-  bool needed_now = false;
   const double t = now();
-  for (int j = 0; j < sched_.L; ++j) {
-    if (sched_.fwd_load_w[j] == w) {
-      backend_.copy_to_compute(buf("w." + std::to_string(j)), params.block_base(j), bytes);
-      needed_now |= sched_.forward_w[j] == w;
-    }
-    if (sched_.bwd_load_w[j] == w) {
-      backend_.copy_to_compute(buf("wb." + std::to_string(j)), params.block_base(j), bytes);
-      needed_now |= plan_.windows[w].layer == j;
-    }
-  }
+  // What this window's compute reads goes first on the link, and only that is waited
+  // for; prefetches for later windows queue behind it and run under the compute.
   if (w == sched_.head) {
     const int64_t C = C_, V = config_.vocab_size;
     backend_.copy_to_compute(buf("w.norm"), params.final_norm(), C * sizeof(float));
     backend_.copy_to_compute(buf("w.lm_head"), params.lm_head(), V * C * sizeof(float));
-    needed_now = true;
+  }
+  for (int j = 0; j < sched_.L; ++j) {
+    if (sched_.fwd_load_w[j] == w && sched_.forward_w[j] == w)
+      backend_.copy_to_compute(buf("w." + std::to_string(j)), params.block_base(j), bytes);
+    if (sched_.bwd_load_w[j] == w && plan_.windows[w].layer == j)
+      backend_.copy_to_compute(buf("wb." + std::to_string(j)), params.block_base(j), bytes);
+  }
+  const uint64_t needed = backend_.to_compute_fence();
+  const bool needed_now = needed != fence_at_window_start_;
+  for (int j = 0; j < sched_.L; ++j) {
+    if (sched_.fwd_load_w[j] == w && sched_.forward_w[j] != w)
+      backend_.copy_to_compute(buf("w." + std::to_string(j)), params.block_base(j), bytes);
+    if (sched_.bwd_load_w[j] == w && plan_.windows[w].layer != j)
+      backend_.copy_to_compute(buf("wb." + std::to_string(j)), params.block_base(j), bytes);
   }
   if (needed_now) {
-    backend_.synchronize();
+    backend_.wait_to_compute(needed);
     event("weights", "h2d", t);
   }
 }
@@ -271,9 +317,10 @@ void StreamingExecutor::load_weights(int w, ModelParameters& params) {
 // until that window's barrier, as the plan's g.<j> transfer does); finish_landings() then
 // counts it in the norm, in the order the gradients were produced.
 void StreamingExecutor::land_gradient(float* host, const float* slot, int64_t n, bool count, const StepOptions& o) {
-  landings_.push_back({host, n, count, now()});
+  landings_.push_back({host, n, count, now(), 0});
   if (o.zero_grads) {
     backend_.copy_to_host(host, slot, n * sizeof(float));
+    landings_.back().fence = backend_.to_host_fence();
   } else {
     float* stage = grad_stage_.as<float>();
     backend_.copy_to_host(stage, slot, n * sizeof(float));
@@ -282,18 +329,33 @@ void StreamingExecutor::land_gradient(float* host, const float* slot, int64_t n,
   }
 }
 
-double StreamingExecutor::finish_landings(double sq) {
-  for (const Landing& l : landings_) {
+double StreamingExecutor::finish_landings(double sq, size_t n) {
+  LT_ASSERT(n <= landings_.size(), "finishing gradient copies never issued");
+  if (n == 0) return sq;
+  backend_.wait_to_host(landings_[n - 1].fence);
+  for (size_t i = 0; i < n; ++i) {
+    const Landing& l = landings_[i];
     if (l.count) sq = sq_sum(l.host, l.n, sq);
     event("gradients", "d2h", l.issued_s, static_cast<double>(l.n * sizeof(float)));
   }
-  landings_.clear();
+  landings_.erase(landings_.begin(), landings_.begin() + static_cast<std::ptrdiff_t>(n));
   return sq;
 }
 
 StreamingStepResult StreamingExecutor::step(ModelParameters& params, ModelParameters& grads,
                                             const int32_t* input_ids, const int32_t* labels,
                                             const StepOptions& options) {
+  try {
+    return run_step(params, grads, input_ids, labels, options);
+  } catch (...) {
+    abort_step();
+    throw;
+  }
+}
+
+StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelParameters& grads,
+                                                const int32_t* input_ids, const int32_t* labels,
+                                                const StepOptions& options) {
   const ModelConfig& c = config_;
   const int64_t T = T_, C = C_, V = c.vocab_size;
   const int L = sched_.L;
@@ -323,8 +385,7 @@ StreamingStepResult StreamingExecutor::step(ModelParameters& params, ModelParame
   StreamingStepResult result;
   result.predicted_tokens = predicted;
   if (arena_->current_window() >= 0) {  // a previous step walked this arena
-    peak_ = std::max(peak_, arena_->peak_live_bytes());
-    arena_ = std::make_unique<ComputeArena>("compute tier", memory_.get(), arena_->budget_bytes(), layout_);
+    arena_->reset();
     live_.clear();
   }
   t0_ = std::chrono::steady_clock::now();
@@ -338,7 +399,9 @@ StreamingStepResult StreamingExecutor::step(ModelParameters& params, ModelParame
   for (int w = 0; w < static_cast<int>(plan_.windows.size()); ++w) {
     const Window& win = plan_.windows[w];
     const double start = since();
+    const size_t earlier_landings = landings_.size();  // issued by earlier windows
     window_name_ = win.name;
+    if (options.before_window) options.before_window(w);
     arena_->begin_window(w);
     for (const std::string& n : acquire_at_[w]) live_[n] = reinterpret_cast<float*>(arena_->acquire(n).data());
     for (int b = 0; b < L; ++b) {
@@ -349,7 +412,10 @@ StreamingStepResult StreamingExecutor::step(ModelParameters& params, ModelParame
     }
     for (size_t t = 0; t < sched_.targets.size(); ++t)
       if (sched_.update_w[t] == w) run_update(t, params, grads, options);
-    if (!backend_.host_is_compute()) load_weights(w, params);
+    if (!backend_.host_is_compute()) {
+      fence_at_window_start_ = backend_.to_compute_fence();
+      load_weights(w, params);
+    }
 
     const int j = win.layer;
     const double compute_start = since();
@@ -363,7 +429,7 @@ StreamingStepResult StreamingExecutor::step(ModelParameters& params, ModelParame
         } else {  // the host embeds, the link carries the boundary (the plan's in.0)
           embedding_forward(in0_.as<float>(), input_ids, params.embedding(), T, V, C);
           backend_.copy_to_compute(buf("x.0"), in0_.data(), T * C * sizeof(float));
-          backend_.synchronize();
+          backend_.wait_to_compute(backend_.to_compute_fence());
         }
         store_boundary(0);
         break;
@@ -447,8 +513,17 @@ StreamingStepResult StreamingExecutor::step(ModelParameters& params, ModelParame
 
     }
     if (win.kind != WindowKind::Prologue0 && win.kind != WindowKind::Load) event(win.name, "compute", compute_start);
-    backend_.synchronize();  // the window's barrier: its copies are done before its frees
-    sq = finish_landings(sq);
+    // The window's barrier: its copies to the compute tier are done before its frees.
+    // A gradient copied out in this window drains under the next one (its slot lives
+    // through that window, as the plan's g.<j> transfer does); those from earlier windows
+    // are done now. The epilogue, the last window, waits for everything.
+    if (win.kind == WindowKind::Epilogue || w + 1 == static_cast<int>(plan_.windows.size())) {
+      backend_.synchronize();
+      sq = finish_landings(sq, landings_.size());
+    } else {
+      backend_.wait_to_compute(backend_.to_compute_fence());
+      sq = finish_landings(sq, earlier_landings);
+    }
     if (win.kind == WindowKind::Epilogue) sq = sq_sum(grads.embedding(), V * C, sq);
     result.compute_bytes.push_back({since(), static_cast<double>(arena_->live_bytes())});
     for (const std::string& n : release_at_[w]) {

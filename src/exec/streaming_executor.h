@@ -17,7 +17,14 @@
 // Weights and gradients are host-tier views on the cpu backend (host_is_compute()); on
 // the others (emu) each layer's weights are copied into planned arena slots (w.<j> for
 // forward, wb.<j> for backward) at the windows the plan loads them, and gradients are
-// summed in slots (g.<j>) and copied back. Not yet: one weight slot reused across the
+// summed in slots (g.<j>) and copied back.
+//
+// Waits (the backend's per-direction fences, as CUDA events): a window waits only for the
+// weights its own compute reads (issued first on the link; prefetches queue behind them
+// and run under the compute), and a gradient copied out drains under the next window,
+// whose barrier waits for it before summing its norm. Failure: a step that throws drains
+// its copies and NVMe requests and resets the arena (abort_step), so nothing is left in
+// flight and the next step starts clean. Not yet: one weight slot reused across the
 // forward-backward turnaround for resident layers, bf16 compute copies; BlockWorkspace
 // and the cross-entropy's logit chunks still hold their own scratch outside the arena.
 #pragma once
@@ -66,6 +73,9 @@ struct StepOptions {
   const LazyUpdateHook* update = nullptr;
   bool zero_grads = true;   // zero each target's gradient before the step adds into it
   float grad_scale = 0.0f;  // > 0 replaces 1/predicted_tokens (as in ModelStep)
+  // Called at the start of each plan window, before any of its work (tests inject faults
+  // here; a trainer may use it for progress). Null: nothing.
+  std::function<void(int window)> before_window;
 };
 
 struct WindowTiming {
@@ -99,6 +109,11 @@ class StreamingExecutor {
   StreamingExecutor& operator=(const StreamingExecutor&) = delete;
 
   // input_ids, labels: [batch*seq], labels unshifted with -100 for no loss (ModelStep's).
+  // A step that throws (an NVMe I/O error, a bad label) first drains every copy and NVMe
+  // request it started and resets the compute tier, so the executor can run the next step
+  // or be destroyed. It never writes `params` itself (only the update hook does), so a
+  // failed step leaves the parameters exactly as the hook left them; `grads` then holds a
+  // partial sum and must be zeroed again (zero_grads) before it is used.
   StreamingStepResult step(ModelParameters& params, ModelParameters& grads, const int32_t* input_ids,
                            const int32_t* labels, const StepOptions& options = {});
 
@@ -109,10 +124,15 @@ class StreamingExecutor {
   size_t arena_bytes() const { return arena_->budget_bytes(); }
   size_t host_peak_bytes() const { return host_.peak_bytes(); }
   size_t nvme_bytes() const { return nvme_ ? nvme_->file_bytes() : 0; }
+  // The NVMe tier's scratch file ("" without one); removed by the destructor.
+  std::string offload_file() const { return nvme_ ? nvme_->file_path() : std::string(); }
   const Plan& plan() const { return plan_; }
 
  private:
   struct Parked;  // one boundary's offloaded parts
+  StreamingStepResult run_step(ModelParameters& params, ModelParameters& grads, const int32_t* input_ids,
+                               const int32_t* labels, const StepOptions& options);
+  void abort_step() noexcept;  // after a failed step: drain, forget tickets, reset the arena
   float* buf(const std::string& name);
   float* boundary_input(int b);  // boundary b on the compute tier during backward
   void store_boundary(int b);
@@ -123,7 +143,8 @@ class StreamingExecutor {
   BlockTensors weights(ModelParameters& params, int j, bool backward);
   void load_weights(int w, ModelParameters& params);
   void land_gradient(float* host, const float* slot, int64_t n, bool count, const StepOptions& o);
-  double finish_landings(double sq);  // after a barrier: norms of the landed gradients
+  // Waits for the first n gradient copies in flight, then sums their norms (in order).
+  double finish_landings(double sq, size_t n);
   void run_update(size_t target, ModelParameters& params, ModelParameters& grads, const StepOptions& o);
 
   Plan plan_;
@@ -149,8 +170,10 @@ class StreamingExecutor {
     int64_t n;
     bool count;  // in the norm (a tied head's gradient is counted as the embedding's)
     double issued_s;
+    uint64_t fence;  // the backend's to-host fence once its copy is issued
   };
-  std::vector<Landing> landings_;  // gradient copies in flight, in production order  // per boundary (null: not offloaded)
+  std::vector<Landing> landings_;  // gradient copies in flight, in production order
+  uint64_t fence_at_window_start_ = 0;  // to-compute copies issued before load_weights
   std::unique_ptr<NvmeStore> nvme_;
   BlockWorkspace workspace_;
   // Per step: the clock origin, the window running, and the events so far.

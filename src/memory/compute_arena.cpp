@@ -146,6 +146,13 @@ void ComputeArena::begin_window(int w) {
   window_ = w;
 }
 
+void ComputeArena::reset() {
+  std::lock_guard lock(mu_);
+  live_.clear();
+  live_bytes_ = 0;
+  window_ = -1;
+}
+
 int ComputeArena::current_window() const {
   std::lock_guard lock(mu_);
   return window_;

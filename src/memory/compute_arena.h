@@ -54,6 +54,9 @@ class ComputeArena {
   // Enters window w (non-decreasing). Asserts nothing live has outlived its lifetime.
   void begin_window(int w);
   int current_window() const;
+  // Back to before window 0, nothing live: the next pass over the plan (the executor's
+  // next step, also after a step that failed half-way). The peak measured so far stays.
+  void reset();
 
   // The planned range of `name` for the current window. Asserts it is planned for this
   // window and not already live.

@@ -1,0 +1,197 @@
+// Five training steps with an fp32 AdamW between them, in memory (ModelStep, the
+// reference) and through the streaming executor under a given plan, and their bitwise
+// comparison: shared by the plan-invariance and out-of-core tests. Header-only (the test
+// build globs only *_test.cpp).
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "exec/backend.h"
+#include "exec/model_step.h"
+#include "exec/streaming_executor.h"
+#include "optim/adamw.h"
+#include "plan/planner.h"
+#include "streaming_test_util.h"
+
+namespace lt::streaming_test {
+
+inline constexpr int kSteps = 5;
+inline constexpr int64_t kBatch = 2, kSeq = 16;
+inline constexpr float kLr = 1e-2f, kMaxNorm = 0.5f;  // small max norm: clipping is exercised
+
+struct Trajectory {
+  std::vector<double> loss, grad_sq;
+  std::vector<std::vector<float>> grads;  // after each step
+  std::vector<float> final_params;
+};
+
+// fp32 AdamW over the lazy-update targets, one optimizer tensor per target range.
+struct Optimizer {
+  AdamW opt;
+  std::vector<std::vector<int>> ids;  // per target (schedule order), per range
+  std::vector<UpdateTarget> targets;
+
+  explicit Optimizer(const ModelParameters& p) : opt(config()) {
+    const int L = static_cast<int>(p.config().num_layers);
+    targets.push_back({UpdateTarget::Kind::Embed, -1});
+    for (int j = 0; j < L; ++j) targets.push_back({UpdateTarget::Kind::Layer, j});
+    targets.push_back({UpdateTarget::Kind::Head, -1});
+    for (const UpdateTarget& t : targets) {
+      ids.emplace_back();
+      int k = 0;
+      for (auto [off, n] : target_ranges(p, t))
+        ids.back().push_back(opt.add_tensor(t.name() + "." + std::to_string(k++), n));
+    }
+  }
+  static AdamWConfig config() {
+    AdamWConfig c;
+    c.eight_bit = false;
+    c.num_threads = 1;
+    return c;
+  }
+  size_t index(const UpdateTarget& t) const {
+    if (t.kind == UpdateTarget::Kind::Embed) return 0;
+    if (t.kind == UpdateTarget::Kind::Head) return targets.size() - 1;
+    return 1 + t.layer;
+  }
+  void update(ModelParameters& p, const ModelParameters& g, const UpdateTarget& t, float clip, int64_t step) {
+    const auto ranges = target_ranges(p, t);
+    const auto& tid = ids[index(t)];
+    for (size_t r = 0; r < ranges.size(); ++r)
+      opt.step_tensor(tid[r], p.data() + ranges[r].first, g.data() + ranges[r].first, nullptr, kLr, clip, step);
+  }
+};
+
+inline float clip_factor(double sq) {
+  const double norm = std::sqrt(sq);
+  return norm > kMaxNorm ? static_cast<float>(kMaxNorm / norm) : 1.0f;
+}
+
+inline Trajectory run_reference(const ModelConfig& c) {
+  ModelParameters params(c), grads(c);
+  test::init_parameters(params, 7);
+  Optimizer opt(params);
+  ModelStep ms(c, kBatch, kSeq, Precision::F32);
+  Trajectory tr;
+  std::vector<int32_t> ids, labels;
+  for (int s = 0; s < kSteps; ++s) {
+    if (s > 0) {
+      const float clip = clip_factor(tr.grad_sq.back());
+      for (const UpdateTarget& t : opt.targets) opt.update(params, grads, t, clip, s);
+    }
+    grads.zero();
+    test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, s);
+    StepResult r = ms.forward_backward(params, grads, ids.data(), labels.data());
+    tr.loss.push_back(r.loss);
+    tr.grad_sq.push_back(ordered_grad_sq_sum(grads));
+    tr.grads.emplace_back(grads.data(), grads.data() + grads.numel());
+  }
+  tr.final_params.assign(params.data(), params.data() + params.numel());
+  return tr;
+}
+
+inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const std::filesystem::path& dir,
+                         std::unique_ptr<Backend> backend = make_cpu_backend()) {
+  ModelParameters params(c), grads(c);
+  test::init_parameters(params, 7);
+  Optimizer opt(params);
+  StreamingOptions so;
+  so.offload_dir = dir;
+  so.direct_io = false;  // tmpfs and overlay filesystems refuse O_DIRECT
+  StreamingExecutor ex(plan, *backend, so);
+  if (std::getenv("LT_STREAMING_DEBUG")) {
+    const StreamSchedule& sc = ex.schedule();
+    for (int b = 0; b <= sc.L; ++b) {
+      const BoundarySchedule& bs = sc.boundaries[b];
+      std::fprintf(stderr, "%s b%d stored %d gpu %ld cpu %ld nvme %ld fetch %d read %d\n", plan.policy.c_str(), b,
+                   bs.stored, static_cast<long>(bs.gpu_tokens), static_cast<long>(bs.cpu_tokens),
+                   static_cast<long>(bs.nvme_tokens), bs.fetch_w, bs.nvme_read_w);
+    }
+    int keep = 0, rc = 0;
+    for (int j = 0; j < sc.L; ++j) keep += sc.keep_internals[j], rc += sc.recompute_w[j] >= 0;
+    std::fprintf(stderr, "%s keep_internals %d RC windows %d windows %zu nvme file %zu\n", plan.policy.c_str(), keep,
+                 rc, plan.windows.size(), ex.nvme_bytes());
+  }
+  Trajectory tr;
+  std::vector<int32_t> ids, labels;
+  for (int s = 0; s < kSteps; ++s) {
+    float clip = 1;
+    LazyUpdateHook hook = [&](const UpdateTarget& t) { opt.update(params, grads, t, clip, s); };
+    StepOptions o;
+    if (s > 0) {
+      clip = clip_factor(tr.grad_sq.back());
+      o.update = &hook;
+    }
+    test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, s);
+    StreamingStepResult r = ex.step(params, grads, ids.data(), labels.data(), o);
+    tr.loss.push_back(r.loss);
+    tr.grad_sq.push_back(r.grad_sq_sum);
+    tr.grads.emplace_back(grads.data(), grads.data() + grads.numel());
+    EXPECT_LE(ex.measured_peak_bytes(), ex.planned_peak_bytes()) << plan.policy;
+  }
+  tr.final_params.assign(params.data(), params.data() + params.numel());
+  return tr;
+}
+
+inline void expect_bitwise_equal(const Trajectory& a, const Trajectory& ref, const std::string& what) {
+  ASSERT_EQ(a.loss.size(), ref.loss.size());
+  for (size_t s = 0; s < ref.loss.size(); ++s) {
+    EXPECT_EQ(std::memcmp(&a.loss[s], &ref.loss[s], sizeof(double)), 0)
+        << what << " step " << s << " loss " << a.loss[s] << " vs " << ref.loss[s];
+    EXPECT_EQ(std::memcmp(&a.grad_sq[s], &ref.grad_sq[s], sizeof(double)), 0) << what << " step " << s;
+    ASSERT_EQ(a.grads[s].size(), ref.grads[s].size());
+    size_t first_diff = a.grads[s].size();
+    for (size_t i = 0; i < a.grads[s].size(); ++i)
+      if (std::memcmp(&a.grads[s][i], &ref.grads[s][i], sizeof(float)) != 0) {
+        first_diff = i;
+        break;
+      }
+    EXPECT_EQ(first_diff, a.grads[s].size()) << what << " step " << s << ": gradients differ first at element "
+                                             << first_diff;
+  }
+  EXPECT_EQ(std::memcmp(a.final_params.data(), ref.final_params.data(), ref.final_params.size() * sizeof(float)), 0)
+      << what << ": final parameters differ";
+}
+
+inline PlanRequest request(const ModelConfig& c) {
+  PlanRequest req;
+  req.model_name = "streaming-tiny";
+  req.model = c;
+  req.hardware = test::streaming_cpu_profile();
+  req.batch = kBatch;
+  req.seq = kSeq;
+  req.time_limit_s = 5;
+  return req;
+}
+
+// A MILP plan that puts boundary tokens on both host and NVMe: the compute cap leaves
+// room for few boundaries and the host budget for fewer, so the rest must go to NVMe
+// (cheap here) or be recomputed (dear here).
+inline Plan offloading_milp_plan(const ModelConfig& c) {
+  PlanRequest req = request(c);
+  const Plan loose = make_plan(req, "keep-all");
+  const double boundary = static_cast<double>(kBatch * kSeq * c.hidden_size * req.hardware.act_bytes);
+  for (double extra = 18; extra <= 30; extra += 0.25) {
+    req.gpu_cap_bytes = loose.fixed_gpu_bytes + extra * boundary;
+    req.cpu_act_budget_bytes = 0.1 * boundary;
+    req.nvme_act_budget_bytes = 64 * boundary;
+    Plan p = make_plan(req, "milp");
+    const Plan::TierCounts tc = p.tier_counts();
+    if (std::getenv("LT_STREAMING_DEBUG"))
+      std::fprintf(stderr, "milp extra %.0f: feasible %d gpu %.2f cpu %.2f nvme %.2f rc %.0f %s\n", extra, p.feasible,
+                   tc.gpu, tc.cpu, tc.nvme, tc.recompute, p.infeasible_reason.c_str());
+    if (p.feasible && tc.cpu > 0 && tc.nvme > 0) return p;
+  }
+  return Plan{};
+}
+
+}  // namespace lt::streaming_test
