@@ -221,7 +221,9 @@ void run_predict(const PredictArgs& a) {
   HardwareProfile& hw = req.hardware;
   hw.name = "this machine (bench predict)";
   hw.backend = "cpu";
-  hw.act_bytes = 4;  // the cpu executor keeps activations in fp32
+  hw.act_bytes = 4;  // the cpu and emu executors keep activations in fp32,
+  hw.weight_bytes = 4;  // and weights and gradients too
+  hw.grad_bytes = 4;
   hw.compute_memory_bytes = hw.default_cap_bytes = 64e9;
   hw.peak_flops = 1e11;  // replaced by measured layer times below
   hw.host_memory_bytes = 64e9;
@@ -257,11 +259,10 @@ void run_predict(const PredictArgs& a) {
       }
     }
   }
-  // emu rows: the same plans re-made for links throttled to emu_gbps. The emu streams
-  // fp32 weights and gradients where the cost model counts 2 bytes per parameter, so the
-  // planner is told half the rate (weights dominate the traffic at this size).
+  // emu rows: the same plans re-made for links throttled to emu_gbps (the profile counts
+  // the fp32 weights, gradients and activations the emu moves).
   PlanRequest emu_req = req;
-  emu_req.hardware.h2d_bw = emu_req.hardware.d2h_bw = a.emu_gbps * 1e9 / 2;
+  emu_req.hardware.h2d_bw = emu_req.hardware.d2h_bw = a.emu_gbps * 1e9;
   emu_req.hardware.backend = "emu";
   struct Row {
     std::string label;
@@ -321,6 +322,8 @@ void run_out_of_core(const OutOfCoreArgs& o) {
   hw.name = "this machine (bench out-of-core)";
   hw.backend = "cpu";
   hw.act_bytes = 4;
+  hw.weight_bytes = 4;
+  hw.grad_bytes = 4;
   hw.compute_memory_bytes = hw.default_cap_bytes = 64e9;
   hw.peak_flops = 1e11;
   hw.host_memory_bytes = 64e9;

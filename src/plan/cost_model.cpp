@@ -13,7 +13,6 @@ namespace {
 constexpr double kHostBytesPerParam = 10;
 // MegaTrain's public code: bf16 params 2 + fp32 grads 4 + fp32 m and v 8 (no fp32 master).
 constexpr double kHostBytesPerParamFp32Adam = 14;
-constexpr double kStreamBytesPerParam = 2;  // bf16 weights and gradients on the links
 // A separate clip pass reads every fp32 gradient once and writes it once.
 constexpr double kClipBytesPerParam = 8;
 // The head window: forward for the loss, recomputed logits in backward, and the two
@@ -40,12 +39,15 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   m.head_params = head_own;
   m.total_params = m.layer_params * m.num_layers + m.embed_params + m.head_params;
 
-  m.weight_bytes = kStreamBytesPerParam * m.layer_params;
-  m.grad_bytes = kStreamBytesPerParam * m.layer_params;
+  // Weights and gradients on the compute tier and the links: the profile's element sizes
+  // (bf16 on GPU profiles, fp32 for the cpu and emu executors).
+  const double wb = hw.weight_bytes, gb = hw.grad_bytes;
+  m.weight_bytes = wb * m.layer_params;
+  m.grad_bytes = gb * m.layer_params;
   // The head streams the lm_head (the embedding matrix itself when tied) and the final norm.
   double head_stream_params = c.tie_word_embeddings ? head_own + m.embed_params : head_own;
-  m.head_weight_bytes = kStreamBytesPerParam * head_stream_params;
-  m.head_grad_bytes = kStreamBytesPerParam * head_stream_params;
+  m.head_weight_bytes = wb * head_stream_params;
+  m.head_grad_bytes = gb * head_stream_params;
 
   m.boundary_bytes = static_cast<double>(boundary_bytes(c, batch, seq, ab));
   m.internals_bytes =

@@ -6,7 +6,9 @@
 // are scalars (the same for every layer).
 //
 // Conventions (the executor's, see plan/plan.h):
-//  - weights stream to the compute tier in bf16 (2 B/param); gradients return in bf16;
+//  - weights stream to the compute tier at the profile's weight_bytes per parameter (bf16,
+//    2 B, on GPU profiles; fp32, 4 B, for the cpu and emu executors); gradients return at
+//    grad_bytes per parameter;
 //  - activations are act_bytes per element (bf16 on GPU profiles);
 //  - a layer's backward reruns its own forward first unless its internals were kept
 //    (RecomputeFromInput), so backward compute = 2 forward (+1 forward when recomputed);
@@ -41,9 +43,9 @@ struct CostModel {
   double head_params = 0;   // final norm + lm_head (0 extra for lm_head when tied)
 
   // Bytes.
-  double weight_bytes = 0;       // one layer's bf16 weights
-  double grad_bytes = 0;         // one layer's bf16 gradients
-  double head_weight_bytes = 0;  // final norm + lm_head (the embedding when tied), bf16
+  double weight_bytes = 0;       // one layer's weights (hw.weight_bytes per parameter)
+  double grad_bytes = 0;         // one layer's gradients (hw.grad_bytes per parameter)
+  double head_weight_bytes = 0;  // final norm + lm_head (the embedding when tied)
   double head_grad_bytes = 0;
   double boundary_bytes = 0;     // one boundary activation [tokens, hidden]
   double internals_bytes = 0;    // what one layer saves beyond its input (KeepInternals)

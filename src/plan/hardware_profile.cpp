@@ -49,6 +49,8 @@ HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::strin
   p.description = j.value("description", std::string());
   p.backend = j.value("backend", std::string("cuda"));
   p.act_bytes = j.value("act_bytes", 2);
+  p.weight_bytes = j.value("weight_bytes", 2);
+  p.grad_bytes = j.value("grad_bytes", 2);
   p.compute_memory_bytes = read_number(j, "compute", "memory_gb", p, where) * kGB;
   p.default_cap_bytes = read_number(j, "compute", "default_cap_gb", p, where) * kGB;
   p.peak_flops = read_number(j, "compute", "peak_tflops", p, where) * 1e12;
@@ -63,6 +65,10 @@ HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::strin
   p.host_memory_bw = read_number(j, "host", "memory_bandwidth_gbps", p, where) * kGB;
   if (p.act_bytes != 2 && p.act_bytes != 4)
     throw Error("act_bytes must be 2 (bf16) or 4 (fp32)", where, "fix the profile");
+  if (p.weight_bytes != 2 && p.weight_bytes != 4)
+    throw Error("weight_bytes must be 2 (bf16) or 4 (fp32)", where, "fix the profile");
+  if (p.grad_bytes != 2 && p.grad_bytes != 4)
+    throw Error("grad_bytes must be 2 (bf16) or 4 (fp32)", where, "fix the profile");
   struct Positive {
     const char* name;
     double v;
@@ -105,6 +111,8 @@ nlohmann::json hardware_profile_to_json(const HardwareProfile& p) {
   j["description"] = p.description;
   j["backend"] = p.backend;
   j["act_bytes"] = p.act_bytes;
+  j["weight_bytes"] = p.weight_bytes;
+  j["grad_bytes"] = p.grad_bytes;
   j["compute"] = {{"memory_gb", num("compute.memory_gb", p.compute_memory_bytes / kGB)},
                   {"default_cap_gb", num("compute.default_cap_gb", p.default_cap_bytes / kGB)},
                   {"peak_tflops", num("compute.peak_tflops", p.peak_flops / 1e12)},

@@ -5,6 +5,7 @@
 //
 // JSON schema (every number is either a bare number or {"value", "source", "note"}):
 //   { "name", "description", "backend": "cuda"|"emu"|"cpu", "act_bytes": 2,
+//     "weight_bytes": 2, "grad_bytes": 2,
 //     "compute": { "memory_gb", "default_cap_gb", "peak_tflops", "efficiency" },
 //     "links":   { "h2d_gbps", "d2h_gbps" },
 //     "nvme":    { "read_gbps", "write_gbps", "capacity_gb" },
@@ -24,6 +25,10 @@ struct HardwareProfile {
   std::string description;
   std::string backend = "cuda";
   int act_bytes = 2;  // activation element size on the compute tier (bf16)
+  // Element sizes of the weights and gradients the executor keeps on the compute tier and
+  // moves over the links: bf16 (2) on GPU profiles, fp32 (4) for the cpu and emu executors.
+  int weight_bytes = 2;
+  int grad_bytes = 2;
 
   double compute_memory_bytes = 0;
   double default_cap_bytes = 0;

@@ -34,6 +34,8 @@ inline HardwareProfile streaming_cpu_profile() {
   p.name = "streaming-test-cpu";
   p.backend = "cpu";
   p.act_bytes = 2;
+  p.weight_bytes = 4;  // the cpu and emu executors keep weights and gradients in fp32
+  p.grad_bytes = 4;
   p.compute_memory_bytes = 1e9;
   p.default_cap_bytes = 1e9;
   p.peak_flops = 2e8;

@@ -43,6 +43,22 @@ TEST(CostModel, PaperShapeOf27B) {
   EXPECT_GT(cm.workspace_backward, cm.internals_bytes);
 }
 
+TEST(CostModel, WeightAndGradientBytesFollowTheProfile) {
+  PlanRequest req = test::preset_request("qwen2.5-3b", "h800", 8);
+  const CostModel bf16 = build_cost_model(req.model, req.hardware, 8, 512);
+  EXPECT_DOUBLE_EQ(bf16.weight_bytes, 2 * bf16.layer_params);
+  EXPECT_DOUBLE_EQ(bf16.grad_bytes, 2 * bf16.layer_params);
+  HardwareProfile fp32 = req.hardware;
+  fp32.weight_bytes = 4;
+  fp32.grad_bytes = 4;
+  const CostModel cm = build_cost_model(req.model, fp32, 8, 512);
+  EXPECT_DOUBLE_EQ(cm.weight_bytes, 2 * bf16.weight_bytes);
+  EXPECT_DOUBLE_EQ(cm.grad_bytes, 2 * bf16.grad_bytes);
+  EXPECT_DOUBLE_EQ(cm.head_weight_bytes, 2 * bf16.head_weight_bytes);
+  EXPECT_DOUBLE_EQ(cm.head_grad_bytes, 2 * bf16.head_grad_bytes);
+  EXPECT_DOUBLE_EQ(cm.boundary_bytes, bf16.boundary_bytes);  // activations follow act_bytes
+}
+
 TEST(CostModel, MeasuredLayerTimesOverrideFlops) {
   PlanRequest req = test::preset_request("qwen2.5-3b", "rtx3090", 4);
   MeasuredLayerTimes mt;

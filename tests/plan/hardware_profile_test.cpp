@@ -35,11 +35,23 @@ TEST(HardwareProfile, RoundTripsThroughJson) {
   EXPECT_DOUBLE_EQ(q.peak_flops, p.peak_flops);
   EXPECT_DOUBLE_EQ(q.h2d_bw, p.h2d_bw);
   EXPECT_EQ(q.sources, p.sources);
+  EXPECT_EQ(q.weight_bytes, 2);  // bf16 when the file does not say
+  EXPECT_EQ(q.grad_bytes, 2);
+  p.weight_bytes = p.grad_bytes = 4;
+  HardwareProfile r = parse_hardware_profile(hardware_profile_to_json(p), "round trip");
+  EXPECT_EQ(r.weight_bytes, 4);
+  EXPECT_EQ(r.grad_bytes, 4);
 }
 
 TEST(HardwareProfile, RejectsBadInput) {
   EXPECT_THROW(load_hardware_profile("no-such-profile"), Error);
   nlohmann::json j = hardware_profile_to_json(load_hardware_profile("h800"));
+  j["weight_bytes"] = 3;
+  EXPECT_THROW(parse_hardware_profile(j, "test"), Error);
+  j["weight_bytes"] = 2;
+  j["grad_bytes"] = 8;
+  EXPECT_THROW(parse_hardware_profile(j, "test"), Error);
+  j["grad_bytes"] = 2;
   j["compute"]["efficiency"] = 1.5;
   EXPECT_THROW(parse_hardware_profile(j, "test"), Error);
   j["compute"].erase("efficiency");
