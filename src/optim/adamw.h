@@ -30,7 +30,9 @@
 namespace lt {
 
 enum class StateFormat : uint8_t { F32 = 0, Q8 = 1 };
-enum class AdamWKernel : uint8_t { Auto, Scalar, Avx512 };
+// Avx512: the AVX-512 kernels, with the VBMI + BF16 extensions when the CPU has both;
+// Avx512NoVbmi: the same without them (what AVX-512 CPUs lacking either run; for tests).
+enum class AdamWKernel : uint8_t { Auto, Scalar, Avx512, Avx512NoVbmi };
 
 struct AdamWConfig {
   AdamWHyper hyper;
@@ -72,6 +74,7 @@ class AdamW {
   StateFormat format(int id) const;
   const AdamWConfig& config() const { return cfg_; }
   bool uses_avx512() const { return avx512_; }
+  bool uses_avx512_ext() const { return vbmi_; }  // VBMI + BF16 path
   // Host bytes of all m and v states (codes and absmax, or fp32).
   size_t state_bytes() const;
 
@@ -101,6 +104,7 @@ class AdamW {
 
   AdamWConfig cfg_;
   bool avx512_ = false;
+  bool vbmi_ = false;
   std::vector<Tensor> tensors_;
 };
 

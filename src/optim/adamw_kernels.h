@@ -48,9 +48,12 @@ int64_t adamw8_blocks_scalar(const AdamWTensorArgs& a, const AdamW8State& s, con
                              int64_t first_block, int64_t last_block);
 int64_t adamw32_blocks_scalar(const AdamWTensorArgs& a, const AdamW32State& s, const AdamWStepConsts& c,
                               int64_t first_block, int64_t last_block);
-// AVX-512 (F, BW, DQ, VL). Call only when cpu_has_avx512() is true.
+// AVX-512 (F, BW, DQ, VL). Call only when cpu_has_avx512() is true. ext: use AVX512-VBMI
+// (dequantize the codes by byte table lookups, 64 codes per lookup, instead of fp32
+// permutes) and AVX512-BF16 (the bf16 copy by vcvtneps2bf16); only when
+// cpu_has_avx512_ext() is true. Either way the result is bitwise the scalar one.
 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& c,
-                             int64_t first_block, int64_t last_block);
+                             int64_t first_block, int64_t last_block, bool ext);
 int64_t adamw32_blocks_avx512(const AdamWTensorArgs& a, const AdamW32State& s, const AdamWStepConsts& c,
                               int64_t first_block, int64_t last_block);
 
@@ -59,7 +62,13 @@ int64_t adamw32_blocks_avx512(const AdamWTensorArgs& a, const AdamW32State& s, c
 struct QuantMap;
 void quantize_nearest_avx512(const QuantMap& map, const float* x, uint8_t* code, int64_t n);
 
-// Run-time check of the CPU (not of the compiler flags).
+// The VBMI dequantization over n codes: out[i] = map.value[code[i]] * absmax (tests: it must
+// equal the table). Call only when cpu_has_avx512_vbmi() is true.
+void dequantize_avx512_vbmi(const QuantMap& map, const uint8_t* code, float absmax, int64_t n, float* out);
+
+// Run-time checks of the CPU (not of the compiler flags).
 bool cpu_has_avx512();
+bool cpu_has_avx512_vbmi();  // cpu_has_avx512() and AVX512-VBMI
+bool cpu_has_avx512_ext();   // cpu_has_avx512() and AVX512-VBMI and AVX512-BF16
 
 }  // namespace lt

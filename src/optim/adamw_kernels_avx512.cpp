@@ -2,13 +2,19 @@
 // so the library builds on any x86-64 compiler setting and the caller picks this path at
 // run time. 16 lanes per vector; the tail of a block is handled with lane masks.
 //
-// Dequantization stays in registers: a 256-entry fp32 table is 16 zmm registers, read
-// with vpermt2ps (32 entries per op) and blends. Nearest-code quantization is the
+// Dequantization, two ways, bitwise the same: with AVX512-VBMI, byte-plane table lookups of
+// 64 codes at a time into a per-block scratch (dequant64_vbmi, ~5.5 operations per 16
+// values); without it, a 256-entry fp32 table in 16 zmm registers read with vpermt2ps (32
+// entries per op) and blends (lookup256, ~18). With AVX512-BF16 the bf16 copy is written
+// per block by vcvtneps2bf16. The VBMI/BF16 pieces are out-of-line functions with their
+// own target attribute, called once per block, so the library still builds and runs
+// without -march=native and on AVX-512 CPUs lacking them. Nearest-code quantization is the
 // arithmetic fast path of quant_map.h (register tables, no memory access) with the bucket
 // table as an exact fallback for the rare lanes near a midpoint; gathers are avoided on
 // the common path because one costs about as much here as the rest of the step.
 // GCC 12 warns about the undefined pass-through operand inside its own intrinsic headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -18,6 +24,8 @@
 #include "optim/quant_map.h"
 
 #define LT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+#define LT_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi")))
+#define LT_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 
 namespace lt {
 
@@ -77,13 +85,64 @@ LT_AVX512 inline __m512i nearest_code_unsigned(const uint32_t* bucket, __m512 x)
                                _mm512_set1_epi32(-1));
 }
 
+// VBMI dequantization: 64 codes at a time. Each byte of the fp32 table is its own
+// 256-byte table (QuantMap::value_byte, 4 zmm); two vpermi2b (128 entries each) and a
+// blend on code bit 7 look up one byte plane of 64 codes, and two rounds of unpack
+// (bytes, then 16-bit pairs) reassemble the planes into four vectors of 16 floats. The
+// unpacks work inside 128-bit lanes, so the codes are first transposed in 4-byte units
+// (dword p = 4 * lane + q takes dword 4 * q + lane), which makes vector q hold elements
+// 16q .. 16q + 15 in order. About 5.5 operations per 16 values, against 18 for the fp32
+// permute chain (lookup256). Bitwise the table value: only bytes move.
+LT_AVX512_VBMI inline void dequant64_vbmi(const uint8_t (*plane)[256], __m512i codes, __m512 out[4]) {
+  const __m512i tr = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i c = _mm512_permutexvar_epi32(tr, codes);
+  const __mmask64 hi = _mm512_movepi8_mask(c);
+  __m512i pl[4];
+  for (int b = 0; b < 4; ++b) {
+    const uint8_t* t = plane[b];
+    const __m512i lo = _mm512_permutex2var_epi8(_mm512_load_si512(t), c, _mm512_load_si512(t + 64));
+    const __m512i up = _mm512_permutex2var_epi8(_mm512_load_si512(t + 128), c, _mm512_load_si512(t + 192));
+    pl[b] = _mm512_mask_blend_epi8(hi, lo, up);
+  }
+  const __m512i lo01 = _mm512_unpacklo_epi8(pl[0], pl[1]), hi01 = _mm512_unpackhi_epi8(pl[0], pl[1]);
+  const __m512i lo23 = _mm512_unpacklo_epi8(pl[2], pl[3]), hi23 = _mm512_unpackhi_epi8(pl[2], pl[3]);
+  out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(lo01, lo23));
+  out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(lo01, lo23));
+  out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(hi01, hi23));
+  out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(hi01, hi23));
+}
+
+LT_AVX512_VBMI inline __mmask64 byte_mask(int64_t len, int64_t j) {
+  const int64_t r = len - j;
+  return r >= 64 ? ~__mmask64(0) : (__mmask64(1) << r) - 1;
+}
+
+// Old m and v of one block (len <= kMaxAdamWBlock) into m_old[], v_old[]: value * absmax,
+// the scalar kernel's product. Writes whole multiples of 64 (the arrays hold
+// kMaxAdamWBlock, a multiple of 64); lanes past len hold code 0's finite value.
+LT_AVX512_VBMI void dequant_block_vbmi(const uint8_t* m_code, const uint8_t* v_code, float am, float av,
+                                       int64_t len, float* m_old, float* v_old) {
+  const QuantMap& qm = signed_dynamic_map();
+  const QuantMap& qv = unsigned_dynamic_map();
+  const __m512 sm = _mm512_set1_ps(am), sv = _mm512_set1_ps(av);
+  for (int64_t j = 0; j < len; j += 64) {
+    const __mmask64 k = byte_mask(len, j);
+    __m512 x[4];
+    dequant64_vbmi(qm.value_byte, _mm512_maskz_loadu_epi8(k, m_code + j), x);
+    for (int q = 0; q < 4; ++q) _mm512_store_ps(m_old + j + 16 * q, _mm512_mul_ps(x[q], sm));
+    dequant64_vbmi(qv.value_byte, _mm512_maskz_loadu_epi8(k, v_code + j), x);
+    for (int q = 0; q < 4; ++q) _mm512_store_ps(v_old + j + 16 * q, _mm512_mul_ps(x[q], sv));
+  }
+}
+
 // The arithmetic fast path (quant_map.h, QuantFastPath): ~20 register-only operations per
 // vector instead of a gather, which on this CPU costs about as much as the rest of the
 // fused step. Lanes whose position lies too near a midpoint are flagged; a vector with any
 // flagged lane (rare) takes the table path for those lanes, so the result is the exact
 // nearest code either way.
 struct FastRegs {
-  __m512 t0, t1, a, b, l, h;
+  __m512 t0, t1, a, b;
+  __m512i l, h;  // the clamp, as integers
   __m512i s0, s1;
   const uint32_t* bucket;
 };
@@ -91,7 +150,7 @@ struct FastRegs {
 LT_AVX512 inline FastRegs load_fast(const QuantMap& q) {
   const QuantFastPath& f = q.fast;
   return {_mm512_loadu_ps(f.T), _mm512_loadu_ps(f.T + 16), _mm512_loadu_ps(f.A), _mm512_loadu_ps(f.B),
-          _mm512_loadu_ps(f.L), _mm512_loadu_ps(f.H), _mm512_loadu_si512(f.seg), _mm512_loadu_si512(f.seg + 16),
+          _mm512_cvttps_epi32(_mm512_loadu_ps(f.L)), _mm512_cvttps_epi32(_mm512_loadu_ps(f.H)), _mm512_loadu_si512(f.seg), _mm512_loadu_si512(f.seg + 16),
           q.bucket};
 }
 
@@ -106,25 +165,35 @@ LT_AVX512 inline __m512i nearest_code(const FastRegs& r, __m512 x) {
   __m512i seg = _mm512_permutex2var_epi32(r.s0, e, r.s1);
   seg = _mm512_mask_add_epi32(seg, _mm512_cmp_ps_mask(a, thr, _CMP_GT_OQ), seg, _mm512_set1_epi32(1));
   const __m512 u = _mm512_fmadd_ps(a, _mm512_permutexvar_ps(seg, r.a), _mm512_permutexvar_ps(seg, r.b));
-  const __m512 fl = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  const __m512 fr = _mm512_sub_ps(u, fl);  // exact; NaN (from inf * 0) counts as ambiguous
-  __mmask16 amb = _mm512_cmp_ps_mask(fr, _mm512_set1_ps(kFastAmbiguity), _CMP_NGE_UQ) |
-                  _mm512_cmp_ps_mask(fr, _mm512_set1_ps(1.0f - kFastAmbiguity), _CMP_NLE_UQ);
+  // floor(u) and the ambiguity test in integer form (2 operations fewer than roundscale,
+  // sub and two compares): u lies in [0, 256] (the segments' codes), so w = u + 4096 lies
+  // in [4096, 8192), where floats step by 2^-11; the bits of w hold round(u * 2048) below
+  // 2^20: (bits >> 11) & 0xff is floor(u), except that the rounding carries it up when u lies
+  // within 2^-12 (= kFastAmbiguity) under an integer; and the low 11 bits are 0 exactly when
+  // u lies within 2^-12 of an integer (either side), NaN included (inf * 0): those lanes are
+  // flagged and take the table. Then the segment's clamp [L, H], in integers.
+  const __m512i w = _mm512_castps_si512(_mm512_add_ps(u, _mm512_set1_ps(4096.f)));
+  __mmask16 amb = _mm512_testn_epi32_mask(w, _mm512_set1_epi32(0x7ff));
   // A negative x counts a segment boundary when |x| >= the mirrored midpoint, which is the
   // boundary T itself or the next float up (midpoints round down on both sides), so
   // |x| > T is right for every |x| but T: flag that one.
   if constexpr (kSigned) amb |= _mm512_cmp_ps_mask(a, thr, _CMP_EQ_OQ);
-  __m512 c = _mm512_min_ps(_mm512_max_ps(fl, _mm512_permutexvar_ps(seg, r.l)), _mm512_permutexvar_ps(seg, r.h));
   const __mmask16 neg = _mm512_movepi32_mask(bits);
+  __m512i code = _mm512_and_si512(_mm512_srli_epi32(w, 11), _mm512_set1_epi32(0xff));
+  code = _mm512_min_epi32(_mm512_max_epi32(code, _mm512_permutexvar_epi32(seg, r.l)), _mm512_permutexvar_epi32(seg, r.h));
   if constexpr (kSigned) {
-    c = _mm512_max_ps(_mm512_mask_sub_ps(c, neg, _mm512_set1_ps(254.f), c), _mm512_setzero_ps());
+    code = _mm512_max_epi32(_mm512_mask_sub_epi32(code, neg, _mm512_set1_epi32(254), code), _mm512_setzero_si512());
   } else {
-    c = _mm512_mask_mov_ps(c, neg, _mm512_setzero_ps());
+    code = _mm512_mask_mov_epi32(code, neg, _mm512_setzero_si512());
   }
-  __m512i code = _mm512_cvttps_epi32(c);
   if (amb) [[unlikely]]
     code = _mm512_mask_mov_epi32(code, amb, kSigned ? nearest_code_signed(r.bucket, x) : nearest_code_unsigned(r.bucket, x));
   return code;
+}
+
+LT_AVX512 inline __mmask16 tail_mask(int64_t len, int64_t j) {
+  const int64_t r = len - j;
+  return r >= 16 ? __mmask16(0xffff) : __mmask16((1u << r) - 1);
 }
 
 LT_AVX512 inline __m512 load_f32(const float* p, __mmask16 k) {
@@ -163,6 +232,25 @@ LT_AVX512 inline void store_bf16(bf16* out, __m512 p, __mmask16 k) {
   else _mm256_mask_storeu_epi16(out, k, h);
 }
 
+// The bf16 copy of one block, from the fp32 params just written (in L1), by vcvtneps2bf16:
+// the same round-to-nearest-even and quiet-NaN bits as store_bf16, except that it treats
+// denormal inputs as zero, so a vector holding a denormal takes store_bf16 (rare).
+// 3 operations per vector against 9. Out of line (one call per block) so that it runs
+// with its own target however the library is compiled.
+LT_AVX512_BF16 void bf16_block_avx512bf16(const float* p, bf16* out, int64_t len) {
+  for (int64_t j = 0; j < len; j += 16) {
+    const __mmask16 k = tail_mask(len, j);
+    const __m512 x = load_f32(p + j, k);
+    if (_mm512_fpclass_ps_mask(x, 0x20)) [[unlikely]] {  // 0x20: denormal
+      store_bf16(out + j, x, k);
+      continue;
+    }
+    const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
+    if (k == 0xffff) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), h);
+    else _mm256_mask_storeu_epi16(out + j, k, h);
+  }
+}
+
 struct Consts {
   __m512 b1, omb1, b2, omb2, eps, decay, neg_step, isbc2, clip;
 };
@@ -171,11 +259,6 @@ LT_AVX512 inline Consts broadcast(const AdamWStepConsts& c) {
   return {_mm512_set1_ps(c.beta1), _mm512_set1_ps(c.one_minus_beta1), _mm512_set1_ps(c.beta2),
           _mm512_set1_ps(c.one_minus_beta2), _mm512_set1_ps(c.eps), _mm512_set1_ps(c.decay),
           _mm512_set1_ps(-c.step_size), _mm512_set1_ps(c.inv_sqrt_bc2), _mm512_set1_ps(c.clip)};
-}
-
-LT_AVX512 inline __mmask16 tail_mask(int64_t len, int64_t j) {
-  const int64_t r = len - j;
-  return r >= 16 ? __mmask16(0xffff) : __mmask16((1u << r) - 1);
 }
 
 // m, v from g and the old states; returns the lanes whose v is NaN or +Inf.
@@ -194,8 +277,9 @@ LT_AVX512 inline __m512 new_param(const Consts& c, __m512 p, __m512 m, __m512 v)
 
 }  // namespace
 
-LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& sc,
-                                       int64_t first_block, int64_t last_block) {
+template <bool kExt>
+LT_AVX512 int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& sc,
+                              int64_t first_block, int64_t last_block) {
   const QuantMap& qm = signed_dynamic_map();
   const QuantMap& qv = unsigned_dynamic_map();
   const Table256 m_val = load_table(qm.value), v_val = load_table(qv.value);
@@ -208,14 +292,22 @@ LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8Sta
     const __m512 am_old = _mm512_set1_ps(s.m_absmax[b]), av_old = _mm512_set1_ps(s.v_absmax[b]);
     __m512 am = _mm512_setzero_ps(), av = _mm512_setzero_ps();
     __mmask16 bad = 0;
+    // VBMI: the old states go through m[], v[] (dequantized per block, then overwritten in
+    // place by the new ones); otherwise they are looked up vector by vector.
+    if constexpr (kExt) dequant_block_vbmi(s.m_code + i0, s.v_code + i0, s.m_absmax[b], s.v_absmax[b], len, m, v);
     for (int64_t j = 0; j < len; j += 16) {
       const __mmask16 k = tail_mask(len, j);
       const int64_t i = i0 + j;
-      const __m512i cm = load_codes(s.m_code + i, k);
-      const __m512i cv = load_codes(s.v_code + i, k);
+      __m512 m_old, v_old;
+      if constexpr (kExt) {
+        m_old = _mm512_load_ps(m + j);
+        v_old = _mm512_load_ps(v + j);
+      } else {
+        m_old = _mm512_mul_ps(lookup256(m_val, load_codes(s.m_code + i, k)), am_old);
+        v_old = _mm512_mul_ps(lookup256(v_val, load_codes(s.v_code + i, k)), av_old);
+      }
       __m512 mj, vj;
-      bad |= k & moments(c, load_grad(a, i, k), _mm512_mul_ps(lookup256(m_val, cm), am_old),
-                         _mm512_mul_ps(lookup256(v_val, cv), av_old), &mj, &vj);
+      bad |= k & moments(c, load_grad(a, i, k), m_old, v_old, &mj, &vj);
       // Masked-off lanes hold g = 0 and code 0 -> finite values; keep them out of the max.
       am = _mm512_mask_max_ps(am, k, am, _mm512_abs_ps(mj));
       av = _mm512_mask_max_ps(av, k, av, vj);
@@ -241,7 +333,7 @@ LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8Sta
         const __m512 mj = _mm512_load_ps(m + jj), vj = _mm512_load_ps(v + jj);
         const __m512 p = new_param(c, _mm512_loadu_ps(a.param + i), mj, vj);
         _mm512_storeu_ps(a.param + i, p);
-        if (a.out_bf16) store_bf16(a.out_bf16 + i, p, 0xffff);
+        if (!kExt && a.out_bf16) store_bf16(a.out_bf16 + i, p, 0xffff);
         xm[q] = _mm512_mul_ps(mj, im);
         xv[q] = _mm512_mul_ps(vj, iv);
       }
@@ -260,16 +352,35 @@ LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8Sta
       const __m512 mj = _mm512_load_ps(m + j), vj = _mm512_load_ps(v + j);
       const __m512 p = new_param(c, load_f32(a.param + i, k), mj, vj);
       store_f32(a.param + i, p, k);
-      if (a.out_bf16) store_bf16(a.out_bf16 + i, p, k);
+      if (!kExt && a.out_bf16) store_bf16(a.out_bf16 + i, p, k);
       const __m512 xm = _mm512_mul_ps(mj, im), xv = _mm512_mul_ps(vj, iv);
       const __m512i cm = nearest_code<true>(fm, xm), cv = nearest_code<false>(fv, xv);
       store_codes(s.m_code + i, cm, k);
       store_codes(s.v_code + i, cv, k);
     }
+    if (kExt && a.out_bf16) bf16_block_avx512bf16(a.param + i0, a.out_bf16 + i0, len);
     s.m_absmax[b] = amax_m;
     s.v_absmax[b] = amax_v;
   }
   return skipped;
+}
+
+LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& sc,
+                                       int64_t first_block, int64_t last_block, bool ext) {
+  return ext ? adamw8_impl<true>(a, s, sc, first_block, last_block)
+              : adamw8_impl<false>(a, s, sc, first_block, last_block);
+}
+
+LT_AVX512_VBMI void dequantize_avx512_vbmi(const QuantMap& map, const uint8_t* code, float absmax, int64_t n,
+                                           float* out) {
+  const __m512 sc = _mm512_set1_ps(absmax);
+  for (int64_t j = 0; j < n; j += 64) {
+    const __mmask64 k = byte_mask(n, j);
+    __m512 x[4];
+    dequant64_vbmi(map.value_byte, _mm512_maskz_loadu_epi8(k, code + j), x);
+    for (int q = 0; q < 4 && j + 16 * q < n; ++q)
+      _mm512_mask_storeu_ps(out + j + 16 * q, tail_mask(n, j + 16 * q), _mm512_mul_ps(x[q], sc));
+  }
 }
 
 LT_AVX512 int64_t adamw32_blocks_avx512(const AdamWTensorArgs& a, const AdamW32State& s,

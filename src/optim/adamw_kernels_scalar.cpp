@@ -99,4 +99,14 @@ bool cpu_has_avx512() {
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 }
 
+bool cpu_has_avx512_vbmi() {
+  __builtin_cpu_init();
+  return cpu_has_avx512() && __builtin_cpu_supports("avx512vbmi");
+}
+
+bool cpu_has_avx512_ext() {
+  __builtin_cpu_init();
+  return cpu_has_avx512_vbmi() && __builtin_cpu_supports("avx512bf16");
+}
+
 }  // namespace lt

@@ -124,7 +124,12 @@ QuantMap build_map(bool is_signed) {
   std::sort(v.begin(), v.end());
 
   QuantMap m{};
-  for (int i = 0; i < 256; ++i) m.value[i] = static_cast<float>(v[i]);
+  for (int i = 0; i < 256; ++i) {
+    m.value[i] = static_cast<float>(v[i]);
+    uint32_t bits;
+    std::memcpy(&bits, &m.value[i], 4);
+    for (int b = 0; b < 4; ++b) m.value_byte[b][i] = static_cast<uint8_t>(bits >> (8 * b));
+  }
   for (int i = 0; i < 255; ++i) {
     // The exact midpoint (the sum of two floats and the halving are exact in float64),
     // rounded down to fp32: for any fp32 x, x > mid[i] exactly when x lies above the true

@@ -74,6 +74,9 @@ struct QuantMap {
   float value[256];  // sorted ascending; value[code] is the dequantized normalized state
   float mid[256];    // mid[j] = midpoint(value[j], value[j+1]); mid[255] = +inf (never passed)
   float tree[256];   // tree[t], t in [1, 256): the midpoint compared at search node t
+  // Byte b (little-endian, 0 = lowest) of the bits of value[code]: the tables the AVX-512
+  // VBMI kernel looks up 64 codes at a time (vpermi2b) and reassembles into fp32.
+  alignas(64) uint8_t value_byte[4][256];
   bool is_signed;
   uint32_t bucket[2 * kBucketsPerSide];  // signed: both sides; unsigned: the first half
   QuantFastPath fast;

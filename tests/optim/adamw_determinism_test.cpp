@@ -1,6 +1,8 @@
 // Bitwise reproducibility: any thread count gives the serial result, and the AVX-512
-// kernel gives the scalar kernel's result, for 8-bit and fp32 state, fp32 and bf16 grads.
+// kernels (with and without VBMI) give the scalar kernel's result, for 8-bit and fp32 state, fp32 and bf16 grads.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "adamw_test_util.h"
 #include "optim/adamw.h"
@@ -60,9 +62,46 @@ TEST(AdamWDeterminism, Avx512EqualsScalarBitwise) {
   for (int64_t n : {int64_t{1}, int64_t{22}, int64_t{4095}, int64_t{4097}, int64_t{100003}}) {
     for (bool bf16_grad : {false, true}) {
       SCOPED_TRACE("n=" + std::to_string(n) + (bf16_grad ? " bf16" : " fp32"));
-      expect_same(run(n, 1, AdamWKernel::Scalar, bf16_grad), run(n, 2, AdamWKernel::Avx512, bf16_grad));
+      const RunResult scalar = run(n, 1, AdamWKernel::Scalar, bf16_grad);
+      expect_same(scalar, run(n, 2, AdamWKernel::Avx512, bf16_grad));
+      expect_same(scalar, run(n, 2, AdamWKernel::Avx512NoVbmi, bf16_grad));
     }
   }
+}
+
+// The bf16 copy at awkward parameter values (denormals, which vcvtneps2bf16 would flush;
+// NaN, infinities, values that round up to infinity, signed zeros), every kernel against
+// the scalar one bit for bit. lr = 0 and no decay keep p as it is, so the copy sees exactly
+// these values.
+TEST(AdamWDeterminism, Bf16CopyOfAwkwardParamsEqualsScalar) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/DQ/VL";
+  const int64_t n = 8192 + 37;
+  std::vector<float> p0 = test::normal_vector(n, 0.3f, 9);
+  const float specials[] = {1e-45f, -1e-45f, 1.1e-38f, -5.877e-39f, 1.1754942e-38f, 1.17549435e-38f, 0.f, -0.f,
+                            INFINITY, -INFINITY, NAN, -NAN, 3.4028235e38f, -3.4028235e38f, 3.3961775e38f, 1.0039062f};
+  for (int64_t i = 0; i < n; i += 7) p0[i] = specials[(i / 7) % 16];
+  for (int64_t i = 3; i < n; i += 1001) p0[i] = 2e-39f;  // some vectors with one denormal
+  AdamWHyper h;
+  h.weight_decay = 0.f;
+  auto run = [&](AdamWKernel kernel) {
+    AdamWConfig cfg;
+    cfg.kernel = kernel;
+    cfg.hyper = h;
+    cfg.num_threads = 2;
+    AdamW opt(cfg);
+    opt.add_tensor("w", n);
+    std::vector<float> p = p0, g = test::spread_gradient(n, 5);
+    std::vector<bf16> out(n);
+    opt.step_tensor(0, p.data(), g.data(), out.data(), 0.f, 1.f, 1);
+    std::vector<uint16_t> bits(n);
+    for (int64_t i = 0; i < n; ++i) bits[i] = out[i].bits;
+    return bits;
+  };
+  const std::vector<uint16_t> want = run(AdamWKernel::Scalar);
+  EXPECT_EQ(want[7 * 8], 0x7f80);  // +inf stays +inf
+  EXPECT_EQ(want[7 * 10] & 0x7fc0, 0x7fc0);  // NaN stays a quiet NaN
+  EXPECT_EQ(run(AdamWKernel::Avx512), want);
+  EXPECT_EQ(run(AdamWKernel::Avx512NoVbmi), want);
 }
 
 }  // namespace

@@ -143,5 +143,38 @@ TEST(AdamWQuantMap, Avx512FastPathEqualsTableExhaustively) {
   }
 }
 
+// The VBMI byte-plane dequantization against the table: every code at every position of
+// a 64-code group (the codes are transposed inside the lookup), lengths with masked tails,
+// and many absmax values (normal, tiny, denormal, huge, 0), bit for bit.
+TEST(AdamWQuantMap, VbmiDequantEqualsTable) {
+  if (!cpu_has_avx512_vbmi()) GTEST_SKIP() << "this CPU has no AVX512-VBMI";
+  std::mt19937 rng(11);
+  std::vector<float> absmaxes = {1.f, 0.f, 0.5f, 3.0e-7f, 1e-38f, 1e-45f, 6.0e37f, 3.4e38f};
+  std::uniform_real_distribution<float> e(-40.f, 38.f);
+  for (int i = 0; i < 200; ++i) absmaxes.push_back(std::pow(10.f, e(rng)));
+  for (bool is_signed : {true, false}) {
+    const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();
+    for (int64_t n : {int64_t{256}, int64_t{1}, int64_t{17}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{300}}) {
+      for (int rot = 0; rot < 64; rot += (n == 256 ? 1 : 37)) {
+        std::vector<uint8_t> code(n);
+        for (int64_t i = 0; i < n; ++i) code[i] = static_cast<uint8_t>((i * 7 + rot * 3 + (n == 256 ? 0 : rng())) & 255);
+        if (n == 256)
+          for (int64_t i = 0; i < n; ++i) code[i] = static_cast<uint8_t>((i + rot) & 255);
+        for (float am : absmaxes) {
+          std::vector<float> got(n + 1, 12345.f);
+          dequantize_avx512_vbmi(q, code.data(), am, n, got.data());
+          for (int64_t i = 0; i < n; ++i) {
+            const float want = q.value[code[i]] * am;
+            ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0)
+                << (is_signed ? "signed" : "unsigned") << " n=" << n << " i=" << i << " code=" << int(code[i])
+                << " absmax=" << am << " got " << got[i] << " want " << want;
+          }
+          ASSERT_EQ(got[n], 12345.f) << "wrote past n=" << n;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lt
