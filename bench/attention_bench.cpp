@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/measure.h"
 #include "core/aligned_buffer.h"
 #include "core/threads.h"
 #include "kernels/cpu/attention.h"
@@ -31,12 +32,6 @@ namespace {
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // A persistent Python process: we write "fwd N" / "fwdbwd N", it answers with N times in
@@ -175,13 +170,13 @@ int main(int argc, char** argv) {
     for (double t : peer.run("fwd", reps)) pf.push_back(t);
     for (double t : peer.run("fwdbwd", reps)) pfb.push_back(t);
   }
-  const double f = median(tf), b = median(tb);
+  const double f = lt::median(tf), b = lt::median(tb);
   std::printf("%-10s %12s %12s %12s\n", "", "forward", "backward", "fwd+bwd");
   std::printf("%-10s %9.2f ms %9.2f ms %9.2f ms\n", "lazytrain", f * 1e3, b * 1e3, (f + b) * 1e3);
   std::printf("%-10s %9.1f GF/s %7.1f GF/s %7.1f GF/s\n", "", fwd_flops / f * 1e-9,
               bwd_flops / b * 1e-9, (fwd_flops + bwd_flops) / (f + b) * 1e-9);
   if (!pf.empty() && !pfb.empty()) {
-    const double tpf = median(pf), tpfb = median(pfb), tpb = tpfb - tpf;
+    const double tpf = lt::median(pf), tpfb = lt::median(pfb), tpb = tpfb - tpf;
     std::printf("%-10s %9.2f ms %9.2f ms %9.2f ms   (backward = fwd+bwd - fwd)\n", "pytorch",
                 tpf * 1e3, tpb * 1e3, tpfb * 1e3);
     std::printf("%-10s %9.1f GF/s %7.1f GF/s %7.1f GF/s\n", "", fwd_flops / tpf * 1e-9,

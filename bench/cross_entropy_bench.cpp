@@ -12,6 +12,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/measure.h"
 #include "core/aligned_buffer.h"
 #include "core/threads.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -23,10 +24,6 @@ double seconds(const std::function<void()>& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 }  // namespace
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/measure.h"
 #include "core/aligned_buffer.h"
 #include "core/threads.h"
 #include "kernels/cpu/matmul.h"
@@ -30,11 +31,6 @@ double seconds(const std::function<void()>& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 void fill(float* p, size_t n, uint32_t seed) {

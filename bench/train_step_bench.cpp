@@ -5,8 +5,6 @@
 //
 //   train_step_bench MODEL_DIR f32|bf16 BATCH SEQ STEPS [gemm]
 // With "gemm", it instead measures the bf16 GEMM rate (oneDNN) at the model's MLP shape.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/measure.h"
 #include "core/threads.h"
 #include "exec/model_step.h"
 #include "kernels/cpu/matmul.h"
@@ -27,17 +26,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) * 1024.0;
-}
-
 int measure_gemm(const lt::ModelConfig& c, int64_t tokens, int reps) {
   const int64_t M = tokens, K = c.hidden_size, N = c.intermediate_size;
   std::vector<float> a(M * K, 0.5f), b(N * K, 0.25f), out(M * N);
@@ -48,7 +36,7 @@ int measure_gemm(const lt::ModelConfig& c, int64_t tokens, int reps) {
     if (r >= 2) times.push_back(now_s() - t0);
   }
   const double flops = 2.0 * M * N * K;
-  std::printf("{\"gemm_bf16_gflops\": %.2f, \"impl\": \"%s\"}\n", flops / median(times) / 1e9,
+  std::printf("{\"gemm_bf16_gflops\": %.2f, \"impl\": \"%s\"}\n", flops / lt::median(times) / 1e9,
               lt::matmul_impl_name(M, N, K, lt::Precision::BF16).c_str());
   return 0;
 }
@@ -89,7 +77,7 @@ int main(int argc, char** argv) {
                                 lt::head_forward_flops(c, batch, seq));
     std::printf("{\"step_s\": %.6f, \"tokens_per_s\": %.2f, \"peak_rss\": %.0f, \"loss\": %.6f, "
                 "\"model_flops_per_step\": %.6g, \"threads\": %d}\n",
-                median(times), batch * seq / median(times), peak_rss_bytes(), loss, flops,
+                lt::median(times), batch * seq / lt::median(times), static_cast<double>(lt::peak_rss_bytes()), loss, flops,
                 lt::num_threads());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_step_bench: %s\n", e.what());

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/measure.h"
 #include "cli/commands.h"
 #include "core/aligned_buffer.h"
 #include "core/error.h"
@@ -34,12 +35,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct PredictArgs {
   int layers = 8, hidden = 256, seq = 256, batch = 2, steps = 3;

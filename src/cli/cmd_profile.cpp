@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/measure.h"
 #include "cli/commands.h"
 #include "core/aligned_buffer.h"
 #include "core/error.h"
@@ -30,11 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct ProfileArgs {
   std::string out = "profiles/local.json", dir = ".";

@@ -55,7 +55,7 @@ void decode_attention(float* out, float* scores, const float* q, const float* k_
 }  // namespace
 
 Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
-    : config_(c), max_len_(max_len), precision_(precision) {
+    : config_(c), max_len_(max_len), precision_(precision), compute_copy_(precision) {
   if (max_len <= 0 || (c.max_position_embeddings > 0 && max_len > c.max_position_embeddings))
     throw Error("generation length " + std::to_string(max_len) + " is outside 1.." +
                     std::to_string(c.max_position_embeddings),
@@ -79,18 +79,7 @@ Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
   logits_.resize(c.vocab_size);
 }
 
-void Generator::refresh_compute_copy(const ModelParameters& params) {
-  if (precision_ != Precision::BF16) return;
-  if (compute_copy_.size() != static_cast<size_t>(params.numel())) compute_copy_.resize(params.numel());
-  convert_f32_to_bf16(compute_copy_.data(), params.data(), params.numel());
-}
-
-const bf16* Generator::bf16_of(const ModelParameters& params, const float* w) const {
-  if (precision_ != Precision::BF16 || w == nullptr) return nullptr;
-  LT_ASSERT(compute_copy_.size() == static_cast<size_t>(params.numel()),
-            "refresh_compute_copy() was not called before a bf16 generation");
-  return compute_copy_.data() + (w - params.data());
-}
+void Generator::refresh_compute_copy(const ModelParameters& params) { compute_copy_.refresh(params); }
 
 void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64_t n, int64_t pos) {
   ModelParameters& params = const_cast<ModelParameters&>(cparams);  // views only; nothing is written
@@ -115,9 +104,9 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
     rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps);
     float* qp = c.qk_norm ? q_pre_.data() : q_.data();
     float* kp = c.qk_norm ? k_pre_.data() : k_.data();
-    linear_forward(qp, h_.data(), w.wq, bf16_of(params, w.wq), w.bq, n, C, QD, p);
-    linear_forward(kp, h_.data(), w.wk, bf16_of(params, w.wk), w.bk, n, C, KD, p);
-    linear_forward(v_.data(), h_.data(), w.wv, bf16_of(params, w.wv), w.bv, n, C, KD, p);
+    linear_forward(qp, h_.data(), w.wq, compute_copy_.of(params, w.wq), w.bq, n, C, QD, p);
+    linear_forward(kp, h_.data(), w.wk, compute_copy_.of(params, w.wk), w.bk, n, C, KD, p);
+    linear_forward(v_.data(), h_.data(), w.wv, compute_copy_.of(params, w.wv), w.bv, n, C, KD, p);
     if (c.qk_norm) {
       rmsnorm_forward(q_.data(), head_rstd_.data(), q_pre_.data(), w.q_norm, n * c.num_heads, D, eps);
       rmsnorm_forward(k_.data(), head_rstd_.data(), k_pre_.data(), w.k_norm, n * c.num_kv_heads, D, eps);
@@ -133,19 +122,19 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
       attention_forward(att_.data(), lse_.data(), q_.data(), kc, vc, 1, n, c.num_heads, c.num_kv_heads, D, scale);
     else
       decode_attention(att_.data(), scores_.data(), q_.data(), kc, vc, pos, c.num_heads, c.num_kv_heads, D, scale);
-    linear_forward(tmp_.data(), att_.data(), w.wo, bf16_of(params, w.wo), w.bo, n, QD, C, p);
+    linear_forward(tmp_.data(), att_.data(), w.wo, compute_copy_.of(params, w.wo), w.bo, n, QD, C, p);
     add_inplace(x_.data(), tmp_.data(), n * C);
     rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.mlp_norm, n, C, eps);
-    linear_forward(gate_.data(), h_.data(), w.wg, bf16_of(params, w.wg), w.bg, n, C, I, p);
-    linear_forward(up_.data(), h_.data(), w.wu, bf16_of(params, w.wu), w.bu, n, C, I, p);
+    linear_forward(gate_.data(), h_.data(), w.wg, compute_copy_.of(params, w.wg), w.bg, n, C, I, p);
+    linear_forward(up_.data(), h_.data(), w.wu, compute_copy_.of(params, w.wu), w.bu, n, C, I, p);
     swiglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
-    linear_forward(tmp_.data(), act_.data(), w.wd, bf16_of(params, w.wd), w.bd, n, I, C, p);
+    linear_forward(tmp_.data(), act_.data(), w.wd, compute_copy_.of(params, w.wd), w.bd, n, I, C, p);
     add_inplace(x_.data(), tmp_.data(), n * C);
   }
   // Only the last position's logits are needed.
   const float* last = x_.data() + (n - 1) * C;
   rmsnorm_forward(h_.data(), rstd_.data(), last, params.final_norm(), 1, C, eps);
-  linear_forward(logits_.data(), h_.data(), params.lm_head(), bf16_of(params, params.lm_head()),
+  linear_forward(logits_.data(), h_.data(), params.lm_head(), compute_copy_.of(params, params.lm_head()),
                  nullptr, 1, C, c.vocab_size, p);
 }
 

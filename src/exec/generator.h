@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "exec/compute_copy.h"
 #include "kernels/cpu/matmul.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -36,14 +37,13 @@ class Generator {
   // Runs tokens[0..n) at positions pos..pos+n, filling the caches; leaves the final
   // hidden state of the last position in hidden_last_.
   void run(const ModelParameters& params, const int32_t* tokens, int64_t n, int64_t pos);
-  const bf16* bf16_of(const ModelParameters& params, const float* w) const;
 
   ModelConfig config_;
   int64_t max_len_;
   Precision precision_;
   AlignedBuffer<float> rope_cos_, rope_sin_;
   AlignedBuffer<float> k_cache_, v_cache_;  // [L, max_len, Hkv*D]
-  AlignedBuffer<bf16> compute_copy_;
+  ComputeCopy compute_copy_;
   // Per-call scratch, sized for max_len positions.
   AlignedBuffer<float> x_, h_, q_pre_, k_pre_, q_, k_, v_, att_, tmp_, gate_, up_, act_;
   AlignedBuffer<float> rstd_, head_rstd_, lse_, scores_, logits_;

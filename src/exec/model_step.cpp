@@ -15,6 +15,7 @@ ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision
       seq_(seq),
       tokens_(batch * seq),
       precision_(precision),
+      compute_copy_(precision),
       workspace_(block_shape(c, batch, seq)) {
   if (batch <= 0 || seq <= 0)
     throw Error("batch and seq must be positive (got batch " + std::to_string(batch) + ", seq " +
@@ -58,35 +59,20 @@ int64_t ModelStep::activation_bytes() const {
   return static_cast<int64_t>(n * sizeof(float) + workspace_.bytes());
 }
 
-bf16* ModelStep::compute_copy(const ModelParameters& params) {
-  if (precision_ != Precision::BF16) return nullptr;
-  if (compute_copy_.size() != static_cast<size_t>(params.numel())) compute_copy_.resize(params.numel());
-  return compute_copy_.data();
-}
+bf16* ModelStep::compute_copy(const ModelParameters& params) { return compute_copy_.data(params); }
 
-void ModelStep::refresh_compute_copy(const ModelParameters& params) {
-  if (precision_ != Precision::BF16) return;
-  if (compute_copy_.size() != static_cast<size_t>(params.numel())) compute_copy_.resize(params.numel());
-  convert_f32_to_bf16(compute_copy_.data(), params.data(), params.numel());
-}
-
-const bf16* ModelStep::bf16_of(const ModelParameters& params, const float* f32) const {
-  if (precision_ != Precision::BF16 || f32 == nullptr) return nullptr;
-  LT_ASSERT(compute_copy_.size() == static_cast<size_t>(params.numel()),
-            "refresh_compute_copy() was not called before a bf16 step");
-  return compute_copy_.data() + (f32 - params.data());
-}
+void ModelStep::refresh_compute_copy(const ModelParameters& params) { compute_copy_.refresh(params); }
 
 BlockTensorsBf16 ModelStep::block_bf16(const ModelParameters& params, int64_t layer) const {
   BlockTensors w = const_cast<ModelParameters&>(params).block(layer);
   BlockTensorsBf16 b;
-  b.wq = bf16_of(params, w.wq);
-  b.wk = bf16_of(params, w.wk);
-  b.wv = bf16_of(params, w.wv);
-  b.wo = bf16_of(params, w.wo);
-  b.wg = bf16_of(params, w.wg);
-  b.wu = bf16_of(params, w.wu);
-  b.wd = bf16_of(params, w.wd);
+  b.wq = compute_copy_.of(params, w.wq);
+  b.wk = compute_copy_.of(params, w.wk);
+  b.wv = compute_copy_.of(params, w.wv);
+  b.wo = compute_copy_.of(params, w.wo);
+  b.wg = compute_copy_.of(params, w.wg);
+  b.wu = compute_copy_.of(params, w.wu);
+  b.wd = compute_copy_.of(params, w.wd);
   return b;
 }
 
@@ -142,7 +128,7 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
                            : predicted > 0         ? 1.0f / static_cast<float>(predicted)
                                                    : 0.0f;
   const double loss_sum = head_cross_entropy(d_hidden_.data(), grads.lm_head(), final_norm_out_.data(),
-                                             params.lm_head(), bf16_of(params, params.lm_head()),
+                                             params.lm_head(), compute_copy_.of(params, params.lm_head()),
                                              targets.data(), T, C, V, grad_scale, precision_);
   result.loss = predicted > 0 ? loss_sum / static_cast<double>(predicted) : 0.0;
 
@@ -176,7 +162,7 @@ void ModelStep::forward_logits(float* logits, ModelParameters& params, const int
   forward_blocks(params, input_ids, std::vector<RecomputeOption>(c.num_layers, RecomputeOption::RecomputeFromInput));
   rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(c.num_layers),
                   params.final_norm(), tokens_, c.hidden_size, static_cast<float>(c.rms_norm_eps));
-  linear_forward(logits, final_norm_out_.data(), params.lm_head(), bf16_of(params, params.lm_head()),
+  linear_forward(logits, final_norm_out_.data(), params.lm_head(), compute_copy_.of(params, params.lm_head()),
                  nullptr, tokens_, c.hidden_size, c.vocab_size, precision_);
 }
 

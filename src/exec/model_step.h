@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "exec/compute_copy.h"
 #include "exec/decoder_block.h"
 #include "kernels/cpu/matmul.h"
 #include "model/config.h"
@@ -64,14 +65,13 @@ class ModelStep {
                       const std::vector<RecomputeOption>& recompute);
   float* boundary(int64_t l) { return boundaries_.data() + l * tokens_ * config_.hidden_size; }
   BlockTensorsBf16 block_bf16(const ModelParameters& params, int64_t layer) const;
-  const bf16* bf16_of(const ModelParameters& params, const float* f32) const;
 
   ModelConfig config_;
   int64_t batch_, seq_, tokens_;
   Precision precision_;
   BlockContext ctx_;
   AlignedBuffer<float> rope_cos_, rope_sin_;
-  AlignedBuffer<bf16> compute_copy_;        // bf16 mirror of the parameter block
+  ComputeCopy compute_copy_;
   AlignedBuffer<float> boundaries_;         // [L+1, T, C]
   std::vector<AlignedBuffer<float>> saved_; // per layer; empty when recomputed
   AlignedBuffer<float> recompute_saved_;    // one block's saved tensors, rebuilt in backward

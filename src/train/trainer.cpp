@@ -1,7 +1,5 @@
 #include "train/trainer.h"
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -9,6 +7,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/measure.h"
 #include "core/threads.h"
 #include "data/jsonl_dataset.h"
 #include "data/packing.h"
@@ -42,12 +41,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-int64_t peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
 // Everything the run reads: tokenizer (with its JSON text, copied into checkpoints), the

@@ -85,9 +85,10 @@ TEST(Trainer, ResumeIsBitwiseExact) {
     const std::vector<float> w1 = final_weights(s1.checkpoint_dir), w2 = final_weights(s2.checkpoint_dir);
     ASSERT_EQ(w1.size(), w2.size());
     EXPECT_EQ(0, std::memcmp(w1.data(), w2.data(), w1.size() * sizeof(float))) << optimizer;
-    if (optimizer != "sgd")
+    if (optimizer != "sgd") {
       EXPECT_EQ(read_file(s1.checkpoint_dir + "/optimizer.bin"), read_file(s2.checkpoint_dir + "/optimizer.bin"))
           << optimizer;
+    }
   }
 }
 
