@@ -23,6 +23,7 @@ constexpr int kExitInfeasible = 2;
 struct PlanArgs {
   std::string model, hardware = "h800", policy = "milp", out, act_budget;
   int64_t batch = 1, seq = 1024;
+  int nvme_state_layers = -1;
   double gpu_cap_gb = 0, time_limit_s = 10, gap = 0.002;
   bool max_batch = false, json = false;
 };
@@ -68,6 +69,9 @@ void print_table(const Plan& p) {
               p.gpu_cap_bytes / 1e9, p.predicted_peak.cpu / 1e9, p.predicted_peak.nvme / 1e9);
   std::printf("  %-24s %zu resident, %zu keep internals, optimizer %s\n", "layers", p.resident_layers.size(),
               p.keep_internals.size(), p.lazy_optimizer ? "lazy (overlapped with forward)" : "after backward");
+  if (!p.nvme_state_layers.empty())
+    std::printf("  %-24s %zu layers (%d..%d) page from NVMe, %.3f GB\n", "optimizer states", p.nvme_state_layers.size(),
+                p.nvme_state_layers.front(), p.nvme_state_layers.back(), p.nvme_state_bytes() / 1e9);
 }
 
 void run_plan(const PlanArgs& a) {
@@ -82,6 +86,7 @@ void run_plan(const PlanArgs& a) {
   req.gpu_cap_bytes = a.gpu_cap_gb * 1e9;
   req.time_limit_s = a.time_limit_s;
   req.target_gap = a.gap;
+  req.nvme_state_layers = a.nvme_state_layers;
   if (!a.act_budget.empty()) parse_act_budget(a.act_budget, req);
 
   nlohmann::json extra;
@@ -139,6 +144,8 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::IsMember(plan_policies()));
   cmd->add_option("--gpu-cap", a->gpu_cap_gb, "Compute-tier cap in GB (default: the profile's)");
   cmd->add_option("--act-budget", a->act_budget, "Activation budgets in GB, e.g. cpu=15,nvme=32");
+  cmd->add_option("--nvme-state-layers", a->nvme_state_layers,
+                  "Layers whose optimizer states page from NVMe (default: as few as host memory needs)");
   cmd->add_flag("--max-batch", a->max_batch, "Search the largest feasible batch and the batch with the most tokens/s; plan the largest");
   cmd->add_option("--time-limit", a->time_limit_s, "MILP time limit, seconds")->capture_default_str();
   cmd->add_option("--gap", a->gap, "MILP relative gap to stop at")->capture_default_str();

@@ -138,14 +138,17 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
     }
     parked_[b] = std::move(p);
   }
+  pager_ = std::make_unique<StatePager>(sched_, options.layer_state_bytes, host_);
+  pager_->add_nvme_slots(slots);
   if (!slots.empty()) {
     if (options.offload_dir.empty())
-      throw Error("the plan puts activations on NVMe but no offload directory was given",
+      throw Error("the plan puts activations or optimizer states on NVMe but no offload directory was given",
                   "streaming executor", "pass --offload-dir on a fast local disk");
     NvmeStoreOptions no;
     no.dir = options.offload_dir;
     no.direct_io = options.direct_io;
     nvme_ = std::make_unique<NvmeStore>(std::move(slots), no);
+    pager_->attach(nvme_.get());
   }
 }
 
@@ -177,6 +180,7 @@ void StreamingExecutor::abort_step() noexcept {
   }
   for (auto& p : parked_)
     if (p) p->write = p->read = 0;
+  pager_->abandon();
   landings_.clear();
   live_.clear();
   peak_ = std::max(peak_, arena_->peak_live_bytes());
@@ -264,9 +268,14 @@ void StreamingExecutor::fetch_boundary(int b) {
 void StreamingExecutor::run_update(size_t t, ModelParameters& params, ModelParameters& grads,
                                    const StepOptions& o) {
   const UpdateTarget& target = sched_.targets[t];
+  std::span<std::byte> state;
+  if (target.kind == UpdateTarget::Kind::Layer && pager_->paged(target.layer))
+    state = pager_->acquire(target.layer, [&](const std::string& n, double issued, double bytes) {
+      event(n, "nvme", issued, bytes);
+    });
   if (o.update) {
     const double t = now();
-    (*o.update)(target);
+    (*o.update)(target, state);
     event("optimizer " + target.name(), "host", t);
   }
   if (o.zero_grads)
@@ -274,9 +283,9 @@ void StreamingExecutor::run_update(size_t t, ModelParameters& params, ModelParam
   (void)params;
 }
 
-BlockTensors StreamingExecutor::weights(ModelParameters& params, int j, bool backward) {
+BlockTensors StreamingExecutor::weights(ModelParameters& params, int j, const char* slot) {
   if (backend_.host_is_compute()) return params.block(j);
-  return bind_block_tensors(config_, buf((backward ? "wb." : "w.") + std::to_string(j)));
+  return bind_block_tensors(config_, buf(slot + std::to_string(j)));
 }
 
 // Copies the weights planned to arrive in window w onto the compute tier; waits for them
@@ -286,25 +295,26 @@ void StreamingExecutor::load_weights(int w, ModelParameters& params) {
   const double t = now();
   // What this window's compute reads goes first on the link, and only that is waited
   // for; prefetches for later windows queue behind it and run under the compute.
-  if (w == sched_.head) {
-    const int64_t C = C_, V = config_.vocab_size;
-    backend_.copy_to_compute(buf("w.norm"), params.final_norm(), C * sizeof(float));
-    backend_.copy_to_compute(buf("w.lm_head"), params.lm_head(), V * C * sizeof(float));
-  }
-  for (int j = 0; j < sched_.L; ++j) {
-    if (sched_.fwd_load_w[j] == w && sched_.forward_w[j] == w)
-      backend_.copy_to_compute(buf("w." + std::to_string(j)), params.block_base(j), bytes);
-    if (sched_.bwd_load_w[j] == w && plan_.windows[w].layer == j)
-      backend_.copy_to_compute(buf("wb." + std::to_string(j)), params.block_base(j), bytes);
-  }
+  auto issue = [&](bool for_this_window) {
+    if (sched_.head_load_w == w && (sched_.head == w) == for_this_window) {
+      const int64_t C = C_, V = config_.vocab_size;
+      backend_.copy_to_compute(buf("w.norm"), params.final_norm(), C * sizeof(float));
+      backend_.copy_to_compute(buf("w.lm_head"), params.lm_head(), V * C * sizeof(float));
+    }
+    for (int j = 0; j < sched_.L; ++j) {
+      const std::string id = std::to_string(j);
+      if (sched_.fwd_load_w[j] == w && (sched_.forward_w[j] == w) == for_this_window)
+        backend_.copy_to_compute(buf("w." + id), params.block_base(j), bytes);
+      if (sched_.rc_load_w[j] == w && (sched_.recompute_w[j] == w) == for_this_window)
+        backend_.copy_to_compute(buf("wr." + id), params.block_base(j), bytes);
+      if (sched_.bwd_load_w[j] == w && (sched_.backward_w[j] == w) == for_this_window)
+        backend_.copy_to_compute(buf("wb." + id), params.block_base(j), bytes);
+    }
+  };
+  issue(true);
   const uint64_t needed = backend_.to_compute_fence();
   const bool needed_now = needed != fence_at_window_start_;
-  for (int j = 0; j < sched_.L; ++j) {
-    if (sched_.fwd_load_w[j] == w && sched_.forward_w[j] != w)
-      backend_.copy_to_compute(buf("w." + std::to_string(j)), params.block_base(j), bytes);
-    if (sched_.bwd_load_w[j] == w && plan_.windows[w].layer != j)
-      backend_.copy_to_compute(buf("wb." + std::to_string(j)), params.block_base(j), bytes);
-  }
+  issue(false);
   if (needed_now) {
     backend_.wait_to_compute(needed);
     event("weights", "h2d", t);
@@ -410,8 +420,10 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
       if (bs.nvme_read_w == w && bs.nvme_tokens > 0) start_nvme_read(b);
       if (bs.fetch_w == w) fetch_boundary(b);
     }
+    pager_->start_reads(w, since());
     for (size_t t = 0; t < sched_.targets.size(); ++t)
       if (sched_.update_w[t] == w) run_update(t, params, grads, options);
+    pager_->start_writes(w, since());
     if (!backend_.host_is_compute()) {
       fence_at_window_start_ = backend_.to_compute_fence();
       load_weights(w, params);
@@ -437,7 +449,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         const std::string in = std::to_string(j), out = std::to_string(j + 1);
         float* saved = sched_.keep_internals[j] ? buf("int." + in) : buf("int.scratch");
         BlockSaved sv = bind_block_saved(c, batch_, seq_, saved);
-        block_forward(buf("x." + out), sv, buf("x." + in), weights(params, j, false), no_bf16, ctx_);
+        block_forward(buf("x." + out), sv, buf("x." + in), weights(params, j, "w."), no_bf16, ctx_);
         if (j + 1 < L) store_boundary(j + 1);
         break;
       }
@@ -474,15 +486,19 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         break;
       }
       case WindowKind::Recompute: {
+        LT_ASSERT(d_in != nullptr, "recompute window before HEAD");
         BlockSaved sv = bind_block_saved(c, batch_, seq_, buf("int.scratch"));
-        block_forward(buf("rc." + std::to_string(j + 1)), sv, boundary_input(j), weights(params, j, true), no_bf16,
-                      ctx_);
+        // A plan may recompute a block's top layer too (megatrain-code does, for its
+        // internals); its output is a stored boundary, so it goes to the spare gradient.
+        const bool stored = j + 1 == L || sched_.boundaries[j + 1].stored;
+        float* out = stored ? d_in : buf("rc." + std::to_string(j + 1));
+        block_forward(out, sv, boundary_input(j), weights(params, j, "wr."), no_bf16, ctx_);
         break;
       }
       case WindowKind::Backward: {
         LT_ASSERT(d_out != nullptr, "backward window before HEAD");
         const float* x_in = boundary_input(j);
-        BlockTensors wj = weights(params, j, true);
+        BlockTensors wj = weights(params, j, "wb.");
         BlockSaved sv;
         if (sched_.keep_internals[j]) {
           sv = bind_block_saved(c, batch_, seq_, buf("int." + std::to_string(j)));
@@ -524,6 +540,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
       backend_.wait_to_compute(backend_.to_compute_fence());
       sq = finish_landings(sq, earlier_landings);
     }
+    pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, "nvme", issued, bytes); });
     if (win.kind == WindowKind::Epilogue) sq = sq_sum(grads.embedding(), V * C, sq);
     result.compute_bytes.push_back({since(), static_cast<double>(arena_->live_bytes())});
     for (const std::string& n : release_at_[w]) {

@@ -10,14 +10,16 @@
 //    their squared norm summed as each layer's arrive (fixed order: head, layers L-1..0,
 //    embedding — so the sum is the same for every plan);
 //  - the lazy optimizer hook: each target (embed, layer j, head) is updated at its planned
-//    window, at the latest just before the step first reads it, then its gradient is zeroed.
+//    window, at the latest just before the step first reads it, then its gradient is zeroed;
+//    a layer whose optimizer state the plan pages from NVMe gets it in host staging
+//    (exec/state_pager.h), read before and written back after its update.
 //
 // Every compute-tier byte lives in a ComputeArena laid out at construction from the
 // plan (streaming_schedule.h); the host parts and NVMe slots are allocated there too.
 // Weights and gradients are host-tier views on the cpu backend (host_is_compute()); on
 // the others (emu) each layer's weights are copied into planned arena slots (w.<j> for
-// forward, wb.<j> for backward) at the windows the plan loads them, and gradients are
-// summed in slots (g.<j>) and copied back.
+// forward, wr.<j> for recompute, wb.<j> for backward) at the windows the plan loads them,
+// and gradients are summed in slots (g.<j>) and copied back.
 //
 // Waits (the backend's per-direction fences, as CUDA events): a window waits only for the
 // weights its own compute reads (issued first on the link; prefetches queue behind them
@@ -35,6 +37,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -43,6 +46,7 @@
 #include "core/aligned_buffer.h"
 #include "exec/backend.h"
 #include "exec/decoder_block.h"
+#include "exec/state_pager.h"
 #include "exec/streaming_schedule.h"
 #include "memory/compute_arena.h"
 #include "memory/host_pool.h"
@@ -54,7 +58,10 @@ namespace lt {
 
 // Called once per target per step (when StepOptions::update is set), before the step
 // reads the target's weights; the target's gradient still holds the previous step's sum.
-using LazyUpdateHook = std::function<void(const UpdateTarget&)>;
+// paged_state: for a layer whose optimizer state the plan pages from NVMe, its bytes in
+// host staging (StreamingOptions::layer_state_bytes of them, 4096-aligned), valid during
+// the call and written back after it; empty when the optimizer holds the state itself.
+using LazyUpdateHook = std::function<void(const UpdateTarget&, std::span<std::byte> paged_state)>;
 
 // (offset, numel) ranges of a target's tensors inside the parameter block (the same
 // offsets index the gradient block). A tied lm_head belongs to "embed".
@@ -65,8 +72,11 @@ std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& pa
 double ordered_grad_sq_sum(const ModelParameters& grads);
 
 struct StreamingOptions {
-  std::filesystem::path offload_dir;  // NVMe tier; required when the plan puts tokens there
+  std::filesystem::path offload_dir;  // NVMe tier; required when the plan puts tokens or states there
   bool direct_io = true;
+  // One decoder layer's optimizer state in bytes (the sum of AdamW::state_bytes over the
+  // layer's tensors); required when the plan pages optimizer states from NVMe.
+  size_t layer_state_bytes = 0;
 };
 
 struct StepOptions {
@@ -127,6 +137,11 @@ class StreamingExecutor {
   // The NVMe tier's scratch file ("" without one); removed by the destructor.
   std::string offload_file() const { return nvme_ ? nvme_->file_path() : std::string(); }
   const Plan& plan() const { return plan_; }
+  // Optimizer states the plan pages from NVMe: whether layer j's is one, and its bytes
+  // copied out of or into its NVMe slot between steps (to save or restore a checkpoint).
+  bool state_paged(int layer) const { return pager_->paged(layer); }
+  void read_paged_state(int layer, std::span<std::byte> out) { pager_->read_state(layer, out); }
+  void write_paged_state(int layer, std::span<const std::byte> in) { pager_->write_state(layer, in); }
 
  private:
   struct Parked;  // one boundary's offloaded parts
@@ -140,7 +155,7 @@ class StreamingExecutor {
   void fetch_boundary(int b);
   double now() const;
   void event(const std::string& name, const char* lane, double start, double bytes = 0);
-  BlockTensors weights(ModelParameters& params, int j, bool backward);
+  BlockTensors weights(ModelParameters& params, int j, const char* slot);  // slot: "w.", "wr.", "wb."
   void load_weights(int w, ModelParameters& params);
   void land_gradient(float* host, const float* slot, int64_t n, bool count, const StepOptions& o);
   // Waits for the first n gradient copies in flight, then sums their norms (in order).
@@ -174,6 +189,9 @@ class StreamingExecutor {
   };
   std::vector<Landing> landings_;  // gradient copies in flight, in production order
   uint64_t fence_at_window_start_ = 0;  // to-compute copies issued before load_weights
+  // Declared before the store, so the store (which waits for requests in flight) goes
+  // first and the pager's staging buffers outlive every request that uses them.
+  std::unique_ptr<StatePager> pager_;
   std::unique_ptr<NvmeStore> nvme_;
   BlockWorkspace workspace_;
   // Per step: the clock origin, the window running, and the events so far.

@@ -28,6 +28,41 @@ bool moves(const Window& w, const std::string& tensor, Link link) {
   return false;
 }
 
+// Paged optimizer states: each read issued no later than its layer's update, each write
+// no earlier; staging slots assigned greedily over [read, write] window intervals.
+void schedule_state_paging(StreamSchedule& s, const Plan& plan) {
+  const int L = s.L;
+  s.state_read_w.assign(L, -1);
+  s.state_write_w.assign(L, -1);
+  s.state_slot.assign(L, -1);
+  std::vector<int> slot_free_after;  // per slot: the last window it is busy in
+  for (int j : plan.nvme_state_layers) {
+    if (j < 0 || j >= L || s.state_read_w[j] >= 0) bad_plan("bad or repeated paged layer " + std::to_string(j));
+    const std::string os = "os." + std::to_string(j);
+    for (int w = 0; w < static_cast<int>(plan.windows.size()); ++w) {
+      if (s.state_read_w[j] < 0 && moves(plan.windows[w], os, Link::NvmeRead)) s.state_read_w[j] = w;
+      if (moves(plan.windows[w], os, Link::NvmeWrite)) s.state_write_w[j] = w;
+    }
+    const int update = s.update_w[1 + j];
+    if (s.state_read_w[j] < 0 || s.state_write_w[j] < 0 || s.state_read_w[j] > update || s.state_write_w[j] < update)
+      bad_plan("layer " + std::to_string(j) + "'s optimizer state is paged, but the plan does not read it before " +
+               "its update and write it back after");
+  }
+  // Slots by read order (the plan lists layers in any order).
+  std::vector<int> order;
+  for (int j = 0; j < L; ++j)
+    if (s.state_read_w[j] >= 0) order.push_back(j);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return s.state_read_w[a] < s.state_read_w[b]; });
+  for (int j : order) {
+    size_t k = 0;
+    while (k < slot_free_after.size() && slot_free_after[k] >= s.state_read_w[j]) ++k;
+    if (k == slot_free_after.size()) slot_free_after.push_back(-1);
+    slot_free_after[k] = s.state_write_w[j];
+    s.state_slot[j] = static_cast<int>(k);
+  }
+  s.state_slots = static_cast<int>(slot_free_after.size());
+}
+
 }  // namespace
 
 StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, bool weights_on_compute,
@@ -132,25 +167,32 @@ StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, bool 
     for (size_t t = 0; t < s.targets.size(); ++t)
       if (s.targets[t].name() == o.target && o.window >= 0) s.update_w[t] = std::min(s.update_w[t], o.window);
 
-  // Weight loads: the plan's h2d of w.<j> before F{j} (the prefetch in F{j-1}, or P1),
-  // and the first one after HEAD before layer j's first backward-side window.
+  // Weight loads: the plan's last h2d of the weights before each use (F{j}'s is the
+  // prefetch in F{j-1}, or P1); a use the plan loads nothing for (a resident layer) loads
+  // in its own window.
+  auto last_load = [&](const std::string& tensor, int after, int use) {
+    int at = use;
+    for (int w = std::max(after + 1, 0); w < use; ++w)
+      if (moves(plan.windows[w], tensor, Link::H2D)) at = w;
+    return at;
+  };
+  s.head_load_w = last_load("w.head", -1, s.head);
   s.fwd_load_w.assign(L, -1);
+  s.rc_load_w.assign(L, -1);
   s.bwd_load_w.assign(L, -1);
   for (int j = 0; j < L; ++j) {
     const std::string wj = "w." + std::to_string(j);
-    const int first_back = s.recompute_w[j] >= 0 ? std::min(s.recompute_w[j], s.backward_w[j]) : s.backward_w[j];
-    s.fwd_load_w[j] = s.forward_w[j];
-    for (int w = 0; w < s.forward_w[j]; ++w)
-      if (moves(plan.windows[w], wj, Link::H2D)) s.fwd_load_w[j] = w;  // the latest before F{j}
-    s.bwd_load_w[j] = first_back;
-    for (int w = s.head; w < first_back; ++w)
-      if (moves(plan.windows[w], wj, Link::H2D)) {
-        s.bwd_load_w[j] = w;
-        break;
-      }
+    s.fwd_load_w[j] = last_load(wj, -1, s.forward_w[j]);
+    if (s.recompute_w[j] >= 0) {
+      if (s.recompute_w[j] > s.backward_w[j]) bad_plan("RC" + std::to_string(j) + " runs after B" + std::to_string(j));
+      s.rc_load_w[j] = last_load(wj, s.forward_w[j], s.recompute_w[j]);
+    }
+    s.bwd_load_w[j] = last_load(wj, s.recompute_w[j] >= 0 ? s.recompute_w[j] : s.forward_w[j], s.backward_w[j]);
     // The compute copy is taken after the update: the update moves up to the load.
     if (weights_on_compute) s.update_w[1 + j] = std::min(s.update_w[1 + j], s.fwd_load_w[j]);
   }
+
+  schedule_state_paging(s, plan);
 
   // Compute-tier allocations (fp32).
   const size_t row = static_cast<size_t>(s.hidden) * sizeof(float);
@@ -187,12 +229,13 @@ StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, bool 
     for (int j = 0; j < L; ++j) {
       const std::string id = std::to_string(j);
       req("w." + id, wbytes, s.fwd_load_w[j], s.forward_w[j]);
+      if (s.recompute_w[j] >= 0) req("wr." + id, wbytes, s.rc_load_w[j], s.recompute_w[j]);
       req("wb." + id, wbytes, s.bwd_load_w[j], s.backward_w[j]);
       // A gradient slot drains to the host under the next window's compute.
       req("g." + id, wbytes, s.backward_w[j], s.backward_w[j] + 1);
     }
-    req("w.norm", C * sizeof(float), s.head, s.head);
-    req("w.lm_head", V * C * sizeof(float), s.head, s.head);
+    req("w.norm", C * sizeof(float), s.head_load_w, s.head);
+    req("w.lm_head", V * C * sizeof(float), s.head_load_w, s.head);
     req("g.norm", C * sizeof(float), s.head, s.head + 1);
     req("g.lm_head", V * C * sizeof(float), s.head, s.head + 1);
   }

@@ -49,8 +49,18 @@ struct StreamSchedule {
   std::vector<UpdateTarget> targets;
   std::vector<int> update_w;  // per target: the window whose start runs its update
   // Backends whose compute tier is separate memory: the windows that copy layer j's
-  // weights in for its forward and for its backward (RC and B windows).
-  std::vector<int> fwd_load_w, bwd_load_w;
+  // weights in for its forward, its recompute (RC; -1 without one) and its backward, and
+  // the head's (final norm and lm_head) for HEAD. Each use has its own slot (w.<j>,
+  // wr.<j>, wb.<j>) that lives from its load to its use, so a recompute block holds no
+  // more weights at once than the plan's two slots.
+  std::vector<int> fwd_load_w, rc_load_w, bwd_load_w;
+  int head_load_w = -1;
+  // Optimizer-state paging (plan/state_paging.h), per layer (-1: its state stays on the
+  // host): the windows whose start issues the NVMe read and, after that window's
+  // updates, the write-back; and the host staging slot the state occupies from its read
+  // to the end of its write window (slots reused, planned like the arena).
+  std::vector<int> state_read_w, state_write_w, state_slot;
+  int state_slots = 0;
   std::vector<ArenaRequest> arena;
 };
 

@@ -3,10 +3,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 #include "core/threads.h"
-#include "optim/quant_map.h"
 
 namespace lt {
 
@@ -15,6 +15,8 @@ namespace {
 constexpr int64_t kMinBlocksPerThread = 16;
 // Smallest work unit of the threaded step (64 blocks of the default 256 elements, ~5 us).
 constexpr int64_t kChunkBlocks = 64;
+constexpr size_t kStateAlign = 64;
+size_t align_up(size_t x) { return (x + kStateAlign - 1) / kStateAlign * kStateAlign; }
 }  // namespace
 
 AdamW::AdamW(const AdamWConfig& cfg) : cfg_(cfg) {
@@ -40,19 +42,11 @@ int AdamW::add_tensor(const std::string& name, int64_t n, const AdamWTensorOptio
   t.n = n;
   t.weight_decay = opt.weight_decay < 0 ? cfg_.hyper.weight_decay : opt.weight_decay;
   t.format = (cfg_.eight_bit && !opt.keep_fp32 && n >= cfg_.min_8bit_numel) ? StateFormat::Q8 : StateFormat::F32;
-  if (t.format == StateFormat::Q8) {
-    const int64_t nb = (n + cfg_.block_size - 1) / cfg_.block_size;
-    t.m_code.resize(n);
-    t.v_code.resize(n);
-    // Zero state: absmax 0 decodes every code to 0 whatever the code; use the code of 0 anyway.
-    const uint8_t zero_m = quantize_nearest(signed_dynamic_map(), 0.f);
-    std::fill(t.m_code.data(), t.m_code.data() + n, zero_m);
-    t.m_absmax.resize(nb);
-    t.v_absmax.resize(nb);
-  } else {
-    t.m32.resize(n);
-    t.v32.resize(n);
-  }
+  t.paged = opt.paged;
+  // Owned regions start all-zero like a fresh paged one (absmax 0 decodes every code to 0),
+  // so where a tensor's state lives cannot change a bit: m codes of 0 decode to -0, not the
+  // +0 of the code of 0, which shows in a -0 parameter with a -0 gradient.
+  if (!t.paged) t.owned.resize(layout(t).total);
   tensors_.push_back(std::move(t));
   return static_cast<int>(tensors_.size()) - 1;
 }
@@ -69,23 +63,91 @@ const std::string& AdamW::name(int id) const { return at(id).name; }
 int64_t AdamW::numel(int id) const { return at(id).n; }
 StateFormat AdamW::format(int id) const { return at(id).format; }
 
+bool AdamW::is_paged(int id) const { return at(id).paged; }
+
+AdamW::Layout AdamW::layout(const Tensor& t) const {
+  Layout l;
+  const size_t n = static_cast<size_t>(t.n);
+  if (t.format == StateFormat::F32) {
+    l.v = align_up(sizeof(float) * n);
+    l.total = align_up(l.v + sizeof(float) * n);
+  } else {
+    const size_t nb = static_cast<size_t>(num_blocks(t));
+    l.v = align_up(n);
+    l.m_absmax = align_up(l.v + n);
+    l.v_absmax = align_up(l.m_absmax + sizeof(float) * nb);
+    l.total = align_up(l.v_absmax + sizeof(float) * nb);
+  }
+  return l;
+}
+
+std::vector<AdamW::Section> AdamW::sections(const Tensor& t) const {
+  const Layout l = layout(t);
+  const size_t n = static_cast<size_t>(t.n);
+  if (t.format == StateFormat::F32) return {{l.m, sizeof(float) * n}, {l.v, sizeof(float) * n}};
+  const size_t nb = static_cast<size_t>(num_blocks(t));
+  return {{l.m, n}, {l.v, n}, {l.m_absmax, sizeof(float) * nb}, {l.v_absmax, sizeof(float) * nb}};
+}
+
+size_t AdamW::state_bytes(int id) const { return layout(at(id)).total; }
+
 size_t AdamW::state_bytes() const {
   size_t b = 0;
   for (const Tensor& t : tensors_)
-    b += t.format == StateFormat::Q8 ? 2 * t.n + 2 * sizeof(float) * t.m_absmax.size() : 2 * sizeof(float) * t.n;
+    for (const Section& x : sections(t)) b += x.bytes;
   return b;
+}
+
+size_t AdamW::resident_state_bytes() const {
+  size_t b = 0;
+  for (const Tensor& t : tensors_)
+    if (!t.paged)
+      for (const Section& x : sections(t)) b += x.bytes;
+  return b;
+}
+
+void AdamW::attach_state(int id, std::byte* storage) {
+  Tensor& t = at(id);
+  if (!t.paged)
+    throw Error("attach_state on a tensor whose state AdamW owns", t.name,
+                "register the tensor with AdamWTensorOptions::paged to supply its state memory");
+  if (!storage) throw Error("attach_state with null storage", t.name, "use detach_state to page the state out");
+  if (reinterpret_cast<uintptr_t>(storage) % kStateAlign != 0)
+    throw Error("state storage is not 64-byte aligned", t.name,
+                "allocate it 64-byte aligned (AlignedBuffer, std::aligned_alloc(64, ...))");
+  t.attached = storage;
+}
+
+void AdamW::detach_state(int id) {
+  Tensor& t = at(id);
+  if (!t.paged)
+    throw Error("detach_state on a tensor whose state AdamW owns", t.name, "detach only paged tensors");
+  t.attached = nullptr;
+}
+
+AdamW8State AdamW::q8_view(Tensor& t, const Layout& l) {
+  std::byte* base = t.storage();
+  LT_ASSERT(base, "the state of " + t.name + " is paged out: attach_state() before using it");
+  return {reinterpret_cast<uint8_t*>(base + l.m), reinterpret_cast<uint8_t*>(base + l.v),
+          reinterpret_cast<float*>(base + l.m_absmax), reinterpret_cast<float*>(base + l.v_absmax)};
+}
+
+AdamW32State AdamW::f32_view(Tensor& t, const Layout& l) {
+  std::byte* base = t.storage();
+  LT_ASSERT(base, "the state of " + t.name + " is paged out: attach_state() before using it");
+  return {reinterpret_cast<float*>(base + l.m), reinterpret_cast<float*>(base + l.v)};
 }
 
 AdamW8State AdamW::q8_state(int id) {
   Tensor& t = at(id);
   LT_ASSERT(t.format == StateFormat::Q8, t.name + " has fp32 state");
-  return {t.m_code.data(), t.v_code.data(), t.m_absmax.data(), t.v_absmax.data()};
+  return q8_view(t, layout(t));
 }
 
 AdamW32State AdamW::f32_state(int id) {
   Tensor& t = at(id);
   LT_ASSERT(t.format == StateFormat::F32, t.name + " has 8-bit state");
-  return {t.m32.data(), t.v32.data()};
+  return f32_view(t, layout(t));
 }
 
 StepReport AdamW::step_tensor(int id, float* param, const float* grad, bf16* compute_out, float lr,
@@ -109,22 +171,26 @@ StepReport AdamW::step_tensor(int id, float* param, const bf16* grad, bf16* comp
 StepReport AdamW::step(int id, AdamWTensorArgs a, float lr, float clip_factor, int64_t step_no) {
   Tensor& t = at(id);
   LT_ASSERT(a.param && (a.grad_f32 || a.grad_bf16), "null parameter or gradient for " + t.name);
+  LT_ASSERT(t.storage(), "step_tensor on " + t.name + " while its state is paged out: attach_state() first");
   AdamWHyper h = cfg_.hyper;
   h.weight_decay = t.weight_decay;
   const AdamWStepConsts c = make_step_consts(h, lr, clip_factor, step_no);
   a.n = t.n;
   a.block = cfg_.block_size;
-  const int64_t nb = (t.n + a.block - 1) / a.block;
+  const int64_t nb = num_blocks(t);
+  AdamW8State s8;
+  AdamW32State s32;
+  if (t.format == StateFormat::Q8)
+    s8 = q8_view(t, layout(t));
+  else
+    s32 = f32_view(t, layout(t));
 
   // Contiguous ranges of whole blocks per thread: each block's result depends on that block
   // alone, so the split (and the thread count) cannot change a bit of the output.
   auto run = [&](int64_t b0, int64_t b1) -> int64_t {
-    if (t.format == StateFormat::Q8) {
-      const AdamW8State s{t.m_code.data(), t.v_code.data(), t.m_absmax.data(), t.v_absmax.data()};
-      return avx512_ ? adamw8_blocks_avx512(a, s, c, b0, b1, vbmi_) : adamw8_blocks_scalar(a, s, c, b0, b1);
-    }
-    const AdamW32State s{t.m32.data(), t.v32.data()};
-    return avx512_ ? adamw32_blocks_avx512(a, s, c, b0, b1) : adamw32_blocks_scalar(a, s, c, b0, b1);
+    if (t.format == StateFormat::Q8)
+      return avx512_ ? adamw8_blocks_avx512(a, s8, c, b0, b1, vbmi_) : adamw8_blocks_scalar(a, s8, c, b0, b1);
+    return avx512_ ? adamw32_blocks_avx512(a, s32, c, b0, b1) : adamw32_blocks_scalar(a, s32, c, b0, b1);
   };
   const int want = cfg_.num_threads > 0 ? cfg_.num_threads : num_threads();
   const int nt = static_cast<int>(std::clamp<int64_t>(nb / kMinBlocksPerThread, 1, want));

@@ -16,8 +16,17 @@
 //   ClipDecision d = clip_decision(sum_sq_of_all_grads, max_norm);
 //   if (!d.finite) { report; skip the step; }
 //   else for each tensor: opt.step_tensor(id, p, g, bf16_copy, lr, d.clip_factor, step);
+//
+// State storage: one contiguous region per tensor, every section at a 64-byte aligned
+// offset, state_bytes(id) bytes in all (a multiple of 64):
+//   F32: m [n] f32 | v [n] f32
+//   Q8 : m codes [n] u8 | v codes [n] u8 | m absmax [nb] f32 | v absmax [nb] f32
+// All-zero bytes are the zero (initial) state in both formats. AdamW owns the region of an
+// ordinary tensor; a paged tensor (AdamWTensorOptions::paged) uses caller memory attached
+// by attach_state(), so its state can live on NVMe and be staged only around its update.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,6 +55,7 @@ struct AdamWConfig {
 struct AdamWTensorOptions {
   bool keep_fp32 = false;     // fp32 state regardless of size (embeddings, say)
   float weight_decay = -1.f;  // < 0: the config's weight decay; 0 for norms and biases
+  bool paged = false;         // AdamW holds no state: the caller attaches it (attach_state)
 };
 
 struct StepReport {
@@ -75,16 +85,30 @@ class AdamW {
   const AdamWConfig& config() const { return cfg_; }
   bool uses_avx512() const { return avx512_; }
   bool uses_avx512_ext() const { return vbmi_; }  // VBMI + BF16 path
-  // Host bytes of all m and v states (codes and absmax, or fp32).
+  // Bytes of the m and v states (codes and absmax, or fp32) of all tensors, owned and
+  // paged alike, without the layout's alignment padding (< 256 bytes a tensor).
   size_t state_bytes() const;
+  // The part of state_bytes() that AdamW itself holds (tensors that are not paged).
+  size_t resident_state_bytes() const;
+  // Bytes of tensor id's state region, padding included (what attach_state needs).
+  size_t state_bytes(int id) const;
 
-  // Raw views of one tensor's state (tests, device copies). The format must match.
+  // Paged tensors only (lt::Error otherwise). storage: 64-byte aligned, state_bytes(id)
+  // bytes, zero-filled for a fresh state; used by step_tensor, save and load until
+  // detach_state or the next attach. Stepping a paged tensor with nothing attached is a bug.
+  void attach_state(int id, std::byte* storage);
+  void detach_state(int id);
+  bool is_paged(int id) const;
+
+  // Raw views of one tensor's state (tests, device copies), owned or attached. The format
+  // must match.
   AdamW8State q8_state(int id);
   AdamW32State f32_state(int id);
 
   // Bit-exact state file (format in adamw_state_file.cpp). load() needs the same tensors
   // (names, sizes, formats) and block size registered; it throws lt::Error on any mismatch,
-  // truncation or corruption, and then leaves the current state untouched.
+  // truncation or corruption, and then leaves the current state untouched. Paged tensors
+  // are saved from and loaded into their attached storage (lt::Error if none is attached).
   void save(const std::string& path) const;
   void load(const std::string& path);
 
@@ -94,10 +118,25 @@ class AdamW {
     int64_t n = 0;
     StateFormat format = StateFormat::F32;
     float weight_decay = 0.f;
-    AlignedBuffer<float> m32, v32;             // F32
-    AlignedBuffer<uint8_t> m_code, v_code;     // Q8
-    AlignedBuffer<float> m_absmax, v_absmax;   // Q8, one per block
+    bool paged = false;
+    AlignedBuffer<std::byte> owned;  // the state region; empty when paged
+    std::byte* attached = nullptr;   // paged: the caller's region, or null (paged out)
+    std::byte* storage() { return paged ? attached : owned.data(); }
+    const std::byte* storage() const { return paged ? attached : owned.data(); }
   };
+  // Byte offsets of the sections in a tensor's region (F32 uses m and v only).
+  struct Layout {
+    size_t m = 0, v = 0, m_absmax = 0, v_absmax = 0, total = 0;
+  };
+  Layout layout(const Tensor& t) const;
+  struct Section {
+    size_t offset, bytes;
+  };
+  // t's sections in layout (and state file) order, without the padding.
+  std::vector<Section> sections(const Tensor& t) const;
+  int64_t num_blocks(const Tensor& t) const { return (t.n + cfg_.block_size - 1) / cfg_.block_size; }
+  static AdamW8State q8_view(Tensor& t, const Layout& l);
+  static AdamW32State f32_view(Tensor& t, const Layout& l);
   StepReport step(int id, AdamWTensorArgs args, float lr, float clip_factor, int64_t step);
   Tensor& at(int id);
   const Tensor& at(int id) const;

@@ -10,6 +10,8 @@
 // The file is written to "<path>.tmp" and renamed, so a crash never leaves half a file
 // under the real name. load() reads everything into scratch buffers, checks the hash and
 // that the file ends exactly after the trailer, and only then replaces the live state.
+// The tensor payloads are the sections of the in-memory state layout (adamw.h) without
+// its alignment padding; paged tensors are saved from and loaded into attached storage.
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -87,6 +89,9 @@ class Reader {
 }  // namespace
 
 void AdamW::save(const std::string& path) const {
+  for (const Tensor& t : tensors_)
+    if (!t.storage())
+      throw Error("the state of " + t.name + " is paged out", "AdamW::save", "attach its storage before saving");
   const std::string tmp = path + ".tmp";
   {
     File f(std::fopen(tmp.c_str(), "wb"));
@@ -101,15 +106,7 @@ void AdamW::save(const std::string& path) const {
       w.bytes(t.name.data(), t.name.size());
       w.pod(static_cast<uint64_t>(t.n));
       w.pod(static_cast<uint8_t>(t.format));
-      if (t.format == StateFormat::F32) {
-        w.bytes(t.m32.data(), 4 * t.n);
-        w.bytes(t.v32.data(), 4 * t.n);
-      } else {
-        w.bytes(t.m_code.data(), t.n);
-        w.bytes(t.v_code.data(), t.n);
-        w.bytes(t.m_absmax.data(), 4 * t.m_absmax.size());
-        w.bytes(t.v_absmax.data(), 4 * t.v_absmax.size());
-      }
+      for (const Section& s : sections(t)) w.bytes(t.storage() + s.offset, s.bytes);
     }
     const uint64_t h = w.digest();
     if (std::fwrite(&h, 8, 1, f.get()) != 1 || std::fwrite(kEndMagic, 8, 1, f.get()) != 1 ||
@@ -122,6 +119,9 @@ void AdamW::save(const std::string& path) const {
 }
 
 void AdamW::load(const std::string& path) {
+  for (const Tensor& t : tensors_)
+    if (!t.storage())
+      throw Error("the state of " + t.name + " is paged out", "AdamW::load", "attach its storage before loading");
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) throw Error("cannot open the optimizer state file", path, "check the path");
   Reader r(f.get(), path);
@@ -143,7 +143,7 @@ void AdamW::load(const std::string& path) {
     throw Error("state file block size " + std::to_string(block) + ", optimizer " + std::to_string(cfg_.block_size),
                 path, "use the block size the state was saved with");
 
-  std::vector<Tensor> loaded;
+  std::vector<AlignedBuffer<std::byte>> loaded;
   for (const Tensor& t : tensors_) {
     const auto len = r.pod<uint32_t>("a tensor name");
     if (len > 4096) throw Error("corrupt tensor name length", path, "the file is damaged");
@@ -156,26 +156,8 @@ void AdamW::load(const std::string& path) {
                       std::to_string(format) + ") where the optimizer has '" + t.name + "' (" +
                       std::to_string(t.n) + ", format " + std::to_string(static_cast<int>(t.format)) + ")",
                   path, "register the same tensors, in the same order, with the same options");
-    Tensor x;
-    x.name = t.name;
-    x.n = t.n;
-    x.format = t.format;
-    x.weight_decay = t.weight_decay;
-    if (t.format == StateFormat::F32) {
-      x.m32.resize(t.n);
-      x.v32.resize(t.n);
-      r.bytes(x.m32.data(), 4 * t.n, t.name.c_str());
-      r.bytes(x.v32.data(), 4 * t.n, t.name.c_str());
-    } else {
-      x.m_code.resize(t.n);
-      x.v_code.resize(t.n);
-      x.m_absmax.resize(t.m_absmax.size());
-      x.v_absmax.resize(t.v_absmax.size());
-      r.bytes(x.m_code.data(), t.n, t.name.c_str());
-      r.bytes(x.v_code.data(), t.n, t.name.c_str());
-      r.bytes(x.m_absmax.data(), 4 * x.m_absmax.size(), t.name.c_str());
-      r.bytes(x.v_absmax.data(), 4 * x.v_absmax.size(), t.name.c_str());
-    }
+    AlignedBuffer<std::byte> x(layout(t).total);  // zero padding, like a fresh region
+    for (const Section& s : sections(t)) r.bytes(x.data() + s.offset, s.bytes, t.name.c_str());
     loaded.push_back(std::move(x));
   }
   const uint64_t want = r.digest();
@@ -187,7 +169,13 @@ void AdamW::load(const std::string& path) {
     throw Error("checksum mismatch: the state file is corrupt", path, "restore it from another checkpoint");
   if (std::fgetc(f.get()) != EOF)
     throw Error("trailing bytes after the end of the state", path, "the file is damaged or not a state file");
-  tensors_ = std::move(loaded);
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    Tensor& t = tensors_[i];
+    if (t.paged)
+      std::memcpy(t.attached, loaded[i].data(), loaded[i].size());
+    else
+      t.owned = std::move(loaded[i]);
+  }
 }
 
 }  // namespace lt

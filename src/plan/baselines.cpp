@@ -66,7 +66,8 @@ Plan plan_greedy(const PlanRequest& req, const CostModel& cm) {
       BoundaryPlacement old = d.boundaries[b];
       d.boundaries[b] = o;
       Plan q;
-      bool ok = try_build(q) && host_ok(q) && q.predicted_peak.nvme <= q.nvme_act_budget_bytes * (1 + 1e-9);
+      bool ok = try_build(q) && host_ok(q) &&
+                q.predicted_peak.nvme - q.nvme_state_bytes() <= q.nvme_act_budget_bytes * (1 + 1e-9);
       if (ok) {
         p = std::move(q);
         break;
@@ -141,9 +142,12 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
     w.compute_s = cm.head_s;
     w.workspace_bytes = cm.workspace_head;
     w.transfers = {{"w.head", Link::H2D, cm.head_weight_bytes}, {"g.head", Link::D2H, cm.head_grad_bytes}};
-    w.free.push_back({"a." + std::to_string(L) + ".tmp", A});
+    w.alloc = {{"w.head", cm.head_weight_bytes}, {"g.head", cm.head_grad_bytes}};
+    w.free = {{"a." + std::to_string(L) + ".tmp", A}, {"w.head", cm.head_weight_bytes}};
     p.windows.push_back(std::move(w));
   }
+  // The head's gradient slot drains under the next window (the first load).
+  bool head_grad_live = true;
   // Backward: a load window (no compute) before every compute window; the gradients of
   // the last backward layer drain in the next window.
   std::string pending_grad;
@@ -152,6 +156,8 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
     w.transfers.push_back({bname("w", layer), Link::H2D, cm.weight_bytes});
     if (!pending_grad.empty()) w.transfers.push_back({pending_grad, Link::D2H, cm.grad_bytes});
     pending_grad.clear();
+    if (head_grad_live) w.free.push_back({"g.head", cm.head_grad_bytes});
+    head_grad_live = false;
     p.windows.push_back(std::move(w));
   };
   for (auto it = p.blocks.rbegin(); it != p.blocks.rend(); ++it) {

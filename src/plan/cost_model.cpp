@@ -8,9 +8,12 @@
 namespace lt {
 namespace {
 
+// Optimizer state per parameter: 8-bit m and v, and an fp32 scale for each per block of
+// 256 (the hybrid AdamW's default, optim/adamw.h).
+constexpr double kStateBytesPerParam = 2 + 2 * 4.0 / 256;
 // Host bytes per parameter that live across steps.
-// Ours: fp32 master 4 + 8-bit m and v 2 + bf16 compute copy 2 + bf16 gradient 2.
-constexpr double kHostBytesPerParam = 10;
+// Ours: fp32 master 4 + optimizer state + bf16 compute copy 2 + bf16 gradient 2.
+constexpr double kHostBytesPerParam = 4 + kStateBytesPerParam + 2 + 2;
 // MegaTrain's public code: bf16 params 2 + fp32 grads 4 + fp32 m and v 8 (no fp32 master).
 constexpr double kHostBytesPerParamFp32Adam = 14;
 // A separate clip pass reads every fp32 gradient once and writes it once.
@@ -79,6 +82,7 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   m.clip_pass_s = kClipBytesPerParam * m.total_params / hw.host_memory_bw;
 
   m.host_state_bytes = kHostBytesPerParam * m.total_params;
+  m.layer_state_bytes = kStateBytesPerParam * m.layer_params;
   m.host_state_bytes_fp32 = kHostBytesPerParamFp32Adam * m.total_params;
 
   m.h2d_bw = hw.h2d_bw;

@@ -68,6 +68,7 @@ struct CostModel {
   // Host state that lives for the whole run.
   double host_state_bytes = 0;       // ours: fp32 master + 8-bit m/v + bf16 copy + bf16 grads
   double host_state_bytes_fp32 = 0;  // megatrain-code: bf16 params + fp32 grads + fp32 m/v
+  double layer_state_bytes = 0;      // one layer's optimizer state (8-bit m/v and scales)
 
   // Link rates (bytes/s) and the host tier's optimizer throughput, copied from the profile.
   double h2d_bw = 0, d2h_bw = 0, nvme_read_bw = 0, nvme_write_bw = 0;

@@ -19,7 +19,8 @@ Decisions all_gpu_decisions(int L, const std::string& policy) {
     int stage = k == 0 ? st.p0() : k == 1 ? st.p1() : st.forward(k - 2);
     d.layer_optimizer[k] = {{stage, 1.0}};
   }
-  d.head_optimizer = {{st.forward(L - 1), 1.0}};
+  // The head's update finishes before F{L-1} prefetches its weights.
+  d.head_optimizer = {{L >= 2 ? st.forward(L - 2) : st.p1(), 1.0}};
   return d;
 }
 

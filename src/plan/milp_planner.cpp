@@ -13,6 +13,7 @@
 #include "plan/plan_evaluate.h"
 #include "plan/plan_stages.h"
 #include "plan/plan_validate.h"
+#include "plan/state_paging.h"
 
 namespace lt {
 namespace {
@@ -40,6 +41,8 @@ struct Milp {
   const MilpOptions& opt;
   int L;
   Stages st;
+  StatePaging paging;
+  std::vector<double> state_nvme_s;  // per stage: NVMe seconds of paged optimizer states
   MipModel m;
 
   // Scaled constants.
@@ -58,7 +61,12 @@ struct Milp {
   std::vector<bool> nvme_possible;  // the NVMe chain fits in boundary b's stage ranges
 
   Milp(const PlanRequest& rq_, const CostModel& cm_, const MilpOptions& o_)
-      : req(rq_), cm(cm_), opt(o_), L(cm_.num_layers), st{cm_.num_layers} {
+      : req(rq_),
+        cm(cm_),
+        opt(o_),
+        L(cm_.num_layers),
+        st{cm_.num_layers},
+        paging(plan_state_paging(rq_, cm_, /*lazy_optimizer=*/true)) {
     A = cm.boundary_bytes / kGB;
     W = cm.weight_bytes / kGB;
     Wg = cm.grad_bytes / kGB;
@@ -79,13 +87,23 @@ struct Milp {
     toh = cm.optimizer_head_s;
     toe = cm.optimizer_embed_s;
     double fixed = 2 * cm.weight_bytes + 2 * cm.grad_bytes;
-    // Capacities shrink by a millionth so that solver round-off (primal tolerance ~1e-7
-    // on GB-scaled rows) never lets the extracted plan exceed a budget by a few bytes.
+    // Capacities shrink by a millionth, and by 128 bytes, so that solver round-off (primal
+    // tolerance ~1e-7 on GB-scaled rows: ~100 bytes absolute) never lets the extracted plan
+    // exceed a budget by a few bytes, however small the budget.
     constexpr double kSafety = 1 - 1e-6;
-    capG = (req.gpu_cap() * kSafety - fixed) / kGB;
-    capC = req.cpu_budget(cm.host_state_bytes) * kSafety / kGB;
-    capN = req.nvme_budget() * kSafety / kGB;
-    capStage = std::max(0.0, req.hardware.host_memory_bytes * kSafety - cm.host_state_bytes) / kGB - capC;
+    constexpr double kSafetyBytes = 128;
+    auto shrink = [&](double bytes) { return std::max(0.0, bytes * kSafety - kSafetyBytes); };
+    capG = (shrink(req.gpu_cap()) - fixed) / kGB;
+    capC = shrink(req.cpu_budget(paging.host_state_bytes)) / kGB;
+    capN = shrink(req.nvme_budget(paging.nvme_bytes())) / kGB;
+    capStage = std::max(0.0, req.hardware.host_memory_bytes * kSafety - paging.host_state_bytes) / kGB - capC;
+    // Paged optimizer states: fixed NVMe time in their read and write stages.
+    state_nvme_s.assign(st.count(), 0);
+    for (int j = 0; j < L; ++j) {
+      if (!paging.on_nvme[j]) continue;
+      state_nvme_s[StatePaging::read_stage(st, j)] += paging.layer_bytes / cm.nvme_read_bw;
+      state_nvme_s[StatePaging::write_stage(st, j)] += paging.layer_bytes / cm.nvme_write_bw;
+    }
     // A tier smaller than a millionth of a boundary cannot hold anything useful.
     use_cpu = capC > 1e-6 * A;
     use_nvme = capN > 1e-6 * A && capStage > 1e-6 * A;
@@ -179,6 +197,11 @@ struct Milp {
     o.resize(L);
     for (int j = 0; j < L; ++j) {
       std::string js = std::to_string(j);
+      if (paging.on_nvme[j]) {  // between its state's read and write (state_paging.h)
+        const int u = StatePaging::update_stage(st, j);
+        o[j][u] = m.add_col("o_" + js + "_" + sn(u), 0, 1, 0, false);
+        continue;
+      }
       o[j][st.p0()] = m.add_col("o_" + js + "_P0", 0, 1, 0, false);
       if (j >= 1) o[j][st.p1()] = m.add_col("o_" + js + "_P1", 0, 1, 0, false);
       for (int f = std::max(0, j - 1 - opt.optimizer_horizon); f <= j - 2; ++f)
@@ -186,7 +209,8 @@ struct Milp {
     }
     oh[st.p0()] = m.add_col("oh_P0", 0, 1, 0, false);
     oh[st.p1()] = m.add_col("oh_P1", 0, 1, 0, false);
-    for (int f = std::max(0, L - 1 - opt.optimizer_horizon); f <= L - 1; ++f)
+    // Before F{L-1}, which prefetches the head's weights.
+    for (int f = std::max(0, L - 2 - opt.optimizer_horizon); f <= L - 2; ++f)
       oh[st.forward(f)] = m.add_col("oh_" + sn(st.forward(f)), 0, 1, 0, false);
   }
 
@@ -359,13 +383,14 @@ struct Milp {
     link_row("host", st.p0(), host_terms(st.p0()), toe);
     // P1: layer 0 and the embedded input.
     lower(st.p1(), (W + A) / bh);
+    lower(st.p1(), state_nvme_s[st.p1()]);
     link_row("host", st.p1(), host_terms(st.p1()), 0);
     for (int j = 0; j < L; ++j) {
       int w = st.forward(j);
       lower(w, F);
-      lower(w, j + 1 < L ? W / bh : 0);
+      lower(w, (j + 1 < L ? W : Wh) / bh);  // the next layer's weights, or the head's
       link_row("d2h", w, d2h_terms(w), 0);
-      link_row("nvme", w, nvme_terms(w), 0);
+      link_row("nvme", w, nvme_terms(w), state_nvme_s[w]);
       link_row("host", w, host_terms(w), 0);
     }
     {
@@ -373,7 +398,7 @@ struct Milp {
       lower(w, H);
       Terms h2d = h2d_terms(w);
       h2d.emplace_back(y[L - 1], -W / bh);
-      link_row("h2d", w, h2d, (Wh + W) / bh);
+      link_row("h2d", w, h2d, W / bh);
       link_row("d2h", w, d2h_terms(w), Wgh / bd);
       link_row("nvme", w, nvme_terms(w), 0);
     }
@@ -414,8 +439,8 @@ struct Milp {
           constant -= A;
           tt.emplace_back(z[j], A);
         }
-      } else if (w == st.head()) {  // boundary L, offloaded bytes
-        constant -= A;
+      } else if (w == st.head()) {  // boundary L, the head's weights, offloaded bytes
+        constant -= A + Wh;
         append(tt, family_at(dc, w, -1));
         append(tt, family_at(dn, w, -1));
       } else {  // backward slot j: everything of boundary j, resident weights, internals
@@ -423,6 +448,7 @@ struct Milp {
         for (int col : {g[j], c[j], n[j]}) tt.emplace_back(col, -A);
         tt.emplace_back(y[j], -W);
         tt.emplace_back(k[j], -I);
+        if (j == L - 1) constant -= Wgh;  // the head's gradient slot, drained
       }
     };
     for (int w = first; w <= last; ++w) {
@@ -443,8 +469,10 @@ struct Milp {
           int j = w - 2;
           constant += A;  // boundary j+1, the output
           if (j + 1 < L) tt.emplace_back(y[j + 1], -W);
+          if (j + 1 == L) constant += Wh;  // the head's weights, prefetched
           if (j >= 1) tt.emplace_back(k[j - 1], -I);
         } else if (w == st.head()) {
+          constant += Wgh;  // the head's gradient slot
           tt.emplace_back(k[L - 1], -I);
         }
         append(tt, family_at(hc, w, -1));
@@ -557,7 +585,7 @@ Plan plan_milp(const PlanRequest& req, const CostModel& cm, const MilpOptions& o
   MipResult res = milp.m.solve(req.time_limit_s, req.target_gap);
   Plan p;
   if (!res.has_solution) {
-    fill_plan_header(p, req, cm, "milp", cm.host_state_bytes);
+    fill_plan_header(p, req, cm, "milp", milp.paging.host_state_bytes, milp.paging.nvme_bytes());
     p.feasible = false;
     p.infeasible_reason = res.proven_infeasible ? "the MILP is infeasible under these budgets"
                                                 : "no plan found within the time limit";

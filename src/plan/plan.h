@@ -16,12 +16,13 @@
 //
 // Window order: P0 (host: embedding update, the optimizer work the plan puts there, a clip
 // pass for megatrain-code), P1 (layer 0 weights and the embedded input boundary to the
-// compute tier), F0..F{L-1} (forward; F{j} prefetches layer j+1), HEAD (final norm, head,
-// loss, forward and backward in vocabulary chunks; streams the head weights and returns the
-// head gradients), then backward per recompute block (s,e), blocks from the top down:
-// RC{s}..RC{e-2} (recompute layers, producing boundaries s+1..e-1), then B{e-1}..B{s}
-// (backward of each layer; B{j} returns layer j+1's gradients and prefetches the next
-// window's weights), then E (layer 0 gradients and the boundary-0 gradient to the host).
+// compute tier), F0..F{L-1} (forward; F{j} prefetches layer j+1, F{L-1} the head), HEAD
+// (final norm, head, loss, forward and backward in vocabulary chunks; returns the head
+// gradients; megatrain-code loads the head weights here instead of prefetching), then
+// backward per recompute block (s,e), blocks from the top down: RC{s}..RC{e-2} (recompute
+// layers, producing boundaries s+1..e-1), then B{e-1}..B{s} (backward of each layer; B{j}
+// returns layer j+1's gradients and prefetches the next window's weights), then E (layer 0
+// gradients and the boundary-0 gradient to the host).
 // megatrain-code adds LD windows (a weight load with no compute) before backward windows.
 //
 // Boundary b (0..L) is the input of layer b (boundary L feeds the head). Materialized
@@ -33,12 +34,14 @@
 // Tensor names used in transfers and memory ops:
 //   w.<j> layer j bf16 weights (into one of the two weight slots, or a resident buffer);
 //   wres.<j> resident copy of layer j across the forward-to-backward turnaround;
-//   w.head / g.head head weights / gradients (streamed in chunks in the HEAD window);
+//   w.head / g.head head weights / gradients: whole on the compute tier, w.head from its
+//   load to the end of HEAD, g.head from HEAD to the end of the first backward slot;
 //   g.<j> layer j gradients (from one of the two gradient slots);
 //   a.<b>.gpu, a.<b>.cpu, a.<b>.nvme parts of boundary b; a.<b>.tmp an unstored boundary
 //   between its producer and its consumer in forward; rc.<b> a recomputed boundary;
 //   int.<j> internals of layer j kept from forward to backward; in.0 the embedded input;
-//   dx.0 the boundary-0 gradient (for the host's embedding gradient).
+//   dx.0 the boundary-0 gradient (for the host's embedding gradient); os.<j> layer j's
+//   optimizer state (NVMe <-> its host staging slot, for layers whose states page).
 //
 // JSON schema (version 1):
 // { "format": "lazytrain-plan", "version": 1,
@@ -54,7 +57,8 @@
 //   "recompute_blocks": [[s, e], ...]  ascending, covering 0..L,
 //   "resident_layers": [j, ...], "keep_internals": [j, ...],
 //   "optimizer": { "lazy": bool, "placement": [ { "target": "layer.<j>"|"embed"|"head",
-//                  "window": index, "fraction" } ] },
+//                  "window": index, "fraction" } ],
+//                  "nvme_state_layers": [j, ...], "state_bytes_per_layer" },
 //   "windows": [ { "name", "kind": "P0"|"P1"|"forward"|"head"|"recompute"|"backward"|
 //                  "load"|"E", "layer", "stage",
 //                  "compute_flops", "compute_s", "workspace_bytes",
@@ -162,6 +166,11 @@ struct Plan {
   std::vector<int> keep_internals;
   bool lazy_optimizer = true;
   std::vector<OptimizerPlacement> optimizer;
+  // Layers whose optimizer states page from NVMe (plan/state_paging.h): os.<j> is read
+  // before the layer's update and written back after it.
+  std::vector<int> nvme_state_layers;
+  double state_bytes_per_layer = 0;
+  double nvme_state_bytes() const { return static_cast<double>(nvme_state_layers.size()) * state_bytes_per_layer; }
   std::vector<Window> windows;
 
   double predicted_step_s = 0;

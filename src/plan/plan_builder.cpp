@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "plan/plan_stages.h"
+#include "plan/state_paging.h"
 
 namespace lt {
 namespace {
@@ -16,6 +17,7 @@ struct Builder {
   const CostModel& cm;
   const Decisions& d;
   Plan& p;
+  const StatePaging& paging;
   int L;
   Stages st;
   std::vector<int> stage_window;  // stage -> window index its traffic and host work join
@@ -68,6 +70,9 @@ struct Builder {
       if (j + 1 < L) {
         transfer(w, layer_tensor("w", j + 1), Link::H2D, cm.weight_bytes);
         if (d.resident[j + 1]) alloc(w, layer_tensor("wres", j + 1), cm.weight_bytes);
+      } else {  // the last forward prefetches the head, as every forward prefetches its successor
+        transfer(w, "w.head", Link::H2D, cm.head_weight_bytes);
+        alloc(w, "w.head", cm.head_weight_bytes);
       }
       if (j > 0 && d.keep_internals[j - 1]) alloc(w, layer_tensor("int", j - 1), cm.internals_bytes);
       stage_window[st.forward(j)] = add(std::move(w));
@@ -93,10 +98,13 @@ struct Builder {
     {
       Window w = compute_window("HEAD", WindowKind::Head, -1, st.head(), cm.head_flops, cm.head_s,
                                 cm.workspace_head);
-      transfer(w, "w.head", Link::H2D, cm.head_weight_bytes);
+      // The head's gradient slot lives until the first backward slot ends: it drains to
+      // the host under the next window, as every gradient slot does.
+      alloc(w, "g.head", cm.head_grad_bytes);
       transfer(w, "g.head", Link::D2H, cm.head_grad_bytes);
       if (d.keep_internals[L - 1]) alloc(w, layer_tensor("int", L - 1), cm.internals_bytes);
       release(w, "a." + std::to_string(L) + ".tmp", A());
+      release(w, "w.head", cm.head_weight_bytes);
       stage_window[st.head()] = add(std::move(w));
     }
     // Backward: blocks from the top down.
@@ -123,6 +131,7 @@ struct Builder {
         }
         if (d.resident[j]) release(w, layer_tensor("wres", j), cm.weight_bytes);
         if (keep) release(w, layer_tensor("int", j), cm.internals_bytes);
+        if (j == L - 1) release(w, "g.head", cm.head_grad_bytes);
         int idx = add(std::move(w));
         stage_window[st.backward(j)] = idx;
         backward_windows.push_back(idx);
@@ -147,6 +156,7 @@ struct Builder {
     }
     attach_traffic();
     attach_optimizer();
+    attach_state_paging();
   }
 
   Window& stage(int s) {
@@ -185,6 +195,18 @@ struct Builder {
     }
   }
 
+  // Paged optimizer states: read before the update, written back after it.
+  void attach_state_paging() {
+    for (int j = 0; j < L; ++j) {
+      if (!paging.on_nvme[j]) continue;
+      const std::string os = layer_tensor("os", j);
+      transfer(stage(StatePaging::read_stage(st, j)), os, Link::NvmeRead, paging.layer_bytes);
+      transfer(stage(StatePaging::write_stage(st, j)), os, Link::NvmeWrite, paging.layer_bytes);
+      p.nvme_state_layers.push_back(j);
+    }
+    p.state_bytes_per_layer = paging.layer_bytes;
+  }
+
   void add_optimizer(int window, const std::string& target, double params, double fraction) {
     if (fraction <= 0) return;
     double work = params * fraction;
@@ -202,16 +224,21 @@ struct Builder {
       return;
     }
     for (auto& f : d.head_optimizer) add_optimizer(stage_window[f.stage], "head", cm.head_params, f.fraction);
-    for (int j = 0; j < L; ++j)
+    for (int j = 0; j < L; ++j) {
+      if (paging.on_nvme[j]) {  // its one slot between the state's read and write
+        add_optimizer(stage_window[StatePaging::update_stage(st, j)], layer_tensor("layer", j), cm.layer_params, 1);
+        continue;
+      }
       for (auto& f : d.layer_optimizer[j])
         add_optimizer(stage_window[f.stage], layer_tensor("layer", j), cm.layer_params, f.fraction);
+    }
   }
 };
 
 }  // namespace
 
 void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, const std::string& policy,
-                      double host_state_bytes) {
+                      double host_state_bytes, double nvme_state_bytes) {
   p.policy = policy;
   p.model_name = req.model_name;
   p.model = req.model;
@@ -222,7 +249,7 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   p.num_params = cm.total_params;
   p.gpu_cap_bytes = req.gpu_cap();
   p.cpu_act_budget_bytes = req.cpu_budget(host_state_bytes);
-  p.nvme_act_budget_bytes = req.nvme_budget();
+  p.nvme_act_budget_bytes = req.nvme_budget(nvme_state_bytes);
   // Two weight slots (the layer computing, the layer loading) and two gradient slots (the
   // layer producing, the layer draining to the host), for the whole step.
   p.fixed_gpu_bytes = 2 * cm.weight_bytes + 2 * cm.grad_bytes;
@@ -236,7 +263,8 @@ Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d)
   LT_ASSERT(static_cast<int>(d.traffic.size()) == L + 1, "traffic");
   LT_ASSERT(!d.boundaries[0].recompute && !d.boundaries[L].recompute, "boundaries 0 and L are materialized");
   Plan p;
-  fill_plan_header(p, req, cm, d.policy, cm.host_state_bytes);
+  const StatePaging paging = plan_state_paging(req, cm, d.lazy_optimizer);
+  fill_plan_header(p, req, cm, d.policy, paging.host_state_bytes, paging.nvme_bytes());
   p.boundaries = d.boundaries;
   p.boundaries[L] = BoundaryPlacement{};
   p.blocks = recompute_blocks(d.boundaries);
@@ -245,7 +273,7 @@ Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d)
     if (d.keep_internals[j]) p.keep_internals.push_back(j);
   }
   p.lazy_optimizer = d.lazy_optimizer;
-  Builder b{req, cm, d, p, L, Stages{L}, {}};
+  Builder b{req, cm, d, p, paging, L, Stages{L}, {}};
   b.build();
   return p;
 }

@@ -106,7 +106,10 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["keep_internals"] = p.keep_internals;
   json place = json::array();
   for (const auto& o : p.optimizer) place.push_back({{"target", o.target}, {"window", o.window}, {"fraction", o.fraction}});
-  j["optimizer"] = {{"lazy", p.lazy_optimizer}, {"placement", place}};
+  j["optimizer"] = {{"lazy", p.lazy_optimizer},
+                    {"placement", place},
+                    {"nvme_state_layers", p.nvme_state_layers},
+                    {"state_bytes_per_layer", p.state_bytes_per_layer}};
   json ws = json::array();
   for (const auto& w : p.windows) {
     json wj = {{"name", w.name},
@@ -172,6 +175,9 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     p.lazy_optimizer = j.at("optimizer").at("lazy").get<bool>();
     for (const auto& o : j.at("optimizer").at("placement"))
       p.optimizer.push_back({o.at("target").get<std::string>(), o.at("window").get<int>(), o.at("fraction").get<double>()});
+    // Optional: plans written before optimizer-state paging have none.
+    p.nvme_state_layers = j.at("optimizer").value("nvme_state_layers", std::vector<int>{});
+    p.state_bytes_per_layer = j.at("optimizer").value("state_bytes_per_layer", 0.0);
     for (const auto& wj : j.at("windows")) {
       Window w;
       w.name = wj.at("name").get<std::string>();

@@ -1,6 +1,7 @@
 // What the user asks the planner for: a model, a machine, a batch shape and budgets.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -18,14 +19,18 @@ struct PlanRequest {
   double gpu_cap_bytes = 0;          // compute-tier cap; <= 0: the profile's default cap
   double cpu_act_budget_bytes = -1;  // activations in host memory; < 0: what the host has left
   double nvme_act_budget_bytes = -1; // activations on NVMe; < 0: the profile's NVMe capacity
+                                     // less the paged optimizer states
+  int nvme_state_layers = -1;        // layers whose optimizer states page from NVMe; < 0:
+                                     // as few as host memory needs (plan/state_paging.h)
   MeasuredLayerTimes measured;
   double time_limit_s = 10;          // MILP wall-clock limit
   double target_gap = 0.002;         // MILP relative gap to stop at
 
   // Budgets with defaults filled in (host budget depends on the policy's host state).
   double gpu_cap() const { return gpu_cap_bytes > 0 ? gpu_cap_bytes : hardware.default_cap_bytes; }
-  double nvme_budget() const {
-    return nvme_act_budget_bytes >= 0 ? nvme_act_budget_bytes : hardware.nvme_capacity_bytes;
+  double nvme_budget(double nvme_state_bytes = 0) const {
+    return nvme_act_budget_bytes >= 0 ? nvme_act_budget_bytes
+                                      : std::max(0.0, hardware.nvme_capacity_bytes - nvme_state_bytes);
   }
   double cpu_budget(double host_state_bytes) const;
 };

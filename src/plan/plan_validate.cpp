@@ -35,9 +35,14 @@ std::vector<std::string> capacity_problems(const Plan& p) {
   if (over(cpu_act, p.cpu_act_budget_bytes))
     out.push_back("host activation budget short by " + fmt_gb(cpu_act - p.cpu_act_budget_bytes) + " (needs " +
                   fmt_gb(cpu_act) + ", budget " + fmt_gb(p.cpu_act_budget_bytes) + ")");
-  if (over(pk.nvme, p.nvme_act_budget_bytes))
-    out.push_back("NVMe activation budget short by " + fmt_gb(pk.nvme - p.nvme_act_budget_bytes) + " (needs " +
-                  fmt_gb(pk.nvme) + ", budget " + fmt_gb(p.nvme_act_budget_bytes) + ")");
+  const double nvme_act = pk.nvme - p.nvme_state_bytes();  // pk.nvme counts the paged states
+  if (over(nvme_act, p.nvme_act_budget_bytes))
+    out.push_back("NVMe activation budget short by " + fmt_gb(nvme_act - p.nvme_act_budget_bytes) + " (needs " +
+                  fmt_gb(nvme_act) + ", budget " + fmt_gb(p.nvme_act_budget_bytes) + ")");
+  if (over(pk.nvme, p.hardware.nvme_capacity_bytes))
+    out.push_back("NVMe short by " + fmt_gb(pk.nvme - p.hardware.nvme_capacity_bytes) + " (needs " +
+                  fmt_gb(pk.nvme) + " with " + fmt_gb(p.nvme_state_bytes()) + " of optimizer states, capacity " +
+                  fmt_gb(p.hardware.nvme_capacity_bytes) + ")");
   if (over(pk.cpu, p.hardware.host_memory_bytes))
     out.push_back("host memory short by " + fmt_gb(pk.cpu - p.hardware.host_memory_bytes) + " (needs " +
                   fmt_gb(pk.cpu) + ", host " + fmt_gb(p.hardware.host_memory_bytes) + ")");
@@ -175,6 +180,43 @@ std::vector<std::string> validate_plan(const Plan& p) {
       if (p.windows[i].kind == WindowKind::Backward || p.windows[i].kind == WindowKind::Recompute ||
           p.windows[i].kind == WindowKind::Head || p.windows[i].kind == WindowKind::Epilogue)
         out.push_back("host update of " + h.target + " runs before the gradient norm is known");
+    }
+
+  // Paged optimizer states: read in full before the layer's first update window, written
+  // back in full after its last; nothing else moves os.<j>.
+  std::vector<int> first_update(L, -1), last_update(L, -1);
+  for (const auto& o : p.optimizer)
+    if (o.target.rfind("layer.", 0) == 0) {
+      int j = std::stoi(o.target.substr(6));
+      if (j < 0 || j >= L) continue;
+      if (first_update[j] < 0 || o.window < first_update[j]) first_update[j] = o.window;
+      last_update[j] = std::max(last_update[j], o.window);
+    }
+  std::vector<bool> paged(L, false);
+  for (int j : p.nvme_state_layers) {
+    if (j < 0 || j >= L || paged[j]) {
+      out.push_back("optimizer state paging: bad or repeated layer " + std::to_string(j));
+      continue;
+    }
+    paged[j] = true;
+    const std::string os = "os." + std::to_string(j), who = "optimizer state of layer " + std::to_string(j);
+    const double S = p.state_bytes_per_layer;
+    if (!p.lazy_optimizer) out.push_back(who + ": paged in a plan without the lazy optimizer");
+    if (first_update[j] < 0) {
+      out.push_back(who + ": paged but never updated");
+      continue;
+    }
+    if (std::fabs(through(os, Link::NvmeRead, first_update[j] - 1) - S) > tol)
+      out.push_back(who + ": not read from NVMe before its update in " + p.windows[first_update[j]].name);
+    if (std::fabs(through(os, Link::NvmeRead, n - 1) - S) > tol) out.push_back(who + ": read more than once");
+    if (through(os, Link::NvmeWrite, last_update[j]) > tol)
+      out.push_back(who + ": written back before its update finished");
+    if (std::fabs(through(os, Link::NvmeWrite, n - 1) - S) > tol) out.push_back(who + ": not written back once");
+  }
+  for (const auto& [key, f] : flows)
+    if (key.first.rfind("os.", 0) == 0) {
+      int j = std::stoi(key.first.substr(3));
+      if (j < 0 || j >= L || !paged[j]) out.push_back(key.first + " moves but layer " + std::to_string(j) + " is not paged");
     }
 
   // Memory: never negative, everything allocated is freed by the end of the step.

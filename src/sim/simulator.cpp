@@ -200,6 +200,16 @@ struct Replay {
       if (it != produced.end()) return it->second;
       return start;  // g.head streams out in chunks while the head runs
     }
+    if (starts_with(x, "os.")) {  // a paged optimizer state: read any time, written once updated
+      if (t.link == Link::NvmeRead) return start;
+      const std::string target = "layer." + x.substr(3);
+      auto done = update_done.find(target);
+      if (done == update_done.end() || update_parts_left[target] > 1e-9) {
+        violation(w.name + ": NVMe write of " + x + " before " + target + "'s update");
+        return start;
+      }
+      return done->second;
+    }
     if (t.link == Link::NvmeWrite) {
       double r = arrival(host, x, written[x] + t.bytes);
       written[x] += t.bytes;
@@ -211,6 +221,17 @@ struct Replay {
     read_back[x] += t.bytes;
     if (r < 0) violation(w.name + ": NVMe read of " + x + " before it was written");
     return r < 0 ? start : r;
+  }
+
+  // A paged layer's update needs its optimizer state in host memory; others need nothing.
+  double paged_state_ready(const HostTask& h, const Window& w) {
+    const std::string os = "os." + h.target.substr(6);
+    const bool paged = std::find(p.nvme_state_layers.begin(), p.nvme_state_layers.end(),
+                                 std::stoi(h.target.substr(6))) != p.nvme_state_layers.end();
+    if (!paged) return 0;
+    double r = arrival(host_from_nvme, os, p.state_bytes_per_layer);
+    if (r < 0) violation(w.name + ": update of " + h.target + " before its optimizer state was read from NVMe");
+    return std::max(r, 0.0);
   }
 
   double update_time(const std::string& target, const Window& w, double start) {
@@ -242,6 +263,7 @@ struct Replay {
           secs = h.task == "optimizer" ? h.work / hw.host_optimizer_params_per_s : h.work / hw.host_memory_bw;
         }
         double s = std::max(start, lane_free[4]);
+        if (h.task == "optimizer" && starts_with(h.target, "layer.")) s = std::max(s, paged_state_ready(h, w));
         double e = s + secs;
         lane_free[4] = e;
         record(h.task + " " + h.target, w, SimLane::Host, s, e);
@@ -335,13 +357,15 @@ struct Replay {
           else host_delta.emplace_back(e, t.bytes);           // NVMe staging
         }
         break;
+      // Paged optimizer states move between NVMe and fixed host slots (counted in the
+      // plan's host state), so they add no staging.
       case Link::NvmeWrite:
         nvme[x].add(e, t.bytes);
-        host_delta.emplace_back(e, -t.bytes);
+        if (!starts_with(x, "os.")) host_delta.emplace_back(e, -t.bytes);
         break;
       case Link::NvmeRead:
         host_from_nvme[x].add(e, t.bytes);
-        host_delta.emplace_back(e, t.bytes);
+        if (!starts_with(x, "os.")) host_delta.emplace_back(e, t.bytes);
         break;
     }
     (void)w;

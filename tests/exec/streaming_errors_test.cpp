@@ -1,5 +1,6 @@
 // The streaming executor's setup errors: plans it cannot run, and an NVMe tier with no
 // directory, are lt::Errors before step 1, never a crash mid-step.
+#include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -44,6 +45,30 @@ TEST(StreamingErrors, NvmeTokensWithoutOffloadDirAreAClearError) {
   auto backend = make_cpu_backend();
   try {
     StreamingExecutor ex(p, *backend);
+    FAIL() << "expected an lt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("offload"), std::string::npos) << e.what();
+  }
+}
+
+TEST(StreamingErrors, PagedStatesWithoutTheirSizeAreAClearError) {
+  PlanRequest req = tiny_request();
+  req.nvme_state_layers = 2;
+  const Plan p = make_plan(req, "milp");
+  ASSERT_EQ(p.nvme_state_layers.size(), 2u);
+  auto backend = make_cpu_backend();
+  StreamingOptions so;
+  so.offload_dir = std::filesystem::temp_directory_path();
+  try {
+    StreamingExecutor ex(p, *backend, so);  // layer_state_bytes left at 0
+    FAIL() << "expected an lt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer_state_bytes"), std::string::npos) << e.what();
+  }
+  so.offload_dir.clear();
+  so.layer_state_bytes = 4096;
+  try {
+    StreamingExecutor ex(p, *backend, so);
     FAIL() << "expected an lt::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("offload"), std::string::npos) << e.what();

@@ -1,7 +1,7 @@
 // Plan invariance (issue 4, section 4): a plan changes where activations live and what is
 // recomputed, never the math. On the cpu backend, five training steps with an fp32 AdamW
 // between them give bitwise the same losses, gradients, gradient norms and parameters
-// under keep-all, recompute-all, megatrain and a MILP plan that offloads to both host
+// under keep-all, recompute-all, megatrain, megatrain-code and a MILP plan that offloads to both host
 // and NVMe, and the same as ModelStep's in-memory step.
 #include <unistd.h>
 
@@ -49,7 +49,7 @@ TEST_F(StreamingInvariance, EveryPlanMatchesTheInMemoryStepBitwise) {
   EXPECT_GT(ref.grad_sq.back(), 0.0);
   std::vector<Plan> plans;
   // milp with room to spare keeps every layer's internals (the int.<j> path).
-  for (const char* policy : {"keep-all", "recompute-all", "megatrain", "milp"})
+  for (const char* policy : {"keep-all", "recompute-all", "megatrain", "megatrain-code", "milp"})
     plans.push_back(make_plan(request(c), policy));
   plans.push_back(offloading_milp_plan(c));
   ASSERT_TRUE(plans.back().feasible && !plans.back().windows.empty())

@@ -7,11 +7,13 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "exec/backend.h"
 #include "exec/streaming_executor.h"
+#include "plan/cost_model.h"
 #include "plan/planner.h"
 #include "streaming_test_util.h"
 #include "streaming_trajectory.h"
@@ -55,6 +57,29 @@ TEST(StreamingOutOfCore, StateTwiceTheComputeBudgetTrainsBitwiseLikeInMemory) {
                " state=" + std::to_string(state));
 
   expect_bitwise_equal(run_streaming(c, plan, dir), run_reference(c), "out-of-core milp");
+  std::filesystem::remove_all(dir);
+}
+
+// Host memory 1% short of the host state: the planner pages the optimizer states of the
+// top layers from NVMe (as few as fit; with three staging slots, that is four layers
+// here), and the run, with the hybrid 8-bit AdamW, still matches the in-memory one bit
+// for bit: losses, gradients, parameters, and every layer's optimizer state, the paged
+// ones read back from their NVMe slots.
+TEST(StreamingOutOfCore, OptimizerStatesPagedFromNvmeTrainBitwiseLikeInMemory) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("lt-streaming-paged-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const ModelConfig c = test::streaming_tiny_config(6);
+  const CostModel cm = build_cost_model(c, test::streaming_cpu_profile(), kBatch, kSeq);
+  const double host = 0.99 * cm.host_state_bytes / 0.9;  // PlanRequest::cpu_budget keeps 10% back
+  const Plan plan = offloading_milp_plan(c, host);
+  ASSERT_TRUE(plan.feasible && !plan.windows.empty()) << "no budget made the MILP use both host and NVMe";
+  EXPECT_EQ(plan.nvme_state_layers, (std::vector<int>{2, 3, 4, 5}));
+  EXPECT_LE(plan.host_state_bytes, 0.9 * host);
+  expect_bitwise_equal(run_streaming(c, plan, dir, make_cpu_backend(), /*eight_bit=*/true),
+                       run_reference(c, /*eight_bit=*/true), "paged optimizer states, cpu");
+  expect_bitwise_equal(run_streaming(c, plan, dir, make_emu_backend(5, 5), /*eight_bit=*/true),
+                       run_reference(c, /*eight_bit=*/true), "paged optimizer states, emu");
   std::filesystem::remove_all(dir);
 }
 

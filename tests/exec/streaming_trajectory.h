@@ -1,15 +1,18 @@
-// Five training steps with an fp32 AdamW between them, in memory (ModelStep, the
-// reference) and through the streaming executor under a given plan, and their bitwise
-// comparison: shared by the plan-invariance and out-of-core tests. Header-only (the test
+// Five training steps with AdamW (fp32, or the hybrid 8-bit) between them, in memory
+// (ModelStep, the reference) and through the streaming executor under a given plan, and
+// their bitwise comparison: shared by the plan-invariance and out-of-core tests. Header-only (the test
 // build globs only *_test.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,7 @@
 #include "exec/model_step.h"
 #include "exec/streaming_executor.h"
 #include "optim/adamw.h"
+#include "plan/cost_model.h"
 #include "plan/planner.h"
 #include "streaming_test_util.h"
 
@@ -32,15 +36,19 @@ struct Trajectory {
   std::vector<double> loss, grad_sq;
   std::vector<std::vector<float>> grads;  // after each step
   std::vector<float> final_params;
+  std::vector<std::vector<std::byte>> layer_states;  // per layer, after the last update
 };
 
-// fp32 AdamW over the lazy-update targets, one optimizer tensor per target range.
+// AdamW over the lazy-update targets, one optimizer tensor per target range: fp32 states,
+// or the hybrid 8-bit one. The layers in `paged` keep their states in the bytes the
+// executor hands the hook (AdamW paged tensors), attached only for the update.
 struct Optimizer {
   AdamW opt;
   std::vector<std::vector<int>> ids;  // per target (schedule order), per range
   std::vector<UpdateTarget> targets;
 
-  explicit Optimizer(const ModelParameters& p) : opt(config()) {
+  explicit Optimizer(const ModelParameters& p, bool eight_bit = false, const std::vector<int>& paged = {})
+      : opt(config(eight_bit)) {
     const int L = static_cast<int>(p.config().num_layers);
     targets.push_back({UpdateTarget::Kind::Embed, -1});
     for (int j = 0; j < L; ++j) targets.push_back({UpdateTarget::Kind::Layer, j});
@@ -48,13 +56,15 @@ struct Optimizer {
     for (const UpdateTarget& t : targets) {
       ids.emplace_back();
       int k = 0;
+      AdamWTensorOptions to;
+      to.paged = t.kind == UpdateTarget::Kind::Layer && std::find(paged.begin(), paged.end(), t.layer) != paged.end();
       for (auto [off, n] : target_ranges(p, t))
-        ids.back().push_back(opt.add_tensor(t.name() + "." + std::to_string(k++), n));
+        ids.back().push_back(opt.add_tensor(t.name() + "." + std::to_string(k++), n, to));
     }
   }
-  static AdamWConfig config() {
+  static AdamWConfig config(bool eight_bit) {
     AdamWConfig c;
-    c.eight_bit = false;
+    c.eight_bit = eight_bit;
     c.num_threads = 1;
     return c;
   }
@@ -63,11 +73,36 @@ struct Optimizer {
     if (t.kind == UpdateTarget::Kind::Head) return targets.size() - 1;
     return 1 + t.layer;
   }
-  void update(ModelParameters& p, const ModelParameters& g, const UpdateTarget& t, float clip, int64_t step) {
+  // One layer's state bytes (every layer has the same tensors).
+  size_t layer_state_bytes() const {
+    size_t b = 0;
+    for (int id : ids[1]) b += opt.state_bytes(id);
+    return b;
+  }
+  // Layer j's state region (owned tensors: the optimizer's own copy).
+  std::vector<std::byte> layer_state(int j) {
+    std::vector<std::byte> out;
+    for (int id : ids[1 + j]) {
+      const std::byte* base = opt.format(id) == StateFormat::Q8 ? reinterpret_cast<const std::byte*>(opt.q8_state(id).m_code)
+                                                                : reinterpret_cast<const std::byte*>(opt.f32_state(id).m);
+      out.insert(out.end(), base, base + opt.state_bytes(id));
+    }
+    return out;
+  }
+  void update(ModelParameters& p, const ModelParameters& g, const UpdateTarget& t, float clip, int64_t step,
+              std::span<std::byte> paged_state = {}) {
     const auto ranges = target_ranges(p, t);
     const auto& tid = ids[index(t)];
+    size_t at = 0;
+    for (int id : tid)
+      if (!paged_state.empty()) {
+        opt.attach_state(id, paged_state.data() + at);
+        at += opt.state_bytes(id);
+      }
     for (size_t r = 0; r < ranges.size(); ++r)
       opt.step_tensor(tid[r], p.data() + ranges[r].first, g.data() + ranges[r].first, nullptr, kLr, clip, step);
+    if (!paged_state.empty())
+      for (int id : tid) opt.detach_state(id);
   }
 };
 
@@ -76,10 +111,10 @@ inline float clip_factor(double sq) {
   return norm > kMaxNorm ? static_cast<float>(kMaxNorm / norm) : 1.0f;
 }
 
-inline Trajectory run_reference(const ModelConfig& c) {
+inline Trajectory run_reference(const ModelConfig& c, bool eight_bit = false) {
   ModelParameters params(c), grads(c);
   test::init_parameters(params, 7);
-  Optimizer opt(params);
+  Optimizer opt(params, eight_bit);
   ModelStep ms(c, kBatch, kSeq, Precision::F32);
   Trajectory tr;
   std::vector<int32_t> ids, labels;
@@ -96,17 +131,21 @@ inline Trajectory run_reference(const ModelConfig& c) {
     tr.grads.emplace_back(grads.data(), grads.data() + grads.numel());
   }
   tr.final_params.assign(params.data(), params.data() + params.numel());
+  for (int j = 0; j < c.num_layers; ++j) tr.layer_states.push_back(opt.layer_state(j));
   return tr;
 }
 
+// eight_bit: the hybrid 8-bit AdamW (the reference must use the same); the plan's paged
+// layers keep their optimizer states on NVMe.
 inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const std::filesystem::path& dir,
-                         std::unique_ptr<Backend> backend = make_cpu_backend()) {
+                                std::unique_ptr<Backend> backend = make_cpu_backend(), bool eight_bit = false) {
   ModelParameters params(c), grads(c);
   test::init_parameters(params, 7);
-  Optimizer opt(params);
+  Optimizer opt(params, eight_bit, plan.nvme_state_layers);
   StreamingOptions so;
   so.offload_dir = dir;
   so.direct_io = false;  // tmpfs and overlay filesystems refuse O_DIRECT
+  so.layer_state_bytes = opt.layer_state_bytes();
   StreamingExecutor ex(plan, *backend, so);
   if (std::getenv("LT_STREAMING_DEBUG")) {
     const StreamSchedule& sc = ex.schedule();
@@ -125,7 +164,9 @@ inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const st
   std::vector<int32_t> ids, labels;
   for (int s = 0; s < kSteps; ++s) {
     float clip = 1;
-    LazyUpdateHook hook = [&](const UpdateTarget& t) { opt.update(params, grads, t, clip, s); };
+    LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> state) {
+      opt.update(params, grads, t, clip, s, state);
+    };
     StepOptions o;
     if (s > 0) {
       clip = clip_factor(tr.grad_sq.back());
@@ -139,6 +180,15 @@ inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const st
     EXPECT_LE(ex.measured_peak_bytes(), ex.planned_peak_bytes()) << plan.policy;
   }
   tr.final_params.assign(params.data(), params.data() + params.numel());
+  for (int j = 0; j < c.num_layers; ++j) {
+    if (!ex.state_paged(j)) {
+      tr.layer_states.push_back(opt.layer_state(j));
+      continue;
+    }
+    std::vector<std::byte> bytes(opt.layer_state_bytes());
+    ex.read_paged_state(j, bytes);  // from its NVMe slot
+    tr.layer_states.push_back(std::move(bytes));
+  }
   return tr;
 }
 
@@ -160,6 +210,9 @@ inline void expect_bitwise_equal(const Trajectory& a, const Trajectory& ref, con
   }
   EXPECT_EQ(std::memcmp(a.final_params.data(), ref.final_params.data(), ref.final_params.size() * sizeof(float)), 0)
       << what << ": final parameters differ";
+  ASSERT_EQ(a.layer_states.size(), ref.layer_states.size());
+  for (size_t j = 0; j < ref.layer_states.size(); ++j)
+    EXPECT_TRUE(a.layer_states[j] == ref.layer_states[j]) << what << ": layer " << j << "'s optimizer state differs";
 }
 
 inline PlanRequest request(const ModelConfig& c) {
@@ -176,11 +229,17 @@ inline PlanRequest request(const ModelConfig& c) {
 // A MILP plan that puts boundary tokens on both host and NVMe: the compute cap leaves
 // room for few boundaries and the host budget for fewer, so the rest must go to NVMe
 // (cheap here) or be recomputed (dear here).
-inline Plan offloading_milp_plan(const ModelConfig& c) {
+// host_memory_bytes > 0 replaces the profile's host memory (a small one makes the
+// planner page optimizer states from NVMe).
+inline Plan offloading_milp_plan(const ModelConfig& c, double host_memory_bytes = 0) {
   PlanRequest req = request(c);
+  if (host_memory_bytes > 0) req.hardware.host_memory_bytes = host_memory_bytes;
   const Plan loose = make_plan(req, "keep-all");
   const double boundary = static_cast<double>(kBatch * kSeq * c.hidden_size * req.hardware.act_bytes);
-  for (double extra = 18; extra <= 30; extra += 0.25) {
+  // The head's weight and gradient slots (both live in HEAD) come on top of the boundaries.
+  const CostModel cm = build_cost_model(c, req.hardware, kBatch, kSeq);
+  const double head = (cm.head_weight_bytes + cm.head_grad_bytes) / boundary;
+  for (double extra = head + 18; extra <= head + 30; extra += 0.25) {
     req.gpu_cap_bytes = loose.fixed_gpu_bytes + extra * boundary;
     req.cpu_act_budget_bytes = 0.1 * boundary;
     req.nvme_act_budget_bytes = 64 * boundary;

@@ -24,25 +24,12 @@ AdamW make_optimizer() {
   return opt;
 }
 
-void train(AdamW& opt, std::vector<std::vector<float>>& params, int64_t first, int64_t last) {
-  for (int64_t step = first; step <= last; ++step)
-    for (int id = 0; id < opt.num_tensors(); ++id)
-      opt.step_tensor(id, params[id].data(), test::spread_gradient(opt.numel(id), 100 * step + id).data(), nullptr,
-                      1e-3f, 1.f, step);
-}
-
-std::vector<std::vector<float>> init_params(const AdamW& opt) {
-  std::vector<std::vector<float>> p;
-  for (int id = 0; id < opt.num_tensors(); ++id) p.push_back(test::normal_vector(opt.numel(id), 0.2f, id));
-  return p;
-}
-
 TEST(AdamWStateFile, RoundTripIsBitExact) {
   test::TempDir dir("adamw-state");
   const std::string path = dir.str() + "/optim.bin";
   AdamW a = make_optimizer();
-  auto pa = init_params(a);
-  train(a, pa, 1, 3);
+  auto pa = test::init_params(a);
+  test::train_all(a, pa, 1, 3);
   a.save(path);
 
   AdamW b = make_optimizer();
@@ -50,8 +37,8 @@ TEST(AdamWStateFile, RoundTripIsBitExact) {
   for (int id = 0; id < a.num_tensors(); ++id) EXPECT_EQ(test::snapshot(a, id), test::snapshot(b, id)) << a.name(id);
   // Continuing from the loaded state gives the bits of continuing from the original.
   auto pb = pa;
-  train(a, pa, 4, 5);
-  train(b, pb, 4, 5);
+  test::train_all(a, pa, 4, 5);
+  test::train_all(b, pb, 4, 5);
   for (int id = 0; id < a.num_tensors(); ++id) {
     EXPECT_TRUE(test::same_bits(pa[id], pb[id])) << a.name(id);
     EXPECT_EQ(test::snapshot(a, id), test::snapshot(b, id)) << a.name(id);
@@ -62,8 +49,8 @@ TEST(AdamWStateFile, BadFilesThrowAndKeepState) {
   test::TempDir dir("adamw-state-bad");
   const std::string path = dir.str() + "/optim.bin";
   AdamW a = make_optimizer();
-  auto pa = init_params(a);
-  train(a, pa, 1, 2);
+  auto pa = test::init_params(a);
+  test::train_all(a, pa, 1, 2);
   a.save(path);
   const auto size = std::filesystem::file_size(path);
   std::vector<char> bytes(size);

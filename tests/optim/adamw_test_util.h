@@ -66,4 +66,20 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
+// Steps every tensor of `opt` through steps first..last (lr 1e-3, no clipping) with
+// spread gradients seeded by step and tensor.
+inline void train_all(AdamW& opt, std::vector<std::vector<float>>& params, int64_t first, int64_t last) {
+  for (int64_t step = first; step <= last; ++step)
+    for (int id = 0; id < opt.num_tensors(); ++id)
+      opt.step_tensor(id, params[id].data(), spread_gradient(opt.numel(id), 100 * step + id).data(), nullptr, 1e-3f,
+                      1.f, step);
+}
+
+// One N(0, 0.2) parameter vector per tensor of `opt`.
+inline std::vector<std::vector<float>> init_params(const AdamW& opt) {
+  std::vector<std::vector<float>> p;
+  for (int id = 0; id < opt.num_tensors(); ++id) p.push_back(normal_vector(opt.numel(id), 0.2f, id));
+  return p;
+}
+
 }  // namespace lt::test

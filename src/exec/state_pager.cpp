@@ -1,0 +1,84 @@
+#include "exec/state_pager.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace lt {
+
+StatePager::StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPool& host)
+    : s_(s), bytes_(layer_state_bytes) {
+  slot_.assign(s.L, -1);
+  read_.assign(s.L, {});
+  write_.assign(s.L, {});
+  for (int j = 0; j < s.L; ++j)
+    if (!s.state_read_w.empty() && s.state_read_w[j] >= 0) layers_.push_back(j);
+  if (layers_.empty()) return;
+  if (bytes_ == 0)
+    throw Error("the plan pages " + std::to_string(layers_.size()) +
+                    " layers' optimizer states from NVMe, but the executor was not given their size",
+                "StreamingOptions::layer_state_bytes", "set it from the optimizer (AdamW::state_bytes)");
+  for (int k = 0; k < s.state_slots; ++k)
+    staging_.push_back(host.allocate(bytes_, "optimizer state staging " + std::to_string(k)));
+}
+
+void StatePager::add_nvme_slots(std::vector<NvmeSlot>& slots) {
+  for (int j : layers_) {
+    slot_[j] = static_cast<int>(slots.size());
+    slots.push_back({"os." + std::to_string(j), bytes_});
+  }
+}
+
+void StatePager::start_reads(int w, double now_s) {
+  for (int j : layers_)
+    if (s_.state_read_w[j] == w) {
+      LT_ASSERT(store_ && read_[j].ticket == 0, "state read of layer " + std::to_string(j));
+      read_[j] = {store_->read(slot_[j], 0, staging_[s_.state_slot[j]].data(), bytes_), now_s};
+    }
+}
+
+std::span<std::byte> StatePager::acquire(int layer, const Done& done) {
+  LT_ASSERT(paged(layer), "layer " + std::to_string(layer) + " is not paged");
+  Request& r = read_[layer];
+  LT_ASSERT(r.ticket != 0, "layer " + std::to_string(layer) + "'s state update before its read was issued");
+  store_->wait(std::exchange(r.ticket, 0));
+  if (done) done("os." + std::to_string(layer) + " read", r.issued_s, static_cast<double>(bytes_));
+  return staging_[s_.state_slot[layer]].span().first(bytes_);
+}
+
+void StatePager::start_writes(int w, double now_s) {
+  for (int j : layers_)
+    if (s_.state_write_w[j] == w) {
+      LT_ASSERT(read_[j].ticket == 0, "layer " + std::to_string(j) + "'s state written back before its read ended");
+      write_[j] = {store_->write(slot_[j], 0, staging_[s_.state_slot[j]].data(), bytes_), now_s};
+    }
+}
+
+void StatePager::finish_writes(int w, const Done& done) {
+  for (int j : layers_)
+    if (s_.state_write_w[j] == w && write_[j].ticket != 0) {
+      store_->wait(std::exchange(write_[j].ticket, 0));
+      if (done) done("os." + std::to_string(j) + " write", write_[j].issued_s, static_cast<double>(bytes_));
+    }
+}
+
+void StatePager::abandon() noexcept {
+  for (auto& r : read_) r.ticket = 0;
+  for (auto& r : write_) r.ticket = 0;
+}
+
+void StatePager::read_state(int layer, std::span<std::byte> out) {
+  LT_ASSERT(paged(layer) && out.size() == bytes_, "read_state of layer " + std::to_string(layer));
+  HostBuffer& b = staging_[0];
+  store_->wait(store_->read(slot_[layer], 0, b.data(), bytes_));
+  std::memcpy(out.data(), b.data(), bytes_);
+}
+
+void StatePager::write_state(int layer, std::span<const std::byte> in) {
+  LT_ASSERT(paged(layer) && in.size() == bytes_, "write_state of layer " + std::to_string(layer));
+  HostBuffer& b = staging_[0];
+  std::memcpy(b.data(), in.data(), bytes_);
+  store_->wait(store_->write(slot_[layer], 0, b.data(), bytes_));
+}
+
+}  // namespace lt

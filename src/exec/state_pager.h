@@ -1,0 +1,66 @@
+// The executor's side of optimizer-state paging (plan/state_paging.h): layers whose
+// optimizer states live in NVMe slots (os.<j>) and come to a host staging slot only
+// around their update. Per step, in plan windows:
+//   start_reads(w)   window start: NVMe reads the plan issues in w, into their slots;
+//   acquire(j)       just before layer j's update: waits for its read, gives its bytes;
+//   start_writes(w)  after w's updates: write-backs the plan issues in w;
+//   finish_writes(w) w's barrier: its write-backs are done, so their slots are free.
+//
+// The bytes are the optimizer's (AdamW paged tensors, optim/adamw.h); the pager only moves
+// them. A new NVMe file reads as zeros, the optimizer's initial state, so nothing is
+// written at setup. Not thread-safe: the executor's thread drives it.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "exec/streaming_schedule.h"
+#include "memory/host_pool.h"
+#include "memory/nvme_store.h"
+
+namespace lt {
+
+class StatePager {
+ public:
+  // Called when a request is waited for: (tensor name, seconds since the clock's origin
+  // when it was issued, bytes), so the executor can trace it.
+  using Done = std::function<void(const std::string& name, double issued_s, double bytes)>;
+
+  // layer_state_bytes: one layer's optimizer state (> 0 when the schedule pages any).
+  StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPool& host);
+  bool active() const { return !layers_.empty(); }
+  size_t layer_state_bytes() const { return bytes_; }
+
+  // Appends the os.<j> slots to the NVMe store's list; attach() the store built from it.
+  void add_nvme_slots(std::vector<NvmeSlot>& slots);
+  void attach(NvmeStore* store) { store_ = store; }
+
+  void start_reads(int w, double now_s);
+  std::span<std::byte> acquire(int layer, const Done& done);
+  void start_writes(int w, double now_s);
+  void finish_writes(int w, const Done& done);
+  void abandon() noexcept;  // after a failed step, once the store is drained
+
+  bool paged(int layer) const { return layer >= 0 && layer < static_cast<int>(slot_.size()) && slot_[layer] >= 0; }
+  // Between steps (checkpoints): a paged layer's state bytes from or to its NVMe slot.
+  void read_state(int layer, std::span<std::byte> out);
+  void write_state(int layer, std::span<const std::byte> in);
+
+ private:
+  struct Request {
+    NvmeStore::Ticket ticket = 0;
+    double issued_s = 0;
+  };
+  const StreamSchedule& s_;
+  size_t bytes_ = 0;
+  std::vector<int> layers_;            // paged layers, ascending
+  std::vector<int> slot_;              // per layer: NVMe slot index (-1: not paged)
+  std::vector<HostBuffer> staging_;    // per staging slot
+  std::vector<Request> read_, write_;  // per layer, in flight
+  NvmeStore* store_ = nullptr;
+};
+
+}  // namespace lt

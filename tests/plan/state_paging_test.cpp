@@ -1,0 +1,169 @@
+// Optimizer-state paging in the planner (plan/state_paging.h): how many layers page and
+// which, what the plan moves and when, and that the simulator and the validator agree.
+#include "plan/state_paging.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "plan/cost_model.h"
+#include "plan/plan_json.h"
+#include "plan/plan_validate.h"
+#include "plan/planner.h"
+#include "plan_test_util.h"
+#include "sim/simulator.h"
+
+namespace lt {
+namespace {
+
+constexpr int kLayers = 8;
+
+PlanRequest request() {
+  PlanRequest req = test::tiny_request(kLayers, "h800", 4);
+  req.time_limit_s = 5;
+  return req;
+}
+
+CostModel costs(const PlanRequest& req) { return build_cost_model(req.model, req.hardware, req.batch, req.seq); }
+
+// The host state with k layers paged, counted independently of the planner: k states
+// leave, min(k, 3) staging slots stay (reads run one window before the update, writes one
+// after, so three consecutive layers overlap).
+double host_state_with(const CostModel& cm, int k) {
+  return cm.host_state_bytes - (k - std::min(k, 3)) * cm.layer_state_bytes;
+}
+
+// Host memory whose 90% (what the planner gives state and activations) falls `short_by`
+// layer states below the unpaged host state.
+PlanRequest short_host(double short_by) {
+  PlanRequest req = request();
+  const CostModel cm = costs(req);
+  req.hardware.host_memory_bytes = (cm.host_state_bytes - short_by * cm.layer_state_bytes) / 0.9;
+  return req;
+}
+
+TEST(StatePaging, PagesNothingWhenTheHostHoldsEverything) {
+  const PlanRequest req = request();
+  const StatePaging p = plan_state_paging(req, costs(req), true);
+  EXPECT_EQ(p.count, 0);
+  EXPECT_DOUBLE_EQ(p.host_state_bytes, costs(req).host_state_bytes);
+  EXPECT_TRUE(make_plan(req, "milp").nvme_state_layers.empty());
+}
+
+TEST(StatePaging, PagesTheFewestTopLayersThatFit) {
+  for (double short_by : {0.2, 1.0, 2.5}) {
+    const PlanRequest req = short_host(short_by);
+    const CostModel cm = costs(req);
+    const StatePaging p = plan_state_paging(req, cm, true);
+    const double room = 0.9 * req.hardware.host_memory_bytes;
+    // The smallest k that fits, found by brute force over 0..L-2.
+    int want = -1;
+    for (int k = 0; k <= kLayers - 2 && want < 0; ++k)
+      if (host_state_with(cm, k) <= room) want = k;
+    ASSERT_GE(want, 4) << "paging fewer than four layers frees nothing";
+    EXPECT_EQ(p.count, want) << "short by " << short_by;
+    EXPECT_NEAR(p.host_state_bytes, host_state_with(cm, want), 1e-6 * cm.host_state_bytes);
+    for (int j = 0; j < kLayers; ++j) EXPECT_EQ(p.on_nvme[j], j >= kLayers - want) << "layer " << j;
+  }
+}
+
+TEST(StatePaging, ForcedCountAndItsLimit) {
+  PlanRequest req = request();
+  req.nvme_state_layers = 5;
+  const StatePaging p = plan_state_paging(req, costs(req), true);
+  EXPECT_EQ(p.count, 5);
+  EXPECT_EQ(p.staging_slots, 3);
+  EXPECT_FALSE(plan_state_paging(req, costs(req), false).count) << "no paging without the lazy optimizer";
+  req.nvme_state_layers = kLayers - 1;  // layers 0 and 1 have no window to read in before their update
+  try {
+    plan_state_paging(req, costs(req), true);
+    FAIL() << "expected an lt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 6"), std::string::npos) << e.what();
+  }
+}
+
+// The MILP plan of a host that is short: each paged layer's state is read in the window
+// before its update and written back in the window after, the update sits between them,
+// the simulator replays it without a violation and as predicted, and the NVMe peak
+// counts the states.
+TEST(StatePaging, MilpPlanMovesStatesAroundTheirUpdates) {
+  PlanRequest req = short_host(1.0);
+  const Plan p = make_plan(req, "milp");
+  ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+  ASSERT_EQ(p.nvme_state_layers, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_TRUE(validate_plan(p).empty()) << validate_plan(p).front();
+  const CostModel cm = costs(req);
+  EXPECT_DOUBLE_EQ(p.state_bytes_per_layer, cm.layer_state_bytes);
+  EXPECT_LE(p.host_state_bytes, 0.9 * req.hardware.host_memory_bytes);
+  for (int j : p.nvme_state_layers) {
+    const std::string os = "os." + std::to_string(j), target = "layer." + std::to_string(j);
+    int read = -1, write = -1, update = -1;
+    for (int w = 0; w < static_cast<int>(p.windows.size()); ++w) {
+      for (const Transfer& t : p.windows[w].transfers) {
+        if (t.tensor != os) continue;
+        EXPECT_DOUBLE_EQ(t.bytes, cm.layer_state_bytes);
+        (t.link == Link::NvmeRead ? read : write) = w;
+      }
+      for (const HostTask& h : p.windows[w].host)
+        if (h.task == "optimizer" && h.target == target) update = w;
+    }
+    EXPECT_EQ(p.windows[update].name, "F" + std::to_string(j - 2));
+    EXPECT_EQ(read, update - 1) << target;
+    EXPECT_EQ(write, update + 1) << target;
+  }
+  const SimResult r = simulate_plan(p);
+  EXPECT_TRUE(r.violations.empty()) << r.violations.front();
+  EXPECT_NEAR(r.step_s, p.predicted_step_s, 1e-9 * p.predicted_step_s);
+  EXPECT_GE(p.predicted_peak.nvme, p.nvme_state_bytes());
+  EXPECT_GE(r.peak.nvme, p.nvme_state_bytes() * (1 - 1e-12));
+  // The JSON keeps the paging.
+  const Plan q = plan_from_json(plan_to_json(p), "test");
+  EXPECT_EQ(q.nvme_state_layers, p.nvme_state_layers);
+  EXPECT_DOUBLE_EQ(q.state_bytes_per_layer, p.state_bytes_per_layer);
+}
+
+// Paging costs NVMe time: with a disk slow enough that the states cannot hide under one
+// forward window, the paged plan predicts a longer step than the same request unpaged.
+TEST(StatePaging, SlowDiskMakesPagingCost) {
+  PlanRequest req = request();
+  req.hardware.nvme_read_bw = req.hardware.nvme_write_bw = 1e6;
+  const Plan unpaged = make_plan(req, "milp");
+  req.nvme_state_layers = 4;
+  const Plan paged = make_plan(req, "milp");
+  ASSERT_TRUE(unpaged.feasible && paged.feasible);
+  const double read_s = costs(req).layer_state_bytes / 1e6;
+  EXPECT_GT(paged.predicted_step_s, unpaged.predicted_step_s + read_s);
+  EXPECT_TRUE(simulate_plan(paged).violations.empty());
+}
+
+// The validator and the simulator both catch an update that runs before its state is in.
+TEST(StatePaging, StateReadAfterItsUpdateIsCaught) {
+  PlanRequest req = request();
+  req.nvme_state_layers = 4;
+  Plan p = make_plan(req, "milp");
+  ASSERT_TRUE(p.feasible);
+  const std::string os = "os." + std::to_string(p.nvme_state_layers.front());
+  bool moved = false;
+  for (size_t w = 0; w + 1 < p.windows.size() && !moved; ++w)
+    for (size_t m = 0; m < p.windows[w].transfers.size(); ++m)
+      if (p.windows[w].transfers[m].tensor == os && p.windows[w].transfers[m].link == Link::NvmeRead) {
+        p.windows[w + 1].transfers.push_back(p.windows[w].transfers[m]);  // into the update's window
+        p.windows[w].transfers.erase(p.windows[w].transfers.begin() + static_cast<long>(m));
+        moved = true;
+        break;
+      }
+  ASSERT_TRUE(moved);
+  const auto problems = validate_plan(p);
+  EXPECT_TRUE(std::any_of(problems.begin(), problems.end(),
+                          [](const std::string& s) { return s.find("not read from NVMe before its update") != std::string::npos; }));
+  const SimResult r = simulate_plan(p);
+  EXPECT_FALSE(r.violations.empty());
+}
+
+}  // namespace
+}  // namespace lt
