@@ -7,6 +7,7 @@
 //      backward's reload fails. The step throws an lt::Error naming the offload file and
 //      the offset; the parameters are bitwise what they were; the executor is destroyed
 //      cleanly (no assert, no hang);
+//  (c') the same under a paged optimizer state's read: the layer is never updated from it;
 //  (d) a fault without root (the offload file truncated behind the executor's back):
 //      after the failed step the executor runs the next step, bitwise equal to the
 //      in-memory step, and removes its offload file at exit.
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -176,6 +178,57 @@ TEST(StreamingFaults, DiskDyingMidStepIsAClearErrorAndLosesNothing) {
                                         scratch.path() / (std::string("mnt-") + backend_name), 32 << 20, &why);
     if (!mnt) GTEST_SKIP() << why;
   }
+}
+
+// Paged optimizer states on a disk that dies: the failed read of a layer's state is an
+// lt::Error naming the offload file and offset, and that layer's update never runs (the
+// optimizer is never handed a state that did not arrive).
+TEST(StreamingFaults, DiskDyingUnderAPagedStateReadNeverUpdatesFromIt) {
+  test::TempDir scratch("exec-eio-state");
+  std::string why;
+  auto mnt = test::ScratchMount::ext4_loop(scratch.path() / "disk.img", scratch.path() / "mnt", 32 << 20, &why);
+  if (!mnt) GTEST_SKIP() << why;
+  Fixture f;
+  PlanRequest req;
+  req.model_name = "streaming-tiny";
+  req.model = f.c;
+  req.hardware = test::streaming_cpu_profile();
+  req.batch = kBatch;
+  req.seq = kSeq;
+  req.nvme_state_layers = 2;
+  const Plan plan = make_plan(req, "keep-all");
+  ASSERT_EQ(plan.nvme_state_layers, (std::vector<int>{2, 3}));
+  auto backend = make_cpu_backend();
+  StreamingOptions so;
+  so.offload_dir = mnt->path();
+  so.layer_state_bytes = 3 * 4096;
+  StreamingExecutor ex(plan, *backend, so);
+  const std::string file = ex.offload_file();
+  std::vector<int> updated;  // layers whose update ran with a paged state, this step
+  const LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> state) {
+    if (!state.empty()) updated.push_back(t.layer);
+  };
+  StepOptions o;
+  o.update = &hook;
+  f.batch(0);
+  ex.step(f.params, f.grads, f.ids.data(), f.labels.data(), o);  // healthy: both states paged in and out
+  EXPECT_EQ(updated, (std::vector<int>{2, 3}));
+
+  updated.clear();
+  std::string shut_error;
+  o.before_window = [&](int w) {
+    if (w != ex.schedule().state_read_w[2]) return;
+    const int dfd = ::open(mnt->path().c_str(), O_RDONLY | O_DIRECTORY);
+    __u32 flags = 2;  // FS_GOING_FLAGS_NOLOGFLUSH
+    if (dfd < 0 || ::ioctl(dfd, FS_IOC_SHUTDOWN, &flags) != 0) shut_error = std::strerror(errno);
+    if (dfd >= 0) ::close(dfd);
+  };
+  f.batch(1);
+  const std::string m = error_of([&] { ex.step(f.params, f.grads, f.ids.data(), f.labels.data(), o); });
+  if (!shut_error.empty()) GTEST_SKIP() << "FS_IOC_SHUTDOWN not permitted here: " << shut_error;
+  EXPECT_NE(m.find("Input/output error"), std::string::npos) << m;
+  EXPECT_NE(m.find("offload file " + file + " at offset "), std::string::npos) << m;
+  EXPECT_TRUE(updated.empty()) << "layer " << updated.front() << " was updated from a state that never arrived";
 }
 
 // The step's reference: ModelStep on the same parameters, gradients summed in the
