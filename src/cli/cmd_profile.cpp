@@ -1,6 +1,7 @@
 // `lazytrain profile`: measures this machine and writes a hardware profile (plan/
-// hardware_profile.h) whose numbers are marked "measured": the GEMM rate (bf16 through
-// lt::matmul), memcpy bandwidth (the emu backend's copy rate and the host's stream rate),
+// hardware_profile.h) whose numbers are marked "measured": the GEMM rate (fp32 through
+// lt::matmul, the precision the cpu and emu streaming executors compute in, and the
+// element size of the weights, gradients and activations they hold), memcpy bandwidth (the emu backend's copy rate and the host's stream rate),
 // NVMe read and write with O_DIRECT in a given directory, and the host AdamW throughput.
 // Medians of a few repetitions: the machines this runs on are often shared and noisy.
 #include <fcntl.h>
@@ -38,7 +39,7 @@ struct ProfileArgs {
   double compute_memory_gb = 0;
 };
 
-// FLOP/s of a square bf16 GEMM at a transformer-like size.
+// FLOP/s of a square fp32 GEMM at a transformer-like size.
 double measure_gemm(int reps) {
   const int64_t n = 2048;
   AlignedBuffer<float> a(n * n), b(n * n), c(n * n);
@@ -46,11 +47,11 @@ double measure_gemm(int reps) {
     a[i] = static_cast<float>((i % 97) - 48) / 97.f;
     b[i] = static_cast<float>((i % 89) - 44) / 89.f;
   }
-  matmul(c.data(), a.data(), false, b.data(), false, n, n, n, false, Precision::BF16);  // warm-up
+  matmul(c.data(), a.data(), false, b.data(), false, n, n, n, false, Precision::F32);  // warm-up
   std::vector<double> rates;
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
-    matmul(c.data(), a.data(), false, b.data(), false, n, n, n, false, Precision::BF16);
+    matmul(c.data(), a.data(), false, b.data(), false, n, n, n, false, Precision::F32);
     rates.push_back(2.0 * n * n * n / seconds_since(t0));
   }
   return median(rates);
@@ -147,7 +148,7 @@ nlohmann::json measured(double v, const std::string& note = "") {
 void run_profile(const ProfileArgs& a) {
   std::printf("profiling this machine (%d threads)...\n", num_threads());
   double gemm = measure_gemm(a.reps);
-  std::printf("  bf16 GEMM 2048^3          %.1f GFLOP/s\n", gemm / 1e9);
+  std::printf("  fp32 GEMM 2048^3          %.1f GFLOP/s\n", gemm / 1e9);
   double copy = measure_memcpy(a.reps);
   std::printf("  memcpy                    %.2f GB/s\n", copy / 1e9);
   auto [rd, wr] = measure_nvme(a.dir, a.nvme_mb);
@@ -161,12 +162,15 @@ void run_profile(const ProfileArgs& a) {
   j["name"] = "local";
   j["description"] = "This machine, measured by `lazytrain profile` (CPU backend: the compute tier is a RAM budget).";
   j["backend"] = "cpu";
-  j["act_bytes"] = 2;
+  // The cpu and emu streaming executors hold fp32 activations, weights and gradients.
+  j["act_bytes"] = 4;
+  j["weight_bytes"] = 4;
+  j["grad_bytes"] = 4;
   j["compute"] = {
       {"memory_gb", {{"value", compute_mem / 1e9}, {"source", a.compute_memory_gb > 0 ? "given" : "assumed"},
                      {"note", "RAM budget for the compute tier (half the host unless --compute-memory)"}}},
       {"default_cap_gb", {{"value", compute_mem / 1e9}, {"source", a.compute_memory_gb > 0 ? "given" : "assumed"}}},
-      {"peak_tflops", measured(gemm / 1e12, "bf16 GEMM 2048^3 through lt::matmul")},
+      {"peak_tflops", measured(gemm / 1e12, "fp32 GEMM 2048^3 through lt::matmul")},
       {"efficiency", measured(1.0, "the GEMM rate above is already what the kernels reach")}};
   j["links"] = {{"h2d_gbps", measured(copy / 1e9, "memcpy (the emu backend's copies)")},
                 {"d2h_gbps", measured(copy / 1e9, "memcpy")}};

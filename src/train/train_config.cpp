@@ -57,6 +57,9 @@ std::vector<Field> fields(TrainConfig& c) {
       {"max_grad_norm", "global gradient-norm clip (0: off)", &c.max_grad_norm},
       {"precision", "matmul precision: bf16 (fp32 accumulation) or f32", &c.precision},
       {"seed", "seed for initialisation and data order", &c.seed},
+      {"plan", "plan JSON from `lazytrain plan` to train out of core with (empty: in memory)", &c.plan},
+      {"backend", "streaming backend: cpu, or emu (separate compute tier with copy threads)", &c.backend},
+      {"offload_dir", "directory for the plan's NVMe tier (empty: the system temp directory)", &c.offload_dir},
       {"output_dir", "where checkpoints, metrics and the summary go", &c.output_dir},
       {"log_every", "progress/metrics interval in steps", &c.log_every},
       {"eval_every", "evaluation interval in steps (0: at the end)", &c.eval_every},
@@ -140,6 +143,11 @@ void validate(const TrainConfig& c) {
   if (c.precision != "bf16" && c.precision != "f32")
     throw Error("unknown precision '" + c.precision + "'", "train config (precision)", "use bf16 or f32");
   if (!(c.lr > 0)) throw Error("lr must be positive", "train config (lr)", "");
+  if (!c.plan.empty() && c.precision != "f32")
+    throw Error("the streaming executor computes in fp32", "train config (plan, precision)",
+                "pass --precision f32 with --plan");
+  if (c.backend != "cpu" && c.backend != "emu")
+    throw Error("unknown backend '" + c.backend + "'", "train config (backend)", "use cpu or emu");
   if (c.eval_problems < 0 || c.log_every < 0 || c.eval_every < 0 || c.save_every < 0)
     throw Error("intervals and counts must not be negative", "train config", "");
 }

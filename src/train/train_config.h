@@ -41,6 +41,12 @@ struct TrainConfig {
   std::string precision = "bf16";  // matmul inputs: bf16 (fp32 accumulation) or f32
   uint64_t seed = 1;
 
+  // Streaming (out-of-core) training: a plan from `lazytrain plan` for this model, batch
+  // and seq_len, run by the streaming executor on `backend` (cpu, or emu to exercise the
+  // GPU path's copies); the plan's NVMe parts (activations, paged optimizer states) live
+  // in offload_dir (empty: the system temporary directory). Empty plan: in memory.
+  std::string plan, backend = "cpu", offload_dir;
+
   // Output.
   std::string output_dir = "runs/default";
   int64_t log_every = 10, eval_every = 0, save_every = 0;  // 0: at the end only

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "core/error.h"
 #include "core/measure.h"
@@ -14,11 +16,14 @@
 #include "data/synthetic_arith.h"
 #include "data/tokenizer.h"
 #include "exec/model_step.h"
+#include "exec/streaming_executor.h"
 #include "io/atomic_file.h"
 #include "model/checkpoint.h"
+#include "plan/plan_json.h"
 #include "train/checkpoints.h"
 #include "train/evaluate.h"
 #include "train/progress.h"
+#include "train/streamed_training.h"
 #include "train/updater.h"
 
 namespace fs = std::filesystem;
@@ -145,9 +150,22 @@ TrainSummary run_training(const TrainConfig& cfg) {
     load_parameters(params, weights_dir);
   ModelParameters grads(mc);
   const Precision precision = cfg.precision == "bf16" ? Precision::BF16 : Precision::F32;
-  ModelStep step_engine(mc, cfg.batch, cfg.seq_len, precision);
-  step_engine.refresh_compute_copy(params);
-  Updater updater(cfg, params);
+  // Out of core: the streaming executor under the user's plan; otherwise the whole model
+  // in memory.
+  std::optional<Plan> plan;
+  if (!cfg.plan.empty()) {
+    plan = load_plan(cfg.plan);
+    check_plan_fits(*plan, mc, cfg, cfg.plan);
+  }
+  Updater updater(cfg, params, plan ? plan->nvme_state_layers : std::vector<int>{});
+  std::unique_ptr<ModelStep> step_engine;
+  std::unique_ptr<StreamedTraining> streamed;
+  if (plan) {
+    streamed = std::make_unique<StreamedTraining>(cfg, *plan, params, grads, updater);
+  } else {
+    step_engine = std::make_unique<ModelStep>(mc, cfg.batch, cfg.seq_len, precision);
+    step_engine->refresh_compute_copy(params);
+  }
 
   data::LoaderOptions lo;
   lo.seq_len = cfg.seq_len;
@@ -166,25 +184,49 @@ TrainSummary run_training(const TrainConfig& cfg) {
     } catch (const nlohmann::json::exception& e) {
       throw Error("malformed trainer state: " + std::string(e.what()), state_path, "use another checkpoint");
     }
-    updater.load(*resume_from);
+    if (streamed) streamed->load_optimizer(*resume_from);
+    else updater.load(*resume_from);
   }
 
   const int64_t n_params = params.numel();
-  const int64_t compute_bytes = step_engine.activation_bytes() + (precision == Precision::BF16 ? 2 * n_params : 0);
-  const int64_t host_bytes = 8 * n_params + static_cast<int64_t>(updater.state_bytes());
+  const int64_t compute_bytes =
+      streamed ? static_cast<int64_t>(streamed->compute_bytes())
+               : step_engine->activation_bytes() + (precision == Precision::BF16 ? 2 * n_params : 0);
+  const int64_t host_bytes = 8 * n_params + static_cast<int64_t>(updater.resident_state_bytes()) +
+                             (streamed ? static_cast<int64_t>(streamed->host_activation_bytes()) : 0);
+  const int64_t nvme_bytes = streamed ? static_cast<int64_t>(streamed->nvme_bytes()) : 0;
   std::printf("lazytrain train: %s model, %lld layers, hidden %lld, %.2fM parameters, vocab %lld; %d threads\n",
               weights_dir.empty() ? "from-scratch llama" : weights_dir.c_str(), static_cast<long long>(mc.num_layers),
               static_cast<long long>(mc.hidden_size), n_params / 1e6, static_cast<long long>(mc.vocab_size), num_threads());
   std::printf("data: %zu training documents (%zu tokens, %zu trained), %zu evaluation problems\n", data.train->size(),
               data.train->stats().tokens, data.train->stats().trained_tokens, data.eval.size());
-  std::printf("plan: cpu backend, whole model in memory, every layer keeps its internals (keep-all); "
-              "batch %lld x seq %lld x accumulation %lld; %s matmuls\n",
-              static_cast<long long>(cfg.batch), static_cast<long long>(cfg.seq_len),
-              static_cast<long long>(cfg.grad_accum), cfg.precision.c_str());
-  std::printf("memory: compute %s (activations %s%s), host %s (fp32 weights and gradients %s, %s optimizer states %s), nvme 0\n",
-              format_bytes(compute_bytes).c_str(), format_bytes(step_engine.activation_bytes()).c_str(),
-              precision == Precision::BF16 ? ", bf16 weight copy" : "", format_bytes(host_bytes).c_str(),
-              format_bytes(8 * n_params).c_str(), cfg.optimizer.c_str(), format_bytes(updater.state_bytes()).c_str());
+  if (streamed) {
+    const Plan& p = streamed->plan();
+    const Plan::TierCounts tc = p.tier_counts();
+    std::printf("plan: %s (%s policy), %s backend, streaming; boundaries gpu %.1f cpu %.1f nvme %.1f recomputed %.0f; "
+                "optimizer states of %zu layers on NVMe; lazy optimizer; batch %lld x seq %lld x accumulation %lld; "
+                "f32 matmuls\n",
+                cfg.plan.c_str(), p.policy.c_str(), cfg.backend.c_str(), tc.gpu, tc.cpu, tc.nvme, tc.recompute,
+                p.nvme_state_layers.size(), static_cast<long long>(cfg.batch), static_cast<long long>(cfg.seq_len),
+                static_cast<long long>(cfg.grad_accum));
+    std::printf("memory: compute tier %s (fp32, the plan's peak %s), host %s (fp32 weights and gradients %s, %s optimizer states %s "
+                "held, offloaded activations %s), nvme %s\n",
+                format_bytes(compute_bytes).c_str(), format_bytes(static_cast<int64_t>(p.predicted_peak.gpu)).c_str(),
+                format_bytes(host_bytes).c_str(), format_bytes(8 * n_params).c_str(), cfg.optimizer.c_str(),
+                format_bytes(static_cast<int64_t>(updater.resident_state_bytes())).c_str(),
+                format_bytes(static_cast<int64_t>(streamed->host_activation_bytes())).c_str(),
+                format_bytes(nvme_bytes).c_str());
+  } else {
+    std::printf("plan: cpu backend, whole model in memory, every layer keeps its internals (keep-all); "
+                "batch %lld x seq %lld x accumulation %lld; %s matmuls\n",
+                static_cast<long long>(cfg.batch), static_cast<long long>(cfg.seq_len),
+                static_cast<long long>(cfg.grad_accum), cfg.precision.c_str());
+    std::printf(
+        "memory: compute %s (activations %s%s), host %s (fp32 weights and gradients %s, %s optimizer states %s), nvme 0\n",
+        format_bytes(compute_bytes).c_str(), format_bytes(step_engine->activation_bytes()).c_str(),
+        precision == Precision::BF16 ? ", bf16 weight copy" : "", format_bytes(host_bytes).c_str(),
+        format_bytes(8 * n_params).c_str(), cfg.optimizer.c_str(), format_bytes(updater.state_bytes()).c_str());
+  }
   if (resume_from) std::printf("resumed from %s at step %lld\n", resume_from->c_str(), static_cast<long long>(start_step));
   std::fflush(stdout);
 
@@ -198,6 +240,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
 
   auto evaluate = [&](int64_t step) {
     if (data.eval.empty()) return;
+    if (streamed) streamed->flush();  // evaluate the updated weights
     const auto t0 = Clock::now();
     const EvalResult e = evaluate_exact_match(params, *data.tokenizer, data.eval, precision, cfg.max_new_tokens);
     summary.eval_exact_match = e.exact_match;
@@ -208,10 +251,12 @@ TrainSummary run_training(const TrainConfig& cfg) {
     progress.metrics({{"step", step}, {"eval_exact_match", e.exact_match}, {"eval_examples", e.examples}});
   };
   auto save = [&](int64_t step) {
+    if (streamed) streamed->flush();  // a checkpoint holds no pending update
     last_checkpoint = save_checkpoint(cfg.output_dir, step, cfg.keep_checkpoints, [&](const std::string& dir) {
       save_pretrained(params, dir);
       write_file_atomic(dir + "/tokenizer.json", data.tokenizer_json);
-      updater.save(dir);
+      if (streamed) streamed->save_optimizer(dir);
+      else updater.save(dir);
       // Fault injection for the crash test: die with the checkpoint half written.
       if (const char* k = std::getenv("LT_TEST_KILL_DURING_SAVE"); k && std::atoll(k) == step) std::raise(SIGKILL);
       const nlohmann::json st = {{"step", step},
@@ -229,16 +274,24 @@ TrainSummary run_training(const TrainConfig& cfg) {
     loader.next_batch(cfg.grad_accum * rows, ids.data(), labels.data(), positions.data());
     int64_t predicted = 0;
     for (int64_t a = 0; a < cfg.grad_accum; ++a) predicted += count_predicted_tokens(labels.data() + a * rows * seq, rows, seq);
-    grads.zero();
-    double loss_sum = 0;
-    for (int64_t a = 0; a < cfg.grad_accum && predicted > 0; ++a) {
-      const StepResult r = step_engine.forward_backward(params, grads, ids.data() + a * rows * seq,
-                                                        labels.data() + a * rows * seq, {}, 1.0f / predicted);
-      loss_sum += r.loss * r.predicted_tokens;
+    UpdateResult u;
+    if (streamed) {
+      const StreamedTraining::Outcome o = streamed->step(ids.data(), labels.data(), predicted, step);
+      loss = o.loss;
+      u = o.update;
+    } else {
+      grads.zero();
+      double loss_sum = 0;
+      for (int64_t a = 0; a < cfg.grad_accum && predicted > 0; ++a) {
+        const StepResult r = step_engine->forward_backward(params, grads, ids.data() + a * rows * seq,
+                                                           labels.data() + a * rows * seq, {}, 1.0f / predicted);
+        loss_sum += r.loss * r.predicted_tokens;
+      }
+      loss = predicted > 0 ? loss_sum / predicted : 0.0;
+      // The streaming executor's summation order, so both paths clip alike to the bit.
+      const double sq = ordered_grad_sq_sum(grads);
+      u = updater.apply(params, grads, sq, step_engine->compute_copy(params), step);
     }
-    loss = predicted > 0 ? loss_sum / predicted : 0.0;
-    const double sq = sum_of_squares(grads.data(), grads.numel());
-    const UpdateResult u = updater.apply(params, grads, sq, step_engine.compute_copy(params), step);
     if (!u.applied)
       progress.message("step " + std::to_string(step) + ": non-finite gradients, step skipped (" +
                        std::to_string(updater.non_finite_in_a_row()) + " in a row)");
@@ -247,7 +300,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
 
     const double tps = static_cast<double>(ids.size()) * (step - start_step) / std::max(train_seconds, 1e-9);
     ProgressLine pl{step, cfg.steps, loss, u.lr, u.grad_norm, tps,
-                    train_seconds / (step - start_step) * (cfg.steps - step), compute_bytes, host_bytes, 0};
+                    train_seconds / (step - start_step) * (cfg.steps - step), compute_bytes, host_bytes, nvme_bytes};
     progress.step(pl, cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps));
     if (cfg.eval_every > 0 && step % cfg.eval_every == 0 && step != cfg.steps) evaluate(step);
     if (cfg.save_every > 0 && step % cfg.save_every == 0 && step != cfg.steps) save(step);
@@ -265,6 +318,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
   summary.final_loss = loss;
   summary.peak_compute_bytes = compute_bytes;
   summary.peak_host_bytes = host_bytes;
+  summary.peak_nvme_bytes = nvme_bytes;
   summary.peak_rss_bytes = peak_rss_bytes();
   summary.checkpoint_dir = last_checkpoint;
   std::printf("done: %lld steps in %s (%s training), final loss %.4f, %.0f tokens/s%s\n",

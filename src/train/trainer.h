@@ -1,8 +1,9 @@
 // `lazytrain train`: data, model, optimizer, the step loop, evaluation and checkpoints.
 //
-// Until the streaming executor lands, a step runs the whole model in memory
-// (exec/model_step.h); the optimizer is the hybrid 8-bit AdamW (or fp32 AdamW, or SGD)
-// with global-norm clipping and the non-finite guard (train/updater.h).
+// A step runs the whole model in memory (exec/model_step.h), or, given a plan, through
+// the streaming executor out of core with the lazy optimizer (train/streamed_training.h);
+// the optimizer is the hybrid 8-bit AdamW (or fp32 AdamW, or SGD) with global-norm
+// clipping and the non-finite guard (train/updater.h).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "train/updater.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <vector>
@@ -35,7 +36,8 @@ double sum_of_squares(const float* x, int64_t n) {
   return total;
 }
 
-Updater::Updater(const TrainConfig& cfg, const ModelParameters& params) : cfg_(cfg) {
+Updater::Updater(const TrainConfig& cfg, const ModelParameters& params, const std::vector<int>& paged_layers)
+    : cfg_(cfg) {
   schedule_.peak = cfg.lr;
   schedule_.min_ratio = cfg.min_lr_ratio;
   schedule_.warmup_steps = cfg.warmup_steps;
@@ -49,16 +51,67 @@ Updater::Updater(const TrainConfig& cfg, const ModelParameters& params) : cfg_(c
   ac.hyper.weight_decay = static_cast<float>(cfg.weight_decay);
   ac.eight_bit = cfg.optimizer == "adamw8";
   adamw_ = std::make_unique<AdamW>(ac);
+  auto& p = const_cast<ModelParameters&>(params);
   for (const WeightSpec& s : params.specs()) {
     AdamWTensorOptions o;
     if (is_norm_or_bias(s.hf_name)) o.weight_decay = 0.0f;
+    const int64_t offset = p.tensor(s.hf_name) - p.data();
+    int layer = -1;
+    for (int j = 0; j < params.config().num_layers && layer < 0; ++j)
+      if (offset >= p.block_base(j) - p.data() && offset < p.block_base(j) - p.data() + block_numel(params.config()))
+        layer = j;
+    o.paged = layer >= 0 && std::find(paged_layers.begin(), paged_layers.end(), layer) != paged_layers.end();
     adamw_->add_tensor(s.hf_name, s.numel(), o);
     names_.push_back(s.hf_name);
+    offsets_.push_back(offset);
+    numels_.push_back(s.numel());
+    layer_of_.push_back(layer);
   }
+}
+
+std::vector<int> Updater::tensors_in(int64_t offset, int64_t numel) const {
+  std::vector<int> ids;
+  for (int id = 0; id < static_cast<int>(offsets_.size()); ++id)
+    if (offsets_[id] >= offset && offsets_[id] < offset + numel) {
+      LT_ASSERT(offsets_[id] + numels_[id] <= offset + numel, "update range splits tensor " + names_[id]);
+      ids.push_back(id);
+    }
+  return ids;
+}
+
+std::vector<int> Updater::layer_tensors(int layer) const {
+  std::vector<int> ids;
+  for (int id = 0; id < static_cast<int>(layer_of_.size()); ++id)
+    if (layer_of_[id] == layer) ids.push_back(id);
+  return ids;
+}
+
+size_t Updater::layer_state_bytes() const {
+  if (!adamw_ || layer_of_.empty()) return 0;
+  size_t b = 0;
+  for (int id : layer_tensors(0)) b += adamw_->state_bytes(id);
+  return b;
+}
+
+void Updater::attach_layer_state(int layer, std::byte* storage) {
+  for (int id : layer_tensors(layer)) {
+    adamw_->attach_state(id, storage);
+    storage += adamw_->state_bytes(id);
+  }
+}
+
+void Updater::detach_layer_state(int layer) {
+  for (int id : layer_tensors(layer)) adamw_->detach_state(id);
 }
 
 UpdateResult Updater::apply(ModelParameters& params, const ModelParameters& grads, double grad_sq_sum,
                             bf16* compute_copy, int64_t step) {
+  const UpdateResult r = decide(grad_sq_sum, step);
+  update_range(params, grads, 0, params.numel(), r, compute_copy);
+  return r;
+}
+
+UpdateResult Updater::decide(double grad_sq_sum, int64_t step) {
   UpdateResult r;
   const ClipDecision d = clip_decision(grad_sq_sum, cfg_.max_grad_norm);
   r.grad_norm = d.global_norm;
@@ -74,24 +127,36 @@ UpdateResult Updater::apply(ModelParameters& params, const ModelParameters& grad
   non_finite_in_a_row_ = 0;
   r.clip_factor = d.clip_factor;
   r.applied = true;
-  ++optimizer_steps_;
-  if (!adamw_) {  // plain SGD
-    const float scale = static_cast<float>(r.lr) * d.clip_factor;
-    float* p = params.data();
-    const float* g = grads.data();
-    const int64_t n = params.numel();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) p[i] -= scale * g[i];
-    if (compute_copy) convert_f32_to_bf16(compute_copy, p, n);
-    return r;
-  }
-  for (int id = 0; id < adamw_->num_tensors(); ++id) {
-    float* p = params.tensor(names_[id]);
-    const float* g = grads.tensor(names_[id]);
-    bf16* out = compute_copy ? compute_copy + (p - params.data()) : nullptr;
-    adamw_->step_tensor(id, p, g, out, static_cast<float>(r.lr), d.clip_factor, optimizer_steps_);
-  }
+  r.optimizer_step = ++optimizer_steps_;
   return r;
+}
+
+void Updater::update_range(ModelParameters& params, const ModelParameters& grads, int64_t offset, int64_t numel,
+                           const UpdateResult& d, bf16* compute_copy, std::span<std::byte> paged_state) {
+  if (!d.applied) return;
+  if (!adamw_) {  // plain SGD
+    const float scale = static_cast<float>(d.lr) * d.clip_factor;
+    float* p = params.data() + offset;
+    const float* g = grads.data() + offset;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < numel; ++i) p[i] -= scale * g[i];
+    if (compute_copy) convert_f32_to_bf16(compute_copy + offset, p, numel);
+    return;
+  }
+  std::byte* state = paged_state.data();
+  for (int id : tensors_in(offset, numel)) {
+    if (adamw_->is_paged(id)) {
+      LT_ASSERT(state && state + adamw_->state_bytes(id) <= paged_state.data() + paged_state.size(),
+                "paged tensor " + names_[id] + " updated without its state");
+      adamw_->attach_state(id, state);
+      state += adamw_->state_bytes(id);
+    }
+    float* p = params.data() + offsets_[id];
+    const float* g = grads.data() + offsets_[id];
+    bf16* out = compute_copy ? compute_copy + offsets_[id] : nullptr;
+    adamw_->step_tensor(id, p, g, out, static_cast<float>(d.lr), d.clip_factor, d.optimizer_step);
+    if (adamw_->is_paged(id)) adamw_->detach_state(id);
+  }
 }
 
 void Updater::save(const std::string& dir) const {

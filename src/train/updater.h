@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "model/parameters.h"
 #include "optim/adamw.h"
@@ -25,21 +27,40 @@ struct UpdateResult {
   double grad_norm = 0;     // before clipping
   double lr = 0;
   float clip_factor = 1.0f;
+  int64_t optimizer_step = 0;  // AdamW's 1-based step count for this update
 };
 
 class Updater {
  public:
-  Updater(const TrainConfig& cfg, const ModelParameters& params);
+  // paged_layers: decoder layers whose optimizer states the caller keeps (the streaming
+  // executor pages them from NVMe); their tensors are AdamW paged tensors.
+  Updater(const TrainConfig& cfg, const ModelParameters& params, const std::vector<int>& paged_layers = {});
 
   // grad_sq_sum: the sum of squares of all gradients (float64). compute_copy: the bf16
   // mirror of the parameter block to refresh (null for fp32 compute). step is 1-based.
+  // The same as decide() then update_range() over the whole block.
   UpdateResult apply(ModelParameters& params, const ModelParameters& grads, double grad_sq_sum,
                      bf16* compute_copy, int64_t step);
+
+  // The lazy optimizer's two halves. decide(): the clip factor, learning rate and
+  // non-finite verdict of a step (counted, and the abort after three, as apply() does).
+  // update_range(): the update that decision makes to the tensors whose parameters lie in
+  // [offset, offset + numel) of the block (whole tensors; nothing when !d.applied), in any
+  // order and in pieces, bitwise as apply() would. paged_state: the bytes of those
+  // tensors' states, in tensor order (layer_state_bytes() of them), when they are paged.
+  UpdateResult decide(double grad_sq_sum, int64_t step);
+  void update_range(ModelParameters& params, const ModelParameters& grads, int64_t offset, int64_t numel,
+                    const UpdateResult& d, bf16* compute_copy, std::span<std::byte> paged_state = {});
+  // One paged layer's state bytes (0 without AdamW); attach/detach them for save and load.
+  size_t layer_state_bytes() const;
+  void attach_layer_state(int layer, std::byte* storage);
+  void detach_layer_state(int layer);
 
   int64_t optimizer_steps() const { return optimizer_steps_; }
   int non_finite_in_a_row() const { return non_finite_in_a_row_; }
   int64_t non_finite_total() const { return non_finite_total_; }
   size_t state_bytes() const { return adamw_ ? adamw_->state_bytes() : 0; }
+  size_t resident_state_bytes() const { return adamw_ ? adamw_->resident_state_bytes() : 0; }
 
   // Optimizer state and counters, bit-exact (optimizer.bin + the counters in JSON).
   void save(const std::string& dir) const;
@@ -48,8 +69,13 @@ class Updater {
  private:
   TrainConfig cfg_;
   LrSchedule schedule_;
+  std::vector<int> tensors_in(int64_t offset, int64_t numel) const;  // AdamW ids, ascending
+  std::vector<int> layer_tensors(int layer) const;
+
   std::unique_ptr<AdamW> adamw_;  // null for sgd
   std::vector<std::string> names_;
+  std::vector<int64_t> offsets_, numels_;  // per tensor id: where its parameters lie in the block
+  std::vector<int> layer_of_;              // per tensor id: its decoder layer, -1 for others
   int64_t optimizer_steps_ = 0;
   int non_finite_in_a_row_ = 0;
   int64_t non_finite_total_ = 0;

@@ -1,0 +1,141 @@
+#include "train/streamed_training.h"
+
+#include <filesystem>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/config.h"
+
+namespace lt {
+
+void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConfig& cfg, const std::string& where) {
+  const std::string make = "make one with `lazytrain plan --model <this model> --batch " + std::to_string(cfg.batch) +
+                           " --seq " + std::to_string(cfg.seq_len) + " --out plan.json`";
+  if (!plan.feasible) throw Error("the plan is infeasible: " + plan.infeasible_reason, where, make);
+  if (model_config_to_json(plan.model) != model_config_to_json(model))
+    throw Error("the plan is for another model (" + plan.model_name + ": " + std::to_string(plan.model.num_layers) +
+                    " layers, hidden " + std::to_string(plan.model.hidden_size) + ", vocabulary " +
+                    std::to_string(plan.model.vocab_size) + ")",
+                where, make);
+  if (plan.batch != cfg.batch || plan.seq != cfg.seq_len)
+    throw Error("the plan is for batch " + std::to_string(plan.batch) + " x seq " + std::to_string(plan.seq) +
+                    ", this run uses " + std::to_string(cfg.batch) + " x " + std::to_string(cfg.seq_len),
+                where, make + ", or train with the plan's --batch and --seq-len");
+}
+
+StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, ModelParameters& params,
+                                   ModelParameters& grads, Updater& updater)
+    : cfg_(cfg), params_(params), grads_(grads), updater_(updater), backend_(make_backend(cfg.backend)) {
+  StreamingOptions so;
+  so.offload_dir = cfg.offload_dir.empty() ? std::filesystem::temp_directory_path()
+                                            : std::filesystem::path(cfg.offload_dir);
+  so.layer_state_bytes = plan.nvme_state_layers.empty() ? 0 : updater.layer_state_bytes();
+  if (!plan.nvme_state_layers.empty() && so.layer_state_bytes == 0)
+    throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
+                "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
+  executor_ = std::make_unique<StreamingExecutor>(plan, *backend_, so);
+}
+
+void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte> paged) {
+  for (auto [offset, n] : target_ranges(params_, t))
+    updater_.update_range(params_, grads_, offset, n, pending_, nullptr, paged);
+}
+
+StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted,
+                                                 int64_t step) {
+  Outcome out;
+  if (predicted == 0) {  // nothing carries a loss: the in-memory trainer's zero-gradient step
+    flush();
+    grads_.zero();
+    out.update = updater_.decide(0.0, step);
+    pending_ = out.update;
+    has_pending_ = true;
+    return out;
+  }
+  const LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> paged) { update_target(t, paged); };
+  const int64_t micro = cfg_.batch * cfg_.seq_len;
+  double loss_sum = 0, sq = 0;
+  for (int64_t a = 0; a < cfg_.grad_accum; ++a) {
+    StepOptions o;
+    o.update = a == 0 && has_pending_ ? &hook : nullptr;
+    o.zero_grads = a == 0;  // later micro-batches add to the first's gradients
+    o.grad_scale = 1.0f / static_cast<float>(predicted);
+    const StreamingStepResult r = executor_->step(params_, grads_, ids + a * micro, labels + a * micro, o);
+    loss_sum += r.loss * static_cast<double>(r.predicted_tokens);
+    sq = r.grad_sq_sum;  // summed over the accumulated gradients as they arrive
+  }
+  has_pending_ = false;
+  out.loss = loss_sum / static_cast<double>(predicted);
+  out.update = updater_.decide(sq, step);
+  pending_ = out.update;
+  has_pending_ = true;
+  return out;
+}
+
+void StreamedTraining::flush() {
+  if (!has_pending_) return;
+  const int L = static_cast<int>(params_.config().num_layers);
+  update_target({UpdateTarget::Kind::Embed, -1}, {});
+  for (int j = 0; j < L; ++j) {
+    const UpdateTarget t{UpdateTarget::Kind::Layer, j};
+    if (!executor_->state_paged(j)) {
+      update_target(t, {});
+      continue;
+    }
+    AlignedBuffer<std::byte> state(updater_.layer_state_bytes());
+    executor_->read_paged_state(j, {state.data(), state.size()});
+    update_target(t, {state.data(), state.size()});
+    executor_->write_paged_state(j, {state.data(), state.size()});
+  }
+  update_target({UpdateTarget::Kind::Head, -1}, {});
+  has_pending_ = false;
+}
+
+namespace {
+
+// Every paged layer's optimizer state read from its NVMe slot into host memory and
+// attached to the updater, for one save or load; detached again however the call ends.
+class StagedStates {
+ public:
+  StagedStates(StreamingExecutor& ex, Updater& updater) : ex_(ex), updater_(updater) {
+    for (int j : ex.plan().nvme_state_layers) {
+      bytes_.emplace_back(updater.layer_state_bytes());
+      ex.read_paged_state(j, {bytes_.back().data(), bytes_.back().size()});
+      updater.attach_layer_state(j, bytes_.back().data());
+      attached_.push_back(j);
+    }
+  }
+  ~StagedStates() {
+    for (int j : attached_) updater_.detach_layer_state(j);
+  }
+  StagedStates(const StagedStates&) = delete;
+  StagedStates& operator=(const StagedStates&) = delete;
+  void write_back() {
+    for (size_t k = 0; k < attached_.size(); ++k)
+      ex_.write_paged_state(attached_[k], {bytes_[k].data(), bytes_[k].size()});
+  }
+
+ private:
+  StreamingExecutor& ex_;
+  Updater& updater_;
+  std::vector<AlignedBuffer<std::byte>> bytes_;
+  std::vector<int> attached_;
+};
+
+}  // namespace
+
+void StreamedTraining::save_optimizer(const std::string& dir) {
+  StagedStates staged(*executor_, updater_);
+  updater_.save(dir);
+}
+
+void StreamedTraining::load_optimizer(const std::string& dir) {
+  StagedStates staged(*executor_, updater_);
+  updater_.load(dir);  // throws before it changes a state if the files are bad
+  staged.write_back();
+  has_pending_ = false;
+}
+
+}  // namespace lt

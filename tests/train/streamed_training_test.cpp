@@ -1,0 +1,129 @@
+// `lazytrain train --plan`: the trainer through the streaming executor, out of core, with
+// the lazy optimizer and the top layers' optimizer states paged from NVMe, gives bitwise
+// the in-memory trainer's run (fp32): losses, final weights and optimizer state, on the
+// cpu and emu backends, straight through and resumed from a checkpoint.
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/checkpoint.h"
+#include "plan/plan_json.h"
+#include "plan/planner.h"
+#include "train/trainer.h"
+#include "../exec/streaming_test_util.h"
+#include "test_util.h"
+#include "train_test_util.h"
+
+namespace lt {
+namespace {
+
+// The trainer tests' tiny run, six layers deep (layers 2..5 can page their optimizer
+// states), with accumulation, in fp32 (what the streaming executor computes in).
+TrainConfig tiny_config(const std::string& out) {
+  TrainConfig c = test::tiny_config(out);
+  c.scratch_layers = 6;
+  c.seq_len = 32;
+  c.grad_accum = 2;
+  c.steps = 8;
+  c.warmup_steps = 2;
+  c.synthetic_train_problems = 200;
+  c.precision = "f32";
+  return c;
+}
+
+// A MILP plan for the model in `checkpoint` under a compute cap and a host that is short
+// of the whole host state: offloads boundaries and pages the top layers' states.
+Plan out_of_core_plan(const std::string& checkpoint, const TrainConfig& c) {
+  PlanRequest req;
+  req.model_name = "streamed-training-test";
+  req.model = load_model_config(checkpoint);
+  req.hardware = test::streaming_cpu_profile();
+  req.hardware.act_bytes = 4;
+  req.batch = c.batch;
+  req.seq = c.seq_len;
+  const CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
+  req.hardware.host_memory_bytes = (cm.host_state_bytes - 1.5 * cm.layer_state_bytes) / 0.9;
+  req.cpu_act_budget_bytes = 0.5 * cm.boundary_bytes;
+  const Plan keep = make_plan(req, "keep-all");
+  for (double f = 0.5; f <= 1.0; f += 0.05) {
+    req.gpu_cap_bytes = keep.predicted_peak.gpu * f;
+    Plan p = make_plan(req, "milp");
+    if (p.feasible) return p;
+  }
+  return Plan{};
+}
+
+class StreamedTraining : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    reference_ = run_training(tiny_config(ref_dir_.str()));
+    const Plan p = out_of_core_plan(reference_.checkpoint_dir, tiny_config(""));
+    ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+    const Plan::TierCounts tc = p.tier_counts();
+    ASSERT_GT(tc.cpu + tc.nvme + tc.recompute, 0.0) << "the plan keeps every boundary on the compute tier";
+    ASSERT_FALSE(p.nvme_state_layers.empty()) << "the plan pages no optimizer state";
+    plan_path_ = plan_dir_.str() + "/plan.json";
+    save_plan(p, plan_path_);
+  }
+  TrainConfig streamed(const std::string& out, const std::string& backend) const {
+    TrainConfig c = tiny_config(out);
+    c.plan = plan_path_;
+    c.backend = backend;
+    c.offload_dir = plan_dir_.str();
+    return c;
+  }
+  void expect_same_as_reference(const TrainSummary& s, const std::string& what) const {
+    EXPECT_EQ(std::memcmp(&s.final_loss, &reference_.final_loss, sizeof(double)), 0)
+        << what << ": loss " << s.final_loss << " vs " << reference_.final_loss;
+    const std::vector<float> a = test::final_weights(s.checkpoint_dir), b = test::final_weights(reference_.checkpoint_dir);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << ": final weights differ";
+    EXPECT_EQ(test::read_file(s.checkpoint_dir + "/optimizer.bin"), test::read_file(reference_.checkpoint_dir + "/optimizer.bin"))
+        << what << ": optimizer state differs";
+  }
+  test::TempDir ref_dir_{"streamed-ref"}, plan_dir_{"streamed-plan"};
+  TrainSummary reference_;
+  std::string plan_path_;
+};
+
+TEST_F(StreamedTraining, MatchesTheInMemoryTrainerBitwise) {
+  for (const char* backend : {"cpu", "emu"}) {
+    test::TempDir out(std::string("streamed-") + backend);
+    const TrainSummary s = run_training(streamed(out.str(), backend));
+    expect_same_as_reference(s, backend);
+    EXPECT_GT(s.peak_nvme_bytes, 0) << backend;
+  }
+}
+
+TEST_F(StreamedTraining, ResumesBitwise) {
+  test::TempDir out("streamed-resume");
+  TrainConfig first = streamed(out.str(), "cpu");
+  first.save_every = 4;  // a checkpoint mid-run, with paged states saved from NVMe
+  run_training(first);
+  std::filesystem::remove_all(out.path() / "checkpoint-000008");
+  TrainConfig second = first;
+  second.resume = true;
+  expect_same_as_reference(run_training(second), "resumed");
+}
+
+TEST_F(StreamedTraining, PlanForAnotherShapeIsAClearError) {
+  test::TempDir out("streamed-mismatch");
+  TrainConfig c = streamed(out.str(), "cpu");
+  c.batch = 4;
+  try {
+    run_training(c);
+    FAIL() << "expected an lt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch 2 x seq 32"), std::string::npos) << e.what();
+  }
+  c = streamed(out.str(), "cpu");
+  c.precision = "bf16";
+  EXPECT_THROW(run_training(c), Error);
+}
+
+}  // namespace
+}  // namespace lt
