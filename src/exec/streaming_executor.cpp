@@ -99,7 +99,10 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   ctx_.shape = block_shape(config_, batch_, seq_);
   ctx_.rope_cos = rope_cos_.data();
   ctx_.rope_sin = rope_sin_.data();
-  ctx_.precision = Precision::F32;
+  ctx_.precision = options.precision;
+  if (options.precision == Precision::BF16 && !backend_.host_is_compute())
+    throw Error("bf16 compute on the " + std::string(backend_.name()) + " backend", "streaming executor",
+                "use --precision f32, or the cpu backend");
 
   // Compute tier: lay out every planned allocation, then hold exactly that many bytes.
   layout_ = lay_out_arena(sched_.arena);
@@ -283,6 +286,21 @@ void StreamingExecutor::run_update(size_t t, ModelParameters& params, ModelParam
   (void)params;
 }
 
+BlockTensorsBf16 StreamingExecutor::weights_bf16(ModelParameters& params, int j, const StepOptions& o) const {
+  BlockTensorsBf16 b;
+  if (ctx_.precision != Precision::BF16) return b;
+  const BlockTensors w = params.block(j);
+  auto of = [&](const float* f) { return o.compute_copy + (f - params.data()); };
+  b.wq = of(w.wq);
+  b.wk = of(w.wk);
+  b.wv = of(w.wv);
+  b.wo = of(w.wo);
+  b.wg = of(w.wg);
+  b.wu = of(w.wu);
+  b.wd = of(w.wd);
+  return b;
+}
+
 BlockTensors StreamingExecutor::weights(ModelParameters& params, int j, const char* slot) {
   if (backend_.host_is_compute()) return params.block(j);
   return bind_block_tensors(config_, buf(slot + std::to_string(j)));
@@ -404,7 +422,9 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   float* d_out = nullptr;
   float* d_in = nullptr;
   double sq = 0;
-  const BlockTensorsBf16 no_bf16;  // fp32 compute: kernels read the fp32 weights
+  if (ctx_.precision == Precision::BF16 && options.compute_copy == nullptr)
+    throw Error("a bf16 step without the bf16 compute copy", "streaming executor",
+                "pass StepOptions::compute_copy (and keep it current in the update hook)");
 
   for (int w = 0; w < static_cast<int>(plan_.windows.size()); ++w) {
     const Window& win = plan_.windows[w];
@@ -449,7 +469,8 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         const std::string in = std::to_string(j), out = std::to_string(j + 1);
         float* saved = sched_.keep_internals[j] ? buf("int." + in) : buf("int.scratch");
         BlockSaved sv = bind_block_saved(c, batch_, seq_, saved);
-        block_forward(buf("x." + out), sv, buf("x." + in), weights(params, j, "w."), no_bf16, ctx_);
+        block_forward(buf("x." + out), sv, buf("x." + in), weights(params, j, "w."), weights_bf16(params, j, options),
+                      ctx_);
         if (j + 1 < L) store_boundary(j + 1);
         break;
       }
@@ -469,8 +490,10 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
           std::memset(head_g, 0, V * C * sizeof(float));
         }
         rmsnorm_forward(norm_out, rstd, x, norm_w, T, C, eps);
-        const double loss_sum = head_cross_entropy(d_hidden, head_g, norm_out, head_w, nullptr, targets.data(), T, C,
-                                                   V, grad_scale, Precision::F32);
+        const bf16* head_bf16 = ctx_.precision == Precision::BF16 ? options.compute_copy + (params.lm_head() - params.data())
+                                                                  : nullptr;  // bf16: the cpu backend's host view
+        const double loss_sum = head_cross_entropy(d_hidden, head_g, norm_out, head_w, head_bf16, targets.data(), T,
+                                                   C, V, grad_scale, ctx_.precision);
         result.loss = predicted > 0 ? loss_sum / static_cast<double>(predicted) : 0.0;
         d_out = buf("dx.0");
         d_in = buf("dx.1");
@@ -492,7 +515,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         // internals); its output is a stored boundary, so it goes to the spare gradient.
         const bool stored = j + 1 == L || sched_.boundaries[j + 1].stored;
         float* out = stored ? d_in : buf("rc." + std::to_string(j + 1));
-        block_forward(out, sv, boundary_input(j), weights(params, j, "wr."), no_bf16, ctx_);
+        block_forward(out, sv, boundary_input(j), weights(params, j, "wr."), weights_bf16(params, j, options), ctx_);
         break;
       }
       case WindowKind::Backward: {
@@ -505,13 +528,13 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         } else {
           // Rerun the block; its output is not needed, so it goes to the spare gradient.
           sv = bind_block_saved(c, batch_, seq_, buf("int.scratch"));
-          block_forward(d_in, sv, x_in, wj, no_bf16, ctx_);
+          block_forward(d_in, sv, x_in, wj, weights_bf16(params, j, options), ctx_);
         }
         const bool host = backend_.host_is_compute();
         float* g = host ? grads.block_base(j) : buf("g." + std::to_string(j));
         if (!host) std::memset(g, 0, block_numel(c) * sizeof(float));
         BlockTensors gj = bind_block_tensors(c, g);
-        block_backward(d_in, gj, workspace_, d_out, x_in, wj, no_bf16, sv, ctx_);
+        block_backward(d_in, gj, workspace_, d_out, x_in, wj, weights_bf16(params, j, options), sv, ctx_);
         if (host) sq = sq_sum(grads.block_base(j), block_numel(c), sq);
         else land_gradient(grads.block_base(j), g, block_numel(c), true, options);
         std::swap(d_in, d_out);

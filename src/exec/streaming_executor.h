@@ -26,9 +26,11 @@
 // and run under the compute), and a gradient copied out drains under the next window,
 // whose barrier waits for it before summing its norm. Failure: a step that throws drains
 // its copies and NVMe requests and resets the arena (abort_step), so nothing is left in
-// flight and the next step starts clean. Not yet: one weight slot reused across the
-// forward-backward turnaround for resident layers, bf16 compute copies; BlockWorkspace
-// and the cross-entropy's logit chunks still hold their own scratch outside the arena.
+// flight and the next step starts clean. Precision: fp32, or bf16 matmuls on the cpu
+// backend (weights from the caller's bf16 compute copy, activations fp32, as ModelStep).
+// Not yet: bf16 weight slots on the emu backend; one weight slot reused across the
+// forward-backward turnaround for resident layers; BlockWorkspace and the
+// cross-entropy's logit chunks still hold their own scratch outside the arena.
 #pragma once
 
 #include <algorithm>
@@ -77,10 +79,16 @@ struct StreamingOptions {
   // One decoder layer's optimizer state in bytes (the sum of AdamW::state_bytes over the
   // layer's tensors); required when the plan pages optimizer states from NVMe.
   size_t layer_state_bytes = 0;
+  // BF16: matmuls read bf16 weights from StepOptions::compute_copy (fp32 accumulation,
+  // ModelStep's BF16 math bit for bit); the cpu backend only, for now.
+  Precision precision = Precision::F32;
 };
 
 struct StepOptions {
   const LazyUpdateHook* update = nullptr;
+  // Precision::BF16: the bf16 compute copy of the parameter block (exec/compute_copy.h's
+  // layout), which the update hook keeps current for each target it updates.
+  const bf16* compute_copy = nullptr;
   bool zero_grads = true;   // zero each target's gradient before the step adds into it
   float grad_scale = 0.0f;  // > 0 replaces 1/predicted_tokens (as in ModelStep)
   // Called at the start of each plan window, before any of its work (tests inject faults
@@ -156,6 +164,8 @@ class StreamingExecutor {
   double now() const;
   void event(const std::string& name, const char* lane, double start, double bytes = 0);
   BlockTensors weights(ModelParameters& params, int j, const char* slot);  // slot: "w.", "wr.", "wb."
+  // Layer j's bf16 weights in the step's compute copy (all null under fp32).
+  BlockTensorsBf16 weights_bf16(ModelParameters& params, int j, const StepOptions& o) const;
   void load_weights(int w, ModelParameters& params);
   void land_gradient(float* host, const float* slot, int64_t n, bool count, const StepOptions& o);
   // Waits for the first n gradient copies in flight, then sums their norms (in order).

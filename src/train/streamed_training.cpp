@@ -27,8 +27,15 @@ void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConf
 
 StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, ModelParameters& params,
                                    ModelParameters& grads, Updater& updater)
-    : cfg_(cfg), params_(params), grads_(grads), updater_(updater), backend_(make_backend(cfg.backend)) {
+    : cfg_(cfg),
+      params_(params),
+      grads_(grads),
+      updater_(updater),
+      backend_(make_backend(cfg.backend)),
+      copy_(cfg.precision == "bf16" ? Precision::BF16 : Precision::F32) {
+  copy_.refresh(params_);
   StreamingOptions so;
+  so.precision = cfg.precision == "bf16" ? Precision::BF16 : Precision::F32;
   so.offload_dir = cfg.offload_dir.empty() ? std::filesystem::temp_directory_path()
                                             : std::filesystem::path(cfg.offload_dir);
   so.layer_state_bytes = plan.nvme_state_layers.empty() ? 0 : updater.layer_state_bytes();
@@ -40,7 +47,7 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
 
 void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte> paged) {
   for (auto [offset, n] : target_ranges(params_, t))
-    updater_.update_range(params_, grads_, offset, n, pending_, nullptr, paged);
+    updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), paged);
 }
 
 StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted,
@@ -62,6 +69,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     o.update = a == 0 && has_pending_ ? &hook : nullptr;
     o.zero_grads = a == 0;  // later micro-batches add to the first's gradients
     o.grad_scale = 1.0f / static_cast<float>(predicted);
+    o.compute_copy = copy_.data(params_);
     const StreamingStepResult r = executor_->step(params_, grads_, ids + a * micro, labels + a * micro, o);
     loss_sum += r.loss * static_cast<double>(r.predicted_tokens);
     sq = r.grad_sq_sum;  // summed over the accumulated gradients as they arrive

@@ -6,7 +6,8 @@
 // are known, and applied target by target inside step N+1, just before the executor
 // reads each target's weights; flush() applies a pending update at once, before an
 // evaluation or a checkpoint, so both see updated weights and a resumed run has nothing
-// pending. Under fp32 compute the result is bitwise that of the in-memory trainer.
+// pending. The result is bitwise that of the in-memory trainer, in fp32 and in bf16 (the
+// cpu backend reads the bf16 compute copy, which the update keeps current).
 //
 // Paged optimizer states (the plan's nvme_state_layers) live in the executor's NVMe
 // slots; saving or loading the optimizer stages them all in host memory for the call.
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "exec/backend.h"
+#include "exec/compute_copy.h"
 #include "exec/streaming_executor.h"
 #include "model/parameters.h"
 #include "plan/plan.h"
@@ -60,6 +62,7 @@ class StreamedTraining {
   Updater& updater_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<StreamingExecutor> executor_;
+  ComputeCopy copy_;  // bf16 mirror of the parameters (empty under fp32)
   UpdateResult pending_;
   bool has_pending_ = false;
 };

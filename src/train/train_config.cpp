@@ -143,9 +143,9 @@ void validate(const TrainConfig& c) {
   if (c.precision != "bf16" && c.precision != "f32")
     throw Error("unknown precision '" + c.precision + "'", "train config (precision)", "use bf16 or f32");
   if (!(c.lr > 0)) throw Error("lr must be positive", "train config (lr)", "");
-  if (!c.plan.empty() && c.precision != "f32")
-    throw Error("the streaming executor computes in fp32", "train config (plan, precision)",
-                "pass --precision f32 with --plan");
+  if (!c.plan.empty() && c.precision == "bf16" && c.backend == "emu")
+    throw Error("the emu backend computes in fp32", "train config (plan, backend, precision)",
+                "pass --precision f32, or use the cpu backend");
   if (c.backend != "cpu" && c.backend != "emu")
     throw Error("unknown backend '" + c.backend + "'", "train config (backend)", "use cpu or emu");
   if (c.eval_problems < 0 || c.log_every < 0 || c.eval_every < 0 || c.save_every < 0)

@@ -193,7 +193,9 @@ TrainSummary run_training(const TrainConfig& cfg) {
       streamed ? static_cast<int64_t>(streamed->compute_bytes())
                : step_engine->activation_bytes() + (precision == Precision::BF16 ? 2 * n_params : 0);
   const int64_t host_bytes = 8 * n_params + static_cast<int64_t>(updater.resident_state_bytes()) +
-                             (streamed ? static_cast<int64_t>(streamed->host_activation_bytes()) : 0);
+                             (streamed ? static_cast<int64_t>(streamed->host_activation_bytes()) +
+                                             (precision == Precision::BF16 ? 2 * n_params : 0)
+                                       : 0);
   const int64_t nvme_bytes = streamed ? static_cast<int64_t>(streamed->nvme_bytes()) : 0;
   std::printf("lazytrain train: %s model, %lld layers, hidden %lld, %.2fM parameters, vocab %lld; %d threads\n",
               weights_dir.empty() ? "from-scratch llama" : weights_dir.c_str(), static_cast<long long>(mc.num_layers),
@@ -205,15 +207,16 @@ TrainSummary run_training(const TrainConfig& cfg) {
     const Plan::TierCounts tc = p.tier_counts();
     std::printf("plan: %s (%s policy), %s backend, streaming; boundaries gpu %.1f cpu %.1f nvme %.1f recomputed %.0f; "
                 "optimizer states of %zu layers on NVMe; lazy optimizer; batch %lld x seq %lld x accumulation %lld; "
-                "f32 matmuls\n",
+                "%s matmuls\n",
                 cfg.plan.c_str(), p.policy.c_str(), cfg.backend.c_str(), tc.gpu, tc.cpu, tc.nvme, tc.recompute,
                 p.nvme_state_layers.size(), static_cast<long long>(cfg.batch), static_cast<long long>(cfg.seq_len),
-                static_cast<long long>(cfg.grad_accum));
-    std::printf("memory: compute tier %s (fp32, the plan's peak %s), host %s (fp32 weights and gradients %s, %s optimizer states %s "
-                "held, offloaded activations %s), nvme %s\n",
+                static_cast<long long>(cfg.grad_accum), cfg.precision.c_str());
+    std::printf("memory: compute tier %s (fp32 activations; the plan's peak %s), host %s (fp32 weights and gradients "
+                "%s,%s %s optimizer states %s held, offloaded activations %s), nvme %s\n",
                 format_bytes(compute_bytes).c_str(), format_bytes(static_cast<int64_t>(p.predicted_peak.gpu)).c_str(),
-                format_bytes(host_bytes).c_str(), format_bytes(8 * n_params).c_str(), cfg.optimizer.c_str(),
-                format_bytes(static_cast<int64_t>(updater.resident_state_bytes())).c_str(),
+                format_bytes(host_bytes).c_str(), format_bytes(8 * n_params).c_str(),
+                precision == Precision::BF16 ? (" bf16 weight copy " + format_bytes(2 * n_params) + ",").c_str() : "",
+                cfg.optimizer.c_str(), format_bytes(static_cast<int64_t>(updater.resident_state_bytes())).c_str(),
                 format_bytes(static_cast<int64_t>(streamed->host_activation_bytes())).c_str(),
                 format_bytes(nvme_bytes).c_str());
   } else {

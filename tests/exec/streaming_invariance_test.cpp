@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "exec/backend.h"
 #include "exec/model_step.h"
 #include "exec/streaming_executor.h"
@@ -73,6 +74,30 @@ TEST_F(StreamingInvariance, EmuBackendMatchesBitwise) {
   expect_bitwise_equal(run_streaming(c, make_plan(request(c), "milp"), dir_, make_emu_backend()), ref, "emu milp");
   expect_bitwise_equal(run_streaming(c, offloading_milp_plan(c), dir_, make_emu_backend(5, 5)), ref,
                        "emu milp offload");
+}
+
+// bf16 matmuls (the trainer's default) on the cpu backend: the same bits as ModelStep's
+// BF16 step, under plans that recompute, offload to host and NVMe, and page optimizer
+// states; the emu backend refuses bf16 with a clear error.
+TEST_F(StreamingInvariance, Bf16MatmulsMatchModelStepBitwise) {
+  const ModelConfig c = test::streaming_tiny_config(4);
+  const RunOptions bf16{.eight_bit = true, .precision = Precision::BF16};
+  const Trajectory ref = run_reference(c, bf16);
+  const Trajectory f32 = run_reference(c, RunOptions{.eight_bit = true});
+  EXPECT_NE(ref.loss.back(), f32.loss.back()) << "bf16 and fp32 runs should differ";
+  for (const char* policy : {"recompute-all", "megatrain"})
+    expect_bitwise_equal(run_streaming(c, make_plan(request(c), policy), dir_, make_cpu_backend(), bf16), ref,
+                         std::string("bf16 ") + policy);
+  PlanRequest paged = request(c);
+  paged.nvme_state_layers = 2;
+  expect_bitwise_equal(run_streaming(c, make_plan(paged, "milp"), dir_, make_cpu_backend(), bf16), ref,
+                       "bf16 milp, paged states");
+  expect_bitwise_equal(run_streaming(c, offloading_milp_plan(c), dir_, make_cpu_backend(), bf16), ref,
+                       "bf16 milp offload");
+  auto emu = make_emu_backend();
+  StreamingOptions so;
+  so.precision = Precision::BF16;
+  EXPECT_THROW(StreamingExecutor(make_plan(request(c), "keep-all"), *emu, so), Error);
 }
 
 TEST_F(StreamingInvariance, TiedEmbeddingsMatchToo) {

@@ -76,10 +76,11 @@ TEST(StreamingOutOfCore, OptimizerStatesPagedFromNvmeTrainBitwiseLikeInMemory) {
   ASSERT_TRUE(plan.feasible && !plan.windows.empty()) << "no budget made the MILP use both host and NVMe";
   EXPECT_EQ(plan.nvme_state_layers, (std::vector<int>{2, 3, 4, 5}));
   EXPECT_LE(plan.host_state_bytes, 0.9 * host);
-  expect_bitwise_equal(run_streaming(c, plan, dir, make_cpu_backend(), /*eight_bit=*/true),
-                       run_reference(c, /*eight_bit=*/true), "paged optimizer states, cpu");
-  expect_bitwise_equal(run_streaming(c, plan, dir, make_emu_backend(5, 5), /*eight_bit=*/true),
-                       run_reference(c, /*eight_bit=*/true), "paged optimizer states, emu");
+  const RunOptions eight_bit{.eight_bit = true};
+  expect_bitwise_equal(run_streaming(c, plan, dir, make_cpu_backend(), eight_bit), run_reference(c, eight_bit),
+                       "paged optimizer states, cpu");
+  expect_bitwise_equal(run_streaming(c, plan, dir, make_emu_backend(5, 5), eight_bit), run_reference(c, eight_bit),
+                       "paged optimizer states, emu");
   std::filesystem::remove_all(dir);
 }
 

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "exec/backend.h"
+#include "exec/compute_copy.h"
 #include "exec/model_step.h"
 #include "exec/streaming_executor.h"
 #include "optim/adamw.h"
@@ -106,22 +107,32 @@ struct Optimizer {
   }
 };
 
+// The optimizer (fp32 states, or the hybrid 8-bit AdamW) and the matmul precision of a
+// run; bf16 runs keep a bf16 compute copy current after every update (the reference
+// whole, the streaming run target by target in the hook).
+struct RunOptions {
+  bool eight_bit = false;
+  Precision precision = Precision::F32;
+};
+
 inline float clip_factor(double sq) {
   const double norm = std::sqrt(sq);
   return norm > kMaxNorm ? static_cast<float>(kMaxNorm / norm) : 1.0f;
 }
 
-inline Trajectory run_reference(const ModelConfig& c, bool eight_bit = false) {
+inline Trajectory run_reference(const ModelConfig& c, RunOptions ro = {}) {
   ModelParameters params(c), grads(c);
   test::init_parameters(params, 7);
-  Optimizer opt(params, eight_bit);
-  ModelStep ms(c, kBatch, kSeq, Precision::F32);
+  Optimizer opt(params, ro.eight_bit);
+  ModelStep ms(c, kBatch, kSeq, ro.precision);
+  ms.refresh_compute_copy(params);
   Trajectory tr;
   std::vector<int32_t> ids, labels;
   for (int s = 0; s < kSteps; ++s) {
     if (s > 0) {
       const float clip = clip_factor(tr.grad_sq.back());
       for (const UpdateTarget& t : opt.targets) opt.update(params, grads, t, clip, s);
+      ms.refresh_compute_copy(params);
     }
     grads.zero();
     test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, s);
@@ -135,17 +146,19 @@ inline Trajectory run_reference(const ModelConfig& c, bool eight_bit = false) {
   return tr;
 }
 
-// eight_bit: the hybrid 8-bit AdamW (the reference must use the same); the plan's paged
-// layers keep their optimizer states on NVMe.
+// The plan's paged layers keep their optimizer states on NVMe.
 inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const std::filesystem::path& dir,
-                                std::unique_ptr<Backend> backend = make_cpu_backend(), bool eight_bit = false) {
+                                std::unique_ptr<Backend> backend = make_cpu_backend(), RunOptions ro = {}) {
   ModelParameters params(c), grads(c);
   test::init_parameters(params, 7);
-  Optimizer opt(params, eight_bit, plan.nvme_state_layers);
+  Optimizer opt(params, ro.eight_bit, plan.nvme_state_layers);
+  ComputeCopy copy(ro.precision);
+  copy.refresh(params);
   StreamingOptions so;
   so.offload_dir = dir;
   so.direct_io = false;  // tmpfs and overlay filesystems refuse O_DIRECT
   so.layer_state_bytes = opt.layer_state_bytes();
+  so.precision = ro.precision;
   StreamingExecutor ex(plan, *backend, so);
   if (std::getenv("LT_STREAMING_DEBUG")) {
     const StreamSchedule& sc = ex.schedule();
@@ -166,8 +179,11 @@ inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const st
     float clip = 1;
     LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> state) {
       opt.update(params, grads, t, clip, s, state);
+      if (bf16* cc = copy.data(params))
+        for (auto [off, n] : target_ranges(params, t)) convert_f32_to_bf16(cc + off, params.data() + off, n);
     };
     StepOptions o;
+    o.compute_copy = copy.data(params);
     if (s > 0) {
       clip = clip_factor(tr.grad_sq.back());
       o.update = &hook;

@@ -77,12 +77,15 @@ class StreamedTraining : public ::testing::Test {
     return c;
   }
   void expect_same_as_reference(const TrainSummary& s, const std::string& what) const {
-    EXPECT_EQ(std::memcmp(&s.final_loss, &reference_.final_loss, sizeof(double)), 0)
-        << what << ": loss " << s.final_loss << " vs " << reference_.final_loss;
-    const std::vector<float> a = test::final_weights(s.checkpoint_dir), b = test::final_weights(reference_.checkpoint_dir);
+    expect_same(s, reference_, what);
+  }
+  static void expect_same(const TrainSummary& s, const TrainSummary& ref, const std::string& what) {
+    EXPECT_EQ(std::memcmp(&s.final_loss, &ref.final_loss, sizeof(double)), 0)
+        << what << ": loss " << s.final_loss << " vs " << ref.final_loss;
+    const std::vector<float> a = test::final_weights(s.checkpoint_dir), b = test::final_weights(ref.checkpoint_dir);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << ": final weights differ";
-    EXPECT_EQ(test::read_file(s.checkpoint_dir + "/optimizer.bin"), test::read_file(reference_.checkpoint_dir + "/optimizer.bin"))
+    EXPECT_EQ(test::read_file(s.checkpoint_dir + "/optimizer.bin"), test::read_file(ref.checkpoint_dir + "/optimizer.bin"))
         << what << ": optimizer state differs";
   }
   test::TempDir ref_dir_{"streamed-ref"}, plan_dir_{"streamed-plan"};
@@ -97,6 +100,19 @@ TEST_F(StreamedTraining, MatchesTheInMemoryTrainerBitwise) {
     expect_same_as_reference(s, backend);
     EXPECT_GT(s.peak_nvme_bytes, 0) << backend;
   }
+}
+
+// bf16 matmuls, the trainer's default: the streaming run reads the bf16 compute copy the
+// lazy updates keep current, and matches the in-memory bf16 run bit for bit.
+TEST_F(StreamedTraining, Bf16MatchesTheInMemoryTrainerBitwise) {
+  test::TempDir ref_dir("streamed-bf16-ref"), out("streamed-bf16");
+  TrainConfig in_memory = tiny_config(ref_dir.str());
+  in_memory.precision = "bf16";
+  const TrainSummary ref = run_training(in_memory);
+  EXPECT_NE(ref.final_loss, reference_.final_loss) << "bf16 and fp32 runs should differ";
+  TrainConfig c = streamed(out.str(), "cpu");
+  c.precision = "bf16";
+  expect_same(run_training(c), ref, "bf16 cpu");
 }
 
 TEST_F(StreamedTraining, ResumesBitwise) {
@@ -120,8 +136,8 @@ TEST_F(StreamedTraining, PlanForAnotherShapeIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("batch 2 x seq 32"), std::string::npos) << e.what();
   }
-  c = streamed(out.str(), "cpu");
-  c.precision = "bf16";
+  c = streamed(out.str(), "emu");
+  c.precision = "bf16";  // the emu backend computes in fp32
   EXPECT_THROW(run_training(c), Error);
 }
 
