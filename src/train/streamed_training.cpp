@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "plan/plan_json.h"
+#include "plan/planner.h"
 
 namespace lt {
 
@@ -23,6 +25,35 @@ void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConf
     throw Error("the plan is for batch " + std::to_string(plan.batch) + " x seq " + std::to_string(plan.seq) +
                     ", this run uses " + std::to_string(cfg.batch) + " x " + std::to_string(cfg.seq_len),
                 where, make + ", or train with the plan's --batch and --seq-len");
+}
+
+Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model) {
+  PlanRequest req;
+  req.model_name = cfg.model.empty() ? "from-scratch llama" : cfg.model;
+  req.model = model;
+  try {
+    req.hardware = load_hardware_profile(cfg.hardware);
+  } catch (const Error& e) {
+    throw Error(std::string("no hardware profile to plan with: ") + e.what(), "train config (hardware)",
+                "run `lazytrain profile` (writes profiles/local.json) or pass --hardware");
+  }
+  // What the streaming executors hold on the compute tier: fp32 activations, weights and
+  // gradients (bf16 matmuls read the host's bf16 copy).
+  req.hardware.act_bytes = req.hardware.weight_bytes = req.hardware.grad_bytes = 4;
+  req.batch = cfg.batch;
+  req.seq = cfg.seq_len;
+  req.gpu_cap_bytes = cfg.compute_budget_gb * 1e9;
+  Plan p = make_plan(req, "milp");
+  if (!p.feasible) {
+    const InfeasibleReport rep = diagnose_infeasible(req, "milp", p);
+    throw Error(rep.message, "train config (compute_budget_gb)",
+                rep.largest_batch > 0 ? "raise --compute-budget-gb, or train with --batch " +
+                                            std::to_string(rep.largest_batch) + " (and more --grad-accum)"
+                                      : "raise --compute-budget-gb");
+  }
+  std::filesystem::create_directories(cfg.output_dir);
+  save_plan(p, cfg.output_dir + "/plan.json");
+  return p;
 }
 
 StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, ModelParameters& params,

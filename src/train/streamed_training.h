@@ -30,6 +30,11 @@ namespace lt {
 // lt::Error unless the plan is feasible and made for this model, batch and seq_len.
 void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConfig& cfg, const std::string& where);
 
+// The MILP plan of this run for cfg.compute_budget_gb on the cfg.hardware profile, counted
+// in the cpu and emu executors' fp32 element sizes; written to output_dir/plan.json.
+// lt::Error when no plan fits, with the short budget and the largest batch that fits.
+Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model);
+
 class StreamedTraining {
  public:
   // `updater` must have been built with the plan's nvme_state_layers as its paged layers.

@@ -60,6 +60,9 @@ std::vector<Field> fields(TrainConfig& c) {
       {"plan", "plan JSON from `lazytrain plan` to train out of core with (empty: in memory)", &c.plan},
       {"backend", "streaming backend: cpu, or emu (separate compute tier with copy threads)", &c.backend},
       {"offload_dir", "directory for the plan's NVMe tier (empty: the system temp directory)", &c.offload_dir},
+      {"compute_budget_gb", "plan this run (MILP) for a compute tier of this many GB and train out of core (0: off)",
+       &c.compute_budget_gb},
+      {"hardware", "hardware profile for compute_budget_gb (profiles/*.json name or file)", &c.hardware},
       {"output_dir", "where checkpoints, metrics and the summary go", &c.output_dir},
       {"log_every", "progress/metrics interval in steps", &c.log_every},
       {"eval_every", "evaluation interval in steps (0: at the end)", &c.eval_every},
@@ -146,6 +149,10 @@ void validate(const TrainConfig& c) {
   if (!c.plan.empty() && c.precision == "bf16" && c.backend == "emu")
     throw Error("the emu backend computes in fp32", "train config (plan, backend, precision)",
                 "pass --precision f32, or use the cpu backend");
+  if (!c.plan.empty() && c.compute_budget_gb > 0)
+    throw Error("both a plan and a compute budget were given", "train config (plan, compute_budget_gb)",
+                "give one: --plan FILE to run a plan, or --compute-budget-gb GB to have the trainer plan");
+  if (c.compute_budget_gb < 0) throw Error("compute_budget_gb must not be negative", "train config", "");
   if (c.backend != "cpu" && c.backend != "emu")
     throw Error("unknown backend '" + c.backend + "'", "train config (backend)", "use cpu or emu");
   if (c.eval_problems < 0 || c.log_every < 0 || c.eval_every < 0 || c.save_every < 0)

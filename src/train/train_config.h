@@ -46,6 +46,11 @@ struct TrainConfig {
   // GPU path's copies); the plan's NVMe parts (activations, paged optimizer states) live
   // in offload_dir (empty: the system temporary directory). Empty plan: in memory.
   std::string plan, backend = "cpu", offload_dir;
+  // Or let the trainer plan: compute_budget_gb > 0 solves the MILP for this run on the
+  // `hardware` profile (default: profiles/local.json, from `lazytrain profile`) with that
+  // compute-tier budget, and writes the plan to output_dir/plan.json.
+  double compute_budget_gb = 0;
+  std::string hardware = "local";
 
   // Output.
   std::string output_dir = "runs/default";

@@ -156,6 +156,8 @@ TrainSummary run_training(const TrainConfig& cfg) {
   if (!cfg.plan.empty()) {
     plan = load_plan(cfg.plan);
     check_plan_fits(*plan, mc, cfg, cfg.plan);
+  } else if (cfg.compute_budget_gb > 0) {
+    plan = plan_this_run(cfg, mc);
   }
   Updater updater(cfg, params, plan ? plan->nvme_state_layers : std::vector<int>{});
   std::unique_ptr<ModelStep> step_engine;
@@ -205,10 +207,11 @@ TrainSummary run_training(const TrainConfig& cfg) {
   if (streamed) {
     const Plan& p = streamed->plan();
     const Plan::TierCounts tc = p.tier_counts();
-    std::printf("plan: %s (%s policy), %s backend, streaming; boundaries gpu %.1f cpu %.1f nvme %.1f recomputed %.0f; "
-                "optimizer states of %zu layers on NVMe; lazy optimizer; batch %lld x seq %lld x accumulation %lld; "
-                "%s matmuls\n",
-                cfg.plan.c_str(), p.policy.c_str(), cfg.backend.c_str(), tc.gpu, tc.cpu, tc.nvme, tc.recompute,
+    std::printf("plan: %s (%s policy, predicted %.4f s per micro-batch), %s backend, streaming; boundaries gpu %.1f "
+                "cpu %.1f nvme %.1f recomputed %.0f; optimizer states of %zu layers on NVMe; lazy optimizer; "
+                "batch %lld x seq %lld x accumulation %lld; %s matmuls\n",
+                cfg.plan.empty() ? (cfg.output_dir + "/plan.json").c_str() : cfg.plan.c_str(), p.policy.c_str(),
+                p.predicted_step_s, cfg.backend.c_str(), tc.gpu, tc.cpu, tc.nvme, tc.recompute,
                 p.nvme_state_layers.size(), static_cast<long long>(cfg.batch), static_cast<long long>(cfg.seq_len),
                 static_cast<long long>(cfg.grad_accum), cfg.precision.c_str());
     std::printf("memory: compute tier %s (fp32 activations; the plan's peak %s), host %s (fp32 weights and gradients "
@@ -330,6 +333,10 @@ TrainSummary run_training(const TrainConfig& cfg) {
               summary.eval_exact_match >= 0
                   ? (", eval exact match " + std::to_string(100 * summary.eval_exact_match).substr(0, 5) + "%").c_str()
                   : "");
+  if (streamed && cfg.steps > start_step)
+    std::printf("step time: measured %.4f s per micro-batch (mean over the run), the plan predicted %.4f s\n",
+                train_seconds / static_cast<double>((cfg.steps - start_step) * cfg.grad_accum),
+                streamed->plan().predicted_step_s);
   if (!cfg.summary_json.empty()) write_file_atomic(cfg.summary_json, summary.to_json().dump(2) + "\n");
   return summary;
 }

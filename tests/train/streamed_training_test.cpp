@@ -4,6 +4,7 @@
 // cpu and emu backends, straight through and resumed from a checkpoint.
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "core/error.h"
 #include "model/checkpoint.h"
+#include "plan/hardware_profile.h"
 #include "plan/plan_json.h"
 #include "plan/planner.h"
 #include "train/trainer.h"
@@ -124,6 +126,37 @@ TEST_F(StreamedTraining, ResumesBitwise) {
   TrainConfig second = first;
   second.resume = true;
   expect_same_as_reference(run_training(second), "resumed");
+}
+
+// --compute-budget-gb: the trainer plans the run itself (MILP on the given profile, in
+// the executors' fp32 sizes), keeps within the budget, writes the plan beside its
+// checkpoints, and still matches the in-memory run; a budget too small is a clear error.
+TEST_F(StreamedTraining, PlansItselfForAComputeBudget) {
+  const std::string profile = plan_dir_.str() + "/cpu.json";
+  {
+    std::ofstream f(profile);
+    f << hardware_profile_to_json(test::streaming_cpu_profile()).dump(2);
+  }
+  const Plan given = load_plan(plan_path_);
+  test::TempDir out("streamed-budget");
+  TrainConfig c = tiny_config(out.str());
+  c.compute_budget_gb = given.gpu_cap_bytes / 1e9;
+  c.hardware = profile;
+  c.offload_dir = plan_dir_.str();
+  expect_same_as_reference(run_training(c), "planned by the trainer");
+  const Plan own = load_plan(out.str() + "/plan.json");
+  EXPECT_TRUE(own.feasible);
+  EXPECT_DOUBLE_EQ(own.gpu_cap_bytes, c.compute_budget_gb * 1e9);
+  EXPECT_LE(own.predicted_peak.gpu, own.gpu_cap_bytes);
+  EXPECT_EQ(own.hardware.act_bytes, 4);
+
+  c.compute_budget_gb = 1e-4;  // 100 kB: not even the weight slots
+  try {
+    run_training(c);
+    FAIL() << "expected an lt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("compute-tier memory short by"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(StreamedTraining, PlanForAnotherShapeIsAClearError) {
