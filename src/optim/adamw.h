@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,17 @@ struct AdamWTensorOptions {
 struct StepReport {
   int64_t skipped_blocks = 0;  // blocks left unchanged because their gradient was NaN/Inf
   bool ok() const { return skipped_blocks == 0; }
+};
+
+// Stages paged tensors' states one at a time for AdamW::save / AdamW::load(path, pager);
+// the exact contract is at those functions.
+struct AdamWStatePager {
+  // On return, tensor id must be attached (attach_state): save reads its state from there,
+  // load overwrites all state_bytes(id) bytes of it. It may already be attached.
+  std::function<void(int id)> page_in;
+  // AdamW is done with id: modified is false after save read it, true after load wrote it
+  // (persist it, e.g. write it back to NVMe). The caller may detach id now or later.
+  std::function<void(int id, bool modified)> page_out;
 };
 
 class AdamW {
@@ -108,9 +120,51 @@ class AdamW {
   // Bit-exact state file (format in adamw_state_file.cpp). load() needs the same tensors
   // (names, sizes, formats) and block size registered; it throws lt::Error on any mismatch,
   // truncation or corruption, and then leaves the current state untouched. Paged tensors
-  // are saved from and loaded into their attached storage (lt::Error if none is attached).
+  // are saved from and loaded into their attached storage (lt::Error if any paged tensor
+  // has none), so every paged state must be staged at once; load also holds a scratch copy
+  // of every state until the file checks out: O(all states) extra memory.
   void save(const std::string& path) const;
   void load(const std::string& path);
+
+  // The same file, byte for byte, with the paged states staged one tensor at a time by the
+  // pager (both functions must be set when any tensor is paged; lt::Error otherwise).
+  // Contract: for each paged tensor id, in increasing id order (owned tensors get no calls):
+  //   1. pager.page_in(id). On return id must be attached: save, with its current state;
+  //      load, with any writable storage of state_bytes(id) bytes (its contents are ignored,
+  //      all of them are overwritten, padding with zeros). id may already be attached (say
+  //      the caller attached a group of consecutive ids at the group's first id): then
+  //      page_in may do nothing. lt::Error if id is still paged out afterwards.
+  //   2. AdamW reads (save) or writes (load) the storage attached to id, and no other paged
+  //      storage, then calls pager.page_out(id, modified), modified = false in save, true
+  //      in load (the storage now holds the loaded state: persist it). From then on AdamW
+  //      does not touch id's storage again, so the caller may detach id, or keep it until
+  //      the page_out of its group's last id.
+  // The pairs never overlap: page_out(id) returns before page_in of the next paged id.
+  // AdamW never attaches or detaches itself; paged ids attached before the call are paged
+  // in and out like the others and stay as the pager leaves them.
+  // load(path, pager) makes two passes over the (once opened) file. The first reads it
+  // through, checking the header, every tensor's name, size and format, the hash and the
+  // end, without calling the pager and without keeping payloads; any failure there throws
+  // lt::Error and changes no state, owned or paged (page_out(id, true) is never called).
+  // The second reads it again and writes each payload straight into its state: owned ones
+  // into AdamW's regions, paged ones between page_in(id) and page_out(id, true). If the
+  // bytes of the second pass disagree with the first (the file was rewritten in place in
+  // between, or the disk returned other bytes) load throws lt::Error saying so, and then
+  // the states written so far, owned ones and paged ones already paged out as modified,
+  // may hold the file's new bytes: restore from another checkpoint. (save() replaces a
+  // file by renaming, which does not disturb a load that has it open.)
+  // If save or load throws, page_out is not called for the id in flight: the caller must
+  // detach whatever its pager still holds attached, and in load must not persist the id
+  // in flight (it may be half written; ids already paged out hold loaded states). Exceptions
+  // thrown by the pager, and the lt::Error for a page_in that left its id paged out,
+  // propagate as they are; in load's second pass the states written before them stay
+  // loaded. A failed save leaves no file behind (nor its .tmp).
+  // Memory: AdamW allocates at most one 1 MiB read buffer; the staged states are the
+  // pager's, one tensor (or one group) at a time, so the peak extra memory is O(the
+  // largest tensor's or group's state), not O(all states). The price: load reads and
+  // hashes the file twice.
+  void save(const std::string& path, const AdamWStatePager& pager) const;
+  void load(const std::string& path, const AdamWStatePager& pager);
 
  private:
   struct Tensor {
@@ -138,6 +192,8 @@ class AdamW {
   static AdamW8State q8_view(Tensor& t, const Layout& l);
   static AdamW32State f32_view(Tensor& t, const Layout& l);
   StepReport step(int id, AdamWTensorArgs args, float lr, float clip_factor, int64_t step);
+  void save_file(const std::string& path, const AdamWStatePager* pager) const;
+  void check_pager(const AdamWStatePager& pager, const char* where) const;
   Tensor& at(int id);
   const Tensor& at(int id) const;
 

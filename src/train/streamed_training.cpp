@@ -132,48 +132,16 @@ void StreamedTraining::flush() {
   has_pending_ = false;
 }
 
-namespace {
-
-// Every paged layer's optimizer state read from its NVMe slot into host memory and
-// attached to the updater, for one save or load; detached again however the call ends.
-class StagedStates {
- public:
-  StagedStates(StreamingExecutor& ex, Updater& updater) : ex_(ex), updater_(updater) {
-    for (int j : ex.plan().nvme_state_layers) {
-      bytes_.emplace_back(updater.layer_state_bytes());
-      ex.read_paged_state(j, {bytes_.back().data(), bytes_.back().size()});
-      updater.attach_layer_state(j, bytes_.back().data());
-      attached_.push_back(j);
-    }
-  }
-  ~StagedStates() {
-    for (int j : attached_) updater_.detach_layer_state(j);
-  }
-  StagedStates(const StagedStates&) = delete;
-  StagedStates& operator=(const StagedStates&) = delete;
-  void write_back() {
-    for (size_t k = 0; k < attached_.size(); ++k)
-      ex_.write_paged_state(attached_[k], {bytes_[k].data(), bytes_[k].size()});
-  }
-
- private:
-  StreamingExecutor& ex_;
-  Updater& updater_;
-  std::vector<AlignedBuffer<std::byte>> bytes_;
-  std::vector<int> attached_;
-};
-
-}  // namespace
-
 void StreamedTraining::save_optimizer(const std::string& dir) {
-  StagedStates staged(*executor_, updater_);
-  updater_.save(dir);
+  const Updater::LayerPaging paging{
+      [&](int layer, std::span<std::byte> out) { executor_->read_paged_state(layer, out); }, nullptr};
+  updater_.save(dir, &paging);
 }
 
 void StreamedTraining::load_optimizer(const std::string& dir) {
-  StagedStates staged(*executor_, updater_);
-  updater_.load(dir);  // throws before it changes a state if the files are bad
-  staged.write_back();
+  const Updater::LayerPaging paging{
+      nullptr, [&](int layer, std::span<const std::byte> in) { executor_->write_paged_state(layer, in); }};
+  updater_.load(dir, &paging);
   has_pending_ = false;
 }
 

@@ -10,7 +10,7 @@
 // cpu backend reads the bf16 compute copy, which the update keeps current).
 //
 // Paged optimizer states (the plan's nvme_state_layers) live in the executor's NVMe
-// slots; saving or loading the optimizer stages them all in host memory for the call.
+// slots; saving or loading the optimizer pages them through one layer's staging buffer.
 #pragma once
 
 #include <cstdint>

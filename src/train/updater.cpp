@@ -159,8 +159,49 @@ void Updater::update_range(ModelParameters& params, const ModelParameters& grads
   }
 }
 
-void Updater::save(const std::string& dir) const {
-  if (adamw_) adamw_->save(dir + "/optimizer.bin");
+AdamWStatePager Updater::layer_pager(const LayerPaging& paging, AlignedBuffer<std::byte>& staging, int& current,
+                                     bool loading) const {
+  AdamWStatePager pager;
+  pager.page_in = [this, &paging, &staging, &current, loading](int id) {
+    const int layer = layer_of_[id];
+    LT_ASSERT(layer >= 0, "paged tensor " + names_[id] + " outside the decoder layers");
+    if (layer == current) return;  // an earlier tensor of this layer attached it
+    if (!loading) paging.read(layer, {staging.data(), staging.size()});  // load overwrites it whole
+    const_cast<Updater*>(this)->attach_layer_state(layer, staging.data());
+    current = layer;
+  };
+  pager.page_out = [this, &paging, &staging, &current](int id, bool modified) {
+    const std::vector<int> ids = layer_tensors(layer_of_[id]);
+    if (id != ids.back()) return;  // the layer's last tensor ends its turn
+    if (modified) paging.write(current, {staging.data(), staging.size()});
+    const_cast<Updater*>(this)->detach_layer_state(current);
+    current = -1;
+  };
+  return pager;
+}
+
+void Updater::with_layer_pager(const LayerPaging& paging, bool loading,
+                               const std::function<void(const AdamWStatePager&)>& call) const {
+  AlignedBuffer<std::byte> staging(layer_state_bytes());
+  int current = -1;
+  try {
+    call(layer_pager(paging, staging, current, loading));
+  } catch (...) {
+    // The layer in flight: a save's is intact on NVMe, a load's is half written and was
+    // never persisted. Either way it must not stay attached to the dying buffer.
+    if (current >= 0) const_cast<Updater*>(this)->detach_layer_state(current);
+    throw;
+  }
+}
+
+void Updater::save(const std::string& dir, const LayerPaging* paging) const {
+  if (adamw_) {
+    if (!paging) {
+      adamw_->save(dir + "/optimizer.bin");
+    } else {
+      with_layer_pager(*paging, false, [&](const AdamWStatePager& p) { adamw_->save(dir + "/optimizer.bin", p); });
+    }
+  }
   nlohmann::json j = {{"optimizer", cfg_.optimizer},
                       {"optimizer_steps", optimizer_steps_},
                       {"non_finite_in_a_row", non_finite_in_a_row_},
@@ -168,22 +209,33 @@ void Updater::save(const std::string& dir) const {
   write_file_atomic(dir + "/optimizer_state.json", j.dump(2) + "\n");
 }
 
-void Updater::load(const std::string& dir) {
+void Updater::load(const std::string& dir, const LayerPaging* paging) {
   const std::string path = dir + "/optimizer_state.json";
-  nlohmann::json j;
+  int64_t steps = 0, total = 0;
+  int in_a_row = 0;
   try {
-    j = nlohmann::json::parse(read_text_file(path));
+    const nlohmann::json j = nlohmann::json::parse(read_text_file(path));
     if (j.at("optimizer").get<std::string>() != cfg_.optimizer)
       throw Error("checkpoint was written by optimizer '" + j.at("optimizer").get<std::string>() +
                       "', this run uses '" + cfg_.optimizer + "'",
                   path, "resume with the same --optimizer");
-    optimizer_steps_ = j.at("optimizer_steps").get<int64_t>();
-    non_finite_in_a_row_ = j.at("non_finite_in_a_row").get<int>();
-    non_finite_total_ = j.at("non_finite_total").get<int64_t>();
+    steps = j.at("optimizer_steps").get<int64_t>();
+    in_a_row = j.at("non_finite_in_a_row").get<int>();
+    total = j.at("non_finite_total").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw Error("malformed optimizer state: " + std::string(e.what()), path, "use another checkpoint");
   }
-  if (adamw_) adamw_->load(dir + "/optimizer.bin");
+  if (adamw_) {
+    if (!paging) {
+      adamw_->load(dir + "/optimizer.bin");
+    } else {
+      with_layer_pager(*paging, true, [&](const AdamWStatePager& p) { adamw_->load(dir + "/optimizer.bin", p); });
+    }
+  }
+  // The counters change only once the states loaded.
+  optimizer_steps_ = steps;
+  non_finite_in_a_row_ = in_a_row;
+  non_finite_total_ = total;
 }
 
 }  // namespace lt

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -63,13 +64,27 @@ class Updater {
   size_t resident_state_bytes() const { return adamw_ ? adamw_->resident_state_bytes() : 0; }
 
   // Optimizer state and counters, bit-exact (optimizer.bin + the counters in JSON).
-  void save(const std::string& dir) const;
-  void load(const std::string& dir);
+  // With paging, the paged layers' states pass through one staging buffer a layer at a
+  // time: read() fills it before save writes the layer, write() persists it after load
+  // filled it (so host memory holds one layer's state, not all of them).
+  struct LayerPaging {
+    std::function<void(int layer, std::span<std::byte> out)> read;
+    std::function<void(int layer, std::span<const std::byte> in)> write;
+  };
+  void save(const std::string& dir, const LayerPaging* paging = nullptr) const;
+  void load(const std::string& dir, const LayerPaging* paging = nullptr);
 
  private:
   TrainConfig cfg_;
   LrSchedule schedule_;
   std::vector<int> tensors_in(int64_t offset, int64_t numel) const;  // AdamW ids, ascending
+  // An AdamW pager that stages whole layers through `staging` (see save/load); `current`
+  // is the layer attached now (-1: none), for cleanup when the call throws.
+  AdamWStatePager layer_pager(const LayerPaging& paging, AlignedBuffer<std::byte>& staging, int& current,
+                              bool loading) const;
+  // Calls `call` with such a pager over one staging buffer; detaches on an exception.
+  void with_layer_pager(const LayerPaging& paging, bool loading,
+                        const std::function<void(const AdamWStatePager&)>& call) const;
   std::vector<int> layer_tensors(int layer) const;
 
   std::unique_ptr<AdamW> adamw_;  // null for sgd
