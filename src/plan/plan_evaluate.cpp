@@ -14,10 +14,10 @@ bool ends_with(const std::string& s, const char* suffix) {
 
 }  // namespace
 
-double WindowTiming::total() const { return std::max({compute, h2d, d2h, nvme, host}); }
+double WindowLinkTimes::total() const { return std::max({compute, h2d, d2h, nvme, host}); }
 
-WindowTiming window_timing(const Window& w, const HardwareProfile& hw) {
-  WindowTiming t;
+WindowLinkTimes window_timing(const Window& w, const HardwareProfile& hw) {
+  WindowLinkTimes t;
   t.compute = w.compute_s;
   for (const auto& x : w.transfers) {
     switch (x.link) {

@@ -7,12 +7,12 @@
 
 namespace lt {
 
-struct WindowTiming {
+struct WindowLinkTimes {
   double compute = 0, h2d = 0, d2h = 0, nvme = 0, host = 0;
   double total() const;
 };
 
-WindowTiming window_timing(const Window& w, const HardwareProfile& hw);
+WindowLinkTimes window_timing(const Window& w, const HardwareProfile& hw);
 double predicted_step_seconds(const Plan& p);
 PeakBytes predicted_peaks(const Plan& p);
 // Fills p.predicted_step_s and p.predicted_peak.
