@@ -183,7 +183,8 @@ Measured run_plan(const Plan& plan, const StreamingBenchArgs& a, double emu_gbps
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 2654435761u) % c.vocab_size);
   auto backend = emu_gbps < 0 ? make_cpu_backend() : make_emu_backend(emu_gbps, emu_gbps);
   std::unique_ptr<BenchOptimizer> opt;
-  if (train) opt = std::make_unique<BenchOptimizer>(params, plan.nvme_state_layers);
+  // Paged states need their size even when nothing trains (the pager still moves them).
+  if (train || !plan.nvme_state_layers.empty()) opt = std::make_unique<BenchOptimizer>(params, plan.nvme_state_layers);
   StreamingOptions so;
   so.offload_dir = a.offload_dir;
   so.direct_io = a.direct_io;
@@ -200,7 +201,7 @@ Measured run_plan(const Plan& plan, const StreamingBenchArgs& a, double emu_gbps
   };
   for (int s = 0; s <= a.steps; ++s) {  // step 0 warms caches and page tables
     StepOptions o;
-    if (opt && s > 0) o.update = &hook;
+    if (train && s > 0) o.update = &hook;
     step_no = s;
     optimizer_s = 0;
     m.last = ex.step(params, grads, ids.data(), ids.data(), o);

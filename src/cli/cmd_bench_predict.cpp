@@ -1,10 +1,10 @@
 // `lazytrain bench predict`: checks the planner's predictions against real steps (issue 4,
 // section 5). It profiles this machine with the executor itself (the per-layer forward,
 // backward and head times of a keep-all step; memcpy and NVMe-store bandwidth), plans a
-// small model under several policies with that profile, runs each plan on the cpu
-// backend with a real NVMe tier, and prints predicted vs measured step time and planned
-// vs measured compute-tier peak, for the cpu backend (with the NVMe tier) and the emu
-// backend with throttled links. The last line is
+// small model under several policies with that profile (one paging optimizer states
+// through NVMe), runs each plan on the cpu backend with a real NVMe tier, and prints
+// predicted vs measured step time and planned vs measured compute-tier peak, for the cpu
+// backend (with the NVMe tier) and the emu backend with throttled links. The last line is
 //   RESULT predict max_err=<largest relative error> peak_ok=<true|false>
 // --windows / --events show where each row's time goes, window by window.
 #include <algorithm>
@@ -94,6 +94,12 @@ void run_predict(const StreamingBenchArgs& a) {
       Plan p = make_plan(tight, "milp");
       if (p.feasible) {
         plans.push_back(std::move(p));
+        // The same, with layers 2..L-1's optimizer states paging through NVMe (read and
+        // written each step; the bench runs no optimizer, so the bytes are the zero state).
+        tight.nvme_state_layers = a.layers - 2;
+        Plan paged = make_plan(tight, "milp");
+        paged.policy = "milp-paged";
+        if (paged.feasible) plans.push_back(std::move(paged));
         break;
       }
     }

@@ -39,19 +39,20 @@ struct ProfileArgs {
   double compute_memory_gb = 0;
 };
 
-// FLOP/s of a square fp32 GEMM at a transformer-like size.
-double measure_gemm(int reps) {
+// FLOP/s of a square GEMM at a transformer-like size (bf16: inputs rounded to bf16,
+// fp32 accumulation).
+double measure_gemm(int reps, Precision precision) {
   const int64_t n = 2048;
   AlignedBuffer<float> a(n * n), b(n * n), c(n * n);
   for (int64_t i = 0; i < n * n; ++i) {
     a[i] = static_cast<float>((i % 97) - 48) / 97.f;
     b[i] = static_cast<float>((i % 89) - 44) / 89.f;
   }
-  matmul(c.data(), a.data(), false, b.data(), false, n, n, n, false, Precision::F32);  // warm-up
+  matmul(c.data(), a.data(), false, b.data(), false, n, n, n, false, precision);  // warm-up
   std::vector<double> rates;
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
-    matmul(c.data(), a.data(), false, b.data(), false, n, n, n, false, Precision::F32);
+    matmul(c.data(), a.data(), false, b.data(), false, n, n, n, false, precision);
     rates.push_back(2.0 * n * n * n / seconds_since(t0));
   }
   return median(rates);
@@ -147,8 +148,10 @@ nlohmann::json measured(double v, const std::string& note = "") {
 
 void run_profile(const ProfileArgs& a) {
   std::printf("profiling this machine (%d threads)...\n", num_threads());
-  double gemm = measure_gemm(a.reps);
+  const double gemm = measure_gemm(a.reps, Precision::F32);
   std::printf("  fp32 GEMM 2048^3          %.1f GFLOP/s\n", gemm / 1e9);
+  const double gemm_bf16 = measure_gemm(a.reps, Precision::BF16);
+  std::printf("  bf16 GEMM 2048^3          %.1f GFLOP/s\n", gemm_bf16 / 1e9);
   double copy = measure_memcpy(a.reps);
   std::printf("  memcpy                    %.2f GB/s\n", copy / 1e9);
   auto [rd, wr] = measure_nvme(a.dir, a.nvme_mb);
@@ -171,6 +174,7 @@ void run_profile(const ProfileArgs& a) {
                      {"note", "RAM budget for the compute tier (half the host unless --compute-memory)"}}},
       {"default_cap_gb", {{"value", compute_mem / 1e9}, {"source", a.compute_memory_gb > 0 ? "given" : "assumed"}}},
       {"peak_tflops", measured(gemm / 1e12, "fp32 GEMM 2048^3 through lt::matmul")},
+      {"bf16_peak_tflops", measured(gemm_bf16 / 1e12, "bf16 GEMM 2048^3 (fp32 accumulation) through lt::matmul")},
       {"efficiency", measured(1.0, "the GEMM rate above is already what the kernels reach")}};
   j["links"] = {{"h2d_gbps", measured(copy / 1e9, "memcpy (the emu backend's copies)")},
                 {"d2h_gbps", measured(copy / 1e9, "memcpy")}};

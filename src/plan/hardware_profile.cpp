@@ -55,6 +55,8 @@ HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::strin
   p.default_cap_bytes = read_number(j, "compute", "default_cap_gb", p, where) * kGB;
   p.peak_flops = read_number(j, "compute", "peak_tflops", p, where) * 1e12;
   p.efficiency = read_number(j, "compute", "efficiency", p, where);
+  if (j.contains("compute") && j["compute"].contains("bf16_peak_tflops"))
+    p.bf16_peak_flops = read_number(j, "compute", "bf16_peak_tflops", p, where) * 1e12;
   p.h2d_bw = read_number(j, "links", "h2d_gbps", p, where) * kGB;
   p.d2h_bw = read_number(j, "links", "d2h_gbps", p, where) * kGB;
   p.nvme_read_bw = read_number(j, "nvme", "read_gbps", p, where) * kGB;
@@ -117,6 +119,7 @@ nlohmann::json hardware_profile_to_json(const HardwareProfile& p) {
                   {"default_cap_gb", num("compute.default_cap_gb", p.default_cap_bytes / kGB)},
                   {"peak_tflops", num("compute.peak_tflops", p.peak_flops / 1e12)},
                   {"efficiency", num("compute.efficiency", p.efficiency)}};
+  if (p.bf16_peak_flops > 0) j["compute"]["bf16_peak_tflops"] = num("compute.bf16_peak_tflops", p.bf16_peak_flops / 1e12);
   j["links"] = {{"h2d_gbps", num("links.h2d_gbps", p.h2d_bw / kGB)},
                 {"d2h_gbps", num("links.d2h_gbps", p.d2h_bw / kGB)}};
   j["nvme"] = {{"read_gbps", num("nvme.read_gbps", p.nvme_read_bw / kGB)},

@@ -6,7 +6,8 @@
 // JSON schema (every number is either a bare number or {"value", "source", "note"}):
 //   { "name", "description", "backend": "cuda"|"emu"|"cpu", "act_bytes": 2,
 //     "weight_bytes": 2, "grad_bytes": 2,
-//     "compute": { "memory_gb", "default_cap_gb", "peak_tflops", "efficiency" },
+//     "compute": { "memory_gb", "default_cap_gb", "peak_tflops", "efficiency",
+//                  "bf16_peak_tflops" (optional) },
 //     "links":   { "h2d_gbps", "d2h_gbps" },
 //     "nvme":    { "read_gbps", "write_gbps", "capacity_gb" },
 //     "host":    { "memory_gb", "optimizer_gparams_per_s", "memory_bandwidth_gbps" } }
@@ -34,6 +35,9 @@ struct HardwareProfile {
   double default_cap_bytes = 0;
   double peak_flops = 0;   // FLOP/s
   double efficiency = 1;   // fraction of peak_flops the layer kernels reach
+  // cpu profiles, whose peak_flops is the fp32 rate: the rate of bf16 matmuls (fp32
+  // accumulation), for runs that compute in bf16. 0: not measured.
+  double bf16_peak_flops = 0;
   double h2d_bw = 0;       // bytes/s, host -> compute tier
   double d2h_bw = 0;       // bytes/s, compute tier -> host
   double nvme_read_bw = 0;

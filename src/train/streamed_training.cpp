@@ -40,6 +40,8 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model) {
   // What the streaming executors hold on the compute tier: fp32 activations, weights and
   // gradients (bf16 matmuls read the host's bf16 copy).
   req.hardware.act_bytes = req.hardware.weight_bytes = req.hardware.grad_bytes = 4;
+  // bf16 matmuls run at the profile's bf16 rate when it has one.
+  if (cfg.precision == "bf16" && req.hardware.bf16_peak_flops > 0) req.hardware.peak_flops = req.hardware.bf16_peak_flops;
   req.batch = cfg.batch;
   req.seq = cfg.seq_len;
   req.gpu_cap_bytes = cfg.compute_budget_gb * 1e9;

@@ -31,7 +31,8 @@ namespace lt {
 void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConfig& cfg, const std::string& where);
 
 // The MILP plan of this run for cfg.compute_budget_gb on the cfg.hardware profile, counted
-// in the cpu and emu executors' fp32 element sizes; written to output_dir/plan.json.
+// in the cpu and emu executors' fp32 element sizes and timed at the profile's bf16 rate
+// for bf16 runs (when it has one); written to output_dir/plan.json.
 // lt::Error when no plan fits, with the short budget and the largest batch that fits.
 Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model);
 

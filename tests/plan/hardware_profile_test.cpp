@@ -41,6 +41,10 @@ TEST(HardwareProfile, RoundTripsThroughJson) {
   HardwareProfile r = parse_hardware_profile(hardware_profile_to_json(p), "round trip");
   EXPECT_EQ(r.weight_bytes, 4);
   EXPECT_EQ(r.grad_bytes, 4);
+  EXPECT_EQ(r.bf16_peak_flops, 0.0);  // optional, absent
+  p.bf16_peak_flops = 2 * p.peak_flops;
+  HardwareProfile b = parse_hardware_profile(hardware_profile_to_json(p), "round trip");
+  EXPECT_DOUBLE_EQ(b.bf16_peak_flops, p.bf16_peak_flops);
 }
 
 TEST(HardwareProfile, RejectsBadInput) {
