@@ -1,0 +1,76 @@
+// The streaming executor's boundary traffic: a boundary's parts leave the compute tier
+// when it is produced (host memory, NVMe through host staging) and come back, reassembled,
+// for its backward use (streaming_executor.h).
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "exec/streaming_executor.h"
+#include "exec/streaming_parked.h"
+
+namespace lt {
+
+float* StreamingExecutor::boundary_input(int b) {
+  const BoundarySchedule& bs = sched_.boundaries[b];
+  const std::string id = std::to_string(b);
+  if (!bs.stored) return buf("rc." + id);
+  return bs.offloaded() ? buf("r." + id) : buf("x." + id);
+}
+
+// Right after boundary b is produced: copy its non-compute parts out (the compute part
+// stays, in its own smaller buffer), then start the NVMe write from host staging.
+void StreamingExecutor::store_boundary(int b) {
+  const BoundarySchedule& bs = sched_.boundaries[b];
+  if (!bs.offloaded()) return;
+  Parked& p = *parked_[b];
+  const std::string id = std::to_string(b);
+  const size_t row = static_cast<size_t>(C_) * sizeof(float);
+  const std::byte* x = reinterpret_cast<const std::byte*>(buf("x." + id));
+  if (bs.gpu_tokens > 0) std::memcpy(buf("a." + id + ".gpu"), x, bs.gpu_tokens * row);
+  const double t = now();
+  backend_.copy_to_host(p.host.data(), x + bs.gpu_tokens * row, bs.cpu_tokens * row);
+  backend_.copy_to_host(p.staging.data(), x + (bs.gpu_tokens + bs.cpu_tokens) * row, bs.nvme_tokens * row);
+  backend_.wait_to_host(backend_.to_host_fence());
+  event("a." + id + ".out", "d2h", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
+  if (bs.nvme_tokens > 0) {
+    // The write runs on the store's thread; its event spans issue to the wait that retires it.
+    p.write = nvme_->write(p.slot, 0, p.staging.data(), bs.nvme_tokens * row);
+    p.write_issued_s = now();
+  }
+}
+
+void StreamingExecutor::start_nvme_read(int b) {
+  const BoundarySchedule& bs = sched_.boundaries[b];
+  if (!bs.offloaded() || bs.nvme_tokens == 0) return;
+  Parked& p = *parked_[b];
+  // The read lands in the buffer the write sends from: the write must be done first.
+  if (p.write) {
+    nvme_->wait(std::exchange(p.write, 0));
+    event("a." + std::to_string(b) + ".nvme write", "nvme", p.write_issued_s,
+          static_cast<double>(bs.nvme_tokens * C_ * sizeof(float)));
+  }
+  p.read_issued_s = now();
+  p.read = nvme_->read(p.slot, 0, p.staging.data(), bs.nvme_tokens * static_cast<size_t>(C_) * sizeof(float));
+}
+
+// Reassembles boundary b on the compute tier from its three parts.
+void StreamingExecutor::fetch_boundary(int b) {
+  const BoundarySchedule& bs = sched_.boundaries[b];
+  Parked& p = *parked_[b];
+  const std::string id = std::to_string(b);
+  const size_t row = static_cast<size_t>(C_) * sizeof(float);
+  std::byte* r = reinterpret_cast<std::byte*>(buf("r." + id));
+  if (bs.gpu_tokens > 0) std::memcpy(r, buf("a." + id + ".gpu"), bs.gpu_tokens * row);
+  if (bs.nvme_tokens > 0) {
+    if (!p.read) start_nvme_read(b);
+    nvme_->wait(std::exchange(p.read, 0));
+    event("a." + id + ".nvme read", "nvme", p.read_issued_s, static_cast<double>(bs.nvme_tokens * row));
+  }
+  const double t = now();
+  backend_.copy_to_compute(r + bs.gpu_tokens * row, p.host.data(), bs.cpu_tokens * row);
+  backend_.copy_to_compute(r + (bs.gpu_tokens + bs.cpu_tokens) * row, p.staging.data(), bs.nvme_tokens * row);
+  backend_.wait_to_compute(backend_.to_compute_fence());
+  event("a." + id + ".in", "h2d", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
+}
+
+}  // namespace lt
