@@ -34,6 +34,20 @@ bool tied(const ModelParameters& p) {
   return const_cast<ModelParameters&>(p).lm_head() == const_cast<ModelParameters&>(p).embedding();
 }
 
+// What the arena holds of the weights and gradients when the compute tier is separate.
+ComputeTierWeights compute_tier_weights(const Plan& plan, const Backend& backend, Precision precision) {
+  ComputeTierWeights cw;
+  if (backend.host_is_compute()) return cw;
+  const bool bf16_compute = precision == Precision::BF16;
+  const size_t block = static_cast<size_t>(block_numel(plan.model));
+  cw.on_compute = true;
+  cw.layer_bytes = bf16_compute ? Bf16WeightSlot(plan.model).bytes() : block * sizeof(float);
+  cw.layer_grad_bytes = block * sizeof(float);
+  cw.lm_head_bytes = static_cast<size_t>(plan.model.vocab_size * plan.model.hidden_size) *
+                     (bf16_compute ? sizeof(bf16) : sizeof(float));
+  return cw;
+}
+
 }  // namespace
 
 std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& params, const UpdateTarget& t) {
@@ -72,8 +86,8 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
       seq_(plan.seq),
       T_(plan.batch * plan.seq),
       C_(plan.model.hidden_size),
-      sched_(make_stream_schedule(plan, block_saved_numel(plan.model, plan.batch, plan.seq), !backend.host_is_compute(),
-                                  block_numel(plan.model))),
+      sched_(make_stream_schedule(plan, block_saved_numel(plan.model, plan.batch, plan.seq),
+                                  compute_tier_weights(plan, backend, options.precision))),
       host_("host activations"),
       workspace_(block_shape(plan.model, plan.batch, plan.seq)) {
   if (!backend_.host_is_compute()) {  // host ends of the embedding and of gradient slots
@@ -91,9 +105,7 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   ctx_.rope_cos = rope_cos_.data();
   ctx_.rope_sin = rope_sin_.data();
   ctx_.precision = options.precision;
-  if (options.precision == Precision::BF16 && !backend_.host_is_compute())
-    throw Error("bf16 compute on the " + std::string(backend_.name()) + " backend", "streaming executor",
-                "use --precision f32, or the cpu backend");
+  if (options.precision == Precision::BF16 && !backend_.host_is_compute()) bf16_slot_.emplace(config_);
 
   // Compute tier: lay out every planned allocation, then hold exactly that many bytes.
   layout_ = lay_out_arena(sched_.arena);
@@ -214,47 +226,47 @@ void StreamingExecutor::run_update(size_t t, ModelParameters& params, ModelParam
   (void)params;
 }
 
-BlockTensorsBf16 StreamingExecutor::weights_bf16(ModelParameters& params, int j, const StepOptions& o) const {
+std::pair<BlockTensors, BlockTensorsBf16> StreamingExecutor::weights(ModelParameters& params, int j,
+                                                                     const char* slot, const StepOptions& o) {
+  if (bf16_slot_) return bf16_slot_->bind(reinterpret_cast<std::byte*>(buf(slot + std::to_string(j))));
+  BlockTensors w = backend_.host_is_compute() ? params.block(j) : bind_block_tensors(config_, buf(slot + std::to_string(j)));
   BlockTensorsBf16 b;
-  if (ctx_.precision != Precision::BF16) return b;
-  const BlockTensors w = params.block(j);
-  auto of = [&](const float* f) { return o.compute_copy + (f - params.data()); };
-  b.wq = of(w.wq);
-  b.wk = of(w.wk);
-  b.wv = of(w.wv);
-  b.wo = of(w.wo);
-  b.wg = of(w.wg);
-  b.wu = of(w.wu);
-  b.wd = of(w.wd);
-  return b;
-}
-
-BlockTensors StreamingExecutor::weights(ModelParameters& params, int j, const char* slot) {
-  if (backend_.host_is_compute()) return params.block(j);
-  return bind_block_tensors(config_, buf(slot + std::to_string(j)));
+  if (ctx_.precision == Precision::BF16) {  // the cpu backend: views of the host's compute copy
+    const BlockTensors h = params.block(j);
+    for (const BlockField& f : block_fields(config_))
+      if (f.matrix) b.*bf16_member(f.member) = o.compute_copy + (h.*f.member - params.data());
+  }
+  return {w, b};
 }
 
 // Copies the weights planned to arrive in window w onto the compute tier; waits for them
 // only when this window's own compute reads them (a prefetch runs under the compute).
-void StreamingExecutor::load_weights(int w, ModelParameters& params) {
+void StreamingExecutor::load_weights(int w, ModelParameters& params, const bf16* compute_copy) {
   const size_t bytes = static_cast<size_t>(block_numel(config_)) * sizeof(float);
   const double t = now();
   // What this window's compute reads goes first on the link, and only that is waited
   // for; prefetches for later windows queue behind it and run under the compute.
+  auto load_layer = [&](const std::string& slot, int j) {
+    if (bf16_slot_)
+      bf16_slot_->copy_in(backend_, reinterpret_cast<std::byte*>(buf(slot)), params, compute_copy, j);
+    else
+      backend_.copy_to_compute(buf(slot), params.block_base(j), bytes);
+  };
   auto issue = [&](bool for_this_window) {
     if (sched_.head_load_w == w && (sched_.head == w) == for_this_window) {
       const int64_t C = C_, V = config_.vocab_size;
       backend_.copy_to_compute(buf("w.norm"), params.final_norm(), C * sizeof(float));
-      backend_.copy_to_compute(buf("w.lm_head"), params.lm_head(), V * C * sizeof(float));
+      if (bf16_slot_)
+        backend_.copy_to_compute(buf("w.lm_head"), compute_copy + (params.lm_head() - params.data()),
+                                 V * C * sizeof(bf16));
+      else
+        backend_.copy_to_compute(buf("w.lm_head"), params.lm_head(), V * C * sizeof(float));
     }
     for (int j = 0; j < sched_.L; ++j) {
       const std::string id = std::to_string(j);
-      if (sched_.fwd_load_w[j] == w && (sched_.forward_w[j] == w) == for_this_window)
-        backend_.copy_to_compute(buf("w." + id), params.block_base(j), bytes);
-      if (sched_.rc_load_w[j] == w && (sched_.recompute_w[j] == w) == for_this_window)
-        backend_.copy_to_compute(buf("wr." + id), params.block_base(j), bytes);
-      if (sched_.bwd_load_w[j] == w && (sched_.backward_w[j] == w) == for_this_window)
-        backend_.copy_to_compute(buf("wb." + id), params.block_base(j), bytes);
+      if (sched_.fwd_load_w[j] == w && (sched_.forward_w[j] == w) == for_this_window) load_layer("w." + id, j);
+      if (sched_.rc_load_w[j] == w && (sched_.recompute_w[j] == w) == for_this_window) load_layer("wr." + id, j);
+      if (sched_.bwd_load_w[j] == w && (sched_.backward_w[j] == w) == for_this_window) load_layer("wb." + id, j);
     }
   };
   issue(true);
@@ -374,7 +386,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
     pager_->start_writes(w, since());
     if (!backend_.host_is_compute()) {
       fence_at_window_start_ = backend_.to_compute_fence();
-      load_weights(w, params);
+      load_weights(w, params, options.compute_copy);
     }
 
     const int j = win.layer;
@@ -397,8 +409,8 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         const std::string in = std::to_string(j), out = std::to_string(j + 1);
         float* saved = sched_.keep_internals[j] ? buf("int." + in) : buf("int.scratch");
         BlockSaved sv = bind_block_saved(c, batch_, seq_, saved);
-        block_forward(buf("x." + out), sv, buf("x." + in), weights(params, j, "w."), weights_bf16(params, j, options),
-                      ctx_);
+        const auto [wj, bj] = weights(params, j, "w.", options);
+        block_forward(buf("x." + out), sv, buf("x." + in), wj, bj, ctx_);
         if (j + 1 < L) store_boundary(j + 1);
         break;
       }
@@ -410,7 +422,11 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         const float eps = static_cast<float>(c.rms_norm_eps);
         const bool host = backend_.host_is_compute();
         const float* norm_w = host ? params.final_norm() : buf("w.norm");
-        const float* head_w = host ? params.lm_head() : buf("w.lm_head");
+        // The lm_head: host views on the cpu backend, else the slot (bf16 under bf16 compute).
+        const float* head_w = host ? params.lm_head() : bf16_slot_ ? nullptr : buf("w.lm_head");
+        const bf16* head_bf16 = ctx_.precision != Precision::BF16 ? nullptr
+                                : host ? options.compute_copy + (params.lm_head() - params.data())
+                                       : reinterpret_cast<const bf16*>(buf("w.lm_head"));
         float* norm_g = host ? grads.final_norm() : buf("g.norm");
         float* head_g = host ? grads.lm_head() : buf("g.lm_head");
         if (!host) {  // gradient slots start at zero; the host's sums are added after
@@ -418,8 +434,6 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
           std::memset(head_g, 0, V * C * sizeof(float));
         }
         rmsnorm_forward(norm_out, rstd, x, norm_w, T, C, eps);
-        const bf16* head_bf16 = ctx_.precision == Precision::BF16 ? options.compute_copy + (params.lm_head() - params.data())
-                                                                  : nullptr;  // bf16: the cpu backend's host view
         const double loss_sum = head_cross_entropy(d_hidden, head_g, norm_out, head_w, head_bf16, targets.data(), T,
                                                    C, V, grad_scale, ctx_.precision);
         result.loss = predicted > 0 ? loss_sum / static_cast<double>(predicted) : 0.0;
@@ -443,26 +457,27 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         // internals); its output is a stored boundary, so it goes to the spare gradient.
         const bool stored = j + 1 == L || sched_.boundaries[j + 1].stored;
         float* out = stored ? d_in : buf("rc." + std::to_string(j + 1));
-        block_forward(out, sv, boundary_input(j), weights(params, j, "wr."), weights_bf16(params, j, options), ctx_);
+        const auto [wj, bj] = weights(params, j, "wr.", options);
+        block_forward(out, sv, boundary_input(j), wj, bj, ctx_);
         break;
       }
       case WindowKind::Backward: {
         LT_ASSERT(d_out != nullptr, "backward window before HEAD");
         const float* x_in = boundary_input(j);
-        BlockTensors wj = weights(params, j, "wb.");
+        const auto [wj, bj] = weights(params, j, "wb.", options);
         BlockSaved sv;
         if (sched_.keep_internals[j]) {
           sv = bind_block_saved(c, batch_, seq_, buf("int." + std::to_string(j)));
         } else {
           // Rerun the block; its output is not needed, so it goes to the spare gradient.
           sv = bind_block_saved(c, batch_, seq_, buf("int.scratch"));
-          block_forward(d_in, sv, x_in, wj, weights_bf16(params, j, options), ctx_);
+          block_forward(d_in, sv, x_in, wj, bj, ctx_);
         }
         const bool host = backend_.host_is_compute();
         float* g = host ? grads.block_base(j) : buf("g." + std::to_string(j));
         if (!host) std::memset(g, 0, block_numel(c) * sizeof(float));
         BlockTensors gj = bind_block_tensors(c, g);
-        block_backward(d_in, gj, workspace_, d_out, x_in, wj, weights_bf16(params, j, options), sv, ctx_);
+        block_backward(d_in, gj, workspace_, d_out, x_in, wj, bj, sv, ctx_);
         if (host) sq = sq_sum(grads.block_base(j), block_numel(c), sq);
         else land_gradient(grads.block_base(j), g, block_numel(c), true, options);
         std::swap(d_in, d_out);

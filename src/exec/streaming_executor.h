@@ -26,11 +26,11 @@
 // and run under the compute), and a gradient copied out drains under the next window,
 // whose barrier waits for it before summing its norm. Failure: a step that throws drains
 // its copies and NVMe requests and resets the arena (abort_step), so nothing is left in
-// flight and the next step starts clean. Precision: fp32, or bf16 matmuls on the cpu
-// backend (weights from the caller's bf16 compute copy, activations fp32, as ModelStep).
-// Not yet: bf16 weight slots on the emu backend; one weight slot reused across the
-// forward-backward turnaround for resident layers; BlockWorkspace and the
-// cross-entropy's logit chunks still hold their own scratch outside the arena.
+// flight and the next step starts clean. Precision: fp32, or bf16 matmuls (weights from the
+// caller's bf16 compute copy: host views on the cpu backend, bf16 slots copied from it on
+// the emu backend; activations and gradients fp32, as ModelStep). Not yet: one weight
+// slot reused across the forward-backward turnaround for resident layers; BlockWorkspace
+// and the cross-entropy's logit chunks still hold their own scratch outside the arena.
 #pragma once
 
 #include <algorithm>
@@ -39,6 +39,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -47,6 +48,7 @@
 
 #include "core/aligned_buffer.h"
 #include "exec/backend.h"
+#include "exec/bf16_weight_slot.h"
 #include "exec/decoder_block.h"
 #include "exec/state_pager.h"
 #include "exec/streaming_schedule.h"
@@ -163,10 +165,11 @@ class StreamingExecutor {
   void fetch_boundary(int b);
   double now() const;
   void event(const std::string& name, const char* lane, double start, double bytes = 0);
-  BlockTensors weights(ModelParameters& params, int j, const char* slot);  // slot: "w.", "wr.", "wb."
-  // Layer j's bf16 weights in the step's compute copy (all null under fp32).
-  BlockTensorsBf16 weights_bf16(ModelParameters& params, int j, const StepOptions& o) const;
-  void load_weights(int w, ModelParameters& params);
+  // Layer j's weights for a compute window: host views on the cpu backend (bf16 ones from
+  // the step's compute copy), else the arena slot's ("w.", "wr.", "wb." + j).
+  std::pair<BlockTensors, BlockTensorsBf16> weights(ModelParameters& params, int j, const char* slot,
+                                                    const StepOptions& o);
+  void load_weights(int w, ModelParameters& params, const bf16* compute_copy);
   void land_gradient(float* host, const float* slot, int64_t n, bool count, const StepOptions& o);
   // Waits for the first n gradient copies in flight, then sums their norms (in order).
   double finish_landings(double sq, size_t n);
@@ -202,6 +205,7 @@ class StreamingExecutor {
   // Declared before the store, so the store (which waits for requests in flight) goes
   // first and the pager's staging buffers outlive every request that uses them.
   std::unique_ptr<StatePager> pager_;
+  std::optional<Bf16WeightSlot> bf16_slot_;  // bf16 compute on a separate compute tier
   std::unique_ptr<NvmeStore> nvme_;
   BlockWorkspace workspace_;
   // Per step: the clock origin, the window running, and the events so far.

@@ -65,8 +65,8 @@ void schedule_state_paging(StreamSchedule& s, const Plan& plan) {
 
 }  // namespace
 
-StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, bool weights_on_compute,
-                                    int64_t block_numel) {
+StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, const ComputeTierWeights& cw) {
+  const bool weights_on_compute = cw.on_compute;
   if (!plan.feasible) bad_plan("the plan is infeasible: " + plan.infeasible_reason);
   StreamSchedule s;
   const int L = plan.model.num_layers;
@@ -224,7 +224,7 @@ StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, bool 
   req("head.rstd", static_cast<size_t>(T) * sizeof(float), s.head, s.head);
   req("head.d_hidden", full, s.head, s.head);
   if (weights_on_compute) {
-    const size_t wbytes = static_cast<size_t>(block_numel) * sizeof(float);
+    const size_t wbytes = cw.layer_bytes, gbytes = cw.layer_grad_bytes;
     const size_t C = static_cast<size_t>(s.hidden), V = static_cast<size_t>(plan.model.vocab_size);
     for (int j = 0; j < L; ++j) {
       const std::string id = std::to_string(j);
@@ -232,10 +232,10 @@ StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, bool 
       if (s.recompute_w[j] >= 0) req("wr." + id, wbytes, s.rc_load_w[j], s.recompute_w[j]);
       req("wb." + id, wbytes, s.bwd_load_w[j], s.backward_w[j]);
       // A gradient slot drains to the host under the next window's compute.
-      req("g." + id, wbytes, s.backward_w[j], s.backward_w[j] + 1);
+      req("g." + id, gbytes, s.backward_w[j], s.backward_w[j] + 1);
     }
     req("w.norm", C * sizeof(float), s.head_load_w, s.head);
-    req("w.lm_head", V * C * sizeof(float), s.head_load_w, s.head);
+    req("w.lm_head", cw.lm_head_bytes, s.head_load_w, s.head);
     req("g.norm", C * sizeof(float), s.head, s.head + 1);
     req("g.lm_head", V * C * sizeof(float), s.head, s.head + 1);
   }

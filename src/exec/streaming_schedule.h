@@ -64,11 +64,17 @@ struct StreamSchedule {
   std::vector<ArenaRequest> arena;
 };
 
+// Backends whose compute tier is not the host's memory plan their weight and gradient
+// slots in the arena too: a layer's weight slot (the fp32 block, or bf16_weight_slot.h's
+// under bf16), its fp32 gradient slot, and the lm_head's slot (fp32 or bf16).
+struct ComputeTierWeights {
+  bool on_compute = false;
+  size_t layer_bytes = 0, layer_grad_bytes = 0, lm_head_bytes = 0;
+};
+
 // Throws lt::Error for a plan the executor cannot run (infeasible, wrong model shape,
 // a backward window whose input is neither stored nor recomputed, ...).
-// weights_on_compute: the backend's compute tier is not the host's memory, so weight and
-// gradient slots are planned in the arena too (block_numel floats per layer).
 StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel_per_layer,
-                                    bool weights_on_compute = false, int64_t block_numel = 0);
+                                    const ComputeTierWeights& weights = {});
 
 }  // namespace lt

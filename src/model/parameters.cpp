@@ -4,35 +4,54 @@
 
 namespace lt {
 
+std::vector<BlockField> block_fields(const ModelConfig& c) {
+  // The order here is block_weight_specs()'s order; ModelParameters checks the total.
+  const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
+  using T = BlockTensors;
+  std::vector<BlockField> f;
+  auto add = [&](float* T::*member, int64_t n, bool matrix = false) { f.push_back({member, n, matrix}); };
+  add(&T::attn_norm, C);
+  add(&T::wq, QD * C, true);
+  if (c.qkv_bias) add(&T::bq, QD);
+  add(&T::wk, KD * C, true);
+  if (c.qkv_bias) add(&T::bk, KD);
+  add(&T::wv, KD * C, true);
+  if (c.qkv_bias) add(&T::bv, KD);
+  if (c.qk_norm) {
+    add(&T::q_norm, c.head_dim);
+    add(&T::k_norm, c.head_dim);
+  }
+  add(&T::wo, C * QD, true);
+  if (c.o_bias) add(&T::bo, C);
+  add(&T::mlp_norm, C);
+  add(&T::wg, I * C, true);
+  if (c.mlp_bias) add(&T::bg, I);
+  add(&T::wu, I * C, true);
+  if (c.mlp_bias) add(&T::bu, I);
+  add(&T::wd, C * I, true);
+  if (c.mlp_bias) add(&T::bd, C);
+  return f;
+}
+
+const bf16* BlockTensorsBf16::* bf16_member(float* BlockTensors::*matrix) {
+  using T = BlockTensors;
+  using B = BlockTensorsBf16;
+  if (matrix == &T::wq) return &B::wq;
+  if (matrix == &T::wk) return &B::wk;
+  if (matrix == &T::wv) return &B::wv;
+  if (matrix == &T::wo) return &B::wo;
+  if (matrix == &T::wg) return &B::wg;
+  if (matrix == &T::wu) return &B::wu;
+  LT_ASSERT(matrix == &T::wd, "not a projection matrix");
+  return &B::wd;
+}
+
 BlockTensors bind_block_tensors(const ModelConfig& c, float* base) {
   BlockTensors t;
-  // The order here is block_weight_specs()'s order; block_numel() checks the total.
-  auto take = [&](int64_t n) {
-    float* p = base;
-    base += n;
-    return p;
-  };
-  const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
-  t.attn_norm = take(C);
-  t.wq = take(QD * C);
-  if (c.qkv_bias) t.bq = take(QD);
-  t.wk = take(KD * C);
-  if (c.qkv_bias) t.bk = take(KD);
-  t.wv = take(KD * C);
-  if (c.qkv_bias) t.bv = take(KD);
-  if (c.qk_norm) {
-    t.q_norm = take(c.head_dim);
-    t.k_norm = take(c.head_dim);
+  for (const BlockField& f : block_fields(c)) {
+    t.*f.member = base;
+    base += f.numel;
   }
-  t.wo = take(C * QD);
-  if (c.o_bias) t.bo = take(C);
-  t.mlp_norm = take(C);
-  t.wg = take(I * C);
-  if (c.mlp_bias) t.bg = take(I);
-  t.wu = take(I * C);
-  if (c.mlp_bias) t.bu = take(I);
-  t.wd = take(C * I);
-  if (c.mlp_bias) t.bd = take(C);
   return t;
 }
 

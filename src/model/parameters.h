@@ -43,6 +43,18 @@ struct BlockTensorsBf16 {
   const bf16 *wg = nullptr, *wu = nullptr, *wd = nullptr;
 };
 
+// One view of a decoder layer in block_weight_specs() order: which member, how many
+// elements, and whether it is one of the seven projection matrices (the tensors matmuls
+// read, in bf16 under Precision::BF16; the rest are norms and biases).
+struct BlockField {
+  float* BlockTensors::*member;
+  int64_t numel;
+  bool matrix;
+};
+std::vector<BlockField> block_fields(const ModelConfig& c);
+// The BlockTensorsBf16 member of a projection matrix's BlockTensors member.
+const bf16* BlockTensorsBf16::*bf16_member(float* BlockTensors::*matrix);
+
 // Binds the views of decoder layer `layer` onto a buffer laid out in block_weight_specs()
 // order starting at `base`. The executor uses this to bind a layer template to a slot.
 BlockTensors bind_block_tensors(const ModelConfig& c, float* base);

@@ -146,9 +146,6 @@ void validate(const TrainConfig& c) {
   if (c.precision != "bf16" && c.precision != "f32")
     throw Error("unknown precision '" + c.precision + "'", "train config (precision)", "use bf16 or f32");
   if (!(c.lr > 0)) throw Error("lr must be positive", "train config (lr)", "");
-  if (!c.plan.empty() && c.precision == "bf16" && c.backend == "emu")
-    throw Error("the emu backend computes in fp32", "train config (plan, backend, precision)",
-                "pass --precision f32, or use the cpu backend");
   if (!c.plan.empty() && c.compute_budget_gb > 0)
     throw Error("both a plan and a compute budget were given", "train config (plan, compute_budget_gb)",
                 "give one: --plan FILE to run a plan, or --compute-budget-gb GB to have the trainer plan");

@@ -76,9 +76,9 @@ TEST_F(StreamingInvariance, EmuBackendMatchesBitwise) {
                        "emu milp offload");
 }
 
-// bf16 matmuls (the trainer's default) on the cpu backend: the same bits as ModelStep's
-// BF16 step, under plans that recompute, offload to host and NVMe, and page optimizer
-// states; the emu backend refuses bf16 with a clear error.
+// bf16 matmuls (the trainer's default): the same bits as ModelStep's BF16 step, under
+// plans that recompute, offload to host and NVMe, and page optimizer states, on the cpu
+// backend (host views of the compute copy) and the emu backend (bf16 weight slots).
 TEST_F(StreamingInvariance, Bf16MatmulsMatchModelStepBitwise) {
   const ModelConfig c = test::streaming_tiny_config(4);
   const RunOptions bf16{.eight_bit = true, .precision = Precision::BF16};
@@ -94,10 +94,10 @@ TEST_F(StreamingInvariance, Bf16MatmulsMatchModelStepBitwise) {
                        "bf16 milp, paged states");
   expect_bitwise_equal(run_streaming(c, offloading_milp_plan(c), dir_, make_cpu_backend(), bf16), ref,
                        "bf16 milp offload");
-  auto emu = make_emu_backend();
-  StreamingOptions so;
-  so.precision = Precision::BF16;
-  EXPECT_THROW(StreamingExecutor(make_plan(request(c), "keep-all"), *emu, so), Error);
+  expect_bitwise_equal(run_streaming(c, make_plan(request(c), "megatrain"), dir_, make_emu_backend(2, 2), bf16), ref,
+                       "bf16 emu megatrain");
+  expect_bitwise_equal(run_streaming(c, make_plan(paged, "milp"), dir_, make_emu_backend(), bf16), ref,
+                       "bf16 emu milp, paged states");
 }
 
 TEST_F(StreamingInvariance, TiedEmbeddingsMatchToo) {

@@ -3,8 +3,8 @@
 // it runs accounts for in that window (its allocations so far plus the window's
 // workspace and the fixed weight and gradient slots). The plans use fp32 activations,
 // the executor's, so the two count the same tensors in the same units. Covers the head's
-// weight and gradient slots and recompute blocks longer than two layers, whose weights
-// load once for RC and again for B.
+// weight and gradient slots, recompute blocks longer than two layers (whose weights load
+// once for RC and again for B), and bf16 weight slots (plans at 2 bytes a weight).
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "exec/backend.h"
+#include "exec/compute_copy.h"
 #include "exec/streaming_executor.h"
 #include "model/parameters.h"
 #include "plan/planner.h"
@@ -44,23 +45,36 @@ TEST(StreamingMemory, EmuComputeTierStaysWithinThePlanInEveryWindow) {
   const ModelConfig c = test::streaming_tiny_config(6);
   PlanRequest req = request(c);
   req.hardware.act_bytes = 4;  // the executor's activations are fp32
-  std::vector<Plan> plans;
+  struct Case {
+    Plan plan;
+    Precision precision;
+  };
+  std::vector<Case> cases;
   for (const char* policy : {"keep-all", "recompute-all", "megatrain", "megatrain-code", "milp"})
-    plans.push_back(make_plan(req, policy));
-  plans.push_back(offloading_milp_plan(c));  // bf16 plan bytes: checked against its own arena only
+    cases.push_back({make_plan(req, policy), Precision::F32});
+  // bf16 compute: bf16 weight slots, so the plan counts weights at 2 bytes.
+  PlanRequest bf16_req = req;
+  bf16_req.hardware.weight_bytes = 2;
+  for (const char* policy : {"recompute-all", "megatrain"}) cases.push_back({make_plan(bf16_req, policy), Precision::BF16});
+  cases.push_back({offloading_milp_plan(c), Precision::F32});  // bf16 activations: checked against its own arena only
   ModelParameters params(c), grads(c);
   test::init_parameters(params, 7);
+  ComputeCopy copy(Precision::BF16);
+  copy.refresh(params);
   std::vector<int32_t> ids, labels;
   test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, 0);
-  for (const Plan& plan : plans) {
+  for (const auto& [plan, precision] : cases) {
     ASSERT_TRUE(plan.feasible) << plan.policy << ": " << plan.infeasible_reason;
     auto emu = make_emu_backend();
     StreamingOptions so;
     so.offload_dir = dir;
     so.direct_io = false;
+    so.precision = precision;
     StreamingExecutor ex(plan, *emu, so);
     grads.zero();
-    const StreamingStepResult r = ex.step(params, grads, ids.data(), labels.data());
+    StepOptions o;
+    o.compute_copy = copy.data(params);
+    const StreamingStepResult r = ex.step(params, grads, ids.data(), labels.data(), o);
     EXPECT_LE(ex.measured_peak_bytes(), ex.planned_peak_bytes()) << plan.policy;
     if (plan.hardware.act_bytes != 4) continue;
     const std::vector<double> bound = planned_live(plan);

@@ -146,7 +146,7 @@ double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
     w_bf16 = w_round.data();
   }
   auto w_rows = [&](int64_t v0) {
-    return MatmulOperand{w + v0 * C, w_bf16 ? w_bf16 + v0 * C : nullptr};
+    return MatmulOperand{w ? w + v0 * C : nullptr, w_bf16 ? w_bf16 + v0 * C : nullptr};
   };
 
   // Ignored positions (prompt tokens under SFT masking, padding) cost nothing: chunks are

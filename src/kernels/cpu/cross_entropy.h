@@ -11,7 +11,7 @@
 //     dx [T, C] overwrites; dw [V, C] accumulates (+=)
 //   throws lt::Error for a target outside [0, V) other than -100.
 // With Precision::BF16 and w_bf16 == nullptr, w is rounded once per call into a V*C bf16
-// scratch; pass the weight's bf16 copy to avoid it.
+// scratch; pass the weight's bf16 copy to avoid it (w may then be null: only w_bf16 is read).
 #pragma once
 
 #include <algorithm>

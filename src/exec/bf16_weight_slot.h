@@ -1,0 +1,40 @@
+// A decoder layer's weight slot on a separate compute tier (the emu backend, and what a
+// GPU's HBM copy holds) under bf16 compute: the seven projection matrices in bf16, all the
+// matmuls read, then the norms and biases in fp32, read as they are. Half the bytes of the
+// fp32 block over the link and on the compute tier, less the small fp32 tail.
+//
+// Layout: matrices in block order, each at a 64-byte offset, then the small tensors in
+// block order, each at a 64-byte offset.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "exec/backend.h"
+#include "model/parameters.h"
+
+namespace lt {
+
+class Bf16WeightSlot {
+ public:
+  explicit Bf16WeightSlot(const ModelConfig& c);
+  size_t bytes() const { return bytes_; }
+
+  // Queues the copies of layer `layer` into `slot`: matrices from the bf16 compute copy
+  // (ModelParameters' layout), norms and biases from the fp32 parameters.
+  void copy_in(Backend& backend, std::byte* slot, const ModelParameters& params, const bf16* compute_copy,
+               int layer) const;
+  // Views of a filled slot: bf16 matrices, fp32 norms and biases (fp32 matrix views null).
+  std::pair<BlockTensors, BlockTensorsBf16> bind(std::byte* slot) const;
+
+ private:
+  struct Part {
+    BlockField field;
+    size_t offset;  // in the slot
+  };
+  std::vector<Part> parts_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace lt
