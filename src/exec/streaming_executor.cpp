@@ -1,9 +1,11 @@
 #include "exec/streaming_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "exec/streaming_parked.h"
@@ -17,16 +19,29 @@ namespace lt {
 
 namespace {
 
-// acc + the sum of x[i]^2 in float64: eight interleaved partial sums (so the loop
-// vectorizes and is not one long chain of dependent adds), added in a fixed order. The
-// same call on the same range gives the same bits, whatever the plan.
-double sq_sum(const float* x, int64_t n, double acc) {
+// The sum of x[i]^2 in float64 over one chunk: eight interleaved partial sums (so the loop
+// vectorizes and is not one long chain of dependent adds), added in a fixed order.
+double chunk_sq_sum(const float* x, int64_t n) {
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(x[i + k]) * x[i + k];
   double s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
   for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+// acc + the sum of x[i]^2: fixed chunks summed in parallel, then added in chunk order, so
+// the same call on the same range gives the same bits whatever the plan or thread count.
+constexpr int64_t kSqChunk = int64_t{1} << 16;
+double sq_sum(const float* x, int64_t n, double acc) {
+  if (n <= kSqChunk) return acc + chunk_sq_sum(x, n);
+  const int64_t chunks = (n + kSqChunk - 1) / kSqChunk;
+  std::vector<double> part(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) part[c] = chunk_sq_sum(x + c * kSqChunk, std::min(kSqChunk, n - c * kSqChunk));
+  double s = 0;
+  for (double p : part) s += p;
   return acc + s;
 }
 
