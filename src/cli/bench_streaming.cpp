@@ -10,8 +10,8 @@
 #include "memory/host_pool.h"
 #include "memory/nvme_store.h"
 #include "optim/adamw.h"
-#include "optim/grad_clip.h"
 #include "plan/planner.h"
+#include "train/updater.h"
 
 namespace lt::cli {
 namespace {
@@ -81,51 +81,17 @@ MeasuredLayerTimes layer_times(const Measured& m, const Plan& p) {
   return t;
 }
 
-// The hybrid 8-bit AdamW over the lazy-update targets, one tensor per target range; the
-// plan's paged layers keep their states in the bytes the executor hands the hook.
-struct BenchOptimizer {
-  AdamW opt;
-  std::vector<std::vector<int>> ids;  // embed, layers 0..L-1, head; per range
-
-  BenchOptimizer(const ModelParameters& p, const std::vector<int>& paged) : opt(config()) {
-    const int L = static_cast<int>(p.config().num_layers);
-    auto add = [&](const UpdateTarget& t, bool is_paged) {
-      ids.emplace_back();
-      AdamWTensorOptions o;
-      o.paged = is_paged;
-      int k = 0;
-      for (auto [off, n] : target_ranges(p, t)) ids.back().push_back(opt.add_tensor(t.name() + "." + std::to_string(k++), n, o));
-    };
-    add({UpdateTarget::Kind::Embed, -1}, false);
-    for (int j = 0; j < L; ++j)
-      add({UpdateTarget::Kind::Layer, j}, std::find(paged.begin(), paged.end(), j) != paged.end());
-    add({UpdateTarget::Kind::Head, -1}, false);
-  }
-  static AdamWConfig config() {
-    AdamWConfig c;
-    c.hyper.weight_decay = 0.0f;
-    return c;
-  }
-  size_t layer_state_bytes() const {
-    size_t b = 0;
-    for (int id : ids[1]) b += opt.state_bytes(id);
-    return b;
-  }
-  void update(ModelParameters& p, const ModelParameters& g, const UpdateTarget& t, std::span<std::byte> paged,
-              float clip, int64_t step) {
-    const size_t i = t.kind == UpdateTarget::Kind::Embed ? 0 : t.kind == UpdateTarget::Kind::Head ? ids.size() - 1 : 1 + t.layer;
-    const auto ranges = target_ranges(p, t);
-    size_t at = 0;
-    for (size_t r = 0; r < ranges.size(); ++r) {
-      if (!paged.empty()) {
-        opt.attach_state(ids[i][r], paged.data() + at);
-        at += opt.state_bytes(ids[i][r]);
-      }
-      opt.step_tensor(ids[i][r], p.data() + ranges[r].first, g.data() + ranges[r].first, nullptr, 1e-4f, clip, step);
-      if (!paged.empty()) opt.detach_state(ids[i][r]);
-    }
-  }
-};
+// The trainer's optimizer (hybrid 8-bit AdamW, clipping at norm 1, no weight decay) with
+// the plan's paged layers, as `train --plan` runs it.
+TrainConfig bench_train_config(int steps) {
+  TrainConfig c;
+  c.optimizer = "adamw8";
+  c.lr = 1e-4;
+  c.weight_decay = 0;
+  c.warmup_steps = 0;
+  c.steps = steps;
+  return c;
+}
 
 }  // namespace
 
@@ -182,30 +148,31 @@ Measured run_plan(const Plan& plan, const StreamingBenchArgs& a, double emu_gbps
   std::vector<int32_t> ids(plan.batch * plan.seq);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 2654435761u) % c.vocab_size);
   auto backend = emu_gbps < 0 ? make_cpu_backend() : make_emu_backend(emu_gbps, emu_gbps);
-  std::unique_ptr<BenchOptimizer> opt;
+  const TrainConfig tc = bench_train_config(a.steps + 1);
   // Paged states need their size even when nothing trains (the pager still moves them).
-  if (train || !plan.nvme_state_layers.empty()) opt = std::make_unique<BenchOptimizer>(params, plan.nvme_state_layers);
+  std::unique_ptr<Updater> updater;
+  if (train || !plan.nvme_state_layers.empty()) updater = std::make_unique<Updater>(tc, params, plan.nvme_state_layers);
   StreamingOptions so;
   so.offload_dir = a.offload_dir;
   so.direct_io = a.direct_io;
-  if (opt) so.layer_state_bytes = opt->layer_state_bytes();
+  if (updater) so.layer_state_bytes = updater->layer_state_bytes();
   StreamingExecutor ex(plan, *backend, so);
   Measured m;
   std::vector<double> times;
-  double optimizer_s = 0, clip = 1;
-  int64_t step_no = 0;
+  double optimizer_s = 0;
+  UpdateResult decision;  // the previous step's, applied lazily in this one
   const LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> paged) {
     const auto t0 = Clock::now();
-    opt->update(params, grads, t, paged, static_cast<float>(clip), step_no);
+    for (auto [offset, n] : target_ranges(params, t))
+      updater->update_range(params, grads, offset, n, decision, nullptr, paged);
     optimizer_s += since(t0);
   };
   for (int s = 0; s <= a.steps; ++s) {  // step 0 warms caches and page tables
     StepOptions o;
     if (train && s > 0) o.update = &hook;
-    step_no = s;
     optimizer_s = 0;
     m.last = ex.step(params, grads, ids.data(), ids.data(), o);
-    clip = clip_decision(m.last.grad_sq_sum, 1.0).clip_factor;
+    if (train) decision = updater->decide(m.last.grad_sq_sum, s + 1);
     if (s > 0 && (times.empty() || m.last.step_s < *std::min_element(times.begin(), times.end())))
       m.optimizer_s = optimizer_s;
     if (s > 0) times.push_back(m.last.step_s);

@@ -119,13 +119,14 @@ void StreamedTraining::flush() {
   if (!has_pending_) return;
   const int L = static_cast<int>(params_.config().num_layers);
   update_target({UpdateTarget::Kind::Embed, -1}, {});
+  AlignedBuffer<std::byte> state;  // one paged layer's state at a time
   for (int j = 0; j < L; ++j) {
     const UpdateTarget t{UpdateTarget::Kind::Layer, j};
     if (!executor_->state_paged(j)) {
       update_target(t, {});
       continue;
     }
-    AlignedBuffer<std::byte> state(updater_.layer_state_bytes());
+    if (state.size() == 0) state.resize(updater_.layer_state_bytes());
     executor_->read_paged_state(j, {state.data(), state.size()});
     update_target(t, {state.data(), state.size()});
     executor_->write_paged_state(j, {state.data(), state.size()});

@@ -12,9 +12,6 @@
 //      after the failed step the executor runs the next step, bitwise equal to the
 //      in-memory step, and removes its offload file at exit.
 // Mounting needs root; without it (a)-(c) GTEST_SKIP with the reason.
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -36,9 +33,6 @@
 #include "streaming_test_util.h"
 #include "test_util.h"
 
-#ifndef FS_IOC_SHUTDOWN
-#define FS_IOC_SHUTDOWN _IOR('X', 125, __u32)
-#endif
 
 namespace lt {
 namespace {
@@ -155,15 +149,12 @@ TEST(StreamingFaults, DiskDyingMidStepIsAClearErrorAndLosesNothing) {
       StepOptions o;
       o.before_window = [&](int w) {
         if (w != ex.schedule().head || shut) return;  // forward's writes are out, backward's reads to come
-        const int dfd = ::open(mnt->path().c_str(), O_RDONLY | O_DIRECTORY);
-        __u32 flags = 2;  // FS_GOING_FLAGS_NOLOGFLUSH
-        if (dfd < 0 || ::ioctl(dfd, FS_IOC_SHUTDOWN, &flags) != 0) shut_error = std::strerror(errno);
-        if (dfd >= 0) ::close(dfd);
+        shut_error = mnt->shut_down();
         shut = true;
       };
       f.batch(1);
       const std::string m = error_of([&] { ex.step(f.params, f.grads, f.ids.data(), f.labels.data(), o); });
-      if (!shut_error.empty()) GTEST_SKIP() << "FS_IOC_SHUTDOWN not permitted here: " << shut_error;
+      if (!shut_error.empty()) GTEST_SKIP() << shut_error;
       ASSERT_TRUE(shut);
       EXPECT_NE(m.find("NVMe"), std::string::npos) << m;
       EXPECT_NE(m.find("Input/output error"), std::string::npos) << m;
@@ -217,15 +208,11 @@ TEST(StreamingFaults, DiskDyingUnderAPagedStateReadNeverUpdatesFromIt) {
   updated.clear();
   std::string shut_error;
   o.before_window = [&](int w) {
-    if (w != ex.schedule().state_read_w[2]) return;
-    const int dfd = ::open(mnt->path().c_str(), O_RDONLY | O_DIRECTORY);
-    __u32 flags = 2;  // FS_GOING_FLAGS_NOLOGFLUSH
-    if (dfd < 0 || ::ioctl(dfd, FS_IOC_SHUTDOWN, &flags) != 0) shut_error = std::strerror(errno);
-    if (dfd >= 0) ::close(dfd);
+    if (w == ex.schedule().state_read_w[2]) shut_error = mnt->shut_down();
   };
   f.batch(1);
   const std::string m = error_of([&] { ex.step(f.params, f.grads, f.ids.data(), f.labels.data(), o); });
-  if (!shut_error.empty()) GTEST_SKIP() << "FS_IOC_SHUTDOWN not permitted here: " << shut_error;
+  if (!shut_error.empty()) GTEST_SKIP() << shut_error;
   EXPECT_NE(m.find("Input/output error"), std::string::npos) << m;
   EXPECT_NE(m.find("offload file " + file + " at offset "), std::string::npos) << m;
   EXPECT_TRUE(updated.empty()) << "layer " << updated.front() << " was updated from a state that never arrived";

@@ -14,9 +14,16 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <unistd.h>
 #include <vector>
+
+#ifndef FS_IOC_SHUTDOWN
+#define FS_IOC_SHUTDOWN _IOR('X', 125, __u32)
+#endif
 
 namespace lt::test {
 
@@ -33,6 +40,10 @@ class ScratchMount {
   const std::filesystem::path& path() const { return path_; }
   // Remount read-only; returns an empty string or why it failed.
   std::string remount_read_only();
+  // Shut the filesystem down (FS_IOC_SHUTDOWN, what xfs_io's "shutdown" does: every later
+  // I/O fails with EIO, as when a dying drive takes its filesystem down); returns an empty
+  // string or why it failed.
+  std::string shut_down();
 
  private:
   explicit ScratchMount(std::filesystem::path p) : path_(std::move(p)) {}
@@ -112,6 +123,16 @@ inline std::unique_ptr<ScratchMount> ScratchMount::ext4_loop(const std::filesyst
 inline ScratchMount::~ScratchMount() {
   // Lazy: a shut-down ext4 or a busy tmpfs still goes; the loop device auto-clears.
   ::umount2(path_.c_str(), MNT_DETACH);
+}
+
+inline std::string ScratchMount::shut_down() {
+  const int dfd = ::open(path_.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd < 0) return "open " + path_.string() + ": " + std::strerror(errno);
+  __u32 flags = 2;  // FS_GOING_FLAGS_NOLOGFLUSH
+  const int rc = ::ioctl(dfd, FS_IOC_SHUTDOWN, &flags);
+  const int err = errno;
+  ::close(dfd);
+  return rc == 0 ? "" : "FS_IOC_SHUTDOWN not permitted here: " + std::string(std::strerror(err));
 }
 
 inline std::string ScratchMount::remount_read_only() {
