@@ -6,11 +6,22 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/isa_dispatch.h"
+
 namespace lt {
 
+// Picks the kernels of the ISA level in force (core/isa_dispatch.h).
 void swiglu_forward(float* h, const float* g, const float* u, int64_t n);
 void swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u,
                      int64_t n);
+
+// One table per ISA level, compiled from swiglu_simd.cpp.
+struct SwigluKernels {
+  void (*forward)(float* h, const float* g, const float* u, int64_t n);
+  void (*backward)(float* dg, float* du, const float* dh, const float* g, const float* u,
+                   int64_t n);
+};
+LT_ISA_TABLE(SwigluKernels, kSwigluKernels)
 
 namespace ref {
 template <typename T>
