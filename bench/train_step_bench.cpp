@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/measure.h"
 #include "core/threads.h"
 #include "exec/model_step.h"
@@ -36,8 +37,9 @@ int measure_gemm(const lt::ModelConfig& c, int64_t tokens, int reps) {
     if (r >= 2) times.push_back(now_s() - t0);
   }
   const double flops = 2.0 * M * N * K;
-  std::printf("{\"gemm_bf16_gflops\": %.2f, \"impl\": \"%s\"}\n", flops / lt::median(times) / 1e9,
-              lt::matmul_impl_name(M, N, K, lt::Precision::BF16).c_str());
+  std::printf("{\"gemm_bf16_gflops\": %.2f, \"impl\": \"%s\", \"isa\": \"%s\", \"cpu\": \"%s\"}\n",
+              flops / lt::median(times) / 1e9, lt::matmul_impl_name(M, N, K, lt::Precision::BF16).c_str(),
+              std::string(lt::isa_name(lt::active_isa())).c_str(), lt::cpu_summary().c_str());
   return 0;
 }
 

@@ -8,7 +8,11 @@ interleaved, ours then PyTorch's, because this machine is shared and noisy: figu
 medians over rounds, and the comparison is a ratio measured side by side.
 
 usage: .venv/bin/python bench/train_step_bench.py [--build build] [--rounds 3] [--steps 3]
-Last line: RESULT train_step bf16_ratio=... fp32_ratio=... mfu=... rss_ratio=...
+Last line: RESULT train_step bf16_ratio=... fp32_ratio=... mfu=... rss_ratio=... isa=...
+
+LT_CPU=avx2 (or scalar) caps our kernels and oneDNN at that level; PyTorch is capped the
+same way in the same run (ATEN_CPU_CAPABILITY; its oneDNN through ONEDNN_MAX_CPU_ISA), so
+the ratio compares like with like on an AVX-512 machine standing in for an AVX2 one.
 """
 import argparse
 import json
@@ -49,6 +53,17 @@ def torch_worker(model_dir, mode, batch, seq, steps, threads):
     print(json.dumps({"step_s": step_s, "tokens_per_s": batch * seq / step_s,
                       "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                       "loss": float(loss), "threads": torch.get_num_threads()}))
+
+
+# LT_CPU level -> PyTorch's own caps for its kernels and for its bundled oneDNN.
+TORCH_CAPS = {"avx2": ("avx2", "AVX2"), "scalar": ("default", "SSE41")}
+
+
+def peer_env(env):
+    cap = TORCH_CAPS.get(os.environ.get("LT_CPU", ""))
+    if cap is None:
+        return env
+    return dict(env, ATEN_CPU_CAPABILITY=cap[0], ONEDNN_MAX_CPU_ISA=cap[1], DNNL_MAX_CPU_ISA=cap[1])
 
 
 def run_json(cmd, env):
@@ -97,7 +112,7 @@ def main():
                 results[("pytorch", mode)].append(run_json(
                     [sys.executable, __file__, "--worker", "torch", "--mode", mode,
                      "--model-dir", tmp, "--batch", str(a.batch), "--seq", str(a.seq),
-                     "--steps", str(a.steps), "--threads", str(a.threads)], env))
+                     "--steps", str(a.steps), "--threads", str(a.threads)], peer_env(env)))
                 print(f"  round {r + 1} {mode}: lazytrain {results[('lazytrain', mode)][-1]['tokens_per_s']:.0f} tok/s, "
                       f"pytorch {results[('pytorch', mode)][-1]['tokens_per_s']:.0f} tok/s", flush=True)
 
@@ -114,8 +129,9 @@ def main():
     rss_ratio = med[("lazytrain", "bf16")]["peak_rss"] / med[("pytorch", "bf16")]["peak_rss"]
     print(f"bf16 GEMM rate measured in this run (oneDNN, {gemm[0]['impl']}): {gemm_rate / 1e9:.0f} GFLOP/s; "
           f"model FLOPs per step (3 x forward, attention included): {flops / 1e9:.1f} GFLOP")
+    print(f"ours: {gemm[0]['cpu']}; PyTorch: {peer_env({}) or 'no cap'}")
     print(f"RESULT train_step bf16_ratio={bf16_ratio:.3f} fp32_ratio={fp32_ratio:.3f} "
-          f"mfu={mfu:.3f} rss_ratio={rss_ratio:.3f}")
+          f"mfu={mfu:.3f} rss_ratio={rss_ratio:.3f} isa={gemm[0]['isa']}")
 
 
 if __name__ == "__main__":

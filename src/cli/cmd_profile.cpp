@@ -23,6 +23,7 @@
 #include "core/measure.h"
 #include "cli/commands.h"
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "kernels/cpu/matmul.h"
@@ -148,10 +149,12 @@ nlohmann::json measured(double v, const std::string& note = "") {
 
 void run_profile(const ProfileArgs& a) {
   std::printf("profiling this machine (%d threads)...\n", num_threads());
+  std::printf("  %s\n", cpu_summary().c_str());
   const double gemm = measure_gemm(a.reps, Precision::F32);
-  std::printf("  fp32 GEMM 2048^3          %.1f GFLOP/s\n", gemm / 1e9);
+  std::printf("  fp32 GEMM 2048^3          %.1f GFLOP/s (%s)\n", gemm / 1e9,
+              matmul_impl_name(2048, 2048, 2048, Precision::F32).c_str());
   const double gemm_bf16 = measure_gemm(a.reps, Precision::BF16);
-  std::printf("  bf16 GEMM 2048^3          %.1f GFLOP/s\n", gemm_bf16 / 1e9);
+  std::printf("  bf16 GEMM 2048^3          %.1f GFLOP/s (%s)\n", gemm_bf16 / 1e9, matmul_bf16_path().c_str());
   double copy = measure_memcpy(a.reps);
   std::printf("  memcpy                    %.2f GB/s\n", copy / 1e9);
   auto [rd, wr] = measure_nvme(a.dir, a.nvme_mb);
@@ -164,6 +167,7 @@ void run_profile(const ProfileArgs& a) {
   nlohmann::json j;
   j["name"] = "local";
   j["description"] = "This machine, measured by `lazytrain profile` (CPU backend: the compute tier is a RAM budget).";
+  j["cpu"] = cpu_summary();
   j["backend"] = "cpu";
   // The cpu and emu streaming executors hold fp32 activations, weights and gradients.
   j["act_bytes"] = 4;

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/threads.h"
 
@@ -19,7 +20,10 @@ int main(int argc, char** argv) {
   int threads = 0;
   if (const char* env = std::getenv("LT_THREADS")) threads = std::atoi(env);
   app.add_option("--threads", threads, "CPU threads for kernels (default: all cores; env LT_THREADS)");
-  app.parse_complete_callback([&] { lt::set_num_threads(threads); });
+  app.parse_complete_callback([&] {
+    lt::set_num_threads(threads);
+    (void)lt::isa_cap();  // a bad LT_CPU is an error now, not inside the first kernel
+  });
 
   lt::cli::add_train_command(app);
   lt::cli::add_eval_command(app);

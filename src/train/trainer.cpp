@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/measure.h"
 #include "core/threads.h"
@@ -17,6 +18,7 @@
 #include "data/tokenizer.h"
 #include "exec/model_step.h"
 #include "exec/streaming_executor.h"
+#include "kernels/cpu/matmul.h"
 #include "io/atomic_file.h"
 #include "model/checkpoint.h"
 #include "plan/plan_json.h"
@@ -202,6 +204,9 @@ TrainSummary run_training(const TrainConfig& cfg) {
   std::printf("lazytrain train: %s model, %lld layers, hidden %lld, %.2fM parameters, vocab %lld; %d threads\n",
               weights_dir.empty() ? "from-scratch llama" : weights_dir.c_str(), static_cast<long long>(mc.num_layers),
               static_cast<long long>(mc.hidden_size), n_params / 1e6, static_cast<long long>(mc.vocab_size), num_threads());
+  std::printf("%s; matmuls: %s\n", cpu_summary().c_str(),
+              precision == Precision::BF16 ? matmul_bf16_path().c_str()
+                                           : ("fp32 GEMM (" + matmul_impl_name(256, 256, 256, Precision::F32) + ")").c_str());
   std::printf("data: %zu training documents (%zu tokens, %zu trained), %zu evaluation problems\n", data.train->size(),
               data.train->stats().tokens, data.train->stats().trained_tokens, data.eval.size());
   if (streamed) {

@@ -5,12 +5,15 @@
 // (Higham, Accuracy and Stability, 3.1); accumulating into C adds one more rounding of
 // |c_old| + |dot|. So bound = (K + 2) u (sum |a||b| + |c_old|). Under BF16 the inputs are
 // first rounded to bf16; the reference is given the same rounded inputs, so the bound
-// stays an fp32-accumulation bound.
+// stays an fp32-accumulation bound. It holds for both bf16 paths: oneDNN's native bf16
+// GEMM and, below the avx512 level, the widened one (exact bf16 products in fp32, summed
+// by the fp32 GEMM), so the bf16 tests run at every ISA level the machine has.
 #include "kernels/cpu/matmul.h"
 
-#include <fstream>
 #include <string>
 
+#include "core/cpu_features.h"
+#include "isa_test_util.h"
 #include "kernels/kernel_test_util.h"
 
 namespace lt {
@@ -61,20 +64,33 @@ TEST(Matmul, F32MatchesReferenceAllTransposes) {
 }
 
 TEST(Matmul, Bf16MatchesReferenceOnRoundedInputs) {
-  for (const Case& cs : kCases) check_case(cs, Precision::BF16);
+  test::for_each_isa([](Isa) {
+    for (const Case& cs : kCases) check_case(cs, Precision::BF16);
+  });
+}
+
+TEST(Matmul, Bf16IsWidenedToF32BelowAvx512) {
+  test::for_each_isa([](Isa isa) {
+    const std::string impl = matmul_impl_name(64, 64, 64, Precision::BF16);
+    const bool widened = impl.find("widened") != std::string::npos;
+    if (isa < Isa::Avx512) EXPECT_TRUE(widened) << impl;
+    EXPECT_EQ(matmul_bf16_path().find("fp32 GEMM") != std::string::npos, widened) << matmul_bf16_path();
+  });
 }
 
 TEST(Matmul, Bf16InputsSkipConversion) {
-  const int64_t M = 9, N = 13, K = 21;
-  auto a = test::round_bf16(test::random_floats(size_t(M * K), 7));
-  auto b = test::round_bf16(test::random_floats(size_t(K * N), 8));
-  std::vector<bf16> ab(a.size()), bb(b.size());
-  for (size_t i = 0; i < a.size(); ++i) ab[i] = f32_to_bf16(a[i]);
-  for (size_t i = 0; i < b.size(); ++i) bb[i] = f32_to_bf16(b[i]);
-  std::vector<float> c1(size_t(M * N)), c2(size_t(M * N));
-  matmul_bf16(c1.data(), ab.data(), false, bb.data(), true, M, N, K, false);
-  matmul(c2.data(), a.data(), false, b.data(), true, M, N, K, false, Precision::BF16);
-  EXPECT_EQ(c1, c2);  // the same primitive on the same bf16 bits
+  test::for_each_isa([](Isa) {
+    const int64_t M = 9, N = 13, K = 21;
+    auto a = test::round_bf16(test::random_floats(size_t(M * K), 7));
+    auto b = test::round_bf16(test::random_floats(size_t(K * N), 8));
+    std::vector<bf16> ab(a.size()), bb(b.size());
+    for (size_t i = 0; i < a.size(); ++i) ab[i] = f32_to_bf16(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) bb[i] = f32_to_bf16(b[i]);
+    std::vector<float> c1(size_t(M * N)), c2(size_t(M * N));
+    matmul_bf16(c1.data(), ab.data(), false, bb.data(), true, M, N, K, false);
+    matmul(c2.data(), a.data(), false, b.data(), true, M, N, K, false, Precision::BF16);
+    EXPECT_EQ(c1, c2);  // the same primitive on the same bf16 bits
+  });
 }
 
 TEST(Matmul, ZeroKIsAnEmptySum) {
@@ -132,22 +148,15 @@ TEST(Matmul, ContextCachesPrimitivesByShape) {
   EXPECT_EQ(ctx.cached_primitives(), 4u);
 }
 
-bool cpu_has_amx_bf16() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("flags", 0) == 0) return line.find(" amx_bf16") != std::string::npos;
-  return false;
-}
-
 TEST(Matmul, Bf16UsesAmxWhereAvailable) {
   const std::string f32 = matmul_impl_name(256, 256, 256, Precision::F32);
   const std::string bf = matmul_impl_name(256, 256, 256, Precision::BF16);
   RecordProperty("impl_f32", f32);
   RecordProperty("impl_bf16", bf);
-  if (!cpu_has_amx_bf16())
-    GTEST_SKIP() << "this CPU has no amx_bf16 flag in /proc/cpuinfo (bf16 runs " << bf
-                 << ", f32 runs " << f32 << ")";
+  if (!cpu_features().amx_bf16)
+    GTEST_SKIP() << "this CPU has no AMX-BF16 (bf16 runs " << bf << ", f32 runs " << f32 << ")";
+  if (active_isa() < Isa::Avx512)
+    GTEST_SKIP() << "LT_CPU caps the kernels (and oneDNN) below avx512 (bf16 runs " << bf << ")";
   EXPECT_NE(bf.find("amx"), std::string::npos) << bf;
   // The linear layer's shape (weights stored transposed) must pick it too.
   MatmulContext ctx;

@@ -2,6 +2,12 @@
 // copies); `accumulate` is a sum post-op; bias is oneDNN's fused bias argument.
 // Creating a primitive costs ~ms, and a training step repeats the same few shapes, so
 // each MatmulContext caches its primitives by the full key of what was asked.
+//
+// bf16 on every CPU: oneDNN 2.6 has bf16 matmuls only from AVX-512 on. Where it has none
+// (or the kernels run below the avx512 level: LT_CPU, a test's ScopedIsaCap), a
+// Precision::BF16 matmul widens its bf16 operands to fp32 and runs the fp32 GEMM. A
+// bf16 x bf16 product is exact in fp32 (8 + 8 significant bits), so the widened path
+// computes the same products and only the summation order differs.
 #include "kernels/cpu/matmul.h"
 
 #include <omp.h>
@@ -12,6 +18,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 
 namespace lt {
@@ -33,6 +40,8 @@ struct Key {
   int64_t M, N, K;
   bool trans_a, trans_b, accumulate, bias;
   Precision p;
+  // BF16 asked for while the kernels run below the avx512 level: take the widened path.
+  bool widen = p == Precision::BF16 && active_isa() < Isa::Avx512;
   int threads = threads_for(M, N, K);
   bool operator==(const Key&) const = default;
 };
@@ -45,7 +54,7 @@ struct KeyHash {
     mix(uint64_t(k.threads));
     mix(uint64_t(k.K));
     mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.accumulate ? 4u : 0u) |
-        (k.bias ? 8u : 0u) | (k.p == Precision::BF16 ? 16u : 0u));
+        (k.bias ? 8u : 0u) | (k.p == Precision::BF16 ? 16u : 0u) | (k.widen ? 32u : 0u));
     return h;
   }
 };
@@ -69,23 +78,45 @@ class ThreadCount {
 struct Entry {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
+  bool widened = false;  // a BF16 request served by an fp32 primitive on widened operands
 };
+
+// oneDNN dispatches on its own. Below the avx512 level it is capped as well, so that
+// LT_CPU=avx2 on an AVX-512 machine runs what an AVX2 machine runs (oneDNN's own
+// DNNL_MAX_CPU_ISA, if the user set it, wins: then the call fails, harmlessly).
+// It must happen before the first primitive exists, hence once, at the first context.
+void cap_onednn_isa() {
+  static const bool once = [] {
+    const Isa cap = std::min(isa_cap(), machine_isa());
+    if (cap < Isa::Avx512)
+      (void)dnnl::set_max_cpu_isa(cap == Isa::Avx2 ? dnnl::cpu_isa::avx2 : dnnl::cpu_isa::sse41);
+    return true;
+  }();
+  (void)once;
+}
 
 }  // namespace
 
 struct MatmulContext::Impl {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  static dnnl::engine make_engine() {
+    cap_onednn_isa();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }
+
+  dnnl::engine engine = make_engine();
   dnnl::stream stream{engine};
   std::unordered_map<Key, Entry, KeyHash> cache;
-  // bf16 copies of fp32 operands under Precision::BF16; grown, never shrunk.
+  // Operand copies: bf16 roundings of fp32 operands under Precision::BF16, or fp32
+  // widenings on the widened path; grown, never shrunk.
   AlignedBuffer<bf16> scratch_a, scratch_b;
+  AlignedBuffer<float> wide_a, wide_b;
 
-  const Entry& get(const Key& k) {
-    auto it = cache.find(k);
-    if (it != cache.end()) return it->second;
+  // Creates the primitive for k; a BF16 key whose bf16 primitive oneDNN cannot make gets
+  // the widened fp32 one.
+  Entry create(const Key& k, bool widened) {
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
-    const dt in = k.p == Precision::BF16 ? dt::bf16 : dt::f32;
+    const dt in = k.p == Precision::BF16 && !widened ? dt::bf16 : dt::f32;
     // Row-major A [M,K] has strides {K,1}; stored as [K,M] (trans_a) it is {1,M}.
     dnnl::memory::desc a_md(dims{k.M, k.K}, in, k.trans_a ? dims{1, k.M} : dims{k.K, 1});
     dnnl::memory::desc b_md(dims{k.K, k.N}, in, k.trans_b ? dims{1, k.K} : dims{k.N, 1});
@@ -96,21 +127,36 @@ struct MatmulContext::Impl {
       ops.append_sum(1.0f);
       attr.set_post_ops(ops);
     }
+    dnnl::matmul::desc desc =
+        k.bias ? dnnl::matmul::desc(a_md, b_md, dnnl::memory::desc(dims{1, k.N}, dt::f32, dims{k.N, 1}), c_md)
+               : dnnl::matmul::desc(a_md, b_md, c_md);
+    Entry e;
+    e.pd = dnnl::matmul::primitive_desc(desc, attr, engine);
+    e.prim = dnnl::matmul(e.pd);
+    e.widened = widened;
+    return e;
+  }
+
+  const Entry& get(const Key& k) {
+    auto it = cache.find(k);
+    if (it != cache.end()) return it->second;
     const ThreadCount threads(k.threads);  // oneDNN reads the count at creation
+    const std::string where = "matmul M=" + std::to_string(k.M) + " N=" + std::to_string(k.N) +
+                              " K=" + std::to_string(k.K);
+    if (k.p == Precision::BF16 && !k.widen) {
+      try {
+        return cache.emplace(k, create(k, false)).first->second;
+      } catch (const dnnl::error& err) {
+        if (err.status != dnnl_unimplemented)
+          throw Error(std::string("oneDNN could not create a bf16 matmul primitive: ") + err.what(), where,
+                      "rerun with LT_CPU=avx2 to use the widened fp32 path, and report this");
+      }  // no bf16 kernel for this CPU: widen below
+    }
     try {
-      dnnl::matmul::desc desc =
-          k.bias ? dnnl::matmul::desc(a_md, b_md,
-                                      dnnl::memory::desc(dims{1, k.N}, dt::f32, dims{k.N, 1}),
-                                      c_md)
-                 : dnnl::matmul::desc(a_md, b_md, c_md);
-      Entry e;
-      e.pd = dnnl::matmul::primitive_desc(desc, attr, engine);
-      e.prim = dnnl::matmul(e.pd);
-      return cache.emplace(k, std::move(e)).first->second;
+      return cache.emplace(k, create(k, k.p == Precision::BF16)).first->second;
     } catch (const dnnl::error& err) {
-      throw Error(std::string("oneDNN could not create a matmul primitive: ") + err.what(),
-                  "matmul M=" + std::to_string(k.M) + " N=" + std::to_string(k.N) +
-                      " K=" + std::to_string(k.K),
+      // fp32 matmuls exist on every x86-64 CPU: failing here is the library, not the CPU.
+      throw Error(std::string("oneDNN could not create an fp32 matmul primitive: ") + err.what(), where,
                   "check the oneDNN installation (libdnnl-dev)");
     }
   }
@@ -122,6 +168,15 @@ struct MatmulContext::Impl {
     if (scratch.size() < n) scratch.resize(n);
     convert_f32_to_bf16(scratch.data(), o.f32, n);
     return scratch.data();
+  }
+
+  // The fp32 operand of the widened path: the bf16 values, exactly, as fp32 (a bf16 copy
+  // is widened; fp32 data is rounded to bf16 first, as the bf16 path would round it).
+  const float* widened(MatmulOperand o, size_t n, AlignedBuffer<bf16>& rounding, AlignedBuffer<float>& wide) {
+    const bf16* h = as_bf16(o, n, rounding);
+    if (wide.size() < n) wide.resize(n);
+    convert_to_f32(wide.data(), h, DType::BF16, n);
+    return wide.data();
   }
 };
 
@@ -146,7 +201,10 @@ void MatmulContext::run(float* c, MatmulOperand a, bool trans_a, MatmulOperand b
   const Entry& e = impl_->get(key);
   const void* pa;
   const void* pb;
-  if (p == Precision::BF16) {
+  if (e.widened) {
+    pa = impl_->widened(a, size_t(M * K), impl_->scratch_a, impl_->wide_a);
+    pb = impl_->widened(b, size_t(K * N), impl_->scratch_b, impl_->wide_b);
+  } else if (p == Precision::BF16) {
     pa = impl_->as_bf16(a, size_t(M * K), impl_->scratch_a);
     pb = impl_->as_bf16(b, size_t(K * N), impl_->scratch_b);
   } else {
@@ -169,7 +227,8 @@ void MatmulContext::run(float* c, MatmulOperand a, bool trans_a, MatmulOperand b
 
 std::string MatmulContext::impl_name(int64_t M, int64_t N, int64_t K, bool trans_a,
                                      bool trans_b, Precision p) {
-  return impl_->get(Key{M, N, K, trans_a, trans_b, false, false, p}).pd.impl_info_str();
+  const Entry& e = impl_->get(Key{M, N, K, trans_a, trans_b, false, false, p});
+  return std::string(e.pd.impl_info_str()) + (e.widened ? " (bf16 widened to f32)" : "");
 }
 
 namespace {
@@ -215,6 +274,13 @@ std::string matmul_impl_name(int64_t M, int64_t N, int64_t K, Precision p) {
   DefaultContext& d = default_context();
   std::lock_guard<std::mutex> lock(d.mu);
   return d.ctx.impl_name(M, N, K, false, false, p);
+}
+
+std::string matmul_bf16_path() {
+  const std::string impl = matmul_impl_name(256, 256, 256, Precision::BF16);
+  const bool widened = impl.find("widened") != std::string::npos;
+  return widened ? "bf16 storage, fp32 GEMM (" + impl + "; oneDNN has no bf16 matmul at this ISA level)"
+                 : "native bf16 GEMM (" + impl + ")";
 }
 
 }  // namespace lt

@@ -6,8 +6,11 @@
 //   op(B) = B [K,N], or with trans_b B is stored as [N,K]
 //
 // Precision::BF16 rounds A and B to bf16 (nearest even) and accumulates in fp32; on a
-// CPU with AMX, oneDNN runs its avx512_core_amx_bf16 kernel. Precision::F32 is fp32 all
-// the way. Primitives are created once per shape and cached (creation costs ~ms).
+// CPU with AMX, oneDNN runs its avx512_core_amx_bf16 kernel. Where oneDNN has no bf16
+// matmul (below AVX-512, or kernels capped below the avx512 level), the bf16 operands are
+// widened to fp32 and the fp32 GEMM runs: the same exact products, another summation
+// order. Precision::F32 is fp32 all the way. Primitives are created once per shape and
+// cached (creation costs ~ms).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,9 @@ void matmul_bf16(float* c, const bf16* a, bool trans_a, const bf16* b, bool tran
 // The oneDNN implementation name chosen for a shape, e.g. "brg:avx512_core_amx_bf16",
 // so tests and benchmarks can check which kernel runs.
 std::string matmul_impl_name(int64_t M, int64_t N, int64_t K, Precision p);
+// Which path Precision::BF16 matmuls take now, for startup lines: "native bf16 GEMM (...)"
+// or "bf16 storage, fp32 GEMM (...)".
+std::string matmul_bf16_path();
 
 // One matmul operand: fp32 data and/or its bf16 copy. Under Precision::BF16 the bf16 copy
 // is used when present, else the fp32 data is rounded into the context's scratch; under
