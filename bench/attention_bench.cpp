@@ -8,6 +8,13 @@
 // (QK^T, dO V^T, P^T dO, dS^T Q, dS K) = 10 D flops per pair. Recomputation beyond that
 // (the split backward schedule) is not counted: it is our cost, not useful work.
 //
+// The kernels are those of the ISA level in force (core/cpu_features.h: the CPU's best,
+// capped by LT_CPU=scalar|avx2|avx512), printed with the CPU at the top and as isa= on
+// the last line:
+//   RESULT attention fwd_ms=... bwd_ms=... fwd_gflops=... bwd_gflops=...
+//          fwd_vs_pytorch=... bwd_vs_pytorch=... fwdbwd_vs_pytorch=... isa=...
+// (the ratios are PyTorch's time over ours, so > 1 is faster; absent without the peer).
+//
 // usage: attention_bench [rounds=7] [B S Hq Hkv D]   (LT_THREADS or OMP_NUM_THREADS)
 #include <omp.h>
 #include <sys/wait.h>
@@ -23,8 +30,9 @@
 #include <string>
 #include <vector>
 
-#include "core/measure.h"
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
+#include "core/measure.h"
 #include "core/threads.h"
 #include "kernels/cpu/attention.h"
 
@@ -138,8 +146,10 @@ int main(int argc, char** argv) {
 
   const double pairs = double(S) * double(S + 1) / 2;
   const double fwd_flops = 4.0 * B * Hq * D * pairs, bwd_flops = 10.0 * B * Hq * D * pairs;
-  std::printf("attention B=%ld S=%ld Hq=%ld Hkv=%ld D=%ld causal, %d threads\n", B, S, Hq, Hkv, D,
-              threads);
+  const std::string isa(lt::isa_name(lt::active_isa()));
+  std::printf("%s\n", lt::cpu_summary().c_str());
+  std::printf("attention B=%ld S=%ld Hq=%ld Hkv=%ld D=%ld causal, %d threads, %s kernels\n", B, S,
+              Hq, Hkv, D, threads, isa.c_str());
   std::printf("useful GFLOP: forward %.3f, backward %.3f\n", fwd_flops * 1e-9, bwd_flops * 1e-9);
 
   auto fwd = [&] {
@@ -171,6 +181,11 @@ int main(int argc, char** argv) {
     for (double t : peer.run("fwdbwd", reps)) pfb.push_back(t);
   }
   const double f = lt::median(tf), b = lt::median(tb);
+  std::string result = "RESULT attention";
+  char field[128];
+  std::snprintf(field, sizeof field, " fwd_ms=%.2f bwd_ms=%.2f fwd_gflops=%.1f bwd_gflops=%.1f",
+                f * 1e3, b * 1e3, fwd_flops / f * 1e-9, bwd_flops / b * 1e-9);
+  result += field;
   std::printf("%-10s %12s %12s %12s\n", "", "forward", "backward", "fwd+bwd");
   std::printf("%-10s %9.2f ms %9.2f ms %9.2f ms\n", "lazytrain", f * 1e3, b * 1e3, (f + b) * 1e3);
   std::printf("%-10s %9.1f GF/s %7.1f GF/s %7.1f GF/s\n", "", fwd_flops / f * 1e-9,
@@ -184,6 +199,11 @@ int main(int argc, char** argv) {
     std::printf(
         "speed-up vs pytorch: forward %.2fx, backward %.2fx, fwd+bwd %.2fx (medians of %zu)\n",
         tpf / f, tpb / b, tpfb / (f + b), tf.size());
+    std::snprintf(field, sizeof field,
+                  " fwd_vs_pytorch=%.2f bwd_vs_pytorch=%.2f fwdbwd_vs_pytorch=%.2f", tpf / f,
+                  tpb / b, tpfb / (f + b));
+    result += field;
   }
+  std::printf("%s isa=%s\n", result.c_str(), isa.c_str());
   return 0;
 }

@@ -1,6 +1,8 @@
-// Causal GQA attention: the fp32 kernels against the ref:: template run in double, with
-// per-element error bounds derived from fp32 rounding (see ErrorBounds); a float64
-// finite-difference check of the backward; bitwise equality across thread counts.
+// Causal GQA attention: the fp32 kernels of every ISA level this machine can run
+// (test::for_each_isa) against the ref:: template run in double, with per-element error
+// bounds derived from fp32 rounding (see ErrorBounds); a float64 finite-difference check
+// of the backward; bitwise equality across thread counts within each level (never across
+// levels: vector width and FMA change the rounding, the bounds cover every level).
 #include "kernels/cpu/attention.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 #include <sstream>
 #include <vector>
 
+#include "isa_test_util.h"
 #include "kernels/finite_difference.h"
 #include "test_util.h"
 
@@ -58,10 +61,14 @@ Inputs make_inputs(const Shape& s, uint64_t seed) {
 // Stability, Thm 3.1). The chain through the kernel:
 //   score   s_ij = scale q_i.k_j:       gamma_D * scale * sum_d |q k|, plus the exp2 domain
 //           change (times scale*log2 e, minus the running max or lse*log2 e): 4u(|s|+|lse|)
-//   exp2    polynomial < 1e-8 relative, plus the scalef: 2u
+//   exp2    Taylor remainder < 1e-8 (0.17u); Horner's rounding for |f| <= 1/2, with the
+//           coefficients rounded to fp32: sum_k |f|^k (|q_k| + |f q_(k+1)|) u / 2^f <= 3u
+//           without FMA (2.5u with), q_k the partial sums; the 2^n factor is exact: 4u
 //   forward lse = log of a sum of S terms rescaled once per key tile (ntiles): relative
-//           error of the sum gamma_(S + ntiles) plus the largest score error; o = sum_j p v
-//           / l adds gamma_S and the rescales once more: E_i below.
+//           error of the sum: its S + ntiles additions and, per tile, the rescale's rounding
+//           and its factor's exp2 (4u): gamma_(S + 6 ntiles); plus the terms' exp2 (4u)
+//           and the largest score error; log2 and the final scale by ln2 a few u more;
+//           o = sum_j p v / l adds gamma_S and the rescales once more: E_i below.
 //   backward dp_ij = dO_i.v_j: gamma_D sum|dO v|; delta_i = dO_i.o_i: gamma_D sum|dO o|;
 //           dS = p (dp - delta) scale: the error of p times |dp - delta| plus p times the
 //           errors of dp and delta; dv, dk sum over n = group*S query rows (gamma_n), dq
@@ -105,13 +112,13 @@ ErrorBounds error_bounds(const Shape& s, const Inputs& in, const std::vector<dou
           p[j] = std::exp(sc - l);
           es[j] = gamma(D) * scale * sabs + 4 * u * (std::fabs(sc) + std::fabs(l));
           es_max = std::max(es_max, es[j]);
-          ep[j] = p[j] * (es[j] + 2 * u);
+          ep[j] = p[j] * (es[j] + 4 * u);
           const double g = dp - delta;
           ds[j] = p[j] * g * scale;
           eds[j] = scale * (ep[j] * std::fabs(g) +
                             p[j] * (gamma(D) * (dpabs + delta_abs) + 2 * u * std::fabs(g)));
         }
-        const double E = es_max + 2 * gamma(S + 2 * ntiles) + 8 * u;
+        const double E = es_max + 2 * gamma(S + 6 * ntiles) + 10 * u;
         e.lse[(b * s.Hq + h) * S + i] = E + u * std::fabs(l);
         for (int64_t j = 0; j <= i; ++j) {
           const int64_t ko = ((b * S + j) * s.Hkv + hk) * D;
@@ -162,16 +169,19 @@ TEST(Attention, ForwardMatchesReference) {
   for (const Shape& s : kShapes) {
     const Inputs in = make_inputs(s, 1000 + s.S + s.D);
     const float scale = 1.0f / std::sqrt(float(s.D));
-    std::vector<float> o(s.nq(), NAN), lse(s.nl(), NAN);
-    attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
-                      s.Hkv, s.D, scale);
     std::vector<double> ro(s.nq()), rl(s.nl());
     const auto q = to_double(in.q), k = to_double(in.k), v = to_double(in.v);
     ref::attention_forward<double>(ro.data(), rl.data(), q.data(), k.data(), v.data(), s.B, s.S,
                                    s.Hq, s.Hkv, s.D, scale);
     const ErrorBounds e = error_bounds(s, in, ro, rl, scale);
-    EXPECT_WITHIN_BOUND("o", o, ro, e.o);
-    EXPECT_WITHIN_BOUND("lse", lse, rl, e.lse);
+    test::for_each_isa([&](Isa) {
+      // NaN-filled outputs: the kernel must overwrite every element.
+      std::vector<float> o(s.nq(), NAN), lse(s.nl(), NAN);
+      attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                        s.Hkv, s.D, scale);
+      EXPECT_WITHIN_BOUND("o", o, ro, e.o);
+      EXPECT_WITHIN_BOUND("lse", lse, rl, e.lse);
+    });
   }
 }
 
@@ -191,14 +201,16 @@ TEST(Attention, BackwardMatchesReference) {
     ref::attention_backward<double>(rdq.data(), rdk.data(), rdv.data(), dout.data(), q.data(),
                                     k.data(), v.data(), o.data(), l.data(), s.B, s.S, s.Hq, s.Hkv,
                                     s.D, scale);
-    // NaN-filled outputs: the kernel must overwrite every element.
-    std::vector<float> dq(s.nq(), NAN), dk(s.nk(), NAN), dv(s.nk(), NAN);
-    attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
-                       in.v.data(), of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale);
     const ErrorBounds e = error_bounds(s, in, o, l, scale);
-    EXPECT_WITHIN_BOUND("dq", dq, rdq, e.dq);
-    EXPECT_WITHIN_BOUND("dk", dk, rdk, e.dk);
-    EXPECT_WITHIN_BOUND("dv", dv, rdv, e.dv);
+    test::for_each_isa([&](Isa) {
+      // NaN-filled outputs: the kernel must overwrite every element.
+      std::vector<float> dq(s.nq(), NAN), dk(s.nk(), NAN), dv(s.nk(), NAN);
+      attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                         in.v.data(), of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale);
+      EXPECT_WITHIN_BOUND("dq", dq, rdq, e.dq);
+      EXPECT_WITHIN_BOUND("dk", dk, rdk, e.dk);
+      EXPECT_WITHIN_BOUND("dv", dv, rdv, e.dv);
+    });
   }
 }
 
@@ -229,14 +241,8 @@ TEST(Attention, BackwardFiniteDifference) {
   const auto rep = test::fd::check_gradient(f, x, dy, g);
   EXPECT_TRUE(rep.ok()) << "reference backward: " << rep.str();
 
-  // The fp32 kernel, fed exactly the values the check used (x holds fp32-representable
-  // values), with o and lse from its own forward.
-  std::vector<float> of(nq), lf(s.nl()), gf(x.size());
-  attention_forward(of.data(), lf.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
-                    s.Hkv, s.D, float(scale));
-  attention_backward(gf.data(), gf.data() + nq, gf.data() + nq + nk, in.dout.data(), in.q.data(),
-                     in.k.data(), in.v.data(), of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D,
-                     float(scale));
+  // The fp32 kernels, fed exactly the values the check used (x holds fp32-representable
+  // values), with o and lse from their own forward.
   const ErrorBounds e = error_bounds(s, in, o, lse, scale);
   double allow = 0;
   for (const auto* b : {&e.dq, &e.dk, &e.dv})
@@ -244,53 +250,67 @@ TEST(Attention, BackwardFiniteDifference) {
   // o and lse in fp32 perturb delta and p by their own bounds; 4x covers that.
   test::fd::Options opt;
   opt.analytic_abs_err = 4 * allow;
-  const auto rep32 = test::fd::check_gradient(f, x, dy, to_double(gf), opt);
-  EXPECT_TRUE(rep32.ok()) << "fp32 kernel backward: " << rep32.str();
+  test::for_each_isa([&](Isa) {
+    std::vector<float> of(nq), lf(s.nl()), gf(x.size());
+    attention_forward(of.data(), lf.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                      s.Hkv, s.D, float(scale));
+    attention_backward(gf.data(), gf.data() + nq, gf.data() + nq + nk, in.dout.data(), in.q.data(),
+                       in.k.data(), in.v.data(), of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D,
+                       float(scale));
+    const auto rep32 = test::fd::check_gradient(f, x, dy, to_double(gf), opt);
+    EXPECT_TRUE(rep32.ok()) << "fp32 kernel backward: " << rep32.str();
+  });
 }
 
 // Results must not depend on the thread count (nor on the fused / split backward
-// schedule it selects: B*Hkv = 1 is fused on 1 thread and split on 2 or 3).
+// schedule it selects: B*Hkv = 1 is fused on 1 thread and split on 2 or 3), within each
+// ISA level.
 TEST(Attention, BitwiseIdenticalAcrossThreadCounts) {
   const int saved = omp_get_max_threads();
-  for (const Shape& s :
-       {Shape{1, 200, 4, 1, 64}, Shape{2, 130, 6, 2, 80}, Shape{3, 67, 2, 2, 19}}) {
-    const Inputs in = make_inputs(s, 5 + s.S);
-    const float scale = 1.0f / std::sqrt(float(s.D));
-    std::vector<std::vector<float>> first;
-    for (int threads : {1, 2, 3}) {
-      omp_set_num_threads(threads);
-      std::vector<float> o(s.nq()), lse(s.nl()), dq(s.nq()), dk(s.nk()), dv(s.nk());
-      attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
-                        s.Hkv, s.D, scale);
-      attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
-                         in.v.data(), o.data(), lse.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale);
-      std::vector<std::vector<float>> all{o, lse, dq, dk, dv};
-      if (first.empty()) {
-        first = all;
-        continue;
+  for (const Shape& s : {Shape{1, 200, 4, 1, 64}, Shape{2, 130, 6, 2, 80}, Shape{3, 67, 2, 2, 19}})
+    test::for_each_isa([&](Isa) {
+      const Inputs in = make_inputs(s, 5 + s.S);
+      const float scale = 1.0f / std::sqrt(float(s.D));
+      std::vector<std::vector<float>> first;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        std::vector<float> o(s.nq()), lse(s.nl()), dq(s.nq()), dk(s.nk()), dv(s.nk());
+        attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S,
+                          s.Hq, s.Hkv, s.D, scale);
+        attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(),
+                           in.k.data(), in.v.data(), o.data(), lse.data(), s.B, s.S, s.Hq, s.Hkv,
+                           s.D, scale);
+        std::vector<std::vector<float>> all{o, lse, dq, dk, dv};
+        if (first.empty()) {
+          first = all;
+          continue;
+        }
+        const char* names[] = {"o", "lse", "dq", "dk", "dv"};
+        for (size_t t = 0; t < all.size(); ++t)
+          EXPECT_EQ(0, std::memcmp(all[t].data(), first[t].data(), all[t].size() * sizeof(float)))
+              << names[t] << " differs between 1 and " << threads << " threads, " << s.str();
       }
-      const char* names[] = {"o", "lse", "dq", "dk", "dv"};
-      for (size_t t = 0; t < all.size(); ++t)
-        EXPECT_EQ(0, std::memcmp(all[t].data(), first[t].data(), all[t].size() * sizeof(float)))
-            << names[t] << " differs between 1 and " << threads << " threads, " << s.str();
-    }
-  }
+    });
   omp_set_num_threads(saved);
 }
 
 // Fully masked future: changing k, v of later tokens must not change earlier outputs.
 TEST(Attention, CausalMaskIgnoresFutureKeys) {
   const Shape s{1, 100, 2, 1, 32};
-  Inputs in = make_inputs(s, 9);
   const float scale = 0.2f;
-  std::vector<float> o1(s.nq()), l1(s.nl()), o2(s.nq()), l2(s.nl());
-  attention_forward(o1.data(), l1.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
-                    s.Hkv, s.D, scale);
-  const int64_t cut = 70;  // tokens >= cut get new keys and values
-  for (int64_t i = cut * s.Hkv * s.D; i < s.nk(); ++i) in.k[i] += 5.0f, in.v[i] -= 3.0f;
-  attention_forward(o2.data(), l2.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
-                    s.Hkv, s.D, scale);
-  EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), cut * s.Hq * s.D * sizeof(float)));
+  test::for_each_isa([&](Isa) {
+    Inputs in = make_inputs(s, 9);
+    std::vector<float> o1(s.nq()), l1(s.nl()), o2(s.nq()), l2(s.nl());
+    attention_forward(o1.data(), l1.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                      s.Hkv, s.D, scale);
+    const int64_t cut = 70;  // tokens >= cut get new keys and values
+    for (int64_t i = cut * s.Hkv * s.D; i < s.nk(); ++i) in.k[i] += 5.0f, in.v[i] -= 3.0f;
+    attention_forward(o2.data(), l2.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                      s.Hkv, s.D, scale);
+    EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), cut * s.Hq * s.D * sizeof(float)));
+    for (int64_t h = 0; h < s.Hq; ++h)  // lse: [B, Hq, S]
+      EXPECT_EQ(0, std::memcmp(l1.data() + h * s.S, l2.data() + h * s.S, cut * sizeof(float)));
+  });
 }
 
 // The contract's semantics (layouts, GQA head mapping, causal mask, lse, scale) against an
@@ -333,11 +353,6 @@ TEST(Attention, MatchesTorchSdpa) {
       << "short output from attention_sdpa.py:\n"
       << r.output;
 
-  std::vector<float> o(s.nq()), lse(s.nl()), dq(s.nq()), dk(s.nk()), dv(s.nk());
-  attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
-                    s.Hkv, s.D, scale);
-  attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
-                     in.v.data(), o.data(), lse.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale);
   // The backward here starts from the kernel's own fp32 o and lse, while torch
   // differentiates exactly: their forward bounds enter delta and p, hence 4x as in the
   // finite-difference test.
@@ -346,11 +361,19 @@ TEST(Attention, MatchesTorchSdpa) {
     for (double& x : v) x *= 4;
     return v;
   };
-  EXPECT_WITHIN_BOUND("o", o, to, e.o);
-  EXPECT_WITHIN_BOUND("lse", lse, tl, e.lse);
-  EXPECT_WITHIN_BOUND("dq", dq, tdq, times4(e.dq));
-  EXPECT_WITHIN_BOUND("dk", dk, tdk, times4(e.dk));
-  EXPECT_WITHIN_BOUND("dv", dv, tdv, times4(e.dv));
+  const auto edq = times4(e.dq), edk = times4(e.dk), edv = times4(e.dv);
+  test::for_each_isa([&](Isa) {
+    std::vector<float> o(s.nq()), lse(s.nl()), dq(s.nq()), dk(s.nk()), dv(s.nk());
+    attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                      s.Hkv, s.D, scale);
+    attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                       in.v.data(), o.data(), lse.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale);
+    EXPECT_WITHIN_BOUND("o", o, to, e.o);
+    EXPECT_WITHIN_BOUND("lse", lse, tl, e.lse);
+    EXPECT_WITHIN_BOUND("dq", dq, tdq, edq);
+    EXPECT_WITHIN_BOUND("dk", dk, tdk, edk);
+    EXPECT_WITHIN_BOUND("dv", dv, tdv, edv);
+  });
 }
 
 }  // namespace

@@ -4,19 +4,38 @@
 //   query head h reads kv head h / (Hq / Hkv); scores = scale * q·k, key j <= query i.
 // Forward tiles over keys with an online softmax: memory O(S) per head, never S x S.
 // Backward recomputes the probabilities from q, k and the saved lse; dq, dk, dv overwrite.
+//
+// One tiling and threading driver (attention_driver.h: tiles, work items, summation
+// order) runs over micro-kernels written per ISA level (attention_tiles.h states
+// their contract): attention_scalar.cpp (plain loops), attention_avx2.cpp (8-lane ymm),
+// attention_avx512.cpp (16-lane zmm). The public functions pick the level in force
+// (core/isa_dispatch.h). Within one level, results are bitwise identical for any thread
+// count; levels differ in rounding (vector width, FMA), so compare them only with bounds.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "core/isa_dispatch.h"
+
 namespace lt {
 
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
                        int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                        const float* k, const float* v, const float* o, const float* lse,
-                        int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                        const float* k, const float* v, const float* o, const float* lse, int64_t B,
+                        int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+
+// One table per ISA level, each defined in attention_<level>.cpp.
+struct AttentionKernels {
+  void (*forward)(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
+                  int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+  void (*backward)(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                   const float* k, const float* v, const float* o, const float* lse, int64_t B,
+                   int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+};
+LT_ISA_TABLE(AttentionKernels, kAttentionKernels)
 
 namespace ref {
 // Plain reference: materializes one row of probabilities at a time.
