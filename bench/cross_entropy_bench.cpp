@@ -5,6 +5,8 @@
 // matmul: the logits are recomputed for the gradient), and a mostly-masked batch.
 //
 //   cross_entropy_bench [threads] [reps]
+// The softmax loops run at the ISA level in force: LT_CPU=scalar|avx2|avx512 compares them
+// (oneDNN gets the same cap, so the matmuls change too).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +16,7 @@
 
 #include "core/measure.h"
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/threads.h"
 #include "kernels/cpu/cross_entropy.h"
 
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
   const int64_t T = 2048, C = 768, V = 32000;
   std::printf("cross_entropy_bench: T=%ld C=%ld V=%ld, %d threads, median of %d reps\n",
               long(T), long(C), long(V), threads, reps);
+  std::printf("  %s\n", cpu_summary().c_str());
   AlignedBuffer<float> x(size_t(T * C)), w(size_t(V * C)), dx(size_t(T * C)), dw(size_t(V * C));
   AlignedBuffer<float> logits(size_t(T * V));
   AlignedBuffer<bf16> wb(size_t(V * C));

@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include "core/dtype_convert.h"
 #include "core/error.h"
 
 namespace lt {
@@ -71,12 +72,9 @@ void convert_to_f32(float* dst, const void* src, DType t, size_t n) {
     case DType::F32:
       std::memcpy(dst, src, n * 4);
       return;
-    case DType::BF16: {
-      const bf16* s = static_cast<const bf16*>(src);
-#pragma omp parallel for if (n > (1u << 16)) schedule(static)
-      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+    case DType::BF16:
+      LT_ISA_PICK(kDTypeConvertKernels).bf16_to_f32(dst, static_cast<const bf16*>(src), n);
       return;
-    }
     case DType::F16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
@@ -94,8 +92,7 @@ void convert_to_f32(float* dst, const void* src, DType t, size_t n) {
 }
 
 void convert_f32_to_bf16(bf16* dst, const float* src, size_t n) {
-#pragma omp parallel for simd if (n > (1u << 16)) schedule(static)
-  for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+  LT_ISA_PICK(kDTypeConvertKernels).f32_to_bf16(dst, src, n);
 }
 
 }  // namespace lt

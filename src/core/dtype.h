@@ -40,9 +40,11 @@ inline bf16 f32_to_bf16(float f) {
 // IEEE half, for reading fp16 checkpoints.
 float f16_to_f32(uint16_t h);
 
-// Converts n elements of src (of type t: F32, BF16, F16 or F64) to fp32.
+// Converts n elements of src (of type t: F32, BF16, F16 or F64) to fp32. BF16 is
+// vectorized for the ISA level in force (core/dtype_convert.h) and threaded for large n.
 void convert_to_f32(float* dst, const void* src, DType t, size_t n);
-// Converts n fp32 values to bf16, threaded for large n.
+// Converts n fp32 values to bf16 (f32_to_bf16 on each), vectorized for the ISA level in
+// force and threaded for large n.
 void convert_f32_to_bf16(bf16* dst, const float* src, size_t n);
 
 }  // namespace lt

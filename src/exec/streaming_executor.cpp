@@ -12,6 +12,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/sum_of_squares.h"
 #include "memory/arena_layout.h"
 #include "model/rope_frequencies.h"
 
@@ -19,31 +20,10 @@ namespace lt {
 
 namespace {
 
-// The sum of x[i]^2 in float64 over one chunk: eight interleaved partial sums (so the loop
-// vectorizes and is not one long chain of dependent adds), added in a fixed order.
-double chunk_sq_sum(const float* x, int64_t n) {
-  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(x[i + k]) * x[i + k];
-  double s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return s;
-}
-
-// acc + the sum of x[i]^2: fixed chunks summed in parallel, then added in chunk order, so
-// the same call on the same range gives the same bits whatever the plan or thread count.
-constexpr int64_t kSqChunk = int64_t{1} << 16;
-double sq_sum(const float* x, int64_t n, double acc) {
-  if (n <= kSqChunk) return acc + chunk_sq_sum(x, n);
-  const int64_t chunks = (n + kSqChunk - 1) / kSqChunk;
-  std::vector<double> part(static_cast<size_t>(chunks));
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) part[c] = chunk_sq_sum(x + c * kSqChunk, std::min(kSqChunk, n - c * kSqChunk));
-  double s = 0;
-  for (double p : part) s += p;
-  return acc + s;
-}
+// acc + the sum of x[i]^2 in float64: the dispatched kernel's fixed chunks, summed in
+// chunk order (kernels/cpu/sum_of_squares.h), so the same call on the same range gives the
+// same bits whatever the plan or thread count.
+double sq_sum(const float* x, int64_t n, double acc) { return acc + sum_of_squares_f64(x, n); }
 
 bool tied(const ModelParameters& p) {
   return const_cast<ModelParameters&>(p).lm_head() == const_cast<ModelParameters&>(p).embedding();

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "kernels/cpu/sum_of_squares.h"
 #include "optim/grad_clip.h"
 
 namespace lt {
@@ -20,21 +21,7 @@ bool is_norm_or_bias(const std::string& name) {
 }
 }  // namespace
 
-double sum_of_squares(const float* x, int64_t n) {
-  constexpr int64_t kChunk = 1 << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(chunks);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    double s = 0;
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; ++i) s += static_cast<double>(x[i]) * x[i];
-    partial[c] = s;
-  }
-  double total = 0;
-  for (double p : partial) total += p;
-  return total;
-}
+double sum_of_squares(const float* x, int64_t n) { return sum_of_squares_f64(x, n); }
 
 Updater::Updater(const TrainConfig& cfg, const ModelParameters& params, const std::vector<int>& paged_layers)
     : cfg_(cfg) {

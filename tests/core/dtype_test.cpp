@@ -1,9 +1,18 @@
+// bf16 rounding and the fp16 decoder, element by element; the bulk conversions
+// (vectorized per ISA level, threaded for large n) against the element functions, which
+// are their definition: the conversions are exact functions of each input, so every level
+// must give exactly their bits, NaNs, infinities and subnormals included.
 #include "core/dtype.h"
 
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
+
+#include "isa_test_util.h"
 
 namespace lt {
 namespace {
@@ -31,6 +40,45 @@ TEST(DType, F16ToF32) {
   EXPECT_EQ(f16_to_f32(0x0001), 0x1p-24f);  // smallest subnormal
   EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
   EXPECT_EQ(f16_to_f32(0x7c00), INFINITY);
+}
+
+// Floats that exercise every branch of the rounding: ties, carries into the exponent,
+// the largest finite values (which round to infinity), subnormals, infinities, NaNs with
+// payloads that rounding would turn into infinity, then random bit patterns.
+std::vector<float> conversion_inputs(size_t n) {
+  const uint32_t special[] = {
+      0x00000000u, 0x80000000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu,
+      0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x00000001u, 0x807fffffu, 0x00008000u,
+      0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fffffffu,
+      0x7f808000u, 0xff80ffffu};
+  std::vector<float> v;
+  for (uint32_t b : special) v.push_back(std::bit_cast<float>(b));
+  std::mt19937 rng(17);
+  while (v.size() < n) v.push_back(std::bit_cast<float>(uint32_t(rng())));
+  v.resize(n);
+  return v;
+}
+
+TEST(DType, BulkConversionsMatchTheElementFunctions) {
+  // Sizes around the vector widths, and one above the threading threshold (2^16).
+  for (size_t n : {size_t(1), size_t(7), size_t(16), size_t(33), size_t(100003)}) {
+    const std::vector<float> x = conversion_inputs(n);
+    std::vector<uint16_t> want16(n);
+    for (size_t i = 0; i < n; ++i) want16[i] = f32_to_bf16(x[i]).bits;
+    std::vector<bf16> h(n);
+    for (size_t i = 0; i < n; ++i) h[i].bits = uint16_t(std::bit_cast<uint32_t>(x[i]) >> 16);
+    test::for_each_isa([&](Isa) {
+      std::vector<bf16> got16(n);
+      convert_f32_to_bf16(got16.data(), x.data(), n);
+      std::vector<float> got32(n, 1.0f);
+      convert_to_f32(got32.data(), h.data(), DType::BF16, n);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got16[i].bits, want16[i]) << "f32 bits " << std::bit_cast<uint32_t>(x[i]);
+        ASSERT_EQ(std::bit_cast<uint32_t>(got32[i]), std::bit_cast<uint32_t>(bf16_to_f32(h[i])))
+            << "bf16 bits " << h[i].bits;
+      }
+    });
+  }
 }
 
 TEST(DType, Names) {

@@ -1,6 +1,8 @@
 // The fused head + cross-entropy against the plain double reference, with many chunk
 // shapes (a tiny max_logit_bytes forces many token and vocabulary chunks), bf16, ignored
-// targets, bad input; and the reference's gradient against finite differences.
+// targets, bad input, each at every ISA level this machine runs (test::for_each_isa: the
+// softmax loops are dispatched, and oneDNN gets the same cap); and the reference's
+// gradient against finite differences.
 //
 // Error bounds (u = fp32 unit roundoff; "sum of n terms within n u sum|terms|"):
 //   logits: E_t = (C + 2) u max_v sum_c |x_tc w_vc| bounds every logit's error in row t.
@@ -15,12 +17,15 @@
 //   dw_vc += gs sum_t g_tv x_tc: d <= gs sum_t (rho_t + (T + 2) u) (p_tv + [..]) |x_tc|
 //     + (n_tc + 2) u |dw_old| (dw is rounded once per token chunk, with dw_old inside).
 // Under BF16 the reference is given the bf16-rounded x and w, so the same bounds hold.
+// The bounds count rounding per operation and hold in any summation order and with FMA
+// contraction, so they hold at every ISA level.
 // Two fast runs with different chunkings are each within their bound of the exact value,
 // so they differ by at most the sum of the two bounds.
 #include "kernels/cpu/cross_entropy.h"
 
 #include "core/error.h"
 #include "kernels/finite_difference.h"
+#include "isa_test_util.h"
 #include "kernels/kernel_test_util.h"
 
 namespace lt {
@@ -146,22 +151,29 @@ void check_against_reference(const Problem& pr, Precision p, bool give_bf16, int
 }
 
 TEST(CrossEntropy, MatchesReferenceForManyChunkings) {
-  const Problem pr = make_problem(37, 24, 101, 1, 5);
-  const int64_t f = 4;  // bytes per fp32 logit
-  for (int64_t bytes : {int64_t(32) << 20,  // one chunk
-                        f * 101 * 10,       // token chunks of 10, whole vocabulary
-                        f * 300})           // 37 tokens x 8 vocabulary (ragged last chunk)
-    check_against_reference(pr, Precision::F32, false, bytes);
-  // No ignored targets: chunks are contiguous token runs (no gather, dx written directly).
-  check_against_reference(make_problem(37, 24, 101, 9, 0), Precision::F32, false, f * 101 * 10);
-  check_against_reference(make_problem(37, 24, 101, 9, 0), Precision::BF16, false, 6 * 101 * 10);
-  // Hundreds of tiny chunks, each four oneDNN calls, on a smaller problem and one thread:
-  // on a shared 2-vCPU host every 2-thread call can stall for a scheduler tick, and the
-  // chunking logic does not depend on the thread count.
-  test::ScopedThreads one(1);
-  const Problem small = make_problem(13, 8, 11, 10, 4);
-  check_against_reference(small, Precision::F32, false, f * 5);  // 5 tokens x 1 entry
-  check_against_reference(small, Precision::F32, false, f);      // one logit at a time
+  test::for_each_isa([](Isa) {
+    const Problem pr = make_problem(37, 24, 101, 1, 5);
+    const int64_t f = 4;  // bytes per fp32 logit
+    for (int64_t bytes : {int64_t(32) << 20,  // one chunk
+                          f * 101 * 10,       // token chunks of 10, whole vocabulary
+                          f * 300})           // 37 tokens x 8 vocabulary (ragged last chunk)
+      check_against_reference(pr, Precision::F32, false, bytes);
+    // No ignored targets: chunks are contiguous token runs (no gather, dx written directly).
+    const Problem contiguous = make_problem(37, 24, 101, 9, 0);
+    check_against_reference(contiguous, Precision::F32, false, f * 101 * 10);
+    check_against_reference(contiguous, Precision::BF16, false, 6 * 101 * 10);
+    // Rows long enough for the vector loops' main bodies, and chunks big enough to thread.
+    const Problem wide = make_problem(64, 16, 1000, 11, 7);
+    check_against_reference(wide, Precision::F32, false, int64_t(32) << 20);
+    check_against_reference(wide, Precision::BF16, false, int64_t(32) << 20);
+    // Hundreds of tiny chunks, each four oneDNN calls, on a smaller problem and one thread:
+    // on a shared 2-vCPU host every 2-thread call can stall for a scheduler tick, and the
+    // chunking logic does not depend on the thread count.
+    test::ScopedThreads one(1);
+    const Problem small = make_problem(13, 8, 11, 10, 4);
+    check_against_reference(small, Precision::F32, false, f * 5);  // 5 tokens x 1 entry
+    check_against_reference(small, Precision::F32, false, f);      // one logit at a time
+  });
 }
 
 TEST(CrossEntropy, ChunkedEqualsUnchunkedUpToRounding) {
@@ -182,29 +194,33 @@ TEST(CrossEntropy, ChunkedEqualsUnchunkedUpToRounding) {
 }
 
 TEST(CrossEntropy, Bf16MatchesReferenceOnRoundedValues) {
-  const Problem pr = make_problem(29, 40, 67, 3, 3);
-  check_against_reference(pr, Precision::BF16, false, int64_t(32) << 20);
-  check_against_reference(pr, Precision::BF16, true, int64_t(32) << 20);
-  check_against_reference(pr, Precision::BF16, true, 6 * 10 * 9);  // 10 tokens x 9 entries
-  check_against_reference(pr, Precision::BF16, false, 6);          // one logit at a time
+  test::for_each_isa([](Isa) {
+    const Problem pr = make_problem(29, 40, 67, 3, 3);
+    check_against_reference(pr, Precision::BF16, false, int64_t(32) << 20);
+    check_against_reference(pr, Precision::BF16, true, int64_t(32) << 20);
+    check_against_reference(pr, Precision::BF16, true, 6 * 10 * 9);  // 10 tokens x 9 entries
+    check_against_reference(pr, Precision::BF16, false, 6);          // one logit at a time
+  });
 }
 
 TEST(CrossEntropy, EdgeCases) {
-  // T = 1, odd C; every target ignored (loss 0, dx 0, dw untouched).
-  check_against_reference(make_problem(1, 7, 5, 4, 0), Precision::F32, false, 1 << 20);
-  Problem pr = make_problem(6, 3, 4, 5, 0);
-  for (auto& t : pr.targets) t = kIgnoreIndex;
-  const Result r = run_fast(pr, Precision::F32, nullptr, 4 * 8);
-  EXPECT_EQ(r.loss, 0.0);
-  for (float v : r.dx) EXPECT_EQ(v, 0.0f);
-  EXPECT_EQ(r.dw, pr.dw0);
-  // Loss alone (no gradient) is the same loss.
-  const Problem q = make_problem(11, 8, 9, 6, 3);
-  const Result full = run_fast(q, Precision::F32, nullptr, 1 << 20);
-  const double loss_only = head_cross_entropy(nullptr, nullptr, q.x.data(), q.w.data(), nullptr,
-                                              q.targets.data(), q.T, q.C, q.V, 1.0f,
-                                              Precision::F32);
-  EXPECT_EQ(loss_only, full.loss);
+  test::for_each_isa([](Isa) {
+    // T = 1, odd C; every target ignored (loss 0, dx 0, dw untouched).
+    check_against_reference(make_problem(1, 7, 5, 4, 0), Precision::F32, false, 1 << 20);
+    Problem pr = make_problem(6, 3, 4, 5, 0);
+    for (auto& t : pr.targets) t = kIgnoreIndex;
+    const Result r = run_fast(pr, Precision::F32, nullptr, 4 * 8);
+    EXPECT_EQ(r.loss, 0.0);
+    for (float v : r.dx) EXPECT_EQ(v, 0.0f);
+    EXPECT_EQ(r.dw, pr.dw0);
+    // Loss alone (no gradient) is the same loss.
+    const Problem q = make_problem(11, 8, 9, 6, 3);
+    const Result full = run_fast(q, Precision::F32, nullptr, 1 << 20);
+    const double loss_only = head_cross_entropy(nullptr, nullptr, q.x.data(), q.w.data(), nullptr,
+                                                q.targets.data(), q.T, q.C, q.V, 1.0f,
+                                                Precision::F32);
+    EXPECT_EQ(loss_only, full.loss);
+  });
 }
 
 TEST(CrossEntropy, BadInputThrows) {

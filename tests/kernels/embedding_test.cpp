@@ -1,12 +1,15 @@
 // Embedding: forward is a copy (exact); backward adds each token's gradient row into its
 // table row in token order, exactly as the reference does, so it must equal the fp32
-// reference bitwise, for any thread count. Plus the double finite-difference check.
+// reference bitwise, for any thread count, at every ISA level this machine runs (an add
+// rounds once, whatever the vector width; nothing can contract). Plus the double
+// finite-difference check.
 #include "kernels/cpu/embedding.h"
 
 #include <cstring>
 
 #include "core/error.h"
 #include "kernels/finite_difference.h"
+#include "isa_test_util.h"
 #include "kernels/kernel_test_util.h"
 
 namespace lt {
@@ -39,13 +42,15 @@ TEST(Embedding, BackwardIsBitwiseReferenceForAnyThreadCount) {
   auto init = test::random_floats(size_t(V * C), 5);
   auto want = init;
   ref::embedding_backward<float>(want.data(), tok.data(), dout.data(), T, C);
-  for (int threads : {1, 2, 3}) {
-    test::ScopedThreads scope(threads);
-    auto got = init;
-    embedding_backward(got.data(), tok.data(), dout.data(), T, V, C);
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
-        << threads << " threads";
-  }
+  test::for_each_isa([&](Isa) {
+    for (int threads : {1, 2, 3}) {
+      test::ScopedThreads scope(threads);
+      auto got = init;
+      embedding_backward(got.data(), tok.data(), dout.data(), T, V, C);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+          << threads << " threads";
+    }
+  });
 }
 
 TEST(Embedding, OutOfRangeTokenThrows) {

@@ -1,5 +1,7 @@
-// Linear: fast path (fp32 and bf16) against the double reference; dbias bitwise
-// identical for any thread count; the reference's backward against finite differences.
+// Linear: fast path (fp32 and bf16) against the double reference, at every ISA level
+// this machine runs (test::for_each_isa: the dbias column sum is dispatched, and oneDNN
+// gets the same cap); dbias bitwise identical for any thread count within a level; the
+// reference's backward against finite differences.
 //
 // Tolerances, as in matmul_test.cpp: an fp32 sum of n products is within (n + 2) u times
 // the sum of the absolute terms (+ |old| when accumulating):
@@ -12,6 +14,7 @@
 #include <cstring>
 
 #include "kernels/finite_difference.h"
+#include "isa_test_util.h"
 #include "kernels/kernel_test_util.h"
 
 namespace lt {
@@ -82,10 +85,12 @@ void check(int64_t M, int64_t K, int64_t N, Precision p, bool with_bf16_copy) {
 }
 
 TEST(Linear, F32MatchesReference) {
-  check(1, 1, 1, Precision::F32, false);
-  check(1, 19, 7, Precision::F32, false);    // T = 1
-  check(37, 33, 45, Precision::F32, false);  // odd sizes
-  check(200, 96, 300, Precision::F32, false);
+  test::for_each_isa([](Isa) {
+    check(1, 1, 1, Precision::F32, false);
+    check(1, 19, 7, Precision::F32, false);    // T = 1
+    check(37, 33, 45, Precision::F32, false);  // odd sizes
+    check(200, 96, 300, Precision::F32, false);
+  });
 }
 
 TEST(Linear, Bf16MatchesReferenceOnRoundedValues) {
@@ -113,18 +118,21 @@ TEST(Linear, DbiasIsBitwiseIdenticalForAnyThreadCount) {
   auto x = test::random_floats(static_cast<size_t>(M * K), 1);
   auto w = test::random_floats(static_cast<size_t>(N * K), 2);
   auto dy = test::random_floats(static_cast<size_t>(M * N), 3);
-  std::vector<float> dx(static_cast<size_t>(M * K)), dw(static_cast<size_t>(N * K)), first;
-  for (int threads : {1, 2, 3}) {
-    test::ScopedThreads scope(threads);
-    std::vector<float> db(static_cast<size_t>(N), 0.5f);
-    linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), nullptr, M, K,
-                    N, false, Precision::F32);
-    if (first.empty())
-      first = db;
-    else
-      EXPECT_EQ(0, std::memcmp(first.data(), db.data(), db.size() * sizeof(float)))
-          << threads << " threads";
-  }
+  std::vector<float> dx(static_cast<size_t>(M * K)), dw(static_cast<size_t>(N * K));
+  test::for_each_isa([&](Isa) {
+    std::vector<float> first;
+    for (int threads : {1, 2, 3}) {
+      test::ScopedThreads scope(threads);
+      std::vector<float> db(static_cast<size_t>(N), 0.5f);
+      linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), nullptr, M,
+                      K, N, false, Precision::F32);
+      if (first.empty())
+        first = db;
+      else
+        EXPECT_EQ(0, std::memcmp(first.data(), db.data(), db.size() * sizeof(float)))
+            << threads << " threads";
+    }
+  });
 }
 
 TEST(Linear, ReferenceBackwardMatchesFiniteDifferences) {

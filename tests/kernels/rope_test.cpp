@@ -1,11 +1,14 @@
-// RoPE: fast path against the double reference, backward as the inverse rotation, and
-// the reference's backward (sign -1) against finite differences of its forward.
+// RoPE: the fast path at every ISA level this machine runs (test::for_each_isa) against
+// the double reference, backward as the inverse rotation, and the reference's backward
+// (sign -1) against finite differences of its forward.
 //
 // Tolerance: y = a c - b s is two products and a difference: within 2u (|a c| + |b s|)
-// of the exact value; the bound uses 3u for slack on the sum's own rounding.
+// of the exact value; the bound uses 3u for slack on the sum's own rounding. With FMA
+// contraction (a c - round(b s), one rounding fewer) the same bound holds.
 #include "kernels/cpu/rope.h"
 
 #include "kernels/finite_difference.h"
+#include "isa_test_util.h"
 #include "kernels/kernel_test_util.h"
 
 namespace lt {
@@ -57,12 +60,14 @@ void check(int64_t B, int64_t S, int64_t H, int64_t D, bool backward) {
 }
 
 TEST(Rope, MatchesReference) {
-  for (bool bw : {false, true}) {
-    check(2, 5, 3, 8, bw);
-    check(1, 1, 1, 2, bw);     // T=1, smallest D
-    check(3, 7, 2, 34, bw);    // D/2 odd, not a multiple of 16
-    check(2, 64, 4, 128, bw);  // threaded
-  }
+  test::for_each_isa([](Isa) {
+    for (bool bw : {false, true}) {
+      check(2, 5, 3, 8, bw);
+      check(1, 1, 1, 2, bw);     // T=1, smallest D
+      check(3, 7, 2, 34, bw);    // D/2 odd, not a multiple of 16
+      check(2, 64, 4, 128, bw);  // threaded
+    }
+  });
 }
 
 TEST(Rope, BackwardInvertsForward) {
@@ -70,10 +75,12 @@ TEST(Rope, BackwardInvertsForward) {
   const int64_t B = 2, S = 9, H = 3, D = 16;
   const Tables tb = make_tables(S, D);
   auto x = test::random_floats(size_t(B * S * H * D), 4);
-  auto y = x;
-  rope_forward(y.data(), tb.cos.data(), tb.sin.data(), B, S, H, D);
-  rope_backward(y.data(), tb.cos.data(), tb.sin.data(), B, S, H, D);
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 8 * kU32) << i;  // |x| <= 1
+  test::for_each_isa([&](Isa) {
+    auto y = x;
+    rope_forward(y.data(), tb.cos.data(), tb.sin.data(), B, S, H, D);
+    rope_backward(y.data(), tb.cos.data(), tb.sin.data(), B, S, H, D);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 8 * kU32) << i;  // |x| <= 1
+  });
 }
 
 TEST(Rope, ReferenceBackwardMatchesFiniteDifferences) {

@@ -17,6 +17,7 @@
 // max_logit_bytes), five words per token of the chunk, the chunk's x rows (bf16, or fp32
 // when gathered) and dx rows (when gathered), T positions, and a V*C bf16 copy of w when
 // BF16 is asked for and w_bf16 is not given.
+// The softmax loops are the ISA level's (cross_entropy_kernels.h, picked once per call).
 #include "kernels/cpu/cross_entropy.h"
 
 #include <algorithm>
@@ -25,7 +26,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
-#include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/cross_entropy_kernels.h"
 
 namespace lt {
 
@@ -47,60 +48,6 @@ void check_targets(const int32_t* targets, int64_t T, int64_t V) {
                       std::to_string(kIgnoreIndex),
                   "head_cross_entropy",
                   "check that the data's labels match the model's vocab_size");
-}
-
-// Row statistics of one logits chunk, folded into the running (m, s) of an online
-// logsumexp. Rows of ignored tokens are skipped.
-void fold_chunk_stats(float* m, float* s, float* tlogit, const float* logits, const int32_t* tgt,
-                      int64_t n, int64_t v0, int64_t nv, bool first) {
-#pragma omp parallel for schedule(static) if (n * nv >= (1 << 15))
-  for (int64_t i = 0; i < n; ++i) {
-    if (tgt[i] == kIgnoreIndex) continue;
-    const float* l = logits + i * nv;
-    float cm = -INFINITY;
-#pragma omp simd reduction(max : cm)
-    for (int64_t v = 0; v < nv; ++v) cm = std::max(cm, l[v]);
-    const float mnew = first ? cm : std::max(m[i], cm);
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < nv; ++v) sum += vec::exp_approx(l[v] - mnew);
-    s[i] = first ? sum : s[i] * vec::exp_approx(m[i] - mnew) + sum;
-    m[i] = mnew;
-    if (tgt[i] >= v0 && tgt[i] < v0 + nv) tlogit[i] = l[tgt[i] - v0];
-  }
-}
-
-// logits chunk -> grad_scale * (softmax - onehot); ignored rows become 0. Written in place
-// (g16 == nullptr), or, for a BF16 matmul, straight into g16 as bf16: the backward
-// matmuls need bf16 operands, and rounding here once saves them two conversion passes.
-void logits_to_grad(float* logits, bf16* g16, const float* lse, const int32_t* tgt, int64_t n,
-                    int64_t v0, int64_t nv, float grad_scale) {
-#pragma omp parallel for schedule(static) if (n * nv >= (1 << 15))
-  for (int64_t i = 0; i < n; ++i) {
-    float* l = logits + i * nv;
-    const bool ignored = tgt[i] == kIgnoreIndex;
-    const float li = lse[i];
-    const int64_t hit = ignored ? -1 : tgt[i] - v0;  // the target's column, if in this chunk
-    if (g16) {
-      bf16* o = g16 + i * nv;
-      if (ignored) {
-        std::fill(o, o + nv, bf16{});
-        continue;
-      }
-#pragma omp simd
-      for (int64_t v = 0; v < nv; ++v)
-        o[v].bits = vec::to_bf16_bits(grad_scale * vec::exp_approx(l[v] - li) -
-                                      (v == hit ? grad_scale : 0.0f));
-      continue;
-    }
-    if (ignored) {
-      std::fill(l, l + nv, 0.0f);
-      continue;
-    }
-#pragma omp simd
-    for (int64_t v = 0; v < nv; ++v)
-      l[v] = grad_scale * vec::exp_approx(l[v] - li) - (v == hit ? grad_scale : 0.0f);
-  }
 }
 
 }  // namespace
@@ -136,6 +83,7 @@ double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
   if (T == 0) return 0.0;
   const int64_t tc = ch.token_chunk, vc = ch.vocab_chunk;
   const bool one_vocab_chunk = vc == V;
+  const CrossEntropyKernels& k = LT_ISA_PICK(kCrossEntropyKernels);
 
   // w's bf16 copy: given, or made once here (not per chunk: every token chunk reads all
   // of w, and rounding it each time would cost as much as the matmul).
@@ -186,13 +134,7 @@ double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
     for (int64_t i = 0; i < n; ++i) tg[size_t(i)] = targets[idx[i]];
     const float* xc32 = x + idx[0] * C;
     if (bf) {
-#pragma omp parallel for schedule(static) if (n * C >= (1 << 15))
-      for (int64_t i = 0; i < n; ++i) {
-        const float* src = x + idx[i] * C;
-        bf16* dst = x16.get() + i * C;
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) dst[c].bits = vec::to_bf16_bits(src[c]);
-      }
+      k.gather_rows_bf16(x16.get(), x, idx, n, C);
     } else if (!contiguous) {
 #pragma omp parallel for schedule(static) if (n * C >= (1 << 15))
       for (int64_t i = 0; i < n; ++i)
@@ -204,8 +146,8 @@ double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
     for (int64_t v0 = 0; v0 < V; v0 += vc) {
       const int64_t nv = std::min(vc, V - v0);
       matmul_ex(logits.get(), xc, false, w_rows(v0), true, n, nv, C, false, p);
-      fold_chunk_stats(m.data(), s.data(), tlogit.data(), logits.get(), tg.data(), n, v0, nv,
-                       v0 == 0);
+      k.fold_chunk_stats(m.data(), s.data(), tlogit.data(), logits.get(), tg.data(), n, v0, nv,
+                         v0 == 0);
     }
     for (size_t i = 0; i < size_t(n); ++i) {
       lse[i] = m[i] + std::log(s[i]);
@@ -218,7 +160,7 @@ double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
       const int64_t nv = std::min(vc, V - v0);
       if (!one_vocab_chunk)
         matmul_ex(logits.get(), xc, false, w_rows(v0), true, n, nv, C, false, p);
-      logits_to_grad(logits.get(), g16.get(), lse.data(), tg.data(), n, v0, nv, grad_scale);
+      k.logits_to_grad(logits.get(), g16.get(), lse.data(), tg.data(), n, v0, nv, grad_scale);
       const MatmulOperand g = bf ? MatmulOperand{nullptr, g16.get()}
                                  : MatmulOperand{logits.get(), nullptr};
       matmul_ex(dxc, g, false, w_rows(v0), false, n, C, nv, v0 > 0, p);

@@ -1,10 +1,9 @@
-// Embedding, fast path. Forward copies rows in parallel. Backward gives each table row to
-// one thread (by id modulo the thread count); every thread scans all tokens in order and
-// adds only its own rows. So each row's sum runs in token order whatever the thread
-// count: bitwise deterministic, no atomics, no per-thread copies of the table.
+// Embedding, fast path. Forward copies rows in parallel. Backward (embedding_simd.cpp, per
+// ISA level) gives each table row to one thread (by id modulo the thread count); every
+// thread scans all tokens in order and adds only its own rows. So each row's sum runs in
+// token order whatever the thread count: bitwise deterministic, no atomics, no per-thread
+// copies of the table.
 #include "kernels/cpu/embedding.h"
-
-#include <omp.h>
 
 #include <cstring>
 #include <string>
@@ -36,18 +35,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* table, in
 void embedding_backward(float* dtable, const int32_t* tokens, const float* dout, int64_t T,
                         int64_t V, int64_t C) {
   check_tokens(tokens, T, V, "embedding_backward");
-#pragma omp parallel if (T * C >= (1 << 15))
-  {
-    const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t v = tokens[t];
-      if (v % nth != tid) continue;
-      float* row = dtable + v * C;
-      const float* g = dout + t * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) row[c] += g[c];
-    }
-  }
+  LT_ISA_PICK(kEmbeddingKernels).backward(dtable, tokens, dout, T, C);
 }
 
 }  // namespace lt

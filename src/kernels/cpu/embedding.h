@@ -6,12 +6,21 @@
 
 #include <cstdint>
 
+#include "core/isa_dispatch.h"
+
 namespace lt {
 
 void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t T, int64_t V,
                        int64_t C);
 void embedding_backward(float* dtable, const int32_t* tokens, const float* dout, int64_t T,
                         int64_t V, int64_t C);
+
+// One table per ISA level, compiled from embedding_simd.cpp (the row adds of backward; the
+// forward is a row copy). Token ids are checked by the caller.
+struct EmbeddingKernels {
+  void (*backward)(float* dtable, const int32_t* tokens, const float* dout, int64_t T, int64_t C);
+};
+LT_ISA_TABLE(EmbeddingKernels, kEmbeddingKernels)
 
 namespace ref {
 template <typename T>

@@ -3,18 +3,32 @@
 //   forward:  rstd[t] = 1/sqrt(mean_c x[t,c]^2 + eps);  y[t,c] = x[t,c] * rstd[t] * w[c]
 //   backward: dx overwrites; dw accumulates (+=).
 // The fast path's dw reduction runs over fixed-size token chunks summed in a fixed order,
-// so results are bitwise identical for any thread count.
+// so results are bitwise identical for any thread count (within one ISA level).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "core/isa_dispatch.h"
+
 namespace lt {
 
+// Pick the kernels of the ISA level in force (core/isa_dispatch.h).
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
                      float eps);
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
                       const float* rstd, int64_t T, int64_t C);
+
+// One table per ISA level, compiled from rmsnorm_simd.cpp.
+struct RmsnormKernels {
+  void (*forward)(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
+                  float eps);
+  // dx overwrites; partial [ceil(T / token_chunk), C], zeroed by the caller, gets chunk k's
+  // sum over its tokens (in order) of dy x rstd; the caller adds the chunks to dw in order.
+  void (*backward)(float* dx, float* partial, const float* dy, const float* x, const float* w,
+                   const float* rstd, int64_t T, int64_t C, int64_t token_chunk);
+};
+LT_ISA_TABLE(RmsnormKernels, kRmsnormKernels)
 
 namespace ref {
 template <typename T>

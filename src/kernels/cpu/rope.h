@@ -9,12 +9,24 @@
 
 #include <cstdint>
 
+#include "core/isa_dispatch.h"
+
 namespace lt {
 
+// Pick the kernels of the ISA level in force (core/isa_dispatch.h).
 void rope_forward(float* x, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H,
                   int64_t D);
 void rope_backward(float* dx, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H,
                    int64_t D);
+
+// One table per ISA level, compiled from rope_simd.cpp; each rotates x in place.
+struct RopeKernels {
+  void (*forward)(float* x, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H,
+                  int64_t D);
+  void (*backward)(float* dx, const float* cos, const float* sin, int64_t B, int64_t S,
+                   int64_t H, int64_t D);
+};
+LT_ISA_TABLE(RopeKernels, kRopeKernels)
 
 namespace ref {
 template <typename T>
