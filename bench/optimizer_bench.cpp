@@ -1,6 +1,8 @@
 // Optimizer step throughput: our fused 8-bit AdamW, our fp32 AdamW, and a STREAM-like triad
-// on the same threads. Prints one line per measurement ("<name> <seconds> <params> <bytes>");
-// bench/optimizer_bench.py runs this beside the Python peers, interleaved, and reports.
+// on the same threads. Prints one line per measurement ("<name> <seconds> <params> <bytes>"),
+// and "info cpu <summary>" / "info kernels <name> <variant>" saying which kernels ran (LT_CPU
+// caps them); bench/optimizer_bench.py runs this beside the Python peers, interleaved, and
+// reports.
 //
 //   optimizer_bench [--params N] [--tensors T] [--threads K] [--reps R] [--only NAME]
 //
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/threads.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
@@ -64,6 +67,7 @@ void bench_adamw(const Options& o, const char* name, bool eight_bit, bool bf16_g
   Model m = make_model(o, bf16_grad);
   const int64_t per = o.params / o.tensors;
   for (int t = 0; t < o.tensors; ++t) opt.add_tensor("w" + std::to_string(t), per);
+  std::printf("info kernels %s %s\n", name, opt.kernel_name());
   const double gbytes = bf16_grad ? 2 : 4;
   const double state = eight_bit ? 4.0 + 16.0 / cfg.block_size : 16.0;  // read + write m, v
   const double bytes_per_param = 8 + gbytes + state + (write_copy ? 2 : 0);
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
     }
   }
   o.threads = lt::set_num_threads(o.threads);
+  std::printf("info %s\n", lt::cpu_summary().c_str());  // "cpu ... kernels ..."
   auto want = [&](const char* n) { return o.only.empty() || o.only == n; };
   if (want("ours8")) bench_adamw(o, "ours8", true, false, true);
   if (want("ours8_bf16g")) bench_adamw(o, "ours8_bf16g", true, true, true);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/threads.h"
 
@@ -17,20 +18,44 @@ constexpr int64_t kMinBlocksPerThread = 16;
 constexpr int64_t kChunkBlocks = 64;
 constexpr size_t kStateAlign = 64;
 size_t align_up(size_t x) { return (x + kStateAlign - 1) / kStateAlign * kStateAlign; }
+
 }  // namespace
+
+// The table of `kernel`: Auto follows active_isa(); a forced level must be runnable here.
+const AdamWKernels& adamw_kernels(AdamWKernel kernel) {
+  Isa isa = active_isa();
+  switch (kernel) {
+    case AdamWKernel::Auto: break;
+    case AdamWKernel::Scalar: isa = Isa::Scalar; break;
+    case AdamWKernel::Avx2: isa = Isa::Avx2; break;
+    case AdamWKernel::Avx512:
+    case AdamWKernel::Avx512NoVbmi: isa = Isa::Avx512; break;
+  }
+  if (kernel != AdamWKernel::Auto) {
+    std::string why = isa_missing(isa);
+    if (why.empty() && isa > isa_cap()) why = "LT_CPU caps the kernels at " + std::string(isa_name(isa_cap()));
+    if (!why.empty())
+      throw Error("the " + std::string(isa_name(isa)) + " AdamW kernels were requested but " + why,
+                  "AdamWConfig::kernel", "use AdamWKernel::Auto");
+  }
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case Isa::Scalar: return isa_scalar::kAdamWKernels;
+    case Isa::Avx2: return isa_avx2::kAdamWKernels;
+    case Isa::Avx512:
+      return kernel != AdamWKernel::Avx512NoVbmi && f.avx512vbmi && f.avx512bf16
+                 ? isa_avx512::kAdamWKernelsVbmiBf16
+                 : isa_avx512::kAdamWKernels;
+  }
+  return isa_scalar::kAdamWKernels;
+}
 
 AdamW::AdamW(const AdamWConfig& cfg) : cfg_(cfg) {
   if (cfg.block_size < 16 || cfg.block_size % 16 != 0 || cfg.block_size > kMaxAdamWBlock)
     throw Error("block size " + std::to_string(cfg.block_size) + " is not a multiple of 16 in [16, " +
                     std::to_string(kMaxAdamWBlock) + "]",
                 "AdamWConfig::block_size", "use 256 (the default) or another multiple of 16");
-  const bool has = cpu_has_avx512();
-  if ((cfg.kernel == AdamWKernel::Avx512 || cfg.kernel == AdamWKernel::Avx512NoVbmi) && !has)
-    throw Error("the AVX-512 AdamW kernel was requested but this CPU lacks AVX-512 F/BW/DQ/VL",
-                "AdamWConfig::kernel", "use AdamWKernel::Auto");
-  avx512_ = cfg.kernel == AdamWKernel::Avx512 || cfg.kernel == AdamWKernel::Avx512NoVbmi ||
-            (cfg.kernel == AdamWKernel::Auto && has);
-  vbmi_ = avx512_ && cfg.kernel != AdamWKernel::Avx512NoVbmi && cpu_has_avx512_ext();
+  kernels_ = &adamw_kernels(cfg.kernel);
 }
 
 int AdamW::add_tensor(const std::string& name, int64_t n, const AdamWTensorOptions& opt) {
@@ -188,9 +213,8 @@ StepReport AdamW::step(int id, AdamWTensorArgs a, float lr, float clip_factor, i
   // Contiguous ranges of whole blocks per thread: each block's result depends on that block
   // alone, so the split (and the thread count) cannot change a bit of the output.
   auto run = [&](int64_t b0, int64_t b1) -> int64_t {
-    if (t.format == StateFormat::Q8)
-      return avx512_ ? adamw8_blocks_avx512(a, s8, c, b0, b1, vbmi_) : adamw8_blocks_scalar(a, s8, c, b0, b1);
-    return avx512_ ? adamw32_blocks_avx512(a, s32, c, b0, b1) : adamw32_blocks_scalar(a, s32, c, b0, b1);
+    if (t.format == StateFormat::Q8) return kernels_->adamw8(a, s8, c, b0, b1);
+    return kernels_->adamw32(a, s32, c, b0, b1);
   };
   const int want = cfg_.num_threads > 0 ? cfg_.num_threads : num_threads();
   const int nt = static_cast<int>(std::clamp<int64_t>(nb / kMinBlocksPerThread, 1, want));

@@ -40,9 +40,16 @@
 namespace lt {
 
 enum class StateFormat : uint8_t { F32 = 0, Q8 = 1 };
-// Avx512: the AVX-512 kernels, with the VBMI + BF16 extensions when the CPU has both;
+// Which kernel table (adamw_kernels.h) the steps run. Auto: the level in force when the
+// AdamW is constructed (active_isa(): the CPU, capped by LT_CPU and a test's ScopedIsaCap).
+// Avx512: the AVX-512 kernels, with the VBMI + BF16 extensions when cpu_features() has both;
 // Avx512NoVbmi: the same without them (what AVX-512 CPUs lacking either run; for tests).
-enum class AdamWKernel : uint8_t { Auto, Scalar, Avx512, Avx512NoVbmi };
+// A forced level the CPU lacks, or that LT_CPU caps away, is an lt::Error.
+enum class AdamWKernel : uint8_t { Auto, Scalar, Avx2, Avx512, Avx512NoVbmi };
+
+// The kernel table a config's `kernel` selects (what AdamW's constructor uses; tests call
+// the table's map helpers directly). lt::Error for a forced variant that cannot run here.
+const AdamWKernels& adamw_kernels(AdamWKernel kernel);
 
 struct AdamWConfig {
   AdamWHyper hyper;
@@ -50,7 +57,7 @@ struct AdamWConfig {
   int64_t block_size = 256;       // quantization (and non-finite guard) block; multiple of 16
   int64_t min_8bit_numel = 4096;  // smaller tensors keep fp32 state
   int num_threads = 0;            // 0: lt::num_threads()
-  AdamWKernel kernel = AdamWKernel::Auto;  // Auto: AVX-512 when the CPU has it
+  AdamWKernel kernel = AdamWKernel::Auto;  // Auto: the kernels of active_isa()
 };
 
 struct AdamWTensorOptions {
@@ -95,8 +102,8 @@ class AdamW {
   int64_t numel(int id) const;
   StateFormat format(int id) const;
   const AdamWConfig& config() const { return cfg_; }
-  bool uses_avx512() const { return avx512_; }
-  bool uses_avx512_ext() const { return vbmi_; }  // VBMI + BF16 path
+  // The kernel variant the steps run: "scalar", "avx2", "avx512", "avx512+vbmi+bf16".
+  const char* kernel_name() const { return kernels_->name; }
   // Bytes of the m and v states (codes and absmax, or fp32) of all tensors, owned and
   // paged alike, without the layout's alignment padding (< 256 bytes a tensor).
   size_t state_bytes() const;
@@ -198,8 +205,7 @@ class AdamW {
   const Tensor& at(int id) const;
 
   AdamWConfig cfg_;
-  bool avx512_ = false;
-  bool vbmi_ = false;
+  const AdamWKernels* kernels_ = nullptr;
   std::vector<Tensor> tensors_;
 };
 

@@ -1,4 +1,7 @@
-// CPU kernels of the fused AdamW step, over a range of blocks of one tensor.
+// CPU kernels of the fused AdamW step, over a range of blocks of one tensor, one table per
+// ISA level (core/isa_dispatch.h): scalar (adamw_kernels_scalar.cpp), AVX2 + FMA
+// (adamw_kernels_avx2.cpp), AVX-512 (adamw_kernels_avx512.cpp, with a second table that
+// also uses AVX512-VBMI and AVX512-BF16).
 //
 // A block is `block` consecutive elements (the last one may be shorter). Per block the
 // kernel makes one pass over memory:
@@ -7,14 +10,15 @@
 //   fp32:  read grad, m, v -> new m, v into scratch; then read p, write p, m, v, bf16 copy.
 // A block whose new v is NaN or Inf (a NaN/Inf gradient, or g^2 overflowing) is left
 // entirely unchanged and counted; the kernels return that count. Blocks are independent,
-// so any split of blocks over threads gives bitwise the same result, and the scalar and
-// AVX-512 kernels evaluate the same fp32 operations in the same order (adamw_math.h), so
-// they agree bitwise too (tested).
+// so any split of blocks over threads gives bitwise the same result, and every table
+// evaluates the same fp32 operations in the same order (adamw_math.h; an FMA exactly where
+// the scalar kernel calls std::fma), so all of them agree bitwise (tested).
 #pragma once
 
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/isa_dispatch.h"
 #include "optim/adamw_math.h"
 
 namespace lt {
@@ -43,32 +47,29 @@ struct AdamW32State {
   float* v = nullptr;  // [n]
 };
 
-// Blocks [first_block, last_block). Return the number of skipped (non-finite) blocks.
-int64_t adamw8_blocks_scalar(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& c,
-                             int64_t first_block, int64_t last_block);
-int64_t adamw32_blocks_scalar(const AdamWTensorArgs& a, const AdamW32State& s, const AdamWStepConsts& c,
-                              int64_t first_block, int64_t last_block);
-// AVX-512 (F, BW, DQ, VL). Call only when cpu_has_avx512() is true. ext: use AVX512-VBMI
-// (dequantize the codes by byte table lookups, 64 codes per lookup, instead of fp32
-// permutes) and AVX512-BF16 (the bf16 copy by vcvtneps2bf16); only when
-// cpu_has_avx512_ext() is true. Either way the result is bitwise the scalar one.
-int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& c,
-                             int64_t first_block, int64_t last_block, bool ext);
-int64_t adamw32_blocks_avx512(const AdamWTensorArgs& a, const AdamW32State& s, const AdamWStepConsts& c,
-                              int64_t first_block, int64_t last_block);
-
-// The AVX-512 kernels' nearest-code path over n values (tests: it must equal
-// quantize_nearest for every input). Call only when cpu_has_avx512() is true.
 struct QuantMap;
-void quantize_nearest_avx512(const QuantMap& map, const float* x, uint8_t* code, int64_t n);
 
-// The VBMI dequantization over n codes: out[i] = map.value[code[i]] * absmax (tests: it must
-// equal the table). Call only when cpu_has_avx512_vbmi() is true.
-void dequantize_avx512_vbmi(const QuantMap& map, const uint8_t* code, float absmax, int64_t n, float* out);
+// One variant's kernels. The two map helpers are the pieces of the 8-bit kernel that the
+// tests check exhaustively on their own: each must equal the scalar definition bit for bit.
+struct AdamWKernels {
+  const char* name;  // "scalar", "avx2", "avx512", "avx512+vbmi+bf16"
+  // Blocks [first_block, last_block). Return the number of skipped (non-finite) blocks.
+  int64_t (*adamw8)(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& c,
+                    int64_t first_block, int64_t last_block);
+  int64_t (*adamw32)(const AdamWTensorArgs& a, const AdamW32State& s, const AdamWStepConsts& c,
+                     int64_t first_block, int64_t last_block);
+  // code[i] = quantize_nearest(map, x[i]) for n non-NaN values, by the kernel's own path.
+  void (*quantize)(const QuantMap& map, const float* x, uint8_t* code, int64_t n);
+  // out[i] = map.value[code[i]] * absmax, by the kernel's own lookup.
+  void (*dequantize)(const QuantMap& map, const uint8_t* code, float absmax, int64_t n, float* out);
+};
 
-// Run-time checks of the CPU (not of the compiler flags).
-bool cpu_has_avx512();
-bool cpu_has_avx512_vbmi();  // cpu_has_avx512() and AVX512-VBMI
-bool cpu_has_avx512_ext();   // cpu_has_avx512() and AVX512-VBMI and AVX512-BF16
+LT_ISA_TABLE(AdamWKernels, kAdamWKernels)
+
+namespace isa_avx512 {
+// The AVX-512 table with the VBMI dequantization and the vcvtneps2bf16 copy: only where
+// cpu_features() has avx512vbmi and avx512bf16.
+extern const AdamWKernels kAdamWKernelsVbmiBf16;
+}  // namespace isa_avx512
 
 }  // namespace lt

@@ -1,17 +1,18 @@
-// AVX-512 kernels of the fused step (see adamw_kernels.h). Compiled with target attributes,
-// so the library builds on any x86-64 compiler setting and the caller picks this path at
-// run time. 16 lanes per vector; the tail of a block is handled with lane masks.
+// AVX-512 kernels of the fused step (see adamw_kernels.h): the avx512 level's two tables,
+// with and without the VBMI + BF16 extensions. The file is compiled for the avx512 level
+// (core/isa_target.h); the VBMI and BF16 pieces carry their own wider target attribute and
+// run only from the extended table, which the caller picks when cpu_features() has both.
+// 16 lanes per vector; the tail of a block is handled with lane masks.
 //
 // Dequantization, two ways, bitwise the same: with AVX512-VBMI, byte-plane table lookups of
 // 64 codes at a time into a per-block scratch (dequant64_vbmi, ~5.5 operations per 16
 // values); without it, a 256-entry fp32 table in 16 zmm registers read with vpermt2ps (32
 // entries per op) and blends (lookup256, ~18). With AVX512-BF16 the bf16 copy is written
-// per block by vcvtneps2bf16. The VBMI/BF16 pieces are out-of-line functions with their
-// own target attribute, called once per block, so the library still builds and runs
-// without -march=native and on AVX-512 CPUs lacking them. Nearest-code quantization is the
-// arithmetic fast path of quant_map.h (register tables, no memory access) with the bucket
-// table as an exact fallback for the rare lanes near a midpoint; gathers are avoided on
-// the common path because one costs about as much here as the rest of the step.
+// per block by vcvtneps2bf16. The VBMI/BF16 pieces are out-of-line functions called once
+// per block. Nearest-code quantization is the arithmetic fast path of quant_map.h (register
+// tables, no memory access) with the bucket table as an exact fallback for the rare lanes
+// near a midpoint; gathers are avoided on the common path because one costs about as much
+// here as the rest of the step.
 // GCC 12 warns about the undefined pass-through operand inside its own intrinsic headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -23,11 +24,13 @@
 #include "optim/adamw_kernels.h"
 #include "optim/quant_map.h"
 
-#define LT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+#define LT_ISA_TARGET 2
+#include "core/isa_target.h"
+
 #define LT_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi")))
 #define LT_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 
-namespace lt {
+namespace lt::LT_ISA_NS {
 
 namespace {
 
@@ -35,14 +38,14 @@ struct Table256 {
   __m512 r[16];
 };
 
-LT_AVX512 inline Table256 load_table(const float* t) {
+inline Table256 load_table(const float* t) {
   Table256 x;
   for (int k = 0; k < 16; ++k) x.r[k] = _mm512_loadu_ps(t + 16 * k);
   return x;
 }
 
 // t[idx] for idx in [0, 256): eight 32-entry permutes, then select by index bits 5, 6, 7.
-LT_AVX512 inline __m512 lookup256(const Table256& t, __m512i idx) {
+inline __m512 lookup256(const Table256& t, __m512i idx) {
   const __mmask16 b5 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
   const __mmask16 b6 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(64));
   const __mmask16 b7 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(128));
@@ -61,7 +64,7 @@ LT_AVX512 inline __m512 lookup256(const Table256& t, __m512i idx) {
 // quant_bucket() / quantize_nearest(), lane by lane, with one gather per vector. Every step
 // depends on x alone, so vectors of a block overlap freely (the search this replaces was a
 // chain of eight dependent lookup-compare steps).
-LT_AVX512 inline __m512i nearest_code_signed(const uint32_t* bucket, __m512 x) {
+inline __m512i nearest_code_signed(const uint32_t* bucket, __m512 x) {
   const __m512i bits = _mm512_castps_si512(x);
   const __m512i s = _mm512_srai_epi32(bits, 31);
   __m512i t = _mm512_srli_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), kBucketShift);
@@ -75,7 +78,7 @@ LT_AVX512 inline __m512i nearest_code_signed(const uint32_t* bucket, __m512 x) {
 
 // Unsigned map. x < 0 lands in bucket 0, whose entry has no midpoint: any key gives code 0
 // there, so the key skips the sign flip that the scalar code applies.
-LT_AVX512 inline __m512i nearest_code_unsigned(const uint32_t* bucket, __m512 x) {
+inline __m512i nearest_code_unsigned(const uint32_t* bucket, __m512 x) {
   const __m512i bits = _mm512_castps_si512(x);
   __m512i t = _mm512_srai_epi32(bits, kBucketShift);
   t = _mm512_min_epi32(_mm512_max_epi32(t, _mm512_set1_epi32(kBucketFirst)), _mm512_set1_epi32(kBucketLast));
@@ -147,7 +150,7 @@ struct FastRegs {
   const uint32_t* bucket;
 };
 
-LT_AVX512 inline FastRegs load_fast(const QuantMap& q) {
+inline FastRegs load_fast(const QuantMap& q) {
   const QuantFastPath& f = q.fast;
   return {_mm512_loadu_ps(f.T), _mm512_loadu_ps(f.T + 16), _mm512_loadu_ps(f.A), _mm512_loadu_ps(f.B),
           _mm512_cvttps_epi32(_mm512_loadu_ps(f.L)), _mm512_cvttps_epi32(_mm512_loadu_ps(f.H)), _mm512_loadu_si512(f.seg), _mm512_loadu_si512(f.seg + 16),
@@ -155,7 +158,7 @@ LT_AVX512 inline FastRegs load_fast(const QuantMap& q) {
 }
 
 template <bool kSigned>
-LT_AVX512 inline __m512i nearest_code(const FastRegs& r, __m512 x) {
+inline __m512i nearest_code(const FastRegs& r, __m512 x) {
   const __m512i bits = _mm512_castps_si512(x);
   const __m512i ab = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
   const __m512 a = _mm512_castsi512_ps(ab);
@@ -191,28 +194,28 @@ LT_AVX512 inline __m512i nearest_code(const FastRegs& r, __m512 x) {
   return code;
 }
 
-LT_AVX512 inline __mmask16 tail_mask(int64_t len, int64_t j) {
+inline __mmask16 tail_mask(int64_t len, int64_t j) {
   const int64_t r = len - j;
   return r >= 16 ? __mmask16(0xffff) : __mmask16((1u << r) - 1);
 }
 
-LT_AVX512 inline __m512 load_f32(const float* p, __mmask16 k) {
+inline __m512 load_f32(const float* p, __mmask16 k) {
   return k == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p);
 }
-LT_AVX512 inline void store_f32(float* p, __m512 x, __mmask16 k) {
+inline void store_f32(float* p, __m512 x, __mmask16 k) {
   if (k == 0xffff) _mm512_storeu_ps(p, x);
   else _mm512_mask_storeu_ps(p, k, x);
 }
-LT_AVX512 inline __m512i load_codes(const uint8_t* p, __mmask16 k) {
+inline __m512i load_codes(const uint8_t* p, __mmask16 k) {
   return _mm512_cvtepu8_epi32(k == 0xffff ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi8(k, p));
 }
-LT_AVX512 inline void store_codes(uint8_t* p, __m512i code, __mmask16 k) {
+inline void store_codes(uint8_t* p, __m512i code, __mmask16 k) {
   const __m128i c = _mm512_cvtepi32_epi8(code);
   if (k == 0xffff) _mm_storeu_si128(reinterpret_cast<__m128i*>(p), c);
   else _mm_mask_storeu_epi8(p, k, c);
 }
 
-LT_AVX512 inline __m512 load_grad(const AdamWTensorArgs& a, int64_t i, __mmask16 k) {
+inline __m512 load_grad(const AdamWTensorArgs& a, int64_t i, __mmask16 k) {
   if (a.grad_f32) return load_f32(a.grad_f32 + i, k);
   const __m256i h = k == 0xffff ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.grad_bf16 + i))
                                 : _mm256_maskz_loadu_epi16(k, a.grad_bf16 + i);
@@ -221,7 +224,7 @@ LT_AVX512 inline __m512 load_grad(const AdamWTensorArgs& a, int64_t i, __mmask16
 
 // bf16 round to nearest even, NaN kept a (quiet) NaN: the same integer recipe as
 // lt::f32_to_bf16, so both kernels write the same bits (vcvtneps2bf16 would flush denormals).
-LT_AVX512 inline void store_bf16(bf16* out, __m512 p, __mmask16 k) {
+inline void store_bf16(bf16* out, __m512 p, __mmask16 k) {
   const __m512i u = _mm512_castps_si512(p);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
@@ -255,14 +258,14 @@ struct Consts {
   __m512 b1, omb1, b2, omb2, eps, decay, neg_step, isbc2, clip;
 };
 
-LT_AVX512 inline Consts broadcast(const AdamWStepConsts& c) {
+inline Consts broadcast(const AdamWStepConsts& c) {
   return {_mm512_set1_ps(c.beta1), _mm512_set1_ps(c.one_minus_beta1), _mm512_set1_ps(c.beta2),
           _mm512_set1_ps(c.one_minus_beta2), _mm512_set1_ps(c.eps), _mm512_set1_ps(c.decay),
           _mm512_set1_ps(-c.step_size), _mm512_set1_ps(c.inv_sqrt_bc2), _mm512_set1_ps(c.clip)};
 }
 
 // m, v from g and the old states; returns the lanes whose v is NaN or +Inf.
-LT_AVX512 inline __mmask16 moments(const Consts& c, __m512 g, __m512 m_old, __m512 v_old, __m512* m,
+inline __mmask16 moments(const Consts& c, __m512 g, __m512 m_old, __m512 v_old, __m512* m,
                                    __m512* v) {
   g = _mm512_mul_ps(g, c.clip);
   *m = _mm512_fmadd_ps(c.b1, m_old, _mm512_mul_ps(c.omb1, g));
@@ -270,15 +273,13 @@ LT_AVX512 inline __mmask16 moments(const Consts& c, __m512 g, __m512 m_old, __m5
   return _mm512_cmp_ps_mask(*v, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ);
 }
 
-LT_AVX512 inline __m512 new_param(const Consts& c, __m512 p, __m512 m, __m512 v) {
+inline __m512 new_param(const Consts& c, __m512 p, __m512 m, __m512 v) {
   const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(v), c.isbc2, c.eps);
   return _mm512_fmadd_ps(c.neg_step, _mm512_div_ps(m, denom), _mm512_mul_ps(p, c.decay));
 }
 
-}  // namespace
-
 template <bool kExt>
-LT_AVX512 int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& sc,
+int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& sc,
                               int64_t first_block, int64_t last_block) {
   const QuantMap& qm = signed_dynamic_map();
   const QuantMap& qv = unsigned_dynamic_map();
@@ -365,14 +366,7 @@ LT_AVX512 int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, co
   return skipped;
 }
 
-LT_AVX512 int64_t adamw8_blocks_avx512(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& sc,
-                                       int64_t first_block, int64_t last_block, bool ext) {
-  return ext ? adamw8_impl<true>(a, s, sc, first_block, last_block)
-              : adamw8_impl<false>(a, s, sc, first_block, last_block);
-}
-
-LT_AVX512_VBMI void dequantize_avx512_vbmi(const QuantMap& map, const uint8_t* code, float absmax, int64_t n,
-                                           float* out) {
+LT_AVX512_VBMI void dequantize_vbmi(const QuantMap& map, const uint8_t* code, float absmax, int64_t n, float* out) {
   const __m512 sc = _mm512_set1_ps(absmax);
   for (int64_t j = 0; j < n; j += 64) {
     const __mmask64 k = byte_mask(n, j);
@@ -383,8 +377,8 @@ LT_AVX512_VBMI void dequantize_avx512_vbmi(const QuantMap& map, const uint8_t* c
   }
 }
 
-LT_AVX512 int64_t adamw32_blocks_avx512(const AdamWTensorArgs& a, const AdamW32State& s,
-                                        const AdamWStepConsts& sc, int64_t first_block, int64_t last_block) {
+int64_t adamw32_blocks(const AdamWTensorArgs& a, const AdamW32State& s, const AdamWStepConsts& sc,
+                                 int64_t first_block, int64_t last_block) {
   const Consts c = broadcast(sc);
   int64_t skipped = 0;
   alignas(64) float m[kMaxAdamWBlock], v[kMaxAdamWBlock];
@@ -418,7 +412,7 @@ LT_AVX512 int64_t adamw32_blocks_avx512(const AdamWTensorArgs& a, const AdamW32S
   return skipped;
 }
 
-LT_AVX512 void quantize_nearest_avx512(const QuantMap& map, const float* x, uint8_t* code, int64_t n) {
+void quantize(const QuantMap& map, const float* x, uint8_t* code, int64_t n) {
   const FastRegs r = load_fast(map);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail_mask(n, i);
@@ -427,4 +421,22 @@ LT_AVX512 void quantize_nearest_avx512(const QuantMap& map, const float* x, uint
   }
 }
 
-}  // namespace lt
+// Without VBMI: the fp32 permute chain the plain kernel uses (lookup256).
+void dequantize(const QuantMap& map, const uint8_t* code, float absmax, int64_t n, float* out) {
+  const Table256 t = load_table(map.value);
+  const __m512 sc = _mm512_set1_ps(absmax);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n, i);
+    _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(lookup256(t, load_codes(code + i, k)), sc));
+  }
+}
+
+}  // namespace
+
+extern const AdamWKernels kAdamWKernels{"avx512", adamw8_impl<false>, adamw32_blocks, quantize, dequantize};
+extern const AdamWKernels kAdamWKernelsVbmiBf16{"avx512+vbmi+bf16", adamw8_impl<true>, adamw32_blocks, quantize,
+                                                dequantize_vbmi};
+
+}  // namespace lt::LT_ISA_NS
+
+#include "core/isa_target_end.h"

@@ -1,13 +1,16 @@
-// Portable kernels: the plain fp32 reference of the fused step. Every multiply-add that the
-// AVX-512 kernel fuses is an explicit std::fma here, and nothing else is fusable, so the
-// result does not depend on the compiler's -ffp-contract choice.
+// Portable kernels (the scalar level's table): the plain fp32 reference of the fused step.
+// Every multiply-add that the vector kernels fuse is an explicit std::fma here, and nothing
+// else is fusable, so the result does not depend on the compiler's -ffp-contract choice.
 #include <algorithm>
 #include <cmath>
 
 #include "optim/adamw_kernels.h"
 #include "optim/quant_map.h"
 
-namespace lt {
+#define LT_ISA_TARGET 0
+#include "core/isa_target.h"
+
+namespace lt::LT_ISA_NS {
 
 namespace {
 
@@ -28,10 +31,8 @@ inline float new_param(float p, float m, float v, const AdamWStepConsts& c) {
   return std::fma(-c.step_size, m / denom, p * c.decay);
 }
 
-}  // namespace
-
-int64_t adamw8_blocks_scalar(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& c,
-                             int64_t first_block, int64_t last_block) {
+int64_t adamw8_blocks(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& c,
+                      int64_t first_block, int64_t last_block) {
   const QuantMap& qm = signed_dynamic_map();
   const QuantMap& qv = unsigned_dynamic_map();
   float m[kMaxAdamWBlock], v[kMaxAdamWBlock];
@@ -68,8 +69,8 @@ int64_t adamw8_blocks_scalar(const AdamWTensorArgs& a, const AdamW8State& s, con
   return skipped;
 }
 
-int64_t adamw32_blocks_scalar(const AdamWTensorArgs& a, const AdamW32State& s, const AdamWStepConsts& c,
-                              int64_t first_block, int64_t last_block) {
+int64_t adamw32_blocks(const AdamWTensorArgs& a, const AdamW32State& s, const AdamWStepConsts& c,
+                       int64_t first_block, int64_t last_block) {
   float m[kMaxAdamWBlock], v[kMaxAdamWBlock];
   int64_t skipped = 0;
   for (int64_t b = first_block; b < last_block; ++b) {
@@ -93,20 +94,18 @@ int64_t adamw32_blocks_scalar(const AdamWTensorArgs& a, const AdamW32State& s, c
   return skipped;
 }
 
-bool cpu_has_avx512() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+void quantize(const QuantMap& map, const float* x, uint8_t* code, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) code[i] = quantize_nearest(map, x[i]);
 }
 
-bool cpu_has_avx512_vbmi() {
-  __builtin_cpu_init();
-  return cpu_has_avx512() && __builtin_cpu_supports("avx512vbmi");
+void dequantize(const QuantMap& map, const uint8_t* code, float absmax, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = map.value[code[i]] * absmax;
 }
 
-bool cpu_has_avx512_ext() {
-  __builtin_cpu_init();
-  return cpu_has_avx512_vbmi() && __builtin_cpu_supports("avx512bf16");
-}
+}  // namespace
 
-}  // namespace lt
+extern const AdamWKernels kAdamWKernels{"scalar", adamw8_blocks, adamw32_blocks, quantize, dequantize};
+
+}  // namespace lt::LT_ISA_NS
+
+#include "core/isa_target_end.h"

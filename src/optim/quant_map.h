@@ -47,7 +47,7 @@ inline constexpr int32_t kBucketFirst = (127 - 24) << 7;    // A >> 16 of 2^-24
 inline constexpr int32_t kBucketLast = (128 << 7) - 1;      // A >> 16 of the top of [1, 2)
 inline constexpr int32_t kBucketsPerSide = kBucketLast - kBucketFirst + 1;  // 3200
 
-// The arithmetic fast path of the AVX-512 kernel (adamw_kernels_avx512.cpp), on a = |x|.
+// The arithmetic fast path of the AVX-512 and AVX2 kernels (adamw_kernels_avx512.cpp, _avx2.cpp), on a = |x|.
 // Within decade k the midpoints sit (up to fp32 rounding) at the integers of
 // u = a * N_k / (0.9 * 10^(k-6)) + const, and the midpoint to the next decade at one more
 // integer, so code = clamp(floor(fma(a, A, B)), L, H) with one (A, B, L, H) per decade,
@@ -68,6 +68,27 @@ struct QuantFastPath {
   float T[32];      // by E mod 32
   int32_t seg[32];  // by E mod 32
   float A[16], B[16], L[16], H[16];  // by segment
+  // The 8 segment boundaries, ascending: segment(a) = #{k : a > bound[k]}, the same as
+  // seg[E] + (a > T[E]). The AVX2 kernel counts compares (its permutes hold 8 entries,
+  // too few for the 27 binades).
+  float bound[8];
+};
+
+// Arithmetic dequantization for the AVX2 kernel (adamw_kernels_avx2.cpp), whose gathers
+// cost about a quarter of the step: value[code] rebuilt from the code's decade and bin.
+// Let j = |code - 127| (signed) or code + 1 (unsigned) and t = 2j + 1. float(t) is exact;
+// its binade picks the decade (slot = its biased exponent mod 8), and r = t - 2^floor(log2 t)
+// = 2b + 1 for bin b, whose centre is s/10 + r * 0.45 s / N. x = fma(r, a[slot], b[slot])
+// lies within an ulp of it; the builder nudges each decade's a and b by a few ulps until
+// every bin's value is x or the float above x (searched, then asserted), and `plus` holds
+// which: bit code & 31 of word code >> 5, added to the magnitude's bits. So the result is
+// value[code] bit for bit (tested on every code). The specials: the signed map's j = 0
+// (value 0) and j = 128 (code 255, value 1) share slot 7 with a = 1, b = 0 (r = 0 and 1);
+// the unsigned map's codes 0 and 255 share slot 0 with a = b = 0, and the kernel sets
+// code 255 to 1 itself. The signed map's negative half is the sign of code - 127.
+struct QuantArithDequant {
+  float a[8], b[8];  // by slot
+  uint32_t plus[8];  // 256-bit mask by code: +1 ulp
 };
 
 struct QuantMap {
@@ -80,7 +101,14 @@ struct QuantMap {
   bool is_signed;
   uint32_t bucket[2 * kBucketsPerSide];  // signed: both sides; unsigned: the first half
   QuantFastPath fast;
+  QuantArithDequant arith;
 };
+
+// The arithmetic dequantization's t for a code (QuantArithDequant).
+inline int32_t quant_arith_t(bool is_signed, int32_t code) {
+  const int32_t j = !is_signed ? code + 1 : code > 127 ? code - 127 : 127 - code;
+  return 2 * j + 1;
+}
 
 // Signed map for the first moment m: 127 negative, 0, 127 positive, and +1.
 const QuantMap& signed_dynamic_map();

@@ -73,7 +73,9 @@ TEST(Matmul, Bf16IsWidenedToF32BelowAvx512) {
   test::for_each_isa([](Isa isa) {
     const std::string impl = matmul_impl_name(64, 64, 64, Precision::BF16);
     const bool widened = impl.find("widened") != std::string::npos;
-    if (isa < Isa::Avx512) EXPECT_TRUE(widened) << impl;
+    if (isa < Isa::Avx512) {
+      EXPECT_TRUE(widened) << impl;
+    }
     EXPECT_EQ(matmul_bf16_path().find("fp32 GEMM") != std::string::npos, widened) << matmul_bf16_path();
   });
 }

@@ -1,9 +1,11 @@
-// Bitwise reproducibility: any thread count gives the serial result, and the AVX-512
-// kernels (with and without VBMI) give the scalar kernel's result, for 8-bit and fp32 state, fp32 and bf16 grads.
+// Bitwise reproducibility: within every kernel variant any thread count gives the serial
+// result, and every vector variant (AVX2, AVX-512 with and without VBMI + BF16) gives the
+// scalar kernel's result, for 8-bit and fp32 state, fp32 and bf16 grads.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "adamw_kernel_variants.h"
 #include "adamw_test_util.h"
 #include "optim/adamw.h"
 
@@ -48,25 +50,29 @@ void expect_same(const RunResult& a, const RunResult& b) {
 }
 
 TEST(AdamWDeterminism, ThreadCountDoesNotChangeBits) {
-  for (int64_t n : {int64_t{1048577}, int64_t{300001}}) {
-    const RunResult serial = run(n, 1, AdamWKernel::Auto, false);
-    for (int threads : {2, 3, 8}) {
-      SCOPED_TRACE("n=" + std::to_string(n) + " threads=" + std::to_string(threads));
-      expect_same(serial, run(n, threads, AdamWKernel::Auto, false));
+  test::for_each_kernel_variant([](AdamWKernel kernel) {
+    for (int64_t n : {int64_t{1048577}, int64_t{300001}}) {
+      const RunResult serial = run(n, 1, kernel, false);
+      for (int threads : {2, 3, 8}) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " threads=" + std::to_string(threads));
+        expect_same(serial, run(n, threads, kernel, false));
+      }
     }
-  }
+  });
 }
 
-TEST(AdamWDeterminism, Avx512EqualsScalarBitwise) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/DQ/VL";
-  for (int64_t n : {int64_t{1}, int64_t{22}, int64_t{4095}, int64_t{4097}, int64_t{100003}}) {
-    for (bool bf16_grad : {false, true}) {
-      SCOPED_TRACE("n=" + std::to_string(n) + (bf16_grad ? " bf16" : " fp32"));
-      const RunResult scalar = run(n, 1, AdamWKernel::Scalar, bf16_grad);
-      expect_same(scalar, run(n, 2, AdamWKernel::Avx512, bf16_grad));
-      expect_same(scalar, run(n, 2, AdamWKernel::Avx512NoVbmi, bf16_grad));
+TEST(AdamWDeterminism, VectorKernelsEqualScalarBitwise) {
+  test::for_each_kernel_variant([](AdamWKernel kernel) {
+    if (kernel == AdamWKernel::Scalar) return;
+    // Sizes around the vector widths (8, 16), the 4-vector unroll (32, 64) and the block.
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{22}, int64_t{33}, int64_t{4095}, int64_t{4097},
+                      int64_t{4096 + 255}, int64_t{100003}}) {
+      for (bool bf16_grad : {false, true}) {
+        SCOPED_TRACE("n=" + std::to_string(n) + (bf16_grad ? " bf16" : " fp32"));
+        expect_same(run(n, 1, AdamWKernel::Scalar, bf16_grad), run(n, 2, kernel, bf16_grad));
+      }
     }
-  }
+  });
 }
 
 // The bf16 copy at awkward parameter values (denormals, which vcvtneps2bf16 would flush;
@@ -74,7 +80,6 @@ TEST(AdamWDeterminism, Avx512EqualsScalarBitwise) {
 // the scalar one bit for bit. lr = 0 and no decay keep p as it is, so the copy sees exactly
 // these values.
 TEST(AdamWDeterminism, Bf16CopyOfAwkwardParamsEqualsScalar) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/DQ/VL";
   const int64_t n = 8192 + 37;
   std::vector<float> p0 = test::normal_vector(n, 0.3f, 9);
   const float specials[] = {1e-45f, -1e-45f, 1.1e-38f, -5.877e-39f, 1.1754942e-38f, 1.17549435e-38f, 0.f, -0.f,
@@ -100,8 +105,7 @@ TEST(AdamWDeterminism, Bf16CopyOfAwkwardParamsEqualsScalar) {
   const std::vector<uint16_t> want = run(AdamWKernel::Scalar);
   EXPECT_EQ(want[7 * 8], 0x7f80);  // +inf stays +inf
   EXPECT_EQ(want[7 * 10] & 0x7fc0, 0x7fc0);  // NaN stays a quiet NaN
-  EXPECT_EQ(run(AdamWKernel::Avx512), want);
-  EXPECT_EQ(run(AdamWKernel::Avx512NoVbmi), want);
+  test::for_each_kernel_variant([&](AdamWKernel kernel) { EXPECT_EQ(run(kernel), want); });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "adamw_kernel_variants.h"
 #include "adamw_test_util.h"
 #include "core/error.h"
 #include "optim/adamw.h"
@@ -69,13 +70,13 @@ void check_block_guard(AdamWKernel kernel, int64_t n, bool bf16_grad) {
 }
 
 TEST(AdamWNonFinite, BadBlocksLeftUnchanged) {
-  for (AdamWKernel k : {AdamWKernel::Scalar, AdamWKernel::Auto})
+  test::for_each_kernel_variant([](AdamWKernel k) {
     for (int64_t n : {int64_t{22}, int64_t{4097}, int64_t{100000}})
       for (bool bf16_grad : {false, true}) {
-        SCOPED_TRACE("n=" + std::to_string(n) + (k == AdamWKernel::Scalar ? " scalar" : " auto") +
-                     (bf16_grad ? " bf16" : " fp32"));
+        SCOPED_TRACE("n=" + std::to_string(n) + (bf16_grad ? " bf16" : " fp32"));
         check_block_guard(k, n, bf16_grad);
       }
+  });
 }
 
 TEST(AdamWNonFinite, BadArgumentsThrow) {

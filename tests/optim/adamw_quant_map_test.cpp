@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "adamw_kernel_variants.h"
 #include "adamw_reference.h"
 #include "optim/adamw_kernels.h"
 #include "optim/quant_map.h"
@@ -101,19 +102,19 @@ TEST(AdamWQuantMap, BucketTableEqualsSearch) {
   }
 }
 
-// The AVX-512 kernels' fast path against the table, exhaustively over every fp32 whose
-// magnitude lies in [2^-26, 8) (both signs: everything else clamps into the end binades,
-// sampled sparsely), ~0.5 G values per map in chunks.
-TEST(AdamWQuantMap, Avx512FastPathEqualsTableExhaustively) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/DQ/VL";
-  constexpr int64_t kChunk = 1 << 16;
+// Every vector variant's nearest-code path (the arithmetic fast path with its table
+// fallback) against the table, exhaustively over every fp32 whose magnitude lies in
+// [2^-26, 8) (both signs: everything else clamps into the end binades, sampled sparsely),
+// ~0.5 G values per map in chunks (the sparse last chunk ends at an arbitrary length).
+void expect_fast_path_equals_table(const AdamWKernels& kernels) {
+  constexpr int64_t kChunk = (1 << 16);
   std::vector<float> x(kChunk);
   std::vector<uint8_t> got(kChunk);
   for (bool is_signed : {true, false}) {
     const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();
     int64_t bad = 0;
     auto run = [&](int64_t n) {
-      quantize_nearest_avx512(q, x.data(), got.data(), n);
+      kernels.quantize(q, x.data(), got.data(), n);
       for (int64_t i = 0; i < n; ++i)
         if (got[i] != quantize_nearest(q, x[i]) && ++bad <= 10)
           ADD_FAILURE() << (is_signed ? "signed" : "unsigned") << " x=" << x[i] << " fast " << int(got[i])
@@ -143,18 +144,26 @@ TEST(AdamWQuantMap, Avx512FastPathEqualsTableExhaustively) {
   }
 }
 
-// The VBMI byte-plane dequantization against the table: every code at every position of
-// a 64-code group (the codes are transposed inside the lookup), lengths with masked tails,
-// and many absmax values (normal, tiny, denormal, huge, 0), bit for bit.
-TEST(AdamWQuantMap, VbmiDequantEqualsTable) {
-  if (!cpu_has_avx512_vbmi()) GTEST_SKIP() << "this CPU has no AVX512-VBMI";
+TEST(AdamWQuantMap, VectorFastPathsEqualTableExhaustively) {
+  test::for_each_kernel_variant([](AdamWKernel kernel) {
+    if (kernel == AdamWKernel::Scalar) return;  // its quantize is quantize_nearest itself
+    expect_fast_path_equals_table(adamw_kernels(kernel));
+  });
+}
+
+// Every variant's dequantization (AVX2 gather, AVX-512 permute chain, VBMI byte planes)
+// against the table: every code at every position of a 64-code group (VBMI transposes the
+// codes inside the lookup), lengths with partial tails, and many absmax values (normal,
+// tiny, denormal, huge, 0), bit for bit.
+void expect_dequant_equals_table(const AdamWKernels& kernels) {
   std::mt19937 rng(11);
   std::vector<float> absmaxes = {1.f, 0.f, 0.5f, 3.0e-7f, 1e-38f, 1e-45f, 6.0e37f, 3.4e38f};
   std::uniform_real_distribution<float> e(-40.f, 38.f);
   for (int i = 0; i < 200; ++i) absmaxes.push_back(std::pow(10.f, e(rng)));
   for (bool is_signed : {true, false}) {
     const QuantMap& q = is_signed ? signed_dynamic_map() : unsigned_dynamic_map();
-    for (int64_t n : {int64_t{256}, int64_t{1}, int64_t{17}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{300}}) {
+    for (int64_t n : {int64_t{256}, int64_t{1}, int64_t{7}, int64_t{17}, int64_t{63}, int64_t{64}, int64_t{65},
+                      int64_t{300}}) {
       for (int rot = 0; rot < 64; rot += (n == 256 ? 1 : 37)) {
         std::vector<uint8_t> code(n);
         for (int64_t i = 0; i < n; ++i) code[i] = static_cast<uint8_t>((i * 7 + rot * 3 + (n == 256 ? 0 : rng())) & 255);
@@ -162,7 +171,7 @@ TEST(AdamWQuantMap, VbmiDequantEqualsTable) {
           for (int64_t i = 0; i < n; ++i) code[i] = static_cast<uint8_t>((i + rot) & 255);
         for (float am : absmaxes) {
           std::vector<float> got(n + 1, 12345.f);
-          dequantize_avx512_vbmi(q, code.data(), am, n, got.data());
+          kernels.dequantize(q, code.data(), am, n, got.data());
           for (int64_t i = 0; i < n; ++i) {
             const float want = q.value[code[i]] * am;
             ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0)
@@ -174,6 +183,11 @@ TEST(AdamWQuantMap, VbmiDequantEqualsTable) {
       }
     }
   }
+}
+
+
+TEST(AdamWQuantMap, DequantEqualsTableEveryVariant) {
+  test::for_each_kernel_variant([](AdamWKernel kernel) { expect_dequant_equals_table(adamw_kernels(kernel)); });
 }
 
 }  // namespace

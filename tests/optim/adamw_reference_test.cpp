@@ -1,4 +1,4 @@
-// The fused AdamW kernels (8-bit and fp32 state, scalar and AVX-512) element by element
+// The fused AdamW kernels (8-bit and fp32 state, every variant the CPU runs) element by element
 // against the float64 reference of the same algorithm (adamw_reference.h), at awkward sizes.
 // Each step starts the reference from the kernel's own state, so errors cannot compound.
 #include <gtest/gtest.h>
@@ -6,6 +6,7 @@
 #include <string>
 
 #include "adamw_reference.h"
+#include "adamw_kernel_variants.h"
 #include "adamw_test_util.h"
 #include "core/error.h"
 #include "optim/adamw.h"
@@ -139,12 +140,14 @@ TEST(AdamWReference, ScalarKernelMatchesFloat64) {
   }
 }
 
-TEST(AdamWReference, Avx512KernelMatchesFloat64) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/DQ/VL; the scalar test covers the math";
-  for (const Case& c : kCases) {
-    SCOPED_TRACE(label(c));
-    run_case(c, AdamWKernel::Avx512);
-  }
+TEST(AdamWReference, VectorKernelsMatchFloat64) {
+  test::for_each_kernel_variant([](AdamWKernel kernel) {
+    if (kernel == AdamWKernel::Scalar) return;  // ScalarKernelMatchesFloat64
+    for (const Case& c : kCases) {
+      SCOPED_TRACE(label(c));
+      run_case(c, kernel);
+    }
+  });
 }
 
 TEST(AdamWReference, FormatFollowsSizeAndOptions) {
