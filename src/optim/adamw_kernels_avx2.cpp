@@ -4,17 +4,20 @@
 //
 // Where AVX2 differs from the AVX-512 kernel (adamw_kernels_avx512.cpp):
 //  - Dequantization rebuilds map.value[code] by arithmetic from the code's decade and bin,
-//    plus a one-ulp correction read from a 256-bit mask (quant_map.h, QuantArithDequant).
-//    A gather per 8 codes took about a quarter of the step on Zen 4 (measured: ~13 cycles
-//    per 8-lane gather; in-cache step 521 M params/s with gathers, 571 with this). AVX2
-//    permutes hold 8 fp32 entries, so a register table would take 32 permutes and 31
-//    blends per vector; byte-plane lookups by vpshufb (16 entries) take 16 shuffles and
-//    15 blends per plane and 32 codes, 4 planes.
+//    plus a one-ulp correction read from a 256-bit mask (a leaner variant of quant_map.h's
+//    QuantArithDequant, built here: DequantTables). A gather per 8 codes took about a
+//    quarter of the step on Zen 4 (measured: ~13 cycles per 8-lane gather; in-cache step
+//    521 M params/s with gathers, 571 with QuantArithDequant). AVX2 permutes hold 8 fp32
+//    entries, so a register table would take 32 permutes and 31 blends per vector;
+//    byte-plane lookups by vpshufb (16 entries) take 16 shuffles and 15 blends per plane
+//    and 32 codes, 4 planes.
 //  - Nearest-code quantization is the arithmetic fast path of quant_map.h with the segment
-//    found by counting compares against the 8 boundaries (QuantFastPath::bound) instead of
-//    a 27-binade table lookup, and the last segment (code 255) by its compare alone, so the
-//    per-segment tables fit one 8-entry permute. Lanes near a midpoint take the exact table
-//    per lane (rare), as in the AVX-512 kernel.
+//    found by a log10 estimate from the float's bits and one compare against the 8
+//    boundaries (QuantFastPath::bound) instead of a 27-binade table lookup, the 9 segments
+//    sharing the 8 entries of one permute (FastRegs). Lanes near a midpoint take the exact
+//    table per lane (rare), as in the AVX-512 kernel, tested for an m and a v vector at once.
+// About 95 vector operations per 8 parameters (was ~140): 720 M params/s single-thread in
+// cache on Zen 4 (was 565, same harness and run).
 // GCC 12 warns about the undefined pass-through operand inside its own intrinsic headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -22,8 +25,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
+#include "core/error.h"
 #include "optim/adamw_kernels.h"
 #include "optim/quant_map.h"
 
@@ -33,6 +38,17 @@
 namespace lt::LT_ISA_NS {
 
 namespace {
+
+inline float f32_of_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t bits_of_f32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 
 // Lanes [0, rem) of a vector: all lanes when rem >= 8.
 inline __m256i lane_mask(int rem) {
@@ -54,7 +70,7 @@ inline __m256i load_codes(const uint8_t* p, int rem) {
   std::memcpy(&w, p, static_cast<size_t>(rem));
   return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(w)));
 }
-// 8 codes in 0..255 (32-bit lanes) to bytes.
+// 8 codes in -1..255 (32-bit lanes) to bytes, -1 as 0 (unsigned saturation).
 inline void store_codes(uint8_t* p, __m256i code, int rem) {
   const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
   const __m128i b = _mm_packus_epi16(w, w);
@@ -65,7 +81,7 @@ inline void store_codes(uint8_t* p, __m256i code, int rem) {
   const uint64_t w8 = static_cast<uint64_t>(_mm_cvtsi128_si64(b));
   std::memcpy(p, &w8, static_cast<size_t>(rem));
 }
-// 32 codes (four vectors of 8, in order) to 32 bytes: the packs work inside 128-bit
+// 32 codes (four vectors of 8, in order; -1 saturates to 0) to 32 bytes: the packs work inside 128-bit
 // halves, so each half holds 4 codes of every vector; one dword permute restores the order.
 inline void store_codes32(uint8_t* p, __m256i c0, __m256i c1, __m256i c2, __m256i c3) {
   const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
@@ -112,9 +128,27 @@ inline void store_bf16x16(bf16* out, __m256 p0, __m256 p1) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(w, 0xd8));
 }
 
-// The fast path's registers for one map (quant_map.h, QuantFastPath).
+// The fast path's registers for one map (quant_map.h, QuantFastPath). The 9 segments
+// (0: below the first midpoint, the zero code; 1..7: the decades; 8: above the midpoint
+// below 1, code 255) share 8-entry permutes, segment 8 reading entry 0 (index bits 0..2):
+// entry 0's line is u = zero + 0.5 at a = 0 rising to zero + 1 at segment 0's upper
+// boundary (so that boundary lies at an integer of u like every other one, and its lanes
+// are flagged), which is > 10^6 in segment 8; with the clamp H = 255 that gives the zero
+// code in segment 0 and 255 in segment 8.
+// The segment is found from the float's bits read as an integer, a piecewise-linear log2
+// (low by < 0.087, so log10 low by < 0.026): q = round(0.988 * (L + 38.23) - 31), L the
+// log10 estimate, clamped to [0, 7], is the segment or the one below it (every segment
+// spans most of a decade and the boundaries lie 0.006 .. 0.28 decades above the powers of
+// ten; q's rounding points stay inside that band, by >= 0.2 decades, for L in [-7, 1]), so
+// one compare against segment q's upper boundary fixes it up. The fma evaluates q next to
+// 2^23, where floats step by 1, so it rounds to the integer and the low mantissa bits are q
+// itself; the 0.988 stretch stands in for the fraction of the offset, which a constant
+// next to 2^23 cannot hold. Tested exhaustively against the table.
+inline constexpr float kSegK = 0.30102999566f * (1 - 0.012f) / 8388608.f, kSegC = 8388577.f;
+inline constexpr int32_t kSegMinABits = 0x34210fb0;  // fp32 1.5e-7 (checked in load_fast)
+
 struct FastRegs {
-  __m256i bound[8];  // the boundaries' bits: for a >= 0, a > b <=> bits(a) > bits(b) as int32
+  __m256i bound;     // segment q's upper boundary (bits), by q
   __m256 a, b;       // the line of segments 0..7
   __m256i h;         // the top code of segments 0..7
   const QuantMap* map;
@@ -122,101 +156,217 @@ struct FastRegs {
 
 inline FastRegs load_fast(const QuantMap& q) {
   const QuantFastPath& f = q.fast;
-  FastRegs r;
+  alignas(32) float bound[8], a[8], b[8];
+  alignas(32) int32_t h[8];
   for (int k = 0; k < 8; ++k) {
-    int32_t bits;
-    std::memcpy(&bits, &f.bound[k], 4);
-    r.bound[k] = _mm256_set1_epi32(bits);
+    bound[k] = f.bound[k];
+    a[k] = f.A[k];
+    b[k] = f.B[k];
+    h[k] = static_cast<int32_t>(f.H[k]);
   }
-  r.a = _mm256_loadu_ps(f.A);
-  r.b = _mm256_loadu_ps(f.B);
-  r.h = _mm256_cvttps_epi32(_mm256_loadu_ps(f.H));
+  a[0] = 0.5f / f.bound[0];  // B[0] is zero + 0.5
+  // kSegMinA: in segment 0, well inside its line's floor (u <= zero + 0.97), at estimate 0.
+  const float amin = f32_of_bits(static_cast<uint32_t>(kSegMinABits));
+  LT_ASSERT(amin < f.bound[0] && std::fma(amin, a[0], b[0]) < b[0] + 0.47f &&
+                std::fma(static_cast<float>(kSegMinABits), kSegK, kSegC) == 8388608.f,
+            "AVX2 fast-path segment floor is off");
+  h[0] = 255;
+  FastRegs r;
+  r.bound = _mm256_castps_si256(_mm256_load_ps(bound));
+  r.a = _mm256_load_ps(a);
+  r.b = _mm256_load_ps(b);
+  r.h = _mm256_load_si256(reinterpret_cast<const __m256i*>(h));
   r.map = &q;
   return r;
 }
 
-// Nearest codes of 8 values: the exact code of quantize_nearest() for every non-NaN x.
-template <bool kSigned>
-inline __m256i nearest_code(const FastRegs& r, __m256 x) {
+// Nearest codes of 8 values by the fast path; *low gets the lanes' ambiguity words, 0 where
+// the code may be wrong (fix_codes then gives the exact code of quantize_nearest() for
+// every non-NaN x). Callers test the words of two vectors at once. Code 0 of a negative x
+// may come out as -1, which the unsigned-saturating packs of store_codes* turn into 0.
+// kBounded: |x| < 5 (the step's x = m * (1 / absmax), |x| <= 1 + 2^-23), so the segment
+// estimate needs no upper clamp.
+template <bool kSigned, bool kBounded>
+inline __m256i nearest_code_fast(const FastRegs& r, __m256 x, __m256i* low) {
   const __m256i bits = _mm256_castps_si256(x);
-  const __m256i ab = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
-  // Segment 0..7 by the first 7 boundaries (each compare adds -1 or 0); a above the last
-  // one is segment 8, the constant code 255, set at the end.
-  __m256i seg = _mm256_setzero_si256();
-  for (int k = 0; k < 7; ++k) seg = _mm256_sub_epi32(seg, _mm256_cmpgt_epi32(ab, r.bound[k]));
-  const __m256i top = _mm256_cmpgt_epi32(ab, r.bound[7]);
+  // a = max(|x|, kSegMinA) (signed map) or max(x, kSegMinA) (unsigned: x <= -0 too, as
+  // integers): every a below kSegMinA lies in segment 0 with the zero code, as kSegMinA
+  // does, and the segment estimate needs no lower clamp.
+  const __m256i amin = _mm256_set1_epi32(kSegMinABits);
+  const __m256i ab = kSigned ? _mm256_max_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)), amin)
+                             : _mm256_max_epi32(bits, amin);
+  // The segment estimate (see FastRegs): y = 2^23 + q.
+  __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ab), _mm256_set1_ps(kSegK), _mm256_set1_ps(kSegC));
+  if constexpr (!kBounded) y = _mm256_min_ps(y, _mm256_set1_ps(8388615.f));
+  const __m256i q = _mm256_castps_si256(y);
+  const __m256i seg = _mm256_sub_epi32(q, _mm256_cmpgt_epi32(ab, _mm256_permutevar8x32_epi32(r.bound, q)));
   const __m256 u = _mm256_fmadd_ps(_mm256_castsi256_ps(ab), _mm256_permutevar8x32_ps(r.a, seg),
                                    _mm256_permutevar8x32_ps(r.b, seg));
   // floor(u) and the ambiguity test in integer form, as in the AVX-512 kernel: w = u + 4096
-  // lies in [4096, 8192) where floats step by 2^-11; (bits >> 11) & 0xff is floor(u) unless
-  // u lies within 2^-12 (kFastAmbiguity) of an integer, which the low 11 bits being 0
-  // flag (NaN too). Segment 8 lanes are not ambiguous: their code is 255 whatever u is.
+  // lies in [4096, 8192) where floats step by 2^-11; (bits >> 11) - (bits(4096) >> 11) is
+  // floor(u) unless u lies within 2^-12 (kFastAmbiguity) of an integer, which the low 11
+  // bits being 0 flag (inf too). Larger u (a > 1) only grows the code, clamped to 255.
   const __m256i w = _mm256_castps_si256(_mm256_add_ps(u, _mm256_set1_ps(4096.f)));
-  __m256i amb = _mm256_cmpeq_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7ff)), _mm256_setzero_si256());
-  amb = _mm256_andnot_si256(top, amb);
+  *low = _mm256_and_si256(w, _mm256_set1_epi32(0x7ff));
   // A negative x crosses a boundary when |x| >= the mirrored midpoint, which is the
   // boundary itself or the float above it (midpoints round down on both sides), so
-  // |x| > bound is right for every |x| but the boundary. Inside segments 1..8 the boundary
-  // below lies at an integer of u (flagged above); segment 0 is constant, so flag its upper
-  // boundary here.
-  if constexpr (kSigned) amb = _mm256_or_si256(amb, _mm256_cmpeq_epi32(ab, r.bound[0]));
-  __m256i code = _mm256_and_si256(_mm256_srli_epi32(w, 11), _mm256_set1_epi32(0xff));
+  // |x| > bound is right for every |x| but the boundary, which lies at an integer of u
+  // (flagged above).
+  __m256i code = _mm256_sub_epi32(_mm256_srli_epi32(w, 11), _mm256_set1_epi32(0x45800000 >> 11));
   // Only the top of a segment needs its clamp: a decade's line extended past its upper
   // edge reaches H + 1 before the boundary, while the lower boundary lies at u >= L + 0.13
   // in every segment (u = L + 0.2 between decades), so floor(u) >= L there.
   code = _mm256_min_epi32(code, _mm256_permutevar8x32_epi32(r.h, seg));
-  code = _mm256_blendv_epi8(code, _mm256_set1_epi32(255), top);
-  // Negative x (blend by the sign bit of x): the signed map's mirror, max(254 - code, 0);
-  // the unsigned map's bucket 0, code 0.
-  const __m256 neg_code = kSigned ? _mm256_castsi256_ps(_mm256_max_epi32(
-                                        _mm256_sub_epi32(_mm256_set1_epi32(254), code), _mm256_setzero_si256()))
-                                  : _mm256_setzero_ps();
-  code = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(code), neg_code, x));
-  if (int lanes = _mm256_movemask_ps(_mm256_castsi256_ps(amb))) [[unlikely]] {
-    alignas(32) float xs[8];
-    alignas(32) int32_t cs[8];
-    _mm256_store_ps(xs, x);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(cs), code);
-    for (; lanes; lanes &= lanes - 1) {
-      const int l = __builtin_ctz(static_cast<unsigned>(lanes));
-      cs[l] = quantize_nearest(*r.map, xs[l]);
-    }
-    code = _mm256_load_si256(reinterpret_cast<const __m256i*>(cs));
-  }
+  // Negative x in the signed map (blend by the sign bit of x): the mirror, 254 - code, or
+  // -1 for code 255 (saturated to 0 when stored).
+  if constexpr (kSigned)
+    code = _mm256_castps_si256(_mm256_blendv_ps(
+        _mm256_castsi256_ps(code), _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_set1_epi32(254), code)), x));
   return code;
 }
 
-// map.value[code] for 8 codes by arithmetic (quant_map.h, QuantArithDequant): ~18
-// register operations, where a gather costs about as much as 50 of them here.
+// The lanes whose ambiguity word is 0 by the table (rare).
+[[gnu::noinline]] __m256i fix_codes(const FastRegs& r, __m256 x, __m256i low, __m256i code) {
+  int lanes = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(low, _mm256_setzero_si256())));
+  if (!lanes) return code;
+  alignas(32) float xs[8];
+  alignas(32) int32_t cs[8];
+  _mm256_store_ps(xs, x);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(cs), code);
+  for (; lanes; lanes &= lanes - 1) {
+    const int l = __builtin_ctz(static_cast<unsigned>(lanes));
+    cs[l] = quantize_nearest(*r.map, xs[l]);
+  }
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(cs));
+}
+
+inline bool any_ambiguous(__m256i low_a, __m256i low_b) {
+  const __m256i z = _mm256_cmpeq_epi32(_mm256_min_epu32(low_a, low_b), _mm256_setzero_si256());
+  return _mm256_movemask_ps(_mm256_castsi256_ps(z)) != 0;
+}
+
+// The exact nearest codes of m (signed map) and v (unsigned map) vectors.
+inline void nearest_codes(const FastRegs& fm, const FastRegs& fv, __m256 xm, __m256 xv, __m256i* cm, __m256i* cv) {
+  __m256i lm, lv;
+  *cm = nearest_code_fast<true, true>(fm, xm, &lm);
+  *cv = nearest_code_fast<false, true>(fv, xv, &lv);
+  if (any_ambiguous(lm, lv)) [[unlikely]] {
+    *cm = fix_codes(fm, xm, lm, *cm);
+    *cv = fix_codes(fv, xv, lv, *cv);
+  }
+}
+
+template <bool kSigned>
+inline __m256i nearest_code(const FastRegs& r, __m256 x) {
+  __m256i low;
+  const __m256i code = nearest_code_fast<kSigned, false>(r, x, &low);
+  return any_ambiguous(low, low) ? fix_codes(r, x, low, code) : code;
+}
+
+// map.value[code] for 8 codes by arithmetic, the magnitude first (the sign is applied by
+// the absmax it is multiplied with: (-x) * s == x * (-s) bit for bit). A variant of
+// quant_map.h's QuantArithDequant with fewer operations (~15 register operations, where a
+// gather costs about as much as 50 of them here):
+//  - j = |code - 127| (signed) or code + 1 (unsigned) directly, not t = 2j + 1: float(j)'s
+//    binade is the decade (slot = its biased exponent mod 8) and r = j - 2^floor(log2 j) is
+//    the bin, so x = fma(r, a[slot], b[slot]) with a = the bin width, b = bin 0's centre,
+//    nudged by a few ulps until every bin's value is x or the float above x (searched
+//    here, then asserted for every code);
+//  - the +1 ulp mask is indexed by word code & 7 (the permute reads those bits itself) and
+//    bit 31 - (code >> 3), which one variable shift moves to the sign bit;
+//  - the specials: +1 (signed j = 128, unsigned j = 256) gets a slot with a = 0, b = 1; the
+//    zero code (signed j = 0, whose float 0 reads slot 0, the signed decade 1; unsigned
+//    code 0, j = 1, sharing +1's slot) is cleared by vpsignd with j or the code, which
+//    are 0 exactly there.
+struct DequantTables {
+  alignas(32) float a[8], b[8];
+  alignas(32) uint32_t plus[8];
+};
+
+inline int32_t dequant_j(bool is_signed, int code) { return is_signed ? std::abs(code - 127) : code + 1; }
+// The kernel's x for j (fp32 operations as in lookup_mag, before the ulp correction).
+inline float dequant_x(const DequantTables& d, int32_t j) {
+  const float fj = static_cast<float>(j);
+  const uint32_t tb = bits_of_f32(fj);
+  const float r = fj - f32_of_bits(tb & 0xff800000u);
+  const int slot = static_cast<int>(tb >> 23) & 7;
+  return std::fma(r, d.a[slot], d.b[slot]);
+}
+
+DequantTables build_dequant(const QuantMap& m) {
+  const bool sg = m.is_signed;
+  DequantTables d{};
+  d.a[sg ? 6 : 7] = 0.f;
+  d.b[sg ? 6 : 7] = 1.f;
+  auto ulps = [&](int code) {
+    return int64_t{bits_of_f32(std::fabs(m.value[code]))} - int64_t{bits_of_f32(dequant_x(d, dequant_j(sg, code)))};
+  };
+  constexpr int kNudge[] = {0, -1, 1, -2, 2, -3, 3, -4, 4, -5, 5, -6, 6, -7, 7, -8, 8};
+  for (int k = 0; k < 7; ++k) {
+    const int n = sg ? (1 << k) : (2 << k);  // also the decade's first j
+    const int slot = sg ? (k + 7) & 7 : k, first = sg ? 127 + n : n - 1;
+    const double s = std::pow(10.0, k - 6);
+    const uint32_t ab = bits_of_f32(static_cast<float>(0.9 * s / n));
+    const uint32_t bb = bits_of_f32(static_cast<float>(s * (0.1 + 0.45 / n)));
+    bool found = false;
+    for (int da : kNudge) {
+      for (int db : kNudge) {
+        d.a[slot] = f32_of_bits(ab + da);
+        d.b[slot] = f32_of_bits(bb + db);
+        found = true;
+        for (int c = first; c < first + n && found; ++c) found = ulps(c) == 0 || ulps(c) == 1;
+        if (found) break;
+      }
+      if (found) break;
+    }
+    LT_ASSERT(found, "no decade constants put the AVX2 dequantization within +1 ulp of the map");
+  }
+  for (int code = 0; code < 256; ++code) {
+    if (code == (sg ? 127 : 0)) continue;  // cleared by vpsignd
+    const int64_t u = ulps(code);
+    LT_ASSERT(u == 0 || u == 1, "AVX2 dequantization is off the map");
+    if (u) d.plus[code & 7] |= 1u << (31 - (code >> 3));
+  }
+  return d;
+}
+
 struct DequantRegs {
   __m256 a, b;
   __m256i plus;
 };
 
 inline DequantRegs load_dequant(const QuantMap& q) {
-  return {_mm256_loadu_ps(q.arith.a), _mm256_loadu_ps(q.arith.b),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.arith.plus))};
+  static const DequantTables tm = build_dequant(signed_dynamic_map());
+  static const DequantTables tv = build_dequant(unsigned_dynamic_map());
+  const DequantTables& t = q.is_signed ? tm : tv;
+  return {_mm256_load_ps(t.a), _mm256_load_ps(t.b), _mm256_load_si256(reinterpret_cast<const __m256i*>(t.plus))};
 }
 
+// |map.value[code]|; *sign_src gets a vector whose sign bits are the values' (signed map).
 template <bool kSigned>
-inline __m256 lookup(const DequantRegs& r, __m256i code) {
-  const __m256i one = _mm256_set1_epi32(1);
-  const __m256i d = _mm256_sub_epi32(code, _mm256_set1_epi32(127));  // signed: its sign is the value's
-  const __m256i j = kSigned ? _mm256_abs_epi32(d) : _mm256_add_epi32(code, one);
-  const __m256 ft = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(j, j), one));  // t = 2j + 1
-  const __m256 rr = _mm256_sub_ps(ft, _mm256_and_ps(ft, _mm256_castsi256_ps(_mm256_set1_epi32(0xff800000u))));
-  const __m256i slot = _mm256_srli_epi32(_mm256_castps_si256(ft), 23);  // the permutes read bits 0..2
+inline __m256 lookup_mag(const DequantRegs& r, __m256i code, __m256* sign_src) {
+  const __m256i d = _mm256_sub_epi32(code, _mm256_set1_epi32(127));
+  if constexpr (kSigned) *sign_src = _mm256_castsi256_ps(d);
+  const __m256i j = kSigned ? _mm256_abs_epi32(d) : _mm256_add_epi32(code, _mm256_set1_epi32(1));
+  const __m256 fj = _mm256_cvtepi32_ps(j);
+  const __m256 rr = _mm256_sub_ps(fj, _mm256_and_ps(fj, _mm256_castsi256_ps(_mm256_set1_epi32(0xff800000u))));
+  const __m256i slot = _mm256_srli_epi32(_mm256_castps_si256(fj), 23);  // the permutes read bits 0..2
   const __m256 x = _mm256_fmadd_ps(rr, _mm256_permutevar8x32_ps(r.a, slot), _mm256_permutevar8x32_ps(r.b, slot));
-  // +1 ulp where bit (code & 31) of word (code >> 5) is set: shifted to bit 31, then
-  // spread to all bits (-1), and subtracted.
-  const __m256i word = _mm256_permutevar8x32_epi32(r.plus, _mm256_srli_epi32(code, 5));
-  const __m256i up = _mm256_srai_epi32(_mm256_sllv_epi32(word, _mm256_andnot_si256(code, _mm256_set1_epi32(31))), 31);
-  __m256i v = _mm256_sub_epi32(_mm256_castps_si256(x), up);
-  if constexpr (kSigned)
-    v = _mm256_or_si256(v, _mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0x80000000u))));
-  else
-    v = _mm256_blendv_epi8(v, _mm256_set1_epi32(0x3f800000), _mm256_cmpeq_epi32(code, _mm256_set1_epi32(255)));
-  return _mm256_castsi256_ps(v);
+  // +1 ulp where bit 31 - (code >> 3) of word (code & 7) is set: shifted to bit 31, spread
+  // to all bits (-1), and subtracted.
+  const __m256i word = _mm256_permutevar8x32_epi32(r.plus, code);
+  const __m256i up = _mm256_srai_epi32(_mm256_sllv_epi32(word, _mm256_srli_epi32(code, 3)), 31);
+  const __m256i v = _mm256_sub_epi32(_mm256_castps_si256(x), up);
+  return _mm256_castsi256_ps(_mm256_sign_epi32(v, kSigned ? j : code));
+}
+
+// map.value[code] * s (s >= 0; ns = -s).
+template <bool kSigned>
+inline __m256 dequant_scaled(const DequantRegs& r, __m256i code, __m256 s, __m256 ns) {
+  __m256 sign_src;
+  const __m256 mag = lookup_mag<kSigned>(r, code, &sign_src);
+  if constexpr (kSigned) s = _mm256_blendv_ps(s, ns, sign_src);
+  return _mm256_mul_ps(mag, s);
 }
 
 struct Consts {
@@ -264,32 +414,35 @@ int64_t adamw8_blocks(const AdamWTensorArgs& a, const AdamW8State& s, const Adam
   for (int64_t b = first_block; b < last_block; ++b) {
     const int64_t i0 = b * a.block, len = std::min(a.block, a.n - i0);
     const __m256 am_old = _mm256_set1_ps(s.m_absmax[b]), av_old = _mm256_set1_ps(s.v_absmax[b]);
-    __m256 am = _mm256_setzero_ps(), av = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    const __m256 nam_old = _mm256_set1_ps(-s.m_absmax[b]);
+    // The largest v by its bits as unsigned integers: v >= +0 (adamw_math.h), so that is
+    // the float maximum, and it is >= bits(+Inf) exactly when some v is +Inf or NaN.
+    __m256 am = _mm256_setzero_ps();
+    __m256i av = _mm256_setzero_si256();
     for (int64_t j = 0; j < len; j += 8) {
       const int rem = rem_of(len, j);
       const int64_t i = i0 + j;
-      const __m256 m_old = _mm256_mul_ps(lookup<true>(dm, load_codes(s.m_code + i, rem)), am_old);
-      const __m256 v_old = _mm256_mul_ps(lookup<false>(dv, load_codes(s.v_code + i, rem)), av_old);
+      const __m256 m_old = dequant_scaled<true>(dm, load_codes(s.m_code + i, rem), am_old, nam_old);
+      const __m256 v_old = dequant_scaled<false>(dv, load_codes(s.v_code + i, rem), av_old, av_old);
       __m256 mj, vj;
-      __m256 lane_bad = moments(c, load_grad(a, i, rem), m_old, v_old, &mj, &vj);
+      moments(c, load_grad(a, i, rem), m_old, v_old, &mj, &vj);
       __m256 abs_m = _mm256_andnot_ps(_mm256_set1_ps(-0.f), mj), vk = vj;
       if (rem < 8) {  // lanes past the block hold code 0's (finite) value: keep them out
         const __m256 k = _mm256_castsi256_ps(lane_mask(rem));
-        lane_bad = _mm256_and_ps(lane_bad, k);
         abs_m = _mm256_and_ps(abs_m, k);
         vk = _mm256_and_ps(vk, k);
       }
-      bad = _mm256_or_ps(bad, lane_bad);
       am = _mm256_max_ps(am, abs_m);
-      av = _mm256_max_ps(av, vk);
+      av = _mm256_max_epu32(av, _mm256_castps_si256(vk));
       _mm256_store_ps(m + j, mj);
       _mm256_store_ps(v + j, vj);
     }
-    if (_mm256_movemask_ps(bad)) {
+    const __m256i inf = _mm256_set1_epi32(0x7f800000);
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_max_epu32(av, inf), av)))) {
       ++skipped;
       continue;
     }
-    const float amax_m = reduce_max(am), amax_v = reduce_max(av);
+    const float amax_m = reduce_max(am), amax_v = reduce_max(_mm256_castsi256_ps(av));
     const __m256 im = _mm256_set1_ps(amax_m > 0 ? 1.0f / amax_m : 0.f);
     const __m256 iv = _mm256_set1_ps(amax_v > 0 ? 1.0f / amax_v : 0.f);
     // Parameter update and requantization 32 elements at a time (then single vectors for
@@ -303,8 +456,7 @@ int64_t adamw8_blocks(const AdamWTensorArgs& a, const AdamW8State& s, const Adam
         const __m256 mj = _mm256_load_ps(m + jj), vj = _mm256_load_ps(v + jj);
         p[q] = new_param(c, _mm256_loadu_ps(a.param + i), mj, vj);
         _mm256_storeu_ps(a.param + i, p[q]);
-        cm[q] = nearest_code<true>(fm, _mm256_mul_ps(mj, im));
-        cv[q] = nearest_code<false>(fv, _mm256_mul_ps(vj, iv));
+        nearest_codes(fm, fv, _mm256_mul_ps(mj, im), _mm256_mul_ps(vj, iv), &cm[q], &cv[q]);
       }
       if (a.out_bf16) {
         store_bf16x16(a.out_bf16 + i0 + j, p[0], p[1]);
@@ -320,8 +472,10 @@ int64_t adamw8_blocks(const AdamWTensorArgs& a, const AdamW8State& s, const Adam
       const __m256 p = new_param(c, load_f32(a.param + i, rem), mj, vj);
       store_f32(a.param + i, p, rem);
       if (a.out_bf16) store_bf16(a.out_bf16 + i, p, rem);
-      store_codes(s.m_code + i, nearest_code<true>(fm, _mm256_mul_ps(mj, im)), rem);
-      store_codes(s.v_code + i, nearest_code<false>(fv, _mm256_mul_ps(vj, iv)), rem);
+      __m256i cm, cv;
+      nearest_codes(fm, fv, _mm256_mul_ps(mj, im), _mm256_mul_ps(vj, iv), &cm, &cv);
+      store_codes(s.m_code + i, cm, rem);
+      store_codes(s.v_code + i, cv, rem);
     }
     s.m_absmax[b] = amax_m;
     s.v_absmax[b] = amax_v;
@@ -376,11 +530,11 @@ void quantize(const QuantMap& map, const float* x, uint8_t* code, int64_t n) {
 
 void dequantize(const QuantMap& map, const uint8_t* code, float absmax, int64_t n, float* out) {
   const DequantRegs r = load_dequant(map);
-  const __m256 sc = _mm256_set1_ps(absmax);
+  const __m256 sc = _mm256_set1_ps(absmax), nsc = _mm256_set1_ps(-absmax);
   for (int64_t i = 0; i < n; i += 8) {
     const int rem = rem_of(n, i);
     const __m256i c = load_codes(code + i, rem);
-    store_f32(out + i, _mm256_mul_ps(map.is_signed ? lookup<true>(r, c) : lookup<false>(r, c), sc), rem);
+    store_f32(out + i, map.is_signed ? dequant_scaled<true>(r, c, sc, nsc) : dequant_scaled<false>(r, c, sc, sc), rem);
   }
 }
 
