@@ -33,9 +33,8 @@ void fold_chunk_stats(float* m, float* s, float* tlogit, const float* logits, co
   }
 }
 
-// The vector loops compute grad_scale * softmax only; the target's column (at most one per
-// row and chunk) is written after them from its saved logit, so that no lane compares its
-// 64-bit index against the target.
+// grad_scale * (softmax - onehot), the target's column (at most one per row and chunk)
+// found by comparing each lane's column with it, inside the vector loop.
 void logits_to_grad(float* logits, bf16* g16, const float* lse, const int32_t* tgt, int64_t n,
                     int64_t v0, int64_t nv, float grad_scale) {
 #pragma omp parallel for schedule(static) if (n * nv >= kParallelMin)
@@ -44,9 +43,6 @@ void logits_to_grad(float* logits, bf16* g16, const float* lse, const int32_t* t
     const bool ignored = tgt[i] == kIgnoreIndex;
     const float li = lse[i];
     const int64_t hit = ignored ? -1 : tgt[i] - v0;  // the target's column, if in this chunk
-    const bool has_hit = hit >= 0 && hit < nv;
-    const float target_grad =
-        has_hit ? grad_scale * vec::exp_approx(l[hit] - li) - grad_scale : 0.0f;
     if (g16) {
       bf16* o = g16 + i * nv;
       if (ignored) {
@@ -56,8 +52,7 @@ void logits_to_grad(float* logits, bf16* g16, const float* lse, const int32_t* t
       }
 #pragma omp simd
       for (int64_t v = 0; v < nv; ++v)
-        o[v].bits = vec::to_bf16_bits(grad_scale * vec::exp_approx(l[v] - li));
-      if (has_hit) o[hit].bits = vec::to_bf16_bits(target_grad);
+        o[v].bits = vec::to_bf16_bits(grad_scale * vec::exp_approx(l[v] - li) - (v == hit ? grad_scale : 0.0f));
       continue;
     }
     if (ignored) {
@@ -66,8 +61,8 @@ void logits_to_grad(float* logits, bf16* g16, const float* lse, const int32_t* t
       continue;
     }
 #pragma omp simd
-    for (int64_t v = 0; v < nv; ++v) l[v] = grad_scale * vec::exp_approx(l[v] - li);
-    if (has_hit) l[hit] = target_grad;
+    for (int64_t v = 0; v < nv; ++v)
+      l[v] = grad_scale * vec::exp_approx(l[v] - li) - (v == hit ? grad_scale : 0.0f);
   }
 }
 
