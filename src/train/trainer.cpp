@@ -21,6 +21,7 @@
 #include "kernels/cpu/matmul.h"
 #include "io/atomic_file.h"
 #include "model/checkpoint.h"
+#include "optim/adamw.h"
 #include "plan/plan_json.h"
 #include "train/checkpoints.h"
 #include "train/evaluate.h"
@@ -204,9 +205,10 @@ TrainSummary run_training(const TrainConfig& cfg) {
   std::printf("lazytrain train: %s model, %lld layers, hidden %lld, %.2fM parameters, vocab %lld; %d threads\n",
               weights_dir.empty() ? "from-scratch llama" : weights_dir.c_str(), static_cast<long long>(mc.num_layers),
               static_cast<long long>(mc.hidden_size), n_params / 1e6, static_cast<long long>(mc.vocab_size), num_threads());
-  std::printf("%s; matmuls: %s\n", cpu_summary().c_str(),
+  std::printf("%s; matmuls: %s; optimizer kernels %s\n", cpu_summary().c_str(),
               precision == Precision::BF16 ? matmul_bf16_path().c_str()
-                                           : ("fp32 GEMM (" + matmul_impl_name(256, 256, 256, Precision::F32) + ")").c_str());
+                                           : ("fp32 GEMM (" + matmul_impl_name(256, 256, 256, Precision::F32) + ")").c_str(),
+              adamw_kernels(AdamWKernel::Auto).name);
   std::printf("data: %zu training documents (%zu tokens, %zu trained), %zu evaluation problems\n", data.train->size(),
               data.train->stats().tokens, data.train->stats().trained_tokens, data.eval.size());
   if (streamed) {
