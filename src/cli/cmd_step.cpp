@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "exec/model_step.h"
+#include "kernels/cpu/sum_of_squares.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "train/updater.h"
@@ -79,7 +80,7 @@ void run(const StepOptions& o) {
     step.refresh_compute_copy(params);
     grads.zero();
     const StepResult r = step.forward_backward(params, grads, ids.data(), ids.data());
-    const double norm = std::sqrt(sum_of_squares(grads.data(), grads.numel()));
+    const double norm = std::sqrt(sum_of_squares_f64(grads.data(), grads.numel()));
     if (!std::isfinite(r.loss) || !std::isfinite(norm))
       throw Error("non-finite loss or gradient at step " + std::to_string(s + 1), "lazytrain step",
                   "lower --lr");

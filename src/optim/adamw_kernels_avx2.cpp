@@ -4,10 +4,10 @@
 //
 // Where AVX2 differs from the AVX-512 kernel (adamw_kernels_avx512.cpp):
 //  - Dequantization rebuilds map.value[code] by arithmetic from the code's decade and bin,
-//    plus a one-ulp correction read from a 256-bit mask (a leaner variant of quant_map.h's
-//    QuantArithDequant, built here: DequantTables). A gather per 8 codes took about a
-//    quarter of the step on Zen 4 (measured: ~13 cycles per 8-lane gather; in-cache step
-//    521 M params/s with gathers, 571 with QuantArithDequant). AVX2 permutes hold 8 fp32
+//    plus a one-ulp correction read from a 256-bit mask (DequantTables, built here). A
+//    gather per 8 codes took about a quarter of the step on Zen 4 (measured: ~13 cycles
+//    per 8-lane gather; in-cache step 521 M params/s with gathers, 571 with an earlier
+//    form of this arithmetic). AVX2 permutes hold 8 fp32
 //    entries, so a register table would take 32 permutes and 31 blends per vector;
 //    byte-plane lookups by vpshufb (16 entries) take 16 shuffles and 15 blends per plane
 //    and 32 codes, 4 planes.
@@ -264,9 +264,8 @@ inline __m256i nearest_code(const FastRegs& r, __m256 x) {
 }
 
 // map.value[code] for 8 codes by arithmetic, the magnitude first (the sign is applied by
-// the absmax it is multiplied with: (-x) * s == x * (-s) bit for bit). A variant of
-// quant_map.h's QuantArithDequant with fewer operations (~15 register operations, where a
-// gather costs about as much as 50 of them here):
+// the absmax it is multiplied with: (-x) * s == x * (-s) bit for bit), in ~15 register
+// operations (a gather costs about as much as 50 of them here):
 //  - j = |code - 127| (signed) or code + 1 (unsigned) directly, not t = 2j + 1: float(j)'s
 //    binade is the decade (slot = its biased exponent mod 8) and r = j - 2^floor(log2 j) is
 //    the bin, so x = fma(r, a[slot], b[slot]) with a = the bin width, b = bin 0's centre,

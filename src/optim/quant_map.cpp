@@ -110,64 +110,6 @@ void build_fast_path(QuantMap& m, bool is_signed) {
   }
 }
 
-// The arithmetic dequantization (quant_map.h, QuantArithDequant), evaluated with the
-// kernel's fp32 operations: x(code) and the ulps from x to |value[code]|.
-float arith_x(const QuantArithDequant& d, bool is_signed, int code) {
-  const float t = static_cast<float>(quant_arith_t(is_signed, code));
-  uint32_t tb;
-  std::memcpy(&tb, &t, 4);
-  const float r = t - float_of(tb & 0xff800000u);
-  const int slot = static_cast<int>(tb >> 23) & 7;
-  return std::fma(r, d.a[slot], d.b[slot]);
-}
-
-int64_t ulps_above(float want, float x) {
-  uint32_t wb, xb;
-  std::memcpy(&wb, &want, 4);
-  std::memcpy(&xb, &x, 4);
-  return int64_t{wb} - int64_t{xb};
-}
-
-// Per decade: the nearest a, b (a few ulps around the rounded constants, nearest first)
-// for which every bin's value is x or the float above x.
-void build_arith_dequant(QuantMap& m, bool is_signed) {
-  QuantArithDequant& d = m.arith;
-  for (int k = 0; k < 8; ++k) d.a[k] = d.b[k] = 0.f, d.plus[k] = 0u;
-  if (is_signed) d.a[7] = 1.f;  // j = 0 -> 0, j = 128 -> 1
-  constexpr int kNudge[] = {0, -1, 1, -2, 2, -3, 3, -4, 4};
-  int first = is_signed ? 128 : 1;
-  for (int k = 0; k < 7; ++k) {
-    const int slot = is_signed ? k : k + 1, n = is_signed ? (1 << k) : (2 << k);
-    const double s = std::pow(10.0, k - 6);
-    const float a0 = static_cast<float>(0.45 * s / n), b0 = static_cast<float>(0.1 * s);
-    uint32_t ab, bb;
-    std::memcpy(&ab, &a0, 4);
-    std::memcpy(&bb, &b0, 4);
-    bool found = false;
-    for (int da : kNudge) {
-      for (int db : kNudge) {
-        d.a[slot] = float_of(ab + da);
-        d.b[slot] = float_of(bb + db);
-        found = true;
-        for (int c = first; c < first + n && found; ++c) {
-          const int64_t u = ulps_above(std::fabs(m.value[c]), arith_x(d, is_signed, c));
-          found = u == 0 || u == 1;
-        }
-        if (found) break;
-      }
-      if (found) break;
-    }
-    LT_ASSERT(found, "no decade constants put the arithmetic dequantization within +1 ulp of the map");
-    first += n;
-  }
-  for (int code = 0; code < 256; ++code) {
-    if (!is_signed && code == 255) continue;  // value 1, set by the kernel
-    const int64_t u = ulps_above(std::fabs(m.value[code]), arith_x(d, is_signed, code));
-    LT_ASSERT(u == 0 || u == 1, "arithmetic dequantization is off the map");
-    if (u) d.plus[code >> 5] |= 1u << (code & 31);
-  }
-}
-
 QuantMap build_map(bool is_signed) {
   std::vector<double> v;
   for (int k = 0; k < 7; ++k) {
@@ -212,7 +154,6 @@ QuantMap build_map(bool is_signed) {
   }
   build_buckets(m, is_signed);
   build_fast_path(m, is_signed);
-  build_arith_dequant(m, is_signed);
   return m;
 }
 

@@ -74,23 +74,6 @@ struct QuantFastPath {
   float bound[8];
 };
 
-// Arithmetic dequantization for the AVX2 kernel (adamw_kernels_avx2.cpp), whose gathers
-// cost about a quarter of the step: value[code] rebuilt from the code's decade and bin.
-// Let j = |code - 127| (signed) or code + 1 (unsigned) and t = 2j + 1. float(t) is exact;
-// its binade picks the decade (slot = its biased exponent mod 8), and r = t - 2^floor(log2 t)
-// = 2b + 1 for bin b, whose centre is s/10 + r * 0.45 s / N. x = fma(r, a[slot], b[slot])
-// lies within an ulp of it; the builder nudges each decade's a and b by a few ulps until
-// every bin's value is x or the float above x (searched, then asserted), and `plus` holds
-// which: bit code & 31 of word code >> 5, added to the magnitude's bits. So the result is
-// value[code] bit for bit (tested on every code). The specials: the signed map's j = 0
-// (value 0) and j = 128 (code 255, value 1) share slot 7 with a = 1, b = 0 (r = 0 and 1);
-// the unsigned map's codes 0 and 255 share slot 0 with a = b = 0, and the kernel sets
-// code 255 to 1 itself. The signed map's negative half is the sign of code - 127.
-struct QuantArithDequant {
-  float a[8], b[8];  // by slot
-  uint32_t plus[8];  // 256-bit mask by code: +1 ulp
-};
-
 struct QuantMap {
   float value[256];  // sorted ascending; value[code] is the dequantized normalized state
   float mid[256];    // mid[j] = midpoint(value[j], value[j+1]); mid[255] = +inf (never passed)
@@ -101,14 +84,7 @@ struct QuantMap {
   bool is_signed;
   uint32_t bucket[2 * kBucketsPerSide];  // signed: both sides; unsigned: the first half
   QuantFastPath fast;
-  QuantArithDequant arith;
 };
-
-// The arithmetic dequantization's t for a code (QuantArithDequant).
-inline int32_t quant_arith_t(bool is_signed, int32_t code) {
-  const int32_t j = !is_signed ? code + 1 : code > 127 ? code - 127 : 127 - code;
-  return 2 * j + 1;
-}
 
 // Signed map for the first moment m: 127 negative, 0, 127 positive, and +1.
 const QuantMap& signed_dynamic_map();

@@ -9,7 +9,6 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
-#include "kernels/cpu/sum_of_squares.h"
 #include "optim/grad_clip.h"
 
 namespace lt {
@@ -20,8 +19,6 @@ bool is_norm_or_bias(const std::string& name) {
          (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
 }
 }  // namespace
-
-double sum_of_squares(const float* x, int64_t n) { return sum_of_squares_f64(x, n); }
 
 Updater::Updater(const TrainConfig& cfg, const ModelParameters& params, const std::vector<int>& paged_layers)
     : cfg_(cfg) {

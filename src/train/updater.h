@@ -96,8 +96,5 @@ class Updater {
   int64_t non_finite_total_ = 0;
 };
 
-// Sum of squares of n floats in float64, threaded in fixed chunks (deterministic):
-// kernels/cpu/sum_of_squares.h's sum_of_squares_f64.
-double sum_of_squares(const float* x, int64_t n);
 
 }  // namespace lt

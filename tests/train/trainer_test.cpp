@@ -19,6 +19,7 @@
 #include "data/jsonl_dataset.h"
 #include "data/tokenizer.h"
 #include "exec/generator.h"
+#include "kernels/cpu/sum_of_squares.h"
 #include "model/checkpoint.h"
 #include "train/checkpoints.h"
 #include "train/evaluate.h"
@@ -163,15 +164,15 @@ TEST(Updater, NonFiniteGradientsSkipTheStepAndAbortAfterThree) {
   init_parameters(params, 3);
   for (int64_t i = 0; i < grads.numel(); ++i) grads.data()[i] = 0.01f;
   Updater u(c, params);
-  EXPECT_TRUE(u.apply(params, grads, sum_of_squares(grads.data(), grads.numel()), nullptr, 1).applied);
+  EXPECT_TRUE(u.apply(params, grads, sum_of_squares_f64(grads.data(), grads.numel()), nullptr, 1).applied);
   const std::vector<float> before(params.data(), params.data() + params.numel());
   grads.data()[5] = NAN;
   for (int k = 1; k <= 2; ++k) {
-    const UpdateResult r = u.apply(params, grads, sum_of_squares(grads.data(), grads.numel()), nullptr, 1 + k);
+    const UpdateResult r = u.apply(params, grads, sum_of_squares_f64(grads.data(), grads.numel()), nullptr, 1 + k);
     EXPECT_FALSE(r.applied);
     EXPECT_EQ(0, std::memcmp(before.data(), params.data(), before.size() * sizeof(float)));
   }
-  EXPECT_THROW(u.apply(params, grads, sum_of_squares(grads.data(), grads.numel()), nullptr, 4), Error);
+  EXPECT_THROW(u.apply(params, grads, sum_of_squares_f64(grads.data(), grads.numel()), nullptr, 4), Error);
   EXPECT_EQ(0, std::memcmp(before.data(), params.data(), before.size() * sizeof(float)));
   EXPECT_EQ(u.optimizer_steps(), 1);
 }
