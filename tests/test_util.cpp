@@ -1,12 +1,38 @@
 #include "test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
 #include <sys/wait.h>
 #include <unistd.h>
 
 namespace lt::test {
+
+namespace {
+
+// The live TempDirs, so that a test skipped from inside (LT_PYTHON_REFERENCES=off) can
+// remove them before the process ends.
+std::mutex& live_dirs_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<std::filesystem::path>& live_dirs() {
+  static std::set<std::filesystem::path> dirs;
+  return dirs;
+}
+
+bool python_references_off() {
+  const char* v = std::getenv("LT_PYTHON_REFERENCES");
+  return v && std::strcmp(v, "off") == 0;
+}
+
+}  // namespace
 
 TempDir::TempDir(const std::string& tag) {
   static std::atomic<int> counter{0};
@@ -14,15 +40,37 @@ TempDir::TempDir(const std::string& tag) {
           (tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
   std::filesystem::remove_all(path_);
   std::filesystem::create_directories(path_);
+  std::lock_guard<std::mutex> lock(live_dirs_mutex());
+  live_dirs().insert(path_);
 }
 
 TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+  std::lock_guard<std::mutex> lock(live_dirs_mutex());
+  live_dirs().erase(path_);
 }
 
 PythonResult run_reference_script(const std::string& script, const std::string& args) {
   PythonResult r;
+  if (python_references_off()) {
+    const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string name = t ? std::string(t->test_suite_name()) + "." + t->name() : "(no test)";
+    if (::testing::UnitTest::GetInstance()->test_to_run_count() != 1) {
+      r.output = "LT_PYTHON_REFERENCES=off skips a test only when its process runs that test alone (as ctest "
+                 "does); run one test per process, or leave " + name + " out with --gtest_filter";
+      return r;
+    }
+    std::printf("[  SKIPPED ] %s needs the Python reference tests/reference/%s (LT_PYTHON_REFERENCES=off)\n",
+                name.c_str(), script.c_str());
+    std::fflush(stdout);
+    {
+      std::lock_guard<std::mutex> lock(live_dirs_mutex());
+      std::error_code ec;
+      for (const auto& d : live_dirs()) std::filesystem::remove_all(d, ec);
+    }
+    std::_Exit(0);
+  }
   const std::string python = LT_PYTHON;
   if (!std::filesystem::exists(python)) {
     r.output = "Python interpreter not found at " + python;

@@ -28,6 +28,14 @@ struct PythonResult {
 // Runs tests/reference/<script> with the project's Python (LT_PYTHON, the .venv made by
 // `scripts/setup.sh --test`). Reference tests must not pass when this fails: call
 // ASSERT_PYTHON_OK, which fails the test with the script's output as the reason.
+//
+// With LT_PYTHON_REFERENCES=off in the environment (the sanitized run in .ci/run), the test
+// that calls this is skipped at that point, so exactly the tests that need Python are left
+// out, and ctest lists them as skipped: it prints "[  SKIPPED ] <test> needs the Python
+// reference <script>", removes the test's TempDirs and ends the process with status 0
+// (the test's own code up to here has run, sanitized). That needs one test per process,
+// as ctest runs them (gtest_discover_tests); in a process that runs several tests it fails
+// the test instead of skipping the rest.
 PythonResult run_reference_script(const std::string& script, const std::string& args);
 
 }  // namespace lt::test

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "plan/model_preset.h"
 #include "plan/plan_json.h"
+#include "plan/nvme_space.h"
 #include "plan/planner.h"
 
 namespace lt::cli {
@@ -21,7 +22,7 @@ namespace {
 constexpr int kExitInfeasible = 2;
 
 struct PlanArgs {
-  std::string model, hardware = "h800", policy = "milp", out, act_budget;
+  std::string model, hardware = "h800", policy = "milp", out, act_budget, offload_dir;
   int64_t batch = 1, seq = 1024;
   int nvme_state_layers = -1;
   double gpu_cap_gb = 0, time_limit_s = 10, gap = 0.002;
@@ -83,11 +84,16 @@ void run_plan(const PlanArgs& a) {
   req.batch = a.batch;
   req.seq = a.seq;
   if (a.batch <= 0 || a.seq <= 0) throw Error("batch and seq must be positive", "--batch/--seq", "");
+  if (!(a.gpu_cap_gb >= 0)) throw Error("--gpu-cap must not be negative", "--gpu-cap", "give GB, or 0 for the profile's cap");
+  if (!(a.time_limit_s > 0)) throw Error("--time-limit must be positive", "--time-limit", "e.g. 10 (seconds)");
+  if (!(a.gap >= 0 && a.gap < 1)) throw Error("--gap must lie in [0, 1)", "--gap", "e.g. 0.002");
   req.gpu_cap_bytes = a.gpu_cap_gb * 1e9;
   req.time_limit_s = a.time_limit_s;
   req.target_gap = a.gap;
   req.nvme_state_layers = a.nvme_state_layers;
   if (!a.act_budget.empty()) parse_act_budget(a.act_budget, req);
+  if (!a.offload_dir.empty())
+    limit_nvme_to_free_space(req, free_disk_bytes(a.offload_dir, "--offload-dir"), a.offload_dir, "--offload-dir");
 
   nlohmann::json extra;
   if (a.max_batch) {
@@ -144,6 +150,9 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::IsMember(plan_policies()));
   cmd->add_option("--gpu-cap", a->gpu_cap_gb, "Compute-tier cap in GB (default: the profile's)");
   cmd->add_option("--act-budget", a->act_budget, "Activation budgets in GB, e.g. cpu=15,nvme=32");
+  cmd->add_option("--offload-dir", a->offload_dir,
+                  "Where training will put the NVMe tier: plan within its free space (a larger nvme budget is an "
+                  "error)");
   cmd->add_option("--nvme-state-layers", a->nvme_state_layers,
                   "Layers whose optimizer states page from NVMe (default: as few as host memory needs)");
   cmd->add_flag("--max-batch", a->max_batch, "Search the largest feasible batch and the batch with the most tokens/s; plan the largest");

@@ -87,7 +87,7 @@ std::pair<double, double> measure_nvme(const std::string& dir, int mb) {
   int fd = ::open(file.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT, 0600);
   if (fd < 0)
     throw Error(std::string("cannot open a file with O_DIRECT: ") + std::strerror(errno), file.string(),
-                "give --dir on a filesystem that supports O_DIRECT (not tmpfs), on the NVMe drive to profile");
+                "give --dir on a filesystem that supports O_DIRECT, on the NVMe drive to profile");
   auto t0 = Clock::now();
   for (size_t i = 0; i < blocks; ++i)
     if (::write(fd, io.get(), block) != static_cast<ssize_t>(block)) {
@@ -148,6 +148,10 @@ nlohmann::json measured(double v, const std::string& note = "") {
 }
 
 void run_profile(const ProfileArgs& a) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(a.dir, ec))
+    throw Error("the disk-test directory " + a.dir + " does not exist", "--dir",
+                "give --dir an existing directory on the NVMe drive to profile");
   std::printf("profiling this machine (%d threads)...\n", num_threads());
   std::printf("  %s\n", cpu_summary().c_str());
   const double gemm = measure_gemm(a.reps, Precision::F32);

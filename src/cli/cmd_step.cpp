@@ -50,6 +50,10 @@ void run(const StepOptions& o) {
   const Precision p = o.precision == "bf16" ? Precision::BF16 : Precision::F32;
   if (o.precision != "bf16" && o.precision != "f32")
     throw Error("unknown precision '" + o.precision + "'", "--precision", "use f32 or bf16");
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--batch", o.batch}, {"--seq", o.seq}, {"--steps", o.steps}})
+    if (value <= 0) throw Error(std::string(flag) + " must be positive, got " + std::to_string(value), flag, "");
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw Error("--lr must be a positive number", "--lr", "");
+  if (!o.model_dir.empty()) check_model_dir(o.model_dir, "--model");
   const ModelConfig c = o.model_dir.empty() ? tiny_default_config() : load_model_config(o.model_dir);
   ModelParameters params(c);
   if (o.model_dir.empty())

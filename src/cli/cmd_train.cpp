@@ -34,6 +34,7 @@ struct ModelRun {
 
 ModelRun load_model_dir(const std::string& dir) {
   ModelRun m;
+  check_model_dir(dir, "--model");
   m.config = load_model_config(dir);
   m.params = std::make_unique<ModelParameters>(m.config);
   load_parameters(*m.params, dir);
@@ -72,6 +73,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "generation limit per answer");
   cmd->add_option("--precision", o->precision, "f32 or bf16");
   cmd->callback([o] {
+    if (o->problems <= 0) throw Error("--problems must be positive", "--problems", "");
+    if (o->max_new_tokens <= 0) throw Error("--max-new-tokens must be positive", "--max-new-tokens", "");
     ModelRun m = load_model_dir(o->model);
     std::vector<QaExample> examples;
     if (o->data.empty()) {
@@ -104,6 +107,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--raw", o->raw, "tokenize the prompt as it is (default: the question/answer prompt the trainer uses)");
   cmd->add_flag("--json", o->json, "print {prompt_ids, ids, text} as JSON");
   cmd->callback([o] {
+    if (o->max_new_tokens <= 0) throw Error("--max-new-tokens must be positive", "--max-new-tokens", "");
     ModelRun m = load_model_dir(o->model);
     const std::vector<int32_t> prompt =
         o->raw ? m.tokenizer->encode(o->prompt, true) : qa_prompt_ids(*m.tokenizer, o->prompt);

@@ -1,6 +1,9 @@
 // lazytrain: train language models that do not fit in fast memory.
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <new>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -46,6 +49,22 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const lt::Error& e) {
     std::fprintf(stderr, "lazytrain: error: %s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A file-system call that no caller turned into an lt::Error: the message names the
+    // path(s) and the OS's reason.
+    std::fprintf(stderr, "lazytrain: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "lazytrain: error: out of memory (a size in the flags or the input may be too large; "
+                 "lower --batch or --seq-len, or plan with a compute budget)\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lazytrain: internal error: %s (please report it with the command line)\n", e.what());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "lazytrain: internal error: an unknown exception (please report it with the command line)\n");
     return 1;
   }
   return 0;

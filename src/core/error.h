@@ -11,10 +11,15 @@ namespace lt {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(printable(message)) {}
   // what: what was wrong; where: the file, tensor or field; fix: what the user can do.
   Error(const std::string& what, const std::string& where, const std::string& fix)
-      : std::runtime_error(what + " (in " + where + ")" + (fix.empty() ? "" : ": " + fix)) {}
+      : std::runtime_error(printable(what + " (in " + where + ")" + (fix.empty() ? "" : ": " + fix))) {}
+
+  // The message with each NUL byte written as "\0": what() is a C string, and a NUL that
+  // came from the input being quoted (a name in a damaged file) would cut off the rest,
+  // the place and the fix among it.
+  static std::string printable(std::string message);
 };
 
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line, const std::string& msg);

@@ -96,6 +96,15 @@ void PackedLoader::fill(int32_t* ids, int32_t* labels, int32_t* pos) {
   }
 }
 
+void document_starts(int32_t* doc_start, const int32_t* position_ids, int64_t rows, int64_t seq_len) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* pos = position_ids + r * seq_len;
+    int32_t* ds = doc_start + r * seq_len;
+    for (int64_t i = 0; i < seq_len; ++i)
+      ds[i] = i > 0 && pos[i] == pos[i - 1] + 1 ? ds[i - 1] : static_cast<int32_t>(i);
+  }
+}
+
 PackedRow PackedLoader::next() {
   PackedRow r;
   r.input_ids.resize(opt_.seq_len);

@@ -50,6 +50,14 @@ struct PackedRow {
   std::vector<int32_t> position_ids;
 };
 
+// Where each token's document starts in its row, from a batch's position_ids (rows of
+// seq_len): a document starts at a row's first token and wherever a position is not its
+// predecessor's plus one. For kPack rows that is exactly the documents (a document
+// continued from the previous row counts as one starting at the row's start); for kPad
+// rows each padding token is a document of its own. The form ModelStep and the
+// streaming executor take (doc_start) for block-diagonal attention.
+void document_starts(int32_t* doc_start, const int32_t* position_ids, int64_t rows, int64_t seq_len);
+
 class PackedLoader {
  public:
   // Keeps a reference to `dataset`, which must outlive the loader.

@@ -30,6 +30,22 @@ void add_into(float* y, const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
+void document_positions(int32_t* positions, const int32_t* doc_start, int64_t batch, int64_t seq) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < seq; ++s) {
+      const int64_t t = b * seq + s;
+      const int32_t d = doc_start[t];
+      if (!(s == 0 ? d == 0 : d == doc_start[t - 1] || d == s))
+        throw Error("doc_start[" + std::to_string(t) + "] = " + std::to_string(d) + " (row " + std::to_string(b) +
+                        ", token " + std::to_string(s) + ") neither continues the previous token's document nor "
+                        "starts one there",
+                    "training batch (document starts)",
+                    "give each token the row index where its document starts: 0 for a row's first token, then "
+                    "the previous token's value or the token's own index");
+      positions[t] = static_cast<int32_t>(s - d);
+    }
+}
+
 BlockShape block_shape(const ModelConfig& c, int64_t batch, int64_t seq) {
   BlockShape s;
   s.batch = batch;
@@ -112,11 +128,11 @@ void block_forward(float* x_out, BlockSaved& sv, const float* x_in, const BlockT
     rmsnorm_forward(sv.q, sv.q_norm_rstd, sv.q_pre_norm, w.q_norm, T * s.heads, s.head_dim, s.eps);
     rmsnorm_forward(sv.k, sv.k_norm_rstd, sv.k_pre_norm, w.k_norm, T * s.kv_heads, s.head_dim, s.eps);
   }
-  rope_forward(sv.q, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim);
-  rope_forward(sv.k, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim);
+  rope_forward(sv.q, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions);
+  rope_forward(sv.k, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   attention_forward(sv.attn_out, sv.attn_lse, sv.q, sv.k, sv.v, s.batch, s.seq, s.heads,
-                    s.kv_heads, s.head_dim, scale);
+                    s.kv_heads, s.head_dim, scale, ctx.doc_start);
 
   linear_forward(sv.resid_mid, sv.attn_out, w.wo, wb.wo, w.bo, T, QD, C, p);
   add_inplace(sv.resid_mid, x_in, T * C);
@@ -150,9 +166,9 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
   linear_backward(ws.d_attn_out, g.wo, g.bo, dx_mid, sv.attn_out, w.wo, wb.wo, T, QD, C, false, p);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   attention_backward(ws.dq, ws.dk, ws.dv, ws.d_attn_out, sv.q, sv.k, sv.v, sv.attn_out,
-                     sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, scale);
-  rope_backward(ws.dq, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim);
-  rope_backward(ws.dk, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim);
+                     sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, scale, ctx.doc_start);
+  rope_backward(ws.dq, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions);
+  rope_backward(ws.dk, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions);
   const float* dq_proj = ws.dq;
   const float* dk_proj = ws.dk;
   if (s.qk_norm) {

@@ -5,6 +5,8 @@
 //
 //   h1 = rmsnorm(x_in) ; q,k,v = h1·W^T (+b) ; [qwen3: per-head rmsnorm of q, k]
 //   q,k = rope(q,k) ; o = causal_gqa_attention(q,k,v) ; x_mid = x_in + o·Wo^T (+bo)
+//   (with documents: rope at each token's position in its document, and attention
+//   block-diagonal over the documents, kernels/cpu/attention.h's doc_start)
 //   h2 = rmsnorm(x_mid) ; m = silu(h2·Wg^T) * (h2·Wu^T) ; x_out = x_mid + m·Wd^T
 //
 // Backward overwrites dx_in and accumulates (+=) into the weight gradients.
@@ -59,12 +61,23 @@ class BlockWorkspace {
 
 // cos/sin: RoPE tables [seq, head_dim/2]. w_bf16 is read only with Precision::BF16
 // (its pointers may be null, then weights are rounded on the fly).
+// doc_start, positions: [batch*seq] each, both null (every row one causal sequence at
+// positions 0..seq-1) or both set: a row of packed documents (document_positions).
 struct BlockContext {
   BlockShape shape;
   const float* rope_cos = nullptr;
   const float* rope_sin = nullptr;
   Precision precision = Precision::F32;
+  const int32_t* doc_start = nullptr;
+  const int32_t* positions = nullptr;
 };
+
+// A training step's documents: doc_start[b*seq + s] is the index in row b where token s's
+// document starts (0 <= doc_start <= s; a row is a run of documents: its token 0 starts
+// one, and each next token either continues the previous token's document or starts a
+// new one at doc_start == s). Fills positions = s - doc_start (the token's position in its
+// document, what RoPE reads). Throws lt::Error naming the first bad token otherwise.
+void document_positions(int32_t* positions, const int32_t* doc_start, int64_t batch, int64_t seq);
 
 void block_forward(float* x_out, BlockSaved& saved, const float* x_in, const BlockTensors& w,
                    const BlockTensorsBf16& w_bf16, const BlockContext& ctx);

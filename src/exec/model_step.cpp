@@ -76,6 +76,18 @@ BlockTensorsBf16 ModelStep::block_bf16(const ModelParameters& params, int64_t la
   return b;
 }
 
+void ModelStep::set_documents(const int32_t* doc_start) {
+  if (!doc_start) {
+    ctx_.doc_start = ctx_.positions = nullptr;
+    return;
+  }
+  doc_start_.assign(doc_start, doc_start + tokens_);
+  positions_.resize(tokens_);
+  document_positions(positions_.data(), doc_start_.data(), batch_, seq_);
+  ctx_.doc_start = doc_start_.data();
+  ctx_.positions = positions_.data();
+}
+
 void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids,
                                const std::vector<RecomputeOption>& recompute) {
   const ModelConfig& c = config_;
@@ -100,9 +112,10 @@ void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids
 StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters& grads,
                                        const int32_t* input_ids, const int32_t* labels,
                                        const std::vector<RecomputeOption>& recompute,
-                                       float grad_scale_override) {
+                                       float grad_scale_override, const int32_t* doc_start) {
   const ModelConfig& c = config_;
   const int64_t T = tokens_, C = c.hidden_size, V = c.vocab_size, L = c.num_layers;
+  set_documents(doc_start);
   forward_blocks(params, input_ids, recompute);
 
   // Head: position s predicts labels[s+1] of the same sequence (Hugging Face's shift).
@@ -157,8 +170,10 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
   return result;
 }
 
-void ModelStep::forward_logits(float* logits, ModelParameters& params, const int32_t* input_ids) {
+void ModelStep::forward_logits(float* logits, ModelParameters& params, const int32_t* input_ids,
+                               const int32_t* doc_start) {
   const ModelConfig& c = config_;
+  set_documents(doc_start);
   forward_blocks(params, input_ids, std::vector<RecomputeOption>(c.num_layers, RecomputeOption::RecomputeFromInput));
   rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(c.num_layers),
                   params.final_norm(), tokens_, c.hidden_size, static_cast<float>(c.rms_norm_eps));

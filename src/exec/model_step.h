@@ -39,18 +39,25 @@ class ModelStep {
   // internals); the result does not depend on it, bit for bit.
   // grad_scale > 0 replaces the 1/predicted_tokens factor, so that gradient
   // accumulation can weight every token of all micro-batches equally.
+  // doc_start: [batch*seq] or null. Given, each row holds packed documents (where each
+  // token's document starts: exec/decoder_block.h document_positions); a token then
+  // attends only within its document and RoPE counts positions from the document's
+  // start, so each document trains as if it were a row of its own. Null: each row is one
+  // sequence at positions 0..seq-1.
   StepResult forward_backward(ModelParameters& params, ModelParameters& grads,
                               const int32_t* input_ids, const int32_t* labels,
                               const std::vector<RecomputeOption>& recompute = {},
-                              float grad_scale = 0.0f);
+                              float grad_scale = 0.0f, const int32_t* doc_start = nullptr);
 
   // The bf16 compute copy, laid out like the parameter block (numel() elements), so an
   // optimizer can write it in its update pass instead of refresh_compute_copy(). Null
   // for Precision::F32.
   bf16* compute_copy(const ModelParameters& params);
 
-  // Forward only: logits [batch*seq, vocab] (for tests, evaluation and generation).
-  void forward_logits(float* logits, ModelParameters& params, const int32_t* input_ids);
+  // Forward only: logits [batch*seq, vocab] (for tests, evaluation and generation);
+  // doc_start as in forward_backward.
+  void forward_logits(float* logits, ModelParameters& params, const int32_t* input_ids,
+                      const int32_t* doc_start = nullptr);
 
   // Bytes this step holds for activations: boundaries, saved tensors, scratch.
   int64_t activation_bytes() const;
@@ -64,6 +71,8 @@ class ModelStep {
   void forward_blocks(ModelParameters& params, const int32_t* input_ids,
                       const std::vector<RecomputeOption>& recompute);
   float* boundary(int64_t l) { return boundaries_.data() + l * tokens_ * config_.hidden_size; }
+  // Points ctx_ at this call's documents (or at none).
+  void set_documents(const int32_t* doc_start);
   BlockTensorsBf16 block_bf16(const ModelParameters& params, int64_t layer) const;
 
   ModelConfig config_;
@@ -71,6 +80,7 @@ class ModelStep {
   Precision precision_;
   BlockContext ctx_;
   AlignedBuffer<float> rope_cos_, rope_sin_;
+  std::vector<int32_t> doc_start_, positions_;  // [T]: this call's documents, when given
   ComputeCopy compute_copy_;
   AlignedBuffer<float> boundaries_;         // [L+1, T, C]
   std::vector<AlignedBuffer<float>> saved_; // per layer; empty when recomputed

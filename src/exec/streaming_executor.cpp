@@ -344,6 +344,15 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   const float grad_scale = options.grad_scale > 0 ? options.grad_scale
                            : predicted > 0        ? 1.0f / static_cast<float>(predicted)
                                                   : 0.0f;
+  if (options.doc_start) {
+    doc_start_.assign(options.doc_start, options.doc_start + T);
+    positions_.resize(T);
+    document_positions(positions_.data(), doc_start_.data(), batch_, seq_);
+    ctx_.doc_start = doc_start_.data();
+    ctx_.positions = positions_.data();
+  } else {
+    ctx_.doc_start = ctx_.positions = nullptr;
+  }
 
   StreamingStepResult result;
   result.predicted_tokens = predicted;

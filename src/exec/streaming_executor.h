@@ -30,7 +30,9 @@
 // caller's bf16 compute copy: host views on the cpu backend, bf16 slots copied from it on
 // the emu backend; activations and gradients fp32, as ModelStep). Not yet: one weight
 // slot reused across the forward-backward turnaround for resident layers; BlockWorkspace
-// and the cross-entropy's logit chunks still hold their own scratch outside the arena.
+// and the cross-entropy's logit chunks still hold their own scratch outside the arena,
+// and so do the RoPE tables and a step's document starts and positions (2 int32 per
+// token), which on a GPU would be copied to it with the step's inputs.
 #pragma once
 
 #include <algorithm>
@@ -93,6 +95,10 @@ struct StepOptions {
   const bf16* compute_copy = nullptr;
   bool zero_grads = true;   // zero each target's gradient before the step adds into it
   float grad_scale = 0.0f;  // > 0 replaces 1/predicted_tokens (as in ModelStep)
+  // [batch*seq] or null: where each token's document starts in its row, for packed rows
+  // (ModelStep::forward_backward's doc_start: block-diagonal attention, per-document
+  // positions). Null: every row one sequence.
+  const int32_t* doc_start = nullptr;
   // Called at the start of each plan window, before any of its work (tests inject faults
   // here; a trainer may use it for progress). Null: nothing.
   std::function<void(int window)> before_window;
@@ -182,6 +188,7 @@ class StreamingExecutor {
   StreamSchedule sched_;
   BlockContext ctx_;
   AlignedBuffer<float> rope_cos_, rope_sin_;
+  std::vector<int32_t> doc_start_, positions_;  // [T]: the step's documents, when given
   // The compute tier's memory, held for the executor's life; each step walks a fresh
   // ComputeArena over it, because an arena's windows only go forward.
   std::unique_ptr<std::byte, void (*)(void*)> memory_{nullptr, nullptr};

@@ -50,7 +50,7 @@ void CheckpointDir::open_index(const std::string& index_path) {
   nlohmann::json index;
   try {
     index = nlohmann::json::parse(read_text_file(index_path));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     throw Error(std::string("index is not valid JSON: ") + e.what(), index_path, fix);
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
@@ -68,9 +68,10 @@ void CheckpointDir::open_index(const std::string& index_path) {
     auto it = opened.find(shard);
     if (it == opened.end()) {
       const fs::path shard_path = dir / shard;
-      if (!fs::exists(shard_path))
-        throw Error("shard '" + shard + "' (holding '" + name + "') is missing", index_path,
-                    "download every file the index lists into the same directory");
+      std::error_code ec;  // (the throwing overload threw filesystem_error, e.g. for a name too long)
+      if (!fs::exists(shard_path, ec))
+        throw Error("shard '" + shard + "' (holding '" + name + "') is missing" + (ec ? ": " + ec.message() : ""),
+                    index_path, "download every file the index lists into the same directory");
       files_.push_back(std::make_unique<SafetensorsFile>(shard_path.string()));
       it = opened.emplace(shard, files_.back().get()).first;
     }

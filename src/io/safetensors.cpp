@@ -43,7 +43,9 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& v, c
   uint64_t numel = 1;
   for (const auto& d : *sh) {
     uint64_t dim = to_u64(d, where, "\"shape\"");
-    if (__builtin_mul_overflow(numel, dim, &numel) || numel > (uint64_t{1} << 60))
+    // Each dimension on its own too: after a 0 the product stays 0, and a dimension past
+    // int64 would become a negative one in Shape.
+    if (dim > (uint64_t{1} << 60) || __builtin_mul_overflow(numel, dim, &numel) || numel > (uint64_t{1} << 60))
       throw Error("shape " + sh->dump() + " has too many elements", where, kRewriteFix);
     e.shape.push_back(static_cast<int64_t>(dim));
   }
@@ -88,7 +90,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(hb, hb + header_len);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     throw Error(std::string("header is not valid JSON: ") + e.what(), path, kRewriteFix);
   }
   if (!header.is_object()) throw Error("header is not a JSON object", path, kRewriteFix);

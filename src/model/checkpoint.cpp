@@ -30,6 +30,15 @@ void load_parameters(ModelParameters& params, const std::string& dir) {
   }
 }
 
+void check_model_dir(const std::string& dir, const std::string& where) {
+  std::error_code ec;
+  const std::string fix = "give a Hugging Face model directory (config.json, *.safetensors, tokenizer.json)";
+  if (!std::filesystem::exists(dir, ec)) throw Error("the model directory " + dir + " does not exist", where, fix);
+  if (!std::filesystem::is_directory(dir, ec)) throw Error(dir + " is a file, not a model directory", where, fix);
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json", ec))
+    throw Error("the model directory " + dir + " has no config.json", where, fix);
+}
+
 void save_pretrained(const ModelParameters& params, const std::string& dir, uint64_t max_shard_bytes) {
   std::filesystem::create_directories(dir);
   ModelConfig c = params.config();

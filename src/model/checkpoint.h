@@ -8,6 +8,10 @@
 
 namespace lt {
 
+// lt::Error unless `dir` is a directory with a config.json: says which of the two is
+// missing, so that a mistyped --model does not surface as a missing tokenizer or tensor.
+void check_model_dir(const std::string& dir, const std::string& where);
+
 // Fills params from the safetensors weights in `dir` (single file or sharded), converting
 // F32/BF16/F16 to fp32. A missing tensor or a shape that disagrees with the config throws
 // lt::Error naming the directory and tensor. A tied checkpoint that still carries an

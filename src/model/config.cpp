@@ -101,6 +101,20 @@ void require_positive(int64_t v, const Fields& f, const std::string& key) {
   if (v <= 0) throw Error("must be positive, got " + std::to_string(v), f.at(key), kFixConfig);
 }
 
+// Upper bounds, far above any released model, that keep every size product (parameter
+// counts, byte sizes) inside int64 and token ids and positions inside int32.
+constexpr int64_t kMaxWidth = int64_t{1} << 20;        // hidden_size
+constexpr int64_t kMaxIntermediate = int64_t{1} << 22;  // intermediate_size
+constexpr int64_t kMaxCount = int64_t{1} << 14;         // layers, heads, head_dim
+constexpr int64_t kMaxTokens = (int64_t{1} << 31) - 1;  // vocab_size, positions (int32 ids)
+constexpr double kMaxParams = 1e15;
+
+void require_at_most(int64_t v, int64_t max, const Fields& f, const std::string& key) {
+  if (v > max)
+    throw Error("is " + std::to_string(v) + ", more than lazytrain supports (" + std::to_string(max) + ")", f.at(key),
+                kFixConfig);
+}
+
 // rope_theta and scaling: transformers 5 writes "rope_parameters": {rope_type, rope_theta,
 // factor, ...}; 4.x wrote top-level "rope_theta" and "rope_scaling": {type|rope_type, ...}.
 // As in transformers, "rope_scaling" wins when both are present.
@@ -196,8 +210,14 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
   require_positive(c.num_heads, f, "num_attention_heads");
   require_positive(c.intermediate_size, f, "intermediate_size");
   require_positive(c.vocab_size, f, "vocab_size");
+  require_at_most(c.hidden_size, kMaxWidth, f, "hidden_size");
+  require_at_most(c.num_layers, kMaxCount, f, "num_hidden_layers");
+  require_at_most(c.num_heads, kMaxCount, f, "num_attention_heads");
+  require_at_most(c.intermediate_size, kMaxIntermediate, f, "intermediate_size");
+  require_at_most(c.vocab_size, kMaxTokens, f, "vocab_size");
   c.num_kv_heads = f.opt_int("num_key_value_heads", c.num_heads);
   require_positive(c.num_kv_heads, f, "num_key_value_heads");
+  require_at_most(c.num_kv_heads, kMaxCount, f, "num_key_value_heads");
   if (c.num_heads % c.num_kv_heads != 0)
     throw Error("num_attention_heads " + std::to_string(c.num_heads) + " is not a multiple of num_key_value_heads " +
                     std::to_string(c.num_kv_heads),
@@ -212,8 +232,27 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
     c.head_dim = c.hidden_size / c.num_heads;
   }
   require_positive(c.head_dim, f, "head_dim");
+  require_at_most(c.head_dim, kMaxCount, f, "head_dim");
+  // Rotary embeddings rotate pairs of channels (as transformers does, which fails the same
+  // config later with a shape error).
+  if (c.head_dim % 2 != 0)
+    throw Error("head_dim " + std::to_string(c.head_dim) + " is odd" +
+                    (f.has("head_dim") ? "" : " (hidden_size / num_attention_heads)") +
+                    "; rotary position embeddings need an even head_dim",
+                f.at("head_dim"), "use a config whose head_dim (or hidden_size / num_attention_heads) is even");
   c.max_position_embeddings = f.opt_int("max_position_embeddings", fam->default_max_positions);
   require_positive(c.max_position_embeddings, f, "max_position_embeddings");
+  require_at_most(c.max_position_embeddings, kMaxTokens, f, "max_position_embeddings");
+  {
+    // Each factor is bounded above, so this double is exact enough to bound the int64 sums.
+    const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.q_dim()),
+                 kv = static_cast<double>(c.kv_dim()), inter = static_cast<double>(c.intermediate_size);
+    const double params = static_cast<double>(c.num_layers) * (h * (2 * q + 2 * kv) + 3 * h * inter + 2 * (q + kv) + 2 * h) +
+                          2 * static_cast<double>(c.vocab_size) * h + h;
+    if (params > kMaxParams)
+      throw Error("the model would have " + std::to_string(params) + " parameters, more than lazytrain supports (1e15)",
+                  where, kFixConfig);
+  }
   c.rms_norm_eps = f.opt_num("rms_norm_eps", 1e-6);
   if (!(c.rms_norm_eps > 0)) throw Error("must be positive", f.at("rms_norm_eps"), kFixConfig);
 
@@ -254,7 +293,7 @@ ModelConfig load_model_config(const std::string& path) {
   json j;
   try {
     j = json::parse(read_text_file(file));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     throw Error(std::string("config is not valid JSON: ") + e.what(), file, kFixConfig);
   }
   return parse_model_config(j, file);

@@ -17,6 +17,7 @@
 // its alignment padding; paged tensors are saved from and loaded into attached storage.
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -49,7 +50,7 @@ class Writer {
   void bytes(const void* p, size_t n) {
     hash(p, n);
     if (n && std::fwrite(p, 1, n, f_) != n)
-      throw Error("write failed", path_, "check free disk space and permissions");
+      throw Error(std::string("write failed: ") + std::strerror(errno), path_, "check free disk space and permissions");
   }
   template <typename T>
   void pod(const T& x) { bytes(&x, sizeof(T)); }
@@ -134,6 +135,24 @@ void read_header(Reader& r, size_t count_want, int64_t block_want) {
                     path, "use the block size the state was saved with");
 }
 
+// A name read from the file, fit for an error message: bytes outside printable ASCII as
+// \xHH (a damaged file's name may hold a NUL, which would end the message), at most 80.
+std::string printable_name(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size() && i < 80; ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (name.size() > 80) out += "...";
+  return out;
+}
+
 // One tensor's header, which must describe the registered tensor (name, n, format).
 void read_tensor_header(Reader& r, const std::string& want_name, int64_t want_n, StateFormat want_format) {
   const auto len = r.pod<uint32_t>("a tensor name");
@@ -143,7 +162,7 @@ void read_tensor_header(Reader& r, const std::string& want_name, int64_t want_n,
   const auto n = r.pod<uint64_t>("a tensor header");
   const auto format = r.pod<uint8_t>("a tensor header");
   if (name != want_name || n != static_cast<uint64_t>(want_n) || format != static_cast<uint8_t>(want_format))
-    throw FileError("state file has tensor '" + name + "' (" + std::to_string(n) + " elements, format " +
+    throw FileError("state file has tensor '" + printable_name(name) + "' (" + std::to_string(n) + " elements, format " +
                         std::to_string(format) + ") where the optimizer has '" + want_name + "' (" +
                         std::to_string(want_n) + ", format " + std::to_string(static_cast<int>(want_format)) + ")",
                     r.path(), "register the same tensors, in the same order, with the same options");
@@ -234,8 +253,9 @@ void AdamW::save_file(const std::string& path, const AdamWStatePager* pager) con
     const uint64_t h = w.digest();
     if (std::fwrite(&h, 8, 1, f.get()) != 1 || std::fwrite(kEndMagic, 8, 1, f.get()) != 1 ||
         std::fflush(f.get()) != 0)
-      throw Error("write failed", tmp, "check free disk space");
-    if (std::fclose(f.release()) != 0) throw Error("write failed", tmp, "check free disk space");
+      throw Error(std::string("write failed: ") + std::strerror(errno), tmp, "check free disk space");
+    if (std::fclose(f.release()) != 0)
+      throw Error(std::string("write failed: ") + std::strerror(errno), tmp, "check free disk space");
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
     if (ec) throw Error("cannot rename " + tmp + ": " + ec.message(), path, "check permissions");

@@ -24,10 +24,28 @@ double read_number(const nlohmann::json& j, const char* section, const char* key
     return v.get<double>();
   }
   if (v.is_object() && v.contains("value") && v["value"].is_number()) {
-    p.sources[field] = v.value("source", "unspecified");
+    p.sources[field] = v.contains("source") && v["source"].is_string() ? v["source"].get<std::string>() : "unspecified";
     return v["value"].get<double>();
   }
   throw Error("field " + field + " is not a number or {\"value\": number}", where, "fix the profile");
+}
+
+// An optional small integer field (bytes per element): 2 or 4 when right, so a float, a
+// string or a huge number is an error here, not a conversion (undefined for a float
+// out of int's range).
+int read_element_bytes(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) return 2;
+  const auto& v = j[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 64)
+    throw Error(std::string(key) + " must be 2 (bf16) or 4 (fp32), got " + v.dump(), where, "fix the profile");
+  return static_cast<int>(v.get<int64_t>());
+}
+
+// An optional string field.
+std::string read_string(const nlohmann::json& j, const char* key, const std::string& def, const std::string& where) {
+  if (!j.contains(key)) return def;
+  if (!j[key].is_string()) throw Error(std::string(key) + " must be a string", where, "fix the profile");
+  return j[key].get<std::string>();
 }
 
 std::filesystem::path resolve(const std::string& name_or_path) {
@@ -45,12 +63,13 @@ std::filesystem::path resolve(const std::string& name_or_path) {
 
 HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::string& where) {
   HardwareProfile p;
-  p.name = j.value("name", std::string("unnamed"));
-  p.description = j.value("description", std::string());
-  p.backend = j.value("backend", std::string("cuda"));
-  p.act_bytes = j.value("act_bytes", 2);
-  p.weight_bytes = j.value("weight_bytes", 2);
-  p.grad_bytes = j.value("grad_bytes", 2);
+  if (!j.is_object()) throw Error("a hardware profile must be a JSON object", where, "fix the profile");
+  p.name = read_string(j, "name", "unnamed", where);
+  p.description = read_string(j, "description", "", where);
+  p.backend = read_string(j, "backend", "cuda", where);
+  p.act_bytes = read_element_bytes(j, "act_bytes", where);
+  p.weight_bytes = read_element_bytes(j, "weight_bytes", where);
+  p.grad_bytes = read_element_bytes(j, "grad_bytes", where);
   p.compute_memory_bytes = read_number(j, "compute", "memory_gb", p, where) * kGB;
   p.default_cap_bytes = read_number(j, "compute", "default_cap_gb", p, where) * kGB;
   p.peak_flops = read_number(j, "compute", "peak_tflops", p, where) * 1e12;

@@ -1,6 +1,8 @@
 #include "plan/plan_json.h"
 
+#include <cstring>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -56,6 +58,121 @@ const char* tier_name(const BoundaryPlacement& b) {
 }
 
 nlohmann::json peaks_json(const PeakBytes& p) { return {{"gpu", p.gpu}, {"cpu", p.cpu}, {"nvme", p.nvme}}; }
+
+constexpr const char* kRegenerate = "regenerate the plan with `lazytrain plan`";
+
+std::string short_dump(const nlohmann::json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+// An integer field of type T, checked for type and range: json::get<int>() of a float or of
+// an integer out of range is undefined behaviour or a silent wrap, not an error.
+template <typename T>
+T int_field(const nlohmann::json& v, const std::string& field, const std::string& where) {
+  if (!v.is_number_integer())
+    throw Error(field + " must be an integer, got " + short_dump(v), where, kRegenerate);
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                        : v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                              v.get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max());
+  if (!fits) throw Error(field + " " + short_dump(v) + " is out of range", where, kRegenerate);
+  return v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>()) : static_cast<T>(v.get<int64_t>());
+}
+
+std::vector<int> int_list(const nlohmann::json& v, const std::string& field, const std::string& where) {
+  if (!v.is_array()) throw Error(field + " must be a list of integers, got " + short_dump(v), where, kRegenerate);
+  std::vector<int> out;
+  for (const auto& x : v) out.push_back(int_field<int>(x, field, where));
+  return out;
+}
+
+// The decimal index at s[pos..] (digits only, the whole rest of s), or -1.
+int64_t index_at(const std::string& s, size_t pos) {
+  if (pos >= s.size() || s.size() - pos > 9) return -1;
+  int64_t v = 0;
+  for (size_t i = pos; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v;
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The tensor names of plan.h: w.<j>, wres.<j>, g.<j>, int.<j>, os.<j> (layers 0..L-1),
+// w.head, g.head, in.0, dx.0, rc.<b>, a.<b>.{gpu,cpu,nvme,tmp} (boundaries 0..L). The
+// executor and the simulator index arrays by these numbers, so a plan file must not hold
+// any other.
+bool valid_tensor_name(const std::string& t, int L) {
+  if (t == "w.head" || t == "g.head" || t == "in.0" || t == "dx.0") return true;
+  for (const char* layer_prefix : {"w.", "wres.", "g.", "int.", "os."})
+    if (starts_with(t, layer_prefix)) {
+      const int64_t j = index_at(t, std::strlen(layer_prefix));
+      return j >= 0 && j < L;
+    }
+  if (starts_with(t, "rc.")) {
+    const int64_t b = index_at(t, 3);
+    return b >= 0 && b <= L;
+  }
+  if (starts_with(t, "a.")) {
+    const size_t dot = t.find('.', 2);
+    if (dot == std::string::npos) return false;
+    const std::string part = t.substr(dot + 1);
+    if (part != "gpu" && part != "cpu" && part != "nvme" && part != "tmp") return false;
+    const int64_t b = index_at(t.substr(0, dot), 2);
+    return b >= 0 && b <= L;
+  }
+  return false;
+}
+
+// "layer.<j>" with j in 0..L-1, "embed", "head" (and "all" where allowed).
+bool valid_target(const std::string& t, int L, bool allow_all) {
+  if (t == "embed" || t == "head" || (allow_all && t == "all")) return true;
+  if (!starts_with(t, "layer.")) return false;
+  const int64_t j = index_at(t, 6);
+  return j >= 0 && j < L;
+}
+
+// What every consumer of a plan indexes by: layers, boundaries, windows and tensor names
+// in range. (Validation of the plan's semantics is plan_validate.h's.)
+void check_structure(const Plan& p, const std::string& where) {
+  const int L = p.num_layers;
+  auto bad = [&](const std::string& what) { throw Error(what, where, kRegenerate); };
+  if (L < 1 || L > (1 << 20)) bad("num_layers " + std::to_string(L) + " is out of range");
+  if (p.model.num_layers != L)
+    bad("num_layers " + std::to_string(L) + " differs from the model config's " + std::to_string(p.model.num_layers));
+  if (p.batch < 1 || p.seq < 1) bad("batch and seq must be positive");
+  if (static_cast<int>(p.boundaries.size()) != L + 1)
+    bad("plan has " + std::to_string(p.boundaries.size()) + " boundaries for " + std::to_string(L) + " layers");
+  for (const auto& [s, e] : p.blocks)
+    if (s < 0 || e > L || s >= e)
+      bad("recompute block [" + std::to_string(s) + ", " + std::to_string(e) + "] is not within 0.." +
+          std::to_string(L));
+  for (const auto* list : {&p.resident_layers, &p.keep_internals, &p.nvme_state_layers})
+    for (int j : *list)
+      if (j < 0 || j >= L) bad("layer " + std::to_string(j) + " is not one of the plan's 0.." + std::to_string(L - 1));
+  const int n = static_cast<int>(p.windows.size());
+  for (const OptimizerPlacement& o : p.optimizer) {
+    if (o.window < -1 || o.window >= n)
+      bad("optimizer placement of " + o.target + " names window " + std::to_string(o.window) + " of " +
+          std::to_string(n));
+    if (!valid_target(o.target, L, false)) bad("optimizer placement target '" + o.target + "' is not a layer, embed or head");
+  }
+  for (const Window& w : p.windows) {
+    const std::string in = " in window " + w.name;
+    if (w.layer < -1 || w.layer >= L) bad("layer " + std::to_string(w.layer) + in + " is out of range");
+    for (const Transfer& t : w.transfers)
+      if (!valid_tensor_name(t.tensor, L)) bad("unknown tensor '" + t.tensor + "'" + in);
+    for (const auto* ops : {&w.alloc, &w.free})
+      for (const MemOp& m : *ops)
+        if (!valid_tensor_name(m.tensor, L)) bad("unknown tensor '" + m.tensor + "'" + in);
+    for (const HostTask& h : w.host)
+      if ((h.task != "optimizer" && h.task != "clip") || !valid_target(h.target, L, true))
+        bad("unknown host task '" + h.task + "' on '" + h.target + "'" + in);
+  }
+}
 
 }  // namespace
 
@@ -143,9 +260,9 @@ nlohmann::json plan_to_json(const Plan& p) {
 }
 
 Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
-  if (j.value("format", std::string()) != "lazytrain-plan")
+  if (!j.is_object() || !j.contains("format") || j["format"] != "lazytrain-plan")
     throw Error("not a lazytrain plan (format field)", where, "give a file written by `lazytrain plan --out`");
-  if (j.value("version", 0) != 1)
+  if (!j.contains("version") || j["version"] != 1)
     throw Error("unsupported plan version", where, "regenerate the plan with this lazytrain");
   Plan p;
   try {
@@ -154,12 +271,12 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     p.infeasible_reason = j.value("infeasible_reason", std::string());
     const auto& mj = j.at("model");
     p.model_name = mj.at("name").get<std::string>();
-    p.num_layers = mj.at("num_layers").get<int>();
+    p.num_layers = int_field<int>(mj.at("num_layers"), "model.num_layers", where);
     p.num_params = mj.at("num_params").get<double>();
     p.model = parse_model_config(mj.at("config"), where + ": model.config");
     p.hardware = parse_hardware_profile(j.at("hardware"), where + ": hardware");
-    p.batch = j.at("batch").get<int64_t>();
-    p.seq = j.at("seq").get<int64_t>();
+    p.batch = int_field<int64_t>(j.at("batch"), "batch", where);
+    p.seq = int_field<int64_t>(j.at("seq"), "seq", where);
     const auto& b = j.at("budgets");
     p.gpu_cap_bytes = b.at("gpu_cap_bytes").get<double>();
     p.cpu_act_budget_bytes = b.at("cpu_act_bytes").get<double>();
@@ -169,21 +286,25 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     for (const auto& bj : j.at("boundaries"))
       p.boundaries.push_back({bj.at("tier").get<std::string>() == "recompute", bj.at("gpu").get<double>(),
                               bj.at("cpu").get<double>(), bj.at("nvme").get<double>()});
-    for (const auto& bl : j.at("recompute_blocks")) p.blocks.emplace_back(bl.at(0).get<int>(), bl.at(1).get<int>());
-    p.resident_layers = j.at("resident_layers").get<std::vector<int>>();
-    p.keep_internals = j.at("keep_internals").get<std::vector<int>>();
+    for (const auto& bl : j.at("recompute_blocks"))
+      p.blocks.emplace_back(int_field<int>(bl.at(0), "recompute_blocks", where),
+                            int_field<int>(bl.at(1), "recompute_blocks", where));
+    p.resident_layers = int_list(j.at("resident_layers"), "resident_layers", where);
+    p.keep_internals = int_list(j.at("keep_internals"), "keep_internals", where);
     p.lazy_optimizer = j.at("optimizer").at("lazy").get<bool>();
     for (const auto& o : j.at("optimizer").at("placement"))
-      p.optimizer.push_back({o.at("target").get<std::string>(), o.at("window").get<int>(), o.at("fraction").get<double>()});
+      p.optimizer.push_back({o.at("target").get<std::string>(), int_field<int>(o.at("window"), "optimizer.placement.window", where),
+                             o.at("fraction").get<double>()});
     // Optional: plans written before optimizer-state paging have none.
-    p.nvme_state_layers = j.at("optimizer").value("nvme_state_layers", std::vector<int>{});
+    if (j.at("optimizer").contains("nvme_state_layers"))
+      p.nvme_state_layers = int_list(j.at("optimizer").at("nvme_state_layers"), "optimizer.nvme_state_layers", where);
     p.state_bytes_per_layer = j.at("optimizer").value("state_bytes_per_layer", 0.0);
     for (const auto& wj : j.at("windows")) {
       Window w;
       w.name = wj.at("name").get<std::string>();
       w.kind = parse_kind(wj.at("kind").get<std::string>(), where);
-      w.layer = wj.at("layer").get<int>();
-      w.stage = wj.at("stage").get<int>();
+      w.layer = int_field<int>(wj.at("layer"), "windows.layer", where);
+      w.stage = int_field<int>(wj.at("stage"), "windows.stage", where);
       w.compute_flops = wj.at("compute_flops").get<double>();
       w.compute_s = wj.at("compute_s").get<double>();
       w.workspace_bytes = wj.at("workspace_bytes").get<double>();
@@ -203,18 +324,12 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     p.predicted_peak = {pk.at("gpu").get<double>(), pk.at("cpu").get<double>(), pk.at("nvme").get<double>()};
     const auto& s = j.at("solver");
     p.solve = {s.at("solve_s").get<double>(), s.value("solve_cpu_s", 0.0), s.at("mip_gap").get<double>(), s.at("objective_s").get<double>(),
-               s.at("bound_s").get<double>(), s.at("status").get<std::string>(), s.at("columns").get<int>(),
-               s.at("rows").get<int>()};
+               s.at("bound_s").get<double>(), s.at("status").get<std::string>(), int_field<int>(s.at("columns"), "solver.columns", where),
+               int_field<int>(s.at("rows"), "solver.rows", where)};
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("malformed plan: ") + e.what(), where, "regenerate the plan with `lazytrain plan`");
   }
-  if (static_cast<int>(p.boundaries.size()) != p.num_layers + 1)
-    throw Error(std::string("plan has ")
-                    .append(std::to_string(p.boundaries.size()))
-                    .append(" boundaries for ")
-                    .append(std::to_string(p.num_layers))
-                    .append(" layers"),
-                where, "regenerate the plan");
+  check_structure(p, where);
   return p;
 }
 

@@ -15,6 +15,19 @@ std::string fmt_gb(double bytes) {
   return buf;
 }
 
+// The decimal index that ends s from pos on ("w.12" -> 12 from 2), or -1: a plan built in
+// memory is not checked like a loaded one (plan_json.cpp), so names are parsed here
+// without std::stoi's exceptions.
+int index_after(const std::string& s, size_t pos) {
+  if (pos >= s.size() || s.size() - pos > 9) return -1;
+  int v = 0;
+  for (size_t i = pos; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v;
+}
+
 // Cumulative bytes of one (tensor, link) pair through each window.
 struct Flow {
   std::vector<double> through;  // through[i] = bytes moved in windows 0..i
@@ -99,8 +112,9 @@ std::vector<std::string> validate_plan(const Plan& p) {
   for (int i = 0; i < n; ++i) {
     const auto& w = p.windows[i];
     if (w.kind == WindowKind::Prologue1) producer[0] = i;
-    if (w.kind == WindowKind::Forward && w.layer + 1 <= L) producer[w.layer + 1] = i;
-    if ((w.kind == WindowKind::Recompute || w.kind == WindowKind::Backward) && first_use[w.layer] < 0)
+    if (w.kind == WindowKind::Forward && w.layer >= 0 && w.layer + 1 <= L) producer[w.layer + 1] = i;
+    if ((w.kind == WindowKind::Recompute || w.kind == WindowKind::Backward) && w.layer >= 0 && w.layer <= L &&
+        first_use[w.layer] < 0)
       first_use[w.layer] = i;
   }
   for (int b = 0; b < L; ++b) {
@@ -147,15 +161,19 @@ std::vector<std::string> validate_plan(const Plan& p) {
       if (x.link != Link::H2D) continue;
       if (x.tensor == "w.head" && head_load < 0) head_load = i;
       if (x.tensor.rfind("w.", 0) == 0 && x.tensor != "w.head") {
-        int j = std::stoi(x.tensor.substr(2));
+        int j = index_after(x.tensor, 2);
         if (j >= 0 && j < L && first_load[j] < 0) first_load[j] = i;
       }
     }
   std::vector<bool> resident(L, false);
-  for (int j : p.resident_layers) resident[j] = true;
+  for (int j : p.resident_layers)
+    if (j >= 0 && j < L) resident[j] = true;
   for (int i = 1; i < n; ++i) {
     const auto& w = p.windows[i];
-    if (w.layer < 0) continue;
+    if (w.layer < 0 || w.layer >= L) {
+      if (w.layer >= L) out.push_back("window " + w.name + ": layer " + std::to_string(w.layer) + " out of range");
+      continue;
+    }
     bool loaded = through("w." + std::to_string(w.layer), Link::H2D, i - 1) -
                       through("w." + std::to_string(w.layer), Link::H2D, i - 2) > 0;
     if (!loaded && !(resident[w.layer] && w.kind == WindowKind::Backward))
@@ -171,7 +189,7 @@ std::vector<std::string> validate_plan(const Plan& p) {
       } else if (h.target == "head") {
         deadline = head_load;
       } else if (h.target.rfind("layer.", 0) == 0) {
-        int j = std::stoi(h.target.substr(6));
+        int j = index_after(h.target, 6);
         if (j >= 0 && j < L) deadline = first_load[j];
       }
       if (deadline >= 0 && i >= deadline)
@@ -187,8 +205,13 @@ std::vector<std::string> validate_plan(const Plan& p) {
   std::vector<int> first_update(L, -1), last_update(L, -1);
   for (const auto& o : p.optimizer)
     if (o.target.rfind("layer.", 0) == 0) {
-      int j = std::stoi(o.target.substr(6));
+      int j = index_after(o.target, 6);
       if (j < 0 || j >= L) continue;
+      if (o.window < 0 || o.window >= n) {
+        out.push_back("optimizer update of " + o.target + " placed in window " + std::to_string(o.window) + " of " +
+                      std::to_string(n));
+        continue;
+      }
       if (first_update[j] < 0 || o.window < first_update[j]) first_update[j] = o.window;
       last_update[j] = std::max(last_update[j], o.window);
     }
@@ -215,7 +238,7 @@ std::vector<std::string> validate_plan(const Plan& p) {
   }
   for (const auto& [key, f] : flows)
     if (key.first.rfind("os.", 0) == 0) {
-      int j = std::stoi(key.first.substr(3));
+      int j = index_after(key.first, 3);
       if (j < 0 || j >= L || !paged[j]) out.push_back(key.first + " moves but layer " + std::to_string(j) + " is not paged");
     }
 

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -19,6 +21,9 @@ namespace {
 
 constexpr const char* kPrefix = "checkpoint-";
 constexpr const char* kDoneMarker = "DONE";
+// Hidden names a save or a rotation works under; a crash can leave them behind.
+constexpr const char* kTmpSuffix = ".tmp";
+constexpr const char* kRetiredSuffix = ".old";
 
 std::string checkpoint_name(int64_t step) {
   char buf[32];
@@ -26,14 +31,19 @@ std::string checkpoint_name(int64_t step) {
   return buf;
 }
 
-// Complete checkpoints, oldest first (names sort by step: zero-padded).
-std::vector<fs::path> complete_checkpoints(const std::string& output_dir) {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// checkpoint-NNNNNN directories, complete (with DONE) or not, oldest first (names sort by
+// step: zero-padded).
+std::vector<fs::path> checkpoint_dirs(const std::string& output_dir, bool complete) {
   std::vector<fs::path> out;
   std::error_code ec;
   if (!fs::is_directory(output_dir, ec)) return out;
   for (const auto& e : fs::directory_iterator(output_dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind(kPrefix, 0) == 0 && fs::exists(e.path() / kDoneMarker))
+    if (e.is_directory(ec) && name.rfind(kPrefix, 0) == 0 && fs::exists(e.path() / kDoneMarker, ec) == complete)
       out.push_back(e.path());
   }
   std::sort(out.begin(), out.end());
@@ -48,12 +58,75 @@ void sync_path(const fs::path& p) {
   ::close(fd);
 }
 
+// Removes a checkpoint without ever leaving a half-deleted directory under a checkpoint
+// name: it is first renamed to a hidden .checkpoint-N.old (atomic), then deleted. A crash
+// in between leaves only the hidden name, which the next clean-up removes.
+void retire(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path hidden = dir.parent_path() / ("." + dir.filename().string() + kRetiredSuffix);
+  fs::remove_all(hidden, ec);
+  fs::rename(dir, hidden, ec);
+  fs::remove_all(ec ? dir : hidden, ec);
+}
+
 }  // namespace
 
+void prepare_output_dir(const std::string& output_dir) {
+  const std::string where = "train config (output_dir " + output_dir + ")";
+  std::error_code ec;
+  if (fs::exists(output_dir, ec) && !fs::is_directory(output_dir, ec))
+    throw Error("the output directory is an existing file, not a directory", where,
+                "pass --output-dir a directory (it is created if missing)");
+  fs::create_directories(output_dir, ec);
+  if (ec)
+    throw Error("cannot create the output directory: " + ec.message(), where,
+                "pass --output-dir a path on a writable file system");
+  // Writable? Creating a file is the only test that also catches read-only mounts and
+  // (for non-root users) permissions, before any step is spent.
+  const fs::path probe = fs::path(output_dir) / (".lazytrain-write-test." + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw Error(std::string("cannot write in the output directory: ") + std::strerror(errno), where,
+                "pass --output-dir a writable directory (checkpoints and metrics go there)");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 std::optional<std::string> newest_complete_checkpoint(const std::string& output_dir) {
-  auto all = complete_checkpoints(output_dir);
+  auto all = checkpoint_dirs(output_dir, true);
   if (all.empty()) return std::nullopt;
   return all.back().string();
+}
+
+void clean_up_checkpoints(const std::string& output_dir, int64_t keep) {
+  std::error_code ec;
+  if (!fs::is_directory(output_dir, ec)) return;
+  // Hidden leftovers: an interrupted save (.tmp) or rotation (.old). A .tmp that holds
+  // DONE was complete and only not yet renamed (a crash while it replaced a checkpoint of
+  // the same step): it is published instead.
+  std::vector<fs::path> leftovers;
+  for (const auto& e : fs::directory_iterator(output_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(std::string(".") + kPrefix, 0) == 0 && (ends_with(name, kTmpSuffix) || ends_with(name, kRetiredSuffix)))
+      leftovers.push_back(e.path());
+  }
+  for (const fs::path& p : leftovers) {
+    const std::string name = p.filename().string();
+    if (ends_with(name, kTmpSuffix) && fs::exists(p / kDoneMarker, ec)) {
+      const fs::path final_dir = p.parent_path() / name.substr(1, name.size() - 1 - std::strlen(kTmpSuffix));
+      if (!fs::exists(final_dir / kDoneMarker, ec)) {
+        fs::remove_all(final_dir, ec);
+        fs::rename(p, final_dir, ec);
+        if (!ec) continue;
+      }
+    }
+    fs::remove_all(p, ec);
+  }
+  // A checkpoint-N without DONE: saves publish by renaming a directory that already holds
+  // DONE, so this can only be what a crash during a deletion (of an older version) left.
+  for (const fs::path& p : checkpoint_dirs(output_dir, false)) retire(p);
+  const auto all = checkpoint_dirs(output_dir, true);
+  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i) retire(all[i]);
 }
 
 std::string save_checkpoint(const std::string& output_dir, int64_t step, int64_t keep,
@@ -61,27 +134,35 @@ std::string save_checkpoint(const std::string& output_dir, int64_t step, int64_t
   std::error_code ec;
   fs::create_directories(output_dir, ec);
   if (ec) throw Error("cannot create the output directory: " + ec.message(), output_dir, "check the path and permissions");
-  // Leftovers of a save that was interrupted.
-  for (const auto& e : fs::directory_iterator(output_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(std::string(".") + kPrefix, 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".tmp")
-      fs::remove_all(e.path(), ec);
-  }
+  clean_up_checkpoints(output_dir, keep);
   const std::string name = checkpoint_name(step);
-  const fs::path tmp = fs::path(output_dir) / ("." + name + ".tmp");
+  const fs::path tmp = fs::path(output_dir) / ("." + name + kTmpSuffix);
   const fs::path final_dir = fs::path(output_dir) / name;
   fs::remove_all(tmp, ec);
-  fs::create_directories(tmp);
-  write_contents(tmp.string());
-  for (const auto& e : fs::directory_iterator(tmp)) sync_path(e.path());
-  write_file_atomic((tmp / kDoneMarker).string(), std::to_string(step) + "\n");
+  fs::create_directories(tmp, ec);
+  if (ec) throw Error("cannot create the checkpoint directory: " + ec.message(), tmp.string(), "check the disk");
+  try {
+    write_contents(tmp.string());
+    for (const auto& e : fs::directory_iterator(tmp)) sync_path(e.path());
+    write_file_atomic((tmp / kDoneMarker).string(), std::to_string(step) + "\n");
+  } catch (...) {
+    // A full disk, say: free what the partial checkpoint took, so that the disk is no
+    // fuller than before the save; earlier checkpoints are untouched.
+    fs::remove_all(tmp, ec);
+    throw;
+  }
   sync_path(tmp);
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
+  // A re-save of the same step: the old one is renamed away first; a crash before the
+  // rename below leaves the complete .tmp, which clean_up_checkpoints publishes.
+  const fs::path replaced = fs::path(output_dir) / ("." + name + kRetiredSuffix);
+  if (fs::exists(final_dir, ec)) {
+    fs::remove_all(replaced, ec);
+    fs::rename(final_dir, replaced, ec);
+  }
   fs::rename(tmp, final_dir, ec);
   if (ec) throw Error("cannot publish the checkpoint: " + ec.message(), final_dir.string(), "check the disk");
   sync_path(output_dir);
-  auto all = complete_checkpoints(output_dir);
-  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove_all(all[i], ec);
+  clean_up_checkpoints(output_dir, keep);
   return final_dir.string();
 }
 

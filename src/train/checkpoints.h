@@ -7,8 +7,11 @@
 //
 // A checkpoint is assembled in OUTPUT/.checkpoint-000120.tmp, its files are flushed to
 // disk, DONE is written, and only then is the directory renamed into place. Readers take
-// the newest checkpoint-* directory that has DONE; leftovers of an interrupted save
-// (*.tmp directories) are removed when the next save starts.
+// the newest checkpoint-* directory that has DONE. Old checkpoints are retired by a rename
+// to a hidden .checkpoint-*.old name before they are deleted, so a crash never leaves a
+// half-deleted checkpoint-* directory; the leftovers of an interrupted save (*.tmp) or
+// rotation (*.old) are removed by clean_up_checkpoints, at the start of a run and around
+// every save. A save that fails (a full disk) removes its partial directory and rethrows.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,14 @@
 #include <string>
 
 namespace lt {
+
+// Creates output_dir if needed; lt::Error now (before any step) if it is a file, cannot
+// be created, or cannot be written in.
+void prepare_output_dir(const std::string& output_dir);
+
+// Removes interrupted saves and rotations, checkpoint-* directories without DONE, and
+// complete checkpoints beyond the newest `keep`.
+void clean_up_checkpoints(const std::string& output_dir, int64_t keep);
 
 // The newest complete checkpoint directory under output_dir, if any.
 std::optional<std::string> newest_complete_checkpoint(const std::string& output_dir);

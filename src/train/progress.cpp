@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace lt {
 
@@ -20,6 +22,12 @@ std::string format_bytes(int64_t bytes) {
   return buf;
 }
 
+std::string format_percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, fraction < 0.1 ? "%.2f%%" : "%.1f%%", 100 * fraction);
+  return buf;
+}
+
 std::string format_duration(double s) {
   char buf[32];
   if (!std::isfinite(s) || s < 0) return "?";
@@ -31,9 +39,27 @@ std::string format_duration(double s) {
   return buf;
 }
 
-Progress::Progress(const std::string& metrics_path) : tty_(isatty(STDERR_FILENO) != 0) {
+Progress::Progress(const std::string& metrics_path, int64_t start_step) : tty_(isatty(STDERR_FILENO) != 0) {
+  // Keep the records up to start_step (a crashed run may have logged steps past its last
+  // checkpoint); a line that is not a JSON object with a step (a torn last line) goes too.
+  std::string kept;
+  if (std::ifstream in(metrics_path); in && start_step > 0) {
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!r.is_object() || !r.contains("step") || !r["step"].is_number_integer()) continue;
+      if (r["step"].get<int64_t>() > start_step) continue;
+      kept += line + "\n";
+      if (r.contains("loss") && r.contains("lr") && r["loss"].is_number() && r["lr"].is_number())
+        points_.push_back({r["step"].get<int64_t>(), r["loss"].get<double>(), r["lr"].get<double>()});
+    }
+  }
+  write_file_atomic(metrics_path, kept);
   metrics_ = std::fopen(metrics_path.c_str(), "a");
   if (!metrics_) throw Error("cannot open the metrics log", metrics_path, "check the output directory");
+}
+
+void Progress::write_plot(const std::string& svg_path, const std::string& title) const {
+  write_file_atomic(svg_path, loss_lr_svg(points_, title));
 }
 
 Progress::~Progress() {
@@ -44,8 +70,9 @@ Progress::~Progress() {
 void Progress::step(const ProgressLine& p, bool log_line) {
   char line[256];
   std::snprintf(line, sizeof line,
-                "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s | mem compute %s, host %s, nvme %s",
+                "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s%s | ETA %s | mem compute %s, host %s, nvme %s",
                 static_cast<long long>(p.step), static_cast<long long>(p.total), p.loss, p.lr, p.tokens_per_s,
+                p.mfu >= 0 ? (" | MFU " + format_percent(p.mfu)).c_str() : "",
                 format_duration(p.eta_s).c_str(), format_bytes(p.compute_bytes).c_str(),
                 format_bytes(p.host_bytes).c_str(), format_bytes(p.nvme_bytes).c_str());
   if (tty_) {
@@ -58,9 +85,13 @@ void Progress::step(const ProgressLine& p, bool log_line) {
     std::fflush(stdout);
   }
   std::fflush(stderr);
-  if (log_line)
-    metrics({{"step", p.step}, {"loss", p.loss}, {"lr", p.lr}, {"grad_norm", p.grad_norm},
-             {"tokens_per_s", p.tokens_per_s}});
+  if (log_line) {
+    nlohmann::json r = {{"step", p.step}, {"loss", p.loss}, {"lr", p.lr}, {"grad_norm", p.grad_norm},
+                        {"tokens_per_s", p.tokens_per_s}};
+    if (p.mfu >= 0) r["mfu"] = p.mfu;
+    metrics(r);
+    points_.push_back({p.step, p.loss, p.lr});
+  }
 }
 
 void Progress::message(const std::string& text) {

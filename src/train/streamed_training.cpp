@@ -7,10 +7,15 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "plan/nvme_space.h"
 #include "plan/plan_json.h"
 #include "plan/planner.h"
 
 namespace lt {
+
+std::string offload_dir_of(const TrainConfig& cfg) {
+  return cfg.offload_dir.empty() ? std::filesystem::temp_directory_path().string() : cfg.offload_dir;
+}
 
 void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConfig& cfg, const std::string& where) {
   const std::string make = "make one with `lazytrain plan --model <this model> --batch " + std::to_string(cfg.batch) +
@@ -25,6 +30,10 @@ void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConf
     throw Error("the plan is for batch " + std::to_string(plan.batch) + " x seq " + std::to_string(plan.seq) +
                     ", this run uses " + std::to_string(cfg.batch) + " x " + std::to_string(cfg.seq_len),
                 where, make + ", or train with the plan's --batch and --seq-len");
+  if (plan.predicted_peak.nvme + plan.nvme_state_bytes() > 0) {
+    const std::string dir = offload_dir_of(cfg);
+    check_plan_nvme_fits(plan, free_disk_bytes(dir, "train config (offload_dir)"), dir, where);
+  }
 }
 
 Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model) {
@@ -45,6 +54,9 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model) {
   req.batch = cfg.batch;
   req.seq = cfg.seq_len;
   req.gpu_cap_bytes = cfg.compute_budget_gb * 1e9;
+  // The NVMe tier gets at most what the offload directory's disk has free.
+  const std::string dir = offload_dir_of(cfg);
+  limit_nvme_to_free_space(req, free_disk_bytes(dir, "train config (offload_dir)"), dir, "train config (offload_dir)");
   Plan p = make_plan(req, "milp");
   if (!p.feasible) {
     const InfeasibleReport rep = diagnose_infeasible(req, "milp", p);
@@ -69,8 +81,7 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   copy_.refresh(params_);
   StreamingOptions so;
   so.precision = cfg.precision == "bf16" ? Precision::BF16 : Precision::F32;
-  so.offload_dir = cfg.offload_dir.empty() ? std::filesystem::temp_directory_path()
-                                            : std::filesystem::path(cfg.offload_dir);
+  so.offload_dir = offload_dir_of(cfg);
   so.layer_state_bytes = plan.nvme_state_layers.empty() ? 0 : updater.layer_state_bytes();
   if (!plan.nvme_state_layers.empty() && so.layer_state_bytes == 0)
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
@@ -84,7 +95,7 @@ void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte>
 }
 
 StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted,
-                                                 int64_t step) {
+                                                 int64_t step, const int32_t* doc_start) {
   Outcome out;
   if (predicted == 0) {  // nothing carries a loss: the in-memory trainer's zero-gradient step
     flush();
@@ -103,6 +114,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     o.zero_grads = a == 0;  // later micro-batches add to the first's gradients
     o.grad_scale = 1.0f / static_cast<float>(predicted);
     o.compute_copy = copy_.data(params_);
+    o.doc_start = doc_start ? doc_start + a * micro : nullptr;
     const StreamingStepResult r = executor_->step(params_, grads_, ids + a * micro, labels + a * micro, o);
     loss_sum += r.loss * static_cast<double>(r.predicted_tokens);
     sq = r.grad_sq_sum;  // summed over the accumulated gradients as they arrive

@@ -27,7 +27,11 @@
 
 namespace lt {
 
-// lt::Error unless the plan is feasible and made for this model, batch and seq_len.
+// The directory of the NVMe tier: cfg.offload_dir, or the system temporary directory.
+std::string offload_dir_of(const TrainConfig& cfg);
+
+// lt::Error unless the plan is feasible, made for this model, batch and seq_len, and its
+// NVMe bytes fit in the offload directory's free space.
 void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConfig& cfg, const std::string& where);
 
 // The MILP plan of this run for cfg.compute_budget_gb on the cfg.hardware profile, counted
@@ -47,8 +51,10 @@ class StreamedTraining {
     UpdateResult update;  // this step's decision (applied in the next step, or by flush())
   };
   // One optimizer step over cfg.grad_accum micro-batches (ids and labels hold all of
-  // them, batch * seq_len tokens each); predicted: the tokens that carry a loss in all.
-  Outcome step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step);
+  // them, batch * seq_len tokens each); predicted: the tokens that carry a loss in all;
+  // doc_start: null, or as many entries as ids (StepOptions::doc_start per micro-batch).
+  Outcome step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
+               const int32_t* doc_start = nullptr);
   void flush();
 
   void save_optimizer(const std::string& dir);

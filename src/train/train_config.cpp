@@ -1,5 +1,7 @@
 #include "train/train_config.h"
 
+#include <cmath>
+#include <filesystem>
 #include <functional>
 #include <sstream>
 #include <variant>
@@ -38,6 +40,10 @@ std::vector<Field> fields(TrainConfig& c) {
       {"chat_template", "chat template for messages: chatml or llama3", &c.chat_template},
       {"train_on_prompt", "also train on prompt tokens", &c.train_on_prompt},
       {"skip_bad_lines", "skip and count malformed JSONL lines instead of failing", &c.skip_bad_lines},
+      {"document_mask",
+       "packed documents attend only to themselves, positions restarting at each: on, off, or auto (on except for "
+       "the text format)",
+       &c.document_mask},
       {"synthetic_train_problems", "synthetic task: training problems", &c.synthetic_train_problems},
       {"synthetic_number_tokens", "synthetic task: whole numbers as single tokens", &c.synthetic_number_tokens},
       {"synthetic_vocab", "synthetic task: tokenizer vocabulary size", &c.synthetic_vocab},
@@ -95,7 +101,20 @@ void apply_yaml_config(TrainConfig& cfg, const std::string& path) {
   if (root.IsNull()) return;
   if (!root.IsMap()) throw Error("the config must be a mapping of key: value", path, "see `lazytrain train --help`");
   std::vector<Field> table = fields(cfg);
+  // YAML text is UTF-8, and describe() prints strings as JSON, which must be: nlohmann's
+  // strict check (no overlong forms, no surrogates) decides.
+  auto valid_utf8 = [](const std::string& s) {
+    try {
+      (void)nlohmann::json(s).dump();
+      return true;
+    } catch (const nlohmann::json::type_error&) {
+      return false;
+    }
+  };
   for (const auto& kv : root) {
+    if (!kv.first.IsScalar())
+      throw Error("a key is not a plain name", path + ":" + std::to_string(kv.first.Mark().line + 1),
+                  "write one `key: value` pair per line; see `lazytrain train --help` for the keys");
     const std::string key = kv.first.as<std::string>();
     const std::string where = path + ":" + std::to_string(kv.first.Mark().line + 1) + " (" + key + ")";
     const Field* f = nullptr;
@@ -107,6 +126,11 @@ void apply_yaml_config(TrainConfig& cfg, const std::string& path) {
     } catch (const YAML::Exception&) {
       throw Error("value of '" + key + "' has the wrong type", where, std::string("expected: ") + f->help);
     }
+    if (auto* const* str = std::get_if<std::string*>(&f->ptr); str && !valid_utf8(**str))
+      throw Error("value of '" + key + "' is not valid UTF-8", where, "save the config file as UTF-8");
+    // YAML's .nan and .inf: no setting takes one, and describe() could not write it back.
+    if (auto* const* num = std::get_if<double*>(&f->ptr); num && !std::isfinite(**num))
+      throw Error("value of '" + key + "' is not a finite number", where, std::string("expected: ") + f->help);
   }
 }
 
@@ -150,10 +174,35 @@ void validate(const TrainConfig& c) {
     throw Error("both a plan and a compute budget were given", "train config (plan, compute_budget_gb)",
                 "give one: --plan FILE to run a plan, or --compute-budget-gb GB to have the trainer plan");
   if (c.compute_budget_gb < 0) throw Error("compute_budget_gb must not be negative", "train config", "");
+  if (c.document_mask != "auto" && c.document_mask != "on" && c.document_mask != "off")
+    throw Error("unknown document_mask '" + c.document_mask + "'", "train config (document_mask)",
+                "use on, off or auto (on except for the text format)");
   if (c.backend != "cpu" && c.backend != "emu")
     throw Error("unknown backend '" + c.backend + "'", "train config (backend)", "use cpu or emu");
   if (c.eval_problems < 0 || c.log_every < 0 || c.eval_every < 0 || c.save_every < 0)
     throw Error("intervals and counts must not be negative", "train config", "");
+  // The optimizer's and schedule's numbers, checked here so that a typo fails before the
+  // model is built, naming the key.
+  auto in_range = [](double v, double lo, double hi, bool hi_open, const char* key, const char* fix) {
+    if (!(v >= lo && (hi_open ? v < hi : v <= hi)) || !std::isfinite(v))
+      throw Error(std::string(key) + " is " + std::to_string(v) + ", outside its range", std::string("train config (") + key + ")", fix);
+  };
+  in_range(c.beta1, 0, 1, true, "beta1", "use a value in [0, 1), e.g. 0.9");
+  in_range(c.beta2, 0, 1, true, "beta2", "use a value in [0, 1), e.g. 0.999");
+  if (!(c.eps > 0) || !std::isfinite(c.eps)) throw Error("eps must be positive", "train config (eps)", "e.g. 1e-8");
+  in_range(c.weight_decay, 0, 1e300, false, "weight_decay", "use 0 (off) or a positive value, e.g. 0.01");
+  in_range(c.max_grad_norm, 0, 1e300, false, "max_grad_norm", "use 0 (no clipping) or a positive norm, e.g. 1.0");
+  in_range(c.min_lr_ratio, 0, 1, false, "min_lr_ratio", "use a fraction of lr in [0, 1]");
+  if (c.warmup_steps < 0) throw Error("warmup_steps must not be negative", "train config (warmup_steps)", "");
+  if (c.max_new_tokens <= 0)
+    throw Error("max_new_tokens must be positive", "train config (max_new_tokens)", "e.g. 24");
+  std::error_code ec;
+  if (!c.train_data.empty() && !std::filesystem::is_regular_file(c.train_data, ec))
+    throw Error("the training data file does not exist", "train config (train_data " + c.train_data + ")",
+                "give a JSONL file");
+  if (!c.eval_data.empty() && !std::filesystem::is_regular_file(c.eval_data, ec))
+    throw Error("the evaluation data file does not exist", "train config (eval_data " + c.eval_data + ")",
+                "give a JSONL file in GSM8K format (question/answer)");
 }
 
 std::string describe(const TrainConfig& cfg) {

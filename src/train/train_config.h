@@ -22,6 +22,14 @@ struct TrainConfig {
   std::string train_data, eval_data;
   std::string format = "auto", chat_template = "chatml";
   bool train_on_prompt = false, skip_bad_lines = false;
+  // Packed rows: "on" lets each document attend only to itself, with positions counted
+  // from its own start (block-diagonal causal attention, as HF's DataCollatorWithFlattening
+  // with flash-attention varlen); "off" lets a row's documents see one another at
+  // positions 0..seq_len-1 (HF run_clm's group_texts, Megatron's default). "auto": on for
+  // the prompt/response formats and the synthetic task, off for `text` pretraining, where
+  // documents are mostly longer than a row and the reference pretraining recipes do not
+  // mask either.
+  std::string document_mask = "auto";
   int64_t synthetic_train_problems = 20000;
   // Whole numbers as single tokens in the task's tokenizer: the answer is then a lookup
   // over number tokens, not digit by digit. Measured on 2 CPU cores: 82% exact match

@@ -21,10 +21,13 @@
 #include "kernels/cpu/matmul.h"
 #include "io/atomic_file.h"
 #include "model/checkpoint.h"
+#include "model/layer_specs.h"
 #include "optim/adamw.h"
+#include "plan/hardware_profile.h"
 #include "plan/plan_json.h"
 #include "train/checkpoints.h"
 #include "train/evaluate.h"
+#include "train/hf_metadata.h"
 #include "train/progress.h"
 #include "train/streamed_training.h"
 #include "train/updater.h"
@@ -64,19 +67,22 @@ RunData load_data(const TrainConfig& cfg, const std::string& checkpoint_or_model
   RunData d;
   const bool synthetic = cfg.train_data.empty();
   data::ArithmeticTaskOptions task;
+  std::string tokenizer_source = cfg.tokenizer;  // where the tokenizer came from, for errors
   if (!cfg.tokenizer.empty()) {
     d.tokenizer_json = read_text_file(cfg.tokenizer);
   } else if (!checkpoint_or_model.empty() && fs::exists(checkpoint_or_model + "/tokenizer.json")) {
-    d.tokenizer_json = read_text_file(checkpoint_or_model + "/tokenizer.json");
+    tokenizer_source = checkpoint_or_model + "/tokenizer.json";
+    d.tokenizer_json = read_text_file(tokenizer_source);
   } else if (synthetic) {
+    tokenizer_source = "the synthetic task's generated tokenizer";
     d.tokenizer_json =
         data::synthetic_tokenizer_json(task, static_cast<size_t>(cfg.synthetic_vocab), cfg.synthetic_number_tokens).dump();
   } else {
-    throw Error("no tokenizer", "train config (tokenizer)",
-                "give --tokenizer, or a --model directory that has tokenizer.json");
+    throw Error("no tokenizer: " + (checkpoint_or_model.empty() ? std::string("training from scratch on --train-data")
+                                                               : checkpoint_or_model + " has no tokenizer.json"),
+                "train config (tokenizer)", "give --tokenizer, or a --model directory that has tokenizer.json");
   }
-  d.tokenizer = std::make_unique<data::Tokenizer>(
-      data::Tokenizer::from_json_text(d.tokenizer_json, cfg.tokenizer.empty() ? "tokenizer.json" : cfg.tokenizer));
+  d.tokenizer = std::make_unique<data::Tokenizer>(data::Tokenizer::from_json_text(d.tokenizer_json, tokenizer_source));
 
   data::DatasetOptions opts;
   opts.format = data::parse_dataset_format(cfg.format);
@@ -106,6 +112,17 @@ RunData load_data(const TrainConfig& cfg, const std::string& checkpoint_or_model
   return d;
 }
 
+// The matmul peak that MFU is measured against: the profile's bf16 rate for bf16 runs when
+// it has one, else its peak; 0 when the profile cannot be read (MFU is then not shown).
+double profile_peak_flops(const TrainConfig& cfg) {
+  try {
+    const HardwareProfile hw = load_hardware_profile(cfg.hardware);
+    return cfg.precision == "bf16" && hw.bf16_peak_flops > 0 ? hw.bf16_peak_flops : hw.peak_flops;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
 ModelConfig scratch_config(const TrainConfig& cfg, int32_t vocab) {
   ModelConfig c;
   c.model_type = "llama";
@@ -117,6 +134,10 @@ ModelConfig scratch_config(const TrainConfig& cfg, int32_t vocab) {
     throw Error("scratch_hidden must divide by scratch_heads, and scratch_heads by scratch_kv_heads",
                 "train config (scratch_*)", "pick compatible sizes");
   c.head_dim = c.hidden_size / c.num_heads;
+  if (c.head_dim % 2 != 0)
+    throw Error("scratch_hidden / scratch_heads = " + std::to_string(c.head_dim) +
+                    " is odd; rotary position embeddings need an even head size",
+                "train config (scratch_hidden, scratch_heads)", "pick sizes whose quotient is even");
   c.intermediate_size = cfg.scratch_intermediate;
   c.vocab_size = vocab;
   c.max_position_embeddings = cfg.seq_len;
@@ -130,7 +151,9 @@ ModelConfig scratch_config(const TrainConfig& cfg, int32_t vocab) {
 
 TrainSummary run_training(const TrainConfig& cfg) {
   validate(cfg);
-  fs::create_directories(cfg.output_dir);
+  if (!cfg.model.empty()) check_model_dir(cfg.model, "train config (model)");
+  prepare_output_dir(cfg.output_dir);
+  clean_up_checkpoints(cfg.output_dir, cfg.keep_checkpoints);
   std::optional<std::string> resume_from;
   if (cfg.resume) {
     resume_from = newest_complete_checkpoint(cfg.output_dir);
@@ -162,6 +185,13 @@ TrainSummary run_training(const TrainConfig& cfg) {
   } else if (cfg.compute_budget_gb > 0) {
     plan = plan_this_run(cfg, mc);
   }
+  // The special tokens and chat template other tools must see (train/hf_metadata.h).
+  const data::DatasetFormat trained_format = data.train->stats().format;
+  const HfMetadata hf_meta = make_hf_metadata(
+      *data.tokenizer, weights_dir,
+      trained_format == data::DatasetFormat::kMessages ? std::optional(data::parse_chat_template(cfg.chat_template))
+                                                       : std::nullopt,
+      mc.max_position_embeddings);
   Updater updater(cfg, params, plan ? plan->nvme_state_layers : std::vector<int>{});
   std::unique_ptr<ModelStep> step_engine;
   std::unique_ptr<StreamedTraining> streamed;
@@ -176,6 +206,9 @@ TrainSummary run_training(const TrainConfig& cfg) {
   lo.seq_len = cfg.seq_len;
   lo.seed = cfg.seed;
   data::PackedLoader loader(*data.train, lo);
+  // Block-diagonal attention over the packed documents (train_config.h, document_mask).
+  const bool document_mask = cfg.document_mask == "on" ||
+                             (cfg.document_mask == "auto" && data.train->stats().format != data::DatasetFormat::kText);
 
   int64_t start_step = 0;
   double tokens_seen = 0;
@@ -211,6 +244,8 @@ TrainSummary run_training(const TrainConfig& cfg) {
               adamw_kernels(AdamWKernel::Auto).name);
   std::printf("data: %zu training documents (%zu tokens, %zu trained), %zu evaluation problems\n", data.train->size(),
               data.train->stats().tokens, data.train->stats().trained_tokens, data.eval.size());
+  std::printf("packing: %s\n", document_mask ? "each document attends only to itself, positions from its start (document_mask on)"
+                                             : "documents in a row attend to each other, positions 0..seq_len-1 (document_mask off)");
   if (streamed) {
     const Plan& p = streamed->plan();
     const Plan::TierCounts tc = p.tier_counts();
@@ -240,13 +275,34 @@ TrainSummary run_training(const TrainConfig& cfg) {
         precision == Precision::BF16 ? ", bf16 weight copy" : "", format_bytes(host_bytes).c_str(),
         format_bytes(8 * n_params).c_str(), cfg.optimizer.c_str(), format_bytes(updater.state_bytes()).c_str());
   }
+  if (cfg.warmup_steps > cfg.steps)
+    std::printf("note: warmup_steps %lld is longer than the run (%lld steps): the learning rate rises for the whole "
+                "run and reaches %.3g, not --lr %.3g\n",
+                static_cast<long long>(cfg.warmup_steps), static_cast<long long>(cfg.steps),
+                cfg.lr * static_cast<double>(cfg.steps) / static_cast<double>(cfg.warmup_steps), cfg.lr);
   if (resume_from) std::printf("resumed from %s at step %lld\n", resume_from->c_str(), static_cast<long long>(start_step));
   std::fflush(stdout);
 
-  Progress progress(cfg.output_dir + "/metrics.jsonl");
+  // MFU as llm.c reports it: the model's training FLOPs (forward + backward, 3x forward;
+  // recomputation not counted) per second over the hardware profile's peak.
+  const double step_flops = 3.0 * static_cast<double>(cfg.grad_accum) *
+                            (static_cast<double>(mc.num_layers) * block_forward_flops(mc, cfg.batch, cfg.seq_len) +
+                             head_forward_flops(mc, cfg.batch, cfg.seq_len));
+  const double peak_flops = profile_peak_flops(cfg);
+  if (peak_flops > 0)
+    std::printf("MFU: against %.1f TFLOP/s (the peak of hardware profile '%s'%s)\n", peak_flops / 1e12,
+                cfg.hardware.c_str(), cfg.precision == "bf16" ? " for bf16 matmuls" : "");
+  else
+    std::printf("MFU: not shown (no '%s' hardware profile; `lazytrain profile` measures this machine's)\n",
+                cfg.hardware.c_str());
+  std::fflush(stdout);
+
+  Progress progress(cfg.output_dir + "/metrics.jsonl", start_step);
+  const std::string plot_path = cfg.output_dir + "/metrics.svg";
+  const std::string plot_title = "lazytrain " + (cfg.model.empty() ? std::string("from-scratch model") : cfg.model);
   TrainSummary summary;
   const int64_t rows = cfg.batch, seq = cfg.seq_len;
-  std::vector<int32_t> ids(cfg.grad_accum * rows * seq), labels(ids.size()), positions(ids.size());
+  std::vector<int32_t> ids(cfg.grad_accum * rows * seq), labels(ids.size()), positions(ids.size()), doc_start(ids.size());
   const auto run_start = Clock::now();
   double train_seconds = 0, loss = 0;
   std::string last_checkpoint;
@@ -268,6 +324,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
     last_checkpoint = save_checkpoint(cfg.output_dir, step, cfg.keep_checkpoints, [&](const std::string& dir) {
       save_pretrained(params, dir);
       write_file_atomic(dir + "/tokenizer.json", data.tokenizer_json);
+      write_hf_metadata(hf_meta, dir);
       if (streamed) streamed->save_optimizer(dir);
       else updater.save(dir);
       // Fault injection for the crash test: die with the checkpoint half written.
@@ -279,17 +336,20 @@ TrainSummary run_training(const TrainConfig& cfg) {
       write_file_atomic(dir + "/trainer_state.json", st.dump(2) + "\n");
       write_file_atomic(dir + "/train_config.yaml", describe(cfg));
     });
+    progress.write_plot(plot_path, plot_title);
     progress.message("saved " + last_checkpoint);
   };
 
   for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
     const auto t0 = Clock::now();
     loader.next_batch(cfg.grad_accum * rows, ids.data(), labels.data(), positions.data());
+    if (document_mask) data::document_starts(doc_start.data(), positions.data(), cfg.grad_accum * rows, seq);
     int64_t predicted = 0;
     for (int64_t a = 0; a < cfg.grad_accum; ++a) predicted += count_predicted_tokens(labels.data() + a * rows * seq, rows, seq);
     UpdateResult u;
     if (streamed) {
-      const StreamedTraining::Outcome o = streamed->step(ids.data(), labels.data(), predicted, step);
+      const StreamedTraining::Outcome o =
+          streamed->step(ids.data(), labels.data(), predicted, step, document_mask ? doc_start.data() : nullptr);
       loss = o.loss;
       u = o.update;
     } else {
@@ -297,7 +357,8 @@ TrainSummary run_training(const TrainConfig& cfg) {
       double loss_sum = 0;
       for (int64_t a = 0; a < cfg.grad_accum && predicted > 0; ++a) {
         const StepResult r = step_engine->forward_backward(params, grads, ids.data() + a * rows * seq,
-                                                           labels.data() + a * rows * seq, {}, 1.0f / predicted);
+                                                           labels.data() + a * rows * seq, {}, 1.0f / predicted,
+                                                           document_mask ? doc_start.data() + a * rows * seq : nullptr);
         loss_sum += r.loss * r.predicted_tokens;
       }
       loss = predicted > 0 ? loss_sum / predicted : 0.0;
@@ -313,7 +374,11 @@ TrainSummary run_training(const TrainConfig& cfg) {
 
     const double tps = static_cast<double>(ids.size()) * (step - start_step) / std::max(train_seconds, 1e-9);
     ProgressLine pl{step, cfg.steps, loss, u.lr, u.grad_norm, tps,
-                    train_seconds / (step - start_step) * (cfg.steps - step), compute_bytes, host_bytes, nvme_bytes};
+                    train_seconds / (step - start_step) * (cfg.steps - step)};
+    pl.mfu = peak_flops > 0 ? step_flops * static_cast<double>(step - start_step) / train_seconds / peak_flops : -1;
+    pl.compute_bytes = compute_bytes;
+    pl.host_bytes = host_bytes;
+    pl.nvme_bytes = nvme_bytes;
     progress.step(pl, cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps));
     if (cfg.eval_every > 0 && step % cfg.eval_every == 0 && step != cfg.steps) evaluate(step);
     if (cfg.save_every > 0 && step % cfg.save_every == 0 && step != cfg.steps) save(step);
@@ -327,6 +392,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
                      std::to_string(cfg.steps) + "; nothing to train (raise --steps to continue)");
     last_checkpoint = *resume_from;
   }
+  progress.write_plot(plot_path, plot_title);
   summary.steps = cfg.steps;
   summary.final_loss = loss;
   summary.peak_compute_bytes = compute_bytes;

@@ -77,6 +77,37 @@ TEST(Packing, FirstTokenAfterBoundaryIsNeverATarget) {
   }
 }
 
+// document_starts from the loader's positions: each token's document start in its row,
+// a continued document starting at the row's first token, padding tokens alone.
+TEST(Packing, DocumentStartsFollowThePositions) {
+  Dataset d = problems(30);
+  LoaderOptions o;
+  o.seq_len = 50;
+  o.shuffle = false;
+  PackedLoader loader(d, o);
+  const int64_t rows = 6;
+  std::vector<int32_t> ids(rows * 50), labels(ids.size()), pos(ids.size()), ds(ids.size());
+  loader.next_batch(rows, ids.data(), labels.data(), pos.data());
+  document_starts(ds.data(), pos.data(), rows, 50);
+  bool continued = false;
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(ds[r * 50], 0);
+    continued |= pos[r * 50] != 0;
+    for (int64_t i = 0; i < 50; ++i) {
+      const int64_t t = r * 50 + i;
+      // The token's position in its document, less what an earlier row held of it.
+      if (pos[t] <= i) EXPECT_EQ(ds[t], i - pos[t]) << t;
+      else EXPECT_EQ(ds[t], 0) << t;  // continued from the previous row
+      if (pos[t] == 0) EXPECT_EQ(ds[t], i) << t;
+    }
+  }
+  EXPECT_TRUE(continued) << "no document crossed a row: the case tests less than it should";
+  const std::vector<int32_t> padded = {0, 1, 2, 0, 0, 0};  // kPad: 3 tokens, 3 pads
+  std::vector<int32_t> out(6);
+  document_starts(out.data(), padded.data(), 1, 6);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 0, 0, 3, 4, 5}));
+}
+
 TEST(Packing, ShuffleIsDeterministicBySeed) {
   Dataset d = problems(200);
   LoaderOptions o;

@@ -108,5 +108,31 @@ TEST_F(StreamingInvariance, TiedEmbeddingsMatchToo) {
   expect_bitwise_equal(run_streaming(c, offloading_milp_plan(c), dir_), ref, "milp tied");
 }
 
+// Packed documents (StepOptions::doc_start: block-diagonal attention, per-document RoPE
+// positions) through every kind of plan and both backends, fp32 and bf16: the same bits
+// as ModelStep given the same documents, and not the bits of the unmasked run.
+TEST_F(StreamingInvariance, DocumentMaskMatchesBitwise) {
+  const ModelConfig c = test::streaming_tiny_config(4);
+  const RunOptions docs{.document_mask = true};
+  const Trajectory ref = run_reference(c, docs);
+  const Trajectory plain = run_reference(c);
+  EXPECT_NE(ref.loss.front(), plain.loss.front()) << "the documents should change the loss";
+  for (const char* policy : {"keep-all", "recompute-all", "megatrain", "milp"})
+    expect_bitwise_equal(run_streaming(c, make_plan(request(c), policy), dir_, make_cpu_backend(), docs), ref,
+                         std::string("documents ") + policy);
+  expect_bitwise_equal(run_streaming(c, offloading_milp_plan(c), dir_, make_cpu_backend(), docs), ref,
+                       "documents milp offload");
+  expect_bitwise_equal(run_streaming(c, make_plan(request(c), "megatrain"), dir_, make_emu_backend(2, 2), docs), ref,
+                       "documents emu megatrain");
+  expect_bitwise_equal(run_streaming(c, offloading_milp_plan(c), dir_, make_emu_backend(5, 5), docs), ref,
+                       "documents emu milp offload");
+  const RunOptions bf16{.eight_bit = true, .precision = Precision::BF16, .document_mask = true};
+  const Trajectory ref16 = run_reference(c, bf16);
+  expect_bitwise_equal(run_streaming(c, make_plan(request(c), "recompute-all"), dir_, make_cpu_backend(), bf16),
+                       ref16, "documents bf16 recompute-all");
+  expect_bitwise_equal(run_streaming(c, make_plan(request(c), "megatrain"), dir_, make_emu_backend(), bf16), ref16,
+                       "documents bf16 emu megatrain");
+}
+
 }  // namespace
 }  // namespace lt

@@ -113,7 +113,22 @@ struct Optimizer {
 struct RunOptions {
   bool eight_bit = false;
   Precision precision = Precision::F32;
+  bool document_mask = false;  // packed documents (make_doc_starts), block-diagonal attention
 };
+
+// Step `step`'s documents: each row cut into documents of 1 to 6 tokens, differently per
+// row and step (a one-token document among them), as doc_start (ModelStep's form).
+inline std::vector<int32_t> make_doc_starts(int64_t batch, int64_t seq, uint64_t step) {
+  std::vector<int32_t> ds(batch * seq);
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t start = 0, len = 1 + int64_t((step + 2 * b) % 6);
+    for (int64_t s = 0; s < seq; ++s) {
+      if (s - start == len) start = s, len = 1 + int64_t((step * 7 + s + b) % 6);
+      ds[b * seq + s] = int32_t(start);
+    }
+  }
+  return ds;
+}
 
 inline float clip_factor(double sq) {
   const double norm = std::sqrt(sq);
@@ -136,7 +151,9 @@ inline Trajectory run_reference(const ModelConfig& c, RunOptions ro = {}) {
     }
     grads.zero();
     test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, s);
-    StepResult r = ms.forward_backward(params, grads, ids.data(), labels.data());
+    const std::vector<int32_t> docs = make_doc_starts(kBatch, kSeq, s);
+    StepResult r = ms.forward_backward(params, grads, ids.data(), labels.data(), {}, 0.0f,
+                                       ro.document_mask ? docs.data() : nullptr);
     tr.loss.push_back(r.loss);
     tr.grad_sq.push_back(ordered_grad_sq_sum(grads));
     tr.grads.emplace_back(grads.data(), grads.data() + grads.numel());
@@ -189,6 +206,8 @@ inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const st
       o.update = &hook;
     }
     test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, s);
+    const std::vector<int32_t> docs = make_doc_starts(kBatch, kSeq, s);
+    if (ro.document_mask) o.doc_start = docs.data();
     StreamingStepResult r = ex.step(params, grads, ids.data(), labels.data(), o);
     tr.loss.push_back(r.loss);
     tr.grad_sq.push_back(r.grad_sq_sum);

@@ -135,5 +135,24 @@ TEST(CheckpointDir, IndexNotJson) {
   expect_error([&] { CheckpointDir c(dir.str()); }, {index_path, "no \"weight_map\""});
 }
 
+// Found by fuzz/safetensors_index_fuzz: a shard name longer than the file system allows
+// made std::filesystem::exists throw filesystem_error ("File name too long").
+TEST(CheckpointDir, IndexShardNameTooLong) {
+  test::TempDir dir("ckpt-longname");
+  const std::string index_path = dir.str() + "/model.safetensors.index.json";
+  const std::string shard(5000, 'm');
+  write_file_atomic(index_path, nlohmann::json{{"weight_map", {{"a", shard}}}}.dump());
+  expect_error([&] { CheckpointDir c(dir.str()); }, {index_path, "is missing", "File name too long"});
+}
+
+// Found by fuzz/safetensors_index_fuzz: a number too large for a double ("1e400]&", the
+// minimized input) is nlohmann's out_of_range, which escaped as a non-lt::Error.
+TEST(CheckpointDir, IndexNumberTooLargeForADouble) {
+  test::TempDir dir("ckpt-1e400");
+  const std::string index_path = dir.str() + "/model.safetensors.index.json";
+  write_file_atomic(index_path, "1e400]&");
+  expect_error([&] { CheckpointDir c(dir.str()); }, {index_path, "not valid JSON", "1e400"});
+}
+
 }  // namespace
 }  // namespace lt

@@ -206,6 +206,23 @@ TEST(SafetensorsMalformed, MissingFileNamesThePath) {
   expect_open_error("/nonexistent-lazytrain/x.safetensors", {"cannot open"});
 }
 
+// Found by fuzz/safetensors_header_fuzz: nlohmann reports a number too large for a double
+// as out_of_range, not parse_error, and that escaped the reader as a non-lt::Error.
+TEST(SafetensorsMalformed, NumberTooLargeForADouble) {
+  test::TempDir dir("st-1e400");
+  expect_open_error(make_file(dir.str(), R"({"w": {"dtype": "U8", "shape": [1e400], "data_offsets": [0, 0]}})", 0),
+                    {"not valid JSON", "1e400"});
+}
+
+// After a 0 dimension the product stays 0, so each dimension needs its own bound: 2^63
+// would have become a negative dimension.
+TEST(SafetensorsMalformed, DimensionPastInt64AfterAZero) {
+  test::TempDir dir("st-hugedim");
+  expect_open_error(
+      make_file(dir.str(), R"({"w": {"dtype": "U8", "shape": [0, 9223372036854775808], "data_offsets": [0, 0]}})", 0),
+      {"'w'", "too many elements"});
+}
+
 TEST(Safetensors, MissingTensorLookupNamesFileAndTensor) {
   test::TempDir dir("st-lookup");
   float x = 1;

@@ -77,12 +77,14 @@ Inputs make_inputs(const Shape& s, uint64_t seed) {
 struct ErrorBounds {
   std::vector<double> o, lse, dq, dk, dv;
 };
+// extra_tiles: key tiles the kernel's rows may span beyond ceil(S / 64) (a document packed
+// at an offset into a row spans one more).
 ErrorBounds error_bounds(const Shape& s, const Inputs& in, const std::vector<double>& o,
-                         const std::vector<double>& lse, double scale) {
+                         const std::vector<double>& lse, double scale, double extra_tiles = 0) {
   const double u = std::ldexp(1.0, -24);
   auto gamma = [&](double n) { return n * u / (1 - n * u); };
   const int64_t G = s.Hq / s.Hkv, D = s.D, S = s.S;
-  const double ntiles = double((S + 63) / 64);
+  const double ntiles = double((S + 63) / 64) + extra_tiles;
   ErrorBounds e{std::vector<double>(s.nq()), std::vector<double>(s.nl()),
                 std::vector<double>(s.nq()), std::vector<double>(s.nk()),
                 std::vector<double>(s.nk())};
@@ -374,6 +376,269 @@ TEST(Attention, MatchesTorchSdpa) {
     EXPECT_WITHIN_BOUND("dk", dk, tdk, edk);
     EXPECT_WITHIN_BOUND("dv", dv, tdv, edv);
   });
+}
+
+// Documents packed into rows (doc_start, attention.h): query i sees keys doc_start[i]..i.
+// The reference runs each document alone as its own sequence (ref:: in double on that
+// document's slice of q, k, v, dO), so it shares no masking code with the kernels; the
+// bounds are the same derivation per document, with one key tile more for a document
+// that starts inside a tile. Layouts: documents of one token, documents ending on and off
+// tile edges, one document per row (which must be bitwise the plain causal kernel), many
+// short documents in a long row (tiles skipped), GQA ratios 1 to 4.
+struct PackedCase {
+  Shape s;
+  std::vector<std::vector<int64_t>> lengths;  // per row, summing to S
+};
+const PackedCase kPacked[] = {
+    {{2, 150, 4, 2, 32}, {{1, 63, 1, 64, 21}, {5, 7, 100, 38}}},
+    {{1, 200, 6, 2, 64}, {{30, 30, 30, 30, 30, 30, 20}}},
+    {{2, 70, 2, 1, 128}, {std::vector<int64_t>(70, 1), {69, 1}}},
+    {{1, 256, 2, 2, 16}, {{64, 64, 64, 64}}},
+    {{1, 130, 8, 2, 40}, {{130}}},
+    {{3, 67, 4, 1, 19}, {{66, 1}, {2, 65}, {33, 34}}},
+};
+
+struct Doc {
+  int64_t b, start, len;
+};
+std::vector<Doc> docs_of(const PackedCase& c) {
+  std::vector<Doc> out;
+  for (int64_t b = 0; b < c.s.B; ++b) {
+    int64_t at = 0;
+    for (int64_t len : c.lengths[b]) out.push_back({b, at, len}), at += len;
+    EXPECT_EQ(at, c.s.S) << "row " << b << " of the case does not fill S";
+  }
+  return out;
+}
+std::vector<int32_t> doc_starts_of(const PackedCase& c) {
+  std::vector<int32_t> ds(c.s.B * c.s.S);
+  for (const Doc& d : docs_of(c))
+    for (int64_t i = 0; i < d.len; ++i) ds[d.b * c.s.S + d.start + i] = int32_t(d.start);
+  return ds;
+}
+
+// A document's slice of token-major [B*S, H, D] data (contiguous), and of [B, Hq, S] lse.
+template <typename T>
+std::vector<T> token_slice(const std::vector<T>& x, const Shape& s, const Doc& d, int64_t H) {
+  const auto first = x.begin() + (d.b * s.S + d.start) * H * s.D;
+  return {first, first + d.len * H * s.D};
+}
+template <typename T>
+void put_tokens(std::vector<T>& x, const std::vector<T>& part, const Shape& s, const Doc& d, int64_t H) {
+  std::copy(part.begin(), part.end(), x.begin() + (d.b * s.S + d.start) * H * s.D);
+}
+template <typename T>
+std::vector<T> lse_slice(const std::vector<T>& l, const Shape& s, const Doc& d) {
+  std::vector<T> out(s.Hq * d.len);
+  for (int64_t h = 0; h < s.Hq; ++h)
+    for (int64_t i = 0; i < d.len; ++i) out[h * d.len + i] = l[(d.b * s.Hq + h) * s.S + d.start + i];
+  return out;
+}
+template <typename T>
+void put_lse(std::vector<T>& l, const std::vector<T>& part, const Shape& s, const Doc& d) {
+  for (int64_t h = 0; h < s.Hq; ++h)
+    for (int64_t i = 0; i < d.len; ++i) l[(d.b * s.Hq + h) * s.S + d.start + i] = part[h * d.len + i];
+}
+
+// Each document alone: its reference o, lse (and with dout its dq, dk, dv), and its
+// bounds, scattered into the packed layout. o_in / lse_in, when given, are the fp32
+// forward values the backward starts from (as the kernels' backward does).
+struct PerDocument {
+  std::vector<double> o, lse, dq, dk, dv;
+  ErrorBounds e;
+};
+PerDocument per_document(const PackedCase& c, const Inputs& in, double scale, bool backward,
+                         const std::vector<float>* o_in = nullptr,
+                         const std::vector<float>* lse_in = nullptr) {
+  const Shape& s = c.s;
+  PerDocument r;
+  r.o.resize(s.nq()), r.lse.resize(s.nl()), r.dq.resize(s.nq()), r.dk.resize(s.nk()),
+      r.dv.resize(s.nk());
+  r.e = ErrorBounds{std::vector<double>(s.nq()), std::vector<double>(s.nl()),
+                    std::vector<double>(s.nq()), std::vector<double>(s.nk()),
+                    std::vector<double>(s.nk())};
+  for (const Doc& d : docs_of(c)) {
+    const Shape ds{1, d.len, s.Hq, s.Hkv, s.D};
+    const Inputs di{token_slice(in.q, s, d, s.Hq), token_slice(in.k, s, d, s.Hkv),
+                    token_slice(in.v, s, d, s.Hkv), token_slice(in.dout, s, d, s.Hq)};
+    const auto q = to_double(di.q), k = to_double(di.k), v = to_double(di.v),
+               dout = to_double(di.dout);
+    std::vector<double> o(ds.nq()), l(ds.nl());
+    if (o_in) {
+      o = to_double(token_slice(*o_in, s, d, s.Hq));
+      l = to_double(lse_slice(*lse_in, s, d));
+    } else {
+      ref::attention_forward<double>(o.data(), l.data(), q.data(), k.data(), v.data(), 1, d.len,
+                                     s.Hq, s.Hkv, s.D, scale);
+    }
+    // One key tile more than the document's own count: it may start inside a tile.
+    const ErrorBounds e = error_bounds(ds, di, o, l, scale, 1);
+    put_tokens(r.o, o, s, d, s.Hq);
+    put_lse(r.lse, l, s, d);
+    put_tokens(r.e.o, e.o, s, d, s.Hq);
+    put_lse(r.e.lse, e.lse, s, d);
+    if (!backward) continue;
+    std::vector<double> dq(ds.nq()), dk(ds.nk()), dv(ds.nk());
+    ref::attention_backward<double>(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
+                                    k.data(), v.data(), o.data(), l.data(), 1, d.len, s.Hq, s.Hkv,
+                                    s.D, scale);
+    put_tokens(r.dq, dq, s, d, s.Hq);
+    put_tokens(r.dk, dk, s, d, s.Hkv);
+    put_tokens(r.dv, dv, s, d, s.Hkv);
+    put_tokens(r.e.dq, e.dq, s, d, s.Hq);
+    put_tokens(r.e.dk, e.dk, s, d, s.Hkv);
+    put_tokens(r.e.dv, e.dv, s, d, s.Hkv);
+  }
+  return r;
+}
+
+TEST(AttentionDocuments, ForwardMatchesEachDocumentAlone) {
+  for (const PackedCase& c : kPacked) {
+    const Shape& s = c.s;
+    const Inputs in = make_inputs(s, 3000 + s.S + s.D);
+    const float scale = 1.0f / std::sqrt(float(s.D));
+    const PerDocument want = per_document(c, in, scale, false);
+    const std::vector<int32_t> ds = doc_starts_of(c);
+    test::for_each_isa([&](Isa) {
+      std::vector<float> o(s.nq(), NAN), lse(s.nl(), NAN);
+      attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                        s.Hkv, s.D, scale, ds.data());
+      EXPECT_WITHIN_BOUND("o", o, want.o, want.e.o);
+      EXPECT_WITHIN_BOUND("lse", lse, want.lse, want.e.lse);
+    });
+  }
+}
+
+TEST(AttentionDocuments, BackwardMatchesEachDocumentAlone) {
+  for (const PackedCase& c : kPacked) {
+    const Shape& s = c.s;
+    const Inputs in = make_inputs(s, 4000 + s.S + s.D);
+    const float scale = 0.7f / std::sqrt(float(s.D));
+    // o and lse as a forward saves them (fp32), the same values for both sides.
+    const PerDocument fwd = per_document(c, in, scale, false);
+    const std::vector<float> of = to_float(fwd.o), lf = to_float(fwd.lse);
+    const PerDocument want = per_document(c, in, scale, true, &of, &lf);
+    const std::vector<int32_t> ds = doc_starts_of(c);
+    test::for_each_isa([&](Isa) {
+      std::vector<float> dq(s.nq(), NAN), dk(s.nk(), NAN), dv(s.nk(), NAN);
+      attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                         in.v.data(), of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale,
+                         ds.data());
+      EXPECT_WITHIN_BOUND("dq", dq, want.dq, want.e.dq);
+      EXPECT_WITHIN_BOUND("dk", dk, want.dk, want.e.dk);
+      EXPECT_WITHIN_BOUND("dv", dv, want.dv, want.e.dv);
+    });
+  }
+}
+
+// One document per row (doc_start all 0) makes the same calls as no doc_start: the same
+// bits, forward and backward, at every level.
+TEST(AttentionDocuments, OneDocumentPerRowIsBitwiseThePlainKernel) {
+  for (const Shape& s : kShapes)
+    test::for_each_isa([&](Isa) {
+      const Inputs in = make_inputs(s, 6000 + s.S);
+      const float scale = 1.0f / std::sqrt(float(s.D));
+      const std::vector<int32_t> zeros(s.B * s.S, 0);
+      std::vector<std::vector<float>> got[2];
+      for (int with = 0; with < 2; ++with) {
+        const int32_t* ds = with ? zeros.data() : nullptr;
+        std::vector<float> o(s.nq()), lse(s.nl()), dq(s.nq()), dk(s.nk()), dv(s.nk());
+        attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S,
+                          s.Hq, s.Hkv, s.D, scale, ds);
+        attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(),
+                           in.k.data(), in.v.data(), o.data(), lse.data(), s.B, s.S, s.Hq, s.Hkv,
+                           s.D, scale, ds);
+        got[with] = {o, lse, dq, dk, dv};
+      }
+      for (size_t t = 0; t < got[0].size(); ++t)
+        EXPECT_EQ(0, std::memcmp(got[0][t].data(), got[1][t].data(), got[0][t].size() * sizeof(float)))
+            << "output " << t << " " << s.str();
+    });
+}
+
+// A document's outputs and gradients depend on nothing outside it, bit for bit: the
+// masked products are exact zeros whatever the other documents hold.
+TEST(AttentionDocuments, OtherDocumentsChangeNothing) {
+  const PackedCase& c = kPacked[0];
+  const Shape& s = c.s;
+  const std::vector<int32_t> ds = doc_starts_of(c);
+  const Doc changed = docs_of(c)[3];  // row 0, tokens 65..128: a whole key tile
+  test::for_each_isa([&](Isa) {
+    Inputs in = make_inputs(s, 11);
+    const float scale = 0.3f;
+    std::vector<std::vector<float>> got[2];
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) {
+        for (int64_t t = changed.start; t < changed.start + changed.len; ++t) {
+          for (int64_t x = 0; x < s.Hq * s.D; ++x) in.q[t * s.Hq * s.D + x] *= -2.0f, in.dout[t * s.Hq * s.D + x] += 1.0f;
+          for (int64_t x = 0; x < s.Hkv * s.D; ++x) in.k[t * s.Hkv * s.D + x] += 5.0f, in.v[t * s.Hkv * s.D + x] -= 3.0f;
+        }
+      }
+      std::vector<float> o(s.nq()), lse(s.nl()), dq(s.nq()), dk(s.nk()), dv(s.nk());
+      attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                        s.Hkv, s.D, scale, ds.data());
+      attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                         in.v.data(), o.data(), lse.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale,
+                         ds.data());
+      got[pass] = {o, lse, dq, dk, dv};
+    }
+    const char* names[] = {"o", "lse", "dq", "dk", "dv"};
+    for (size_t t = 0; t < 5; ++t) {
+      const bool is_lse = t == 1;
+      const int64_t H = t == 0 || t == 2 ? s.Hq : s.Hkv;
+      size_t differ = 0;
+      for (size_t i = 0; i < got[0][t].size(); ++i) {
+        // The token and row of element i; elements of the changed document may differ.
+        const int64_t tok = is_lse ? (int64_t(i) / (s.Hq * s.S)) * s.S + int64_t(i) % s.S
+                                   : int64_t(i) / (H * s.D);
+        if (tok >= changed.start && tok < changed.start + changed.len) continue;
+        differ += std::memcmp(&got[0][t][i], &got[1][t][i], sizeof(float)) != 0;
+      }
+      EXPECT_EQ(differ, 0u) << names[t] << ": elements outside the changed document moved";
+    }
+  });
+}
+
+// Thread counts (and so the fused and split backward schedules) give the same bits with
+// documents too.
+TEST(AttentionDocuments, BitwiseIdenticalAcrossThreadCounts) {
+  const int saved = omp_get_max_threads();
+  for (const PackedCase& c : {kPacked[1], kPacked[0], kPacked[5]})
+    test::for_each_isa([&](Isa) {
+      const Shape& s = c.s;
+      const Inputs in = make_inputs(s, 15 + s.S);
+      const float scale = 1.0f / std::sqrt(float(s.D));
+      const std::vector<int32_t> ds = doc_starts_of(c);
+      std::vector<std::vector<float>> first;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        std::vector<float> o(s.nq()), lse(s.nl()), dq(s.nq()), dk(s.nk()), dv(s.nk());
+        attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S,
+                          s.Hq, s.Hkv, s.D, scale, ds.data());
+        attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(),
+                           in.k.data(), in.v.data(), o.data(), lse.data(), s.B, s.S, s.Hq, s.Hkv,
+                           s.D, scale, ds.data());
+        std::vector<std::vector<float>> all{o, lse, dq, dk, dv};
+        if (first.empty()) {
+          first = all;
+          continue;
+        }
+        for (size_t t = 0; t < all.size(); ++t)
+          EXPECT_EQ(0, std::memcmp(all[t].data(), first[t].data(), all[t].size() * sizeof(float)))
+              << "output " << t << " differs between 1 and " << threads << " threads, " << s.str();
+      }
+    });
+  omp_set_num_threads(saved);
+}
+
+TEST(AttentionDocuments, ValidDocStarts) {
+  const std::vector<int32_t> good = {0, 0, 2, 2, 2, 5, 0, 1, 1, 3};  // B = 2, S = 5
+  EXPECT_TRUE(valid_doc_starts(good.data(), 1, 5));
+  EXPECT_FALSE(valid_doc_starts(good.data(), 2, 5));  // row 1 starts at 5, not 0
+  const std::vector<int32_t> two = {0, 0, 2, 2, 2, 0, 1, 1, 3, 3};
+  EXPECT_TRUE(valid_doc_starts(two.data(), 2, 5));
+  const std::vector<int32_t> back = {0, 1, 0};  // returns to an earlier document
+  EXPECT_FALSE(valid_doc_starts(back.data(), 1, 3));
 }
 
 }  // namespace

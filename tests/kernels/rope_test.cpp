@@ -7,6 +7,8 @@
 // contraction (a c - round(b s), one rounding fewer) the same bound holds.
 #include "kernels/cpu/rope.h"
 
+#include <cstring>
+
 #include "kernels/finite_difference.h"
 #include "isa_test_util.h"
 #include "kernels/kernel_test_util.h"
@@ -98,6 +100,48 @@ TEST(Rope, ReferenceBackwardMatchesFiniteDifferences) {
   };
   auto r = test::fd::check_gradient(f, x, dy, dx);
   EXPECT_TRUE(r.ok()) << r.str();
+}
+
+// Per-token positions (packed documents, each counted from 0) select the table row: the
+// same bits as rotating each document alone as a sequence of its own, and the double
+// reference with the same positions within the bound above.
+TEST(Rope, PositionsRestartPerDocument) {
+  const int64_t S = 40, H = 3, D = 18, half = D / 2;
+  const std::vector<int64_t> lengths = {1, 12, 7, 20};  // one row of documents
+  std::vector<int32_t> pos;
+  for (int64_t len : lengths)
+    for (int64_t i = 0; i < len; ++i) pos.push_back(int32_t(i));
+  ASSERT_EQ(int64_t(pos.size()), S);
+  const Tables tb = make_tables(S, D);
+  const auto cd = test::to_double(tb.cos), sd = test::to_double(tb.sin);
+  const auto x = test::random_floats(size_t(S * H * D), 21, -3, 3);
+  test::for_each_isa([&](Isa) {
+    for (bool bw : {false, true}) {
+      auto got = x;
+      (bw ? rope_backward : rope_forward)(got.data(), tb.cos.data(), tb.sin.data(), 1, S, H, D, pos.data());
+      auto alone = x;
+      int64_t at = 0;
+      for (int64_t len : lengths) {  // tables of the document's own length: rows 0..len-1
+        (bw ? rope_backward : rope_forward)(alone.data() + at * H * D, tb.cos.data(), tb.sin.data(), 1, len, H,
+                                            D, nullptr);
+        at += len;
+      }
+      EXPECT_EQ(0, std::memcmp(got.data(), alone.data(), got.size() * sizeof(float))) << "backward=" << bw;
+      auto want = test::to_double(x);
+      ref::rope_apply<double>(want.data(), cd.data(), sd.data(), 1, S, H, D, bw ? -1.0 : 1.0, pos.data());
+      std::vector<double> bound(want.size());
+      for (int64_t r = 0; r < S * H; ++r) {
+        const int64_t p = pos[r / H];
+        for (int64_t i = 0; i < half; ++i) {
+          const double a = std::fabs(x[r * D + i]), b = std::fabs(x[r * D + i + half]);
+          const double c = std::fabs(cd[p * half + i]), sn = std::fabs(sd[p * half + i]);
+          bound[r * D + i] = 3 * kU32 * (a * c + b * sn) + 1e-30;
+          bound[r * D + i + half] = 3 * kU32 * (b * c + a * sn) + 1e-30;
+        }
+      }
+      EXPECT_TRUE(test::within_bound(got, want, bound)) << "backward=" << bw;
+    }
+  });
 }
 
 }  // namespace

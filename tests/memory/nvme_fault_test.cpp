@@ -8,6 +8,9 @@
 // Mounting needs root; without it these tests GTEST_SKIP with the reason.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+
+#include <cstdio>
 #include <fstream>
 #include <unistd.h>
 
@@ -84,6 +87,46 @@ TEST(NvmeFaultTest, PreallocatedStoreKeepsWorkingWhenTheFilesystemFillsUp) {
   store.wait(store.write(0, 0, src.data(), 1 << 20));
   store.wait(store.read(0, 0, dst.data(), 1 << 20));
   EXPECT_EQ(checksum(dst.data(), 1 << 20), checksum(src.data(), 1 << 20));
+}
+
+// tmpfs, the usual "fast scratch" a user points --offload-dir at: before Linux 6.6 it takes
+// no O_DIRECT (open fails with EINVAL), later kernels take it. The store must follow the
+// file system: O_DIRECT where it works, else one note on stderr and buffered I/O (the
+// documented fallback, issue 14 part 4), and the same bytes back either way. Which branch
+// ran is printed; the buffered path's data is also checked on any kernel by
+// NvmeStoreTest.RoundTripsWithBufferedIoTinyChunksAndQueueDepthOne.
+TEST(NvmeFaultTest, OffloadDirOnTmpfsUsesODirectOnlyWhereItWorks) {
+  test::TempDir scratch("nvme-tmpfs");
+  std::string why;
+  auto mnt = test::ScratchMount::tmpfs(scratch.path() / "mnt", 4 << 20, &why);
+  if (!mnt) GTEST_SKIP() << why;
+  const std::string probe = (mnt->path() / "probe").string();
+  ::close(::open(probe.c_str(), O_CREAT | O_WRONLY, 0600));
+  const int pfd = ::open(probe.c_str(), O_RDWR | O_DIRECT);
+  const bool fs_takes_direct = pfd >= 0;
+  if (pfd >= 0) ::close(pfd);
+  std::filesystem::remove(probe);
+  std::printf("tmpfs on this kernel %s O_DIRECT\n", fs_takes_direct ? "takes" : "refuses");
+  NvmeStoreOptions o;
+  o.dir = mnt->path();
+  ASSERT_TRUE(o.direct_io) << "O_DIRECT is what the store asks for by default";
+  testing::internal::CaptureStderr();
+  NvmeStore store({{"a", (1 << 20) + 4096}}, o);
+  const std::string note = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(store.direct_io(), fs_takes_direct);
+  if (!fs_takes_direct) {
+    EXPECT_NE(note.find("does not support O_DIRECT"), std::string::npos) << note;
+    EXPECT_NE(note.find(mnt->path().string()), std::string::npos) << note;
+  } else {
+    EXPECT_EQ(note, "");
+  }
+  HostPool pool("host");
+  const size_t n = (1 << 20) + 4096;
+  HostBuffer src = pool.allocate(n, "src"), dst = pool.allocate(n, "dst");
+  fill_random(src.data(), n, 7);
+  store.wait(store.write(0, 0, src.data(), n));
+  store.wait(store.read(0, 0, dst.data(), n));
+  EXPECT_EQ(checksum(dst.data(), n), checksum(src.data(), n));
 }
 
 TEST(NvmeFaultTest, ReadOnlyFilesystemIsAClearError) {

@@ -285,6 +285,18 @@ TEST(ModelConfigErrors, HeadsNotDivisibleByKvHeads) {
   expect_config_error(j, {"num_key_value_heads", "not a multiple"});
 }
 
+// Issue 14: hidden 88 over 8 heads (head_dim 11) used to reach an assertion in RoPE.
+TEST(ModelConfigErrors, OddHeadDim) {
+  json j = tiny("qwen2");
+  j["hidden_size"] = 88;
+  j["num_attention_heads"] = 8;
+  j["num_key_value_heads"] = 8;
+  expect_config_error(j, {"head_dim 11 is odd", "hidden_size / num_attention_heads", "even"});
+  j = tiny("llama");
+  j["head_dim"] = 7;
+  expect_config_error(j, {"\"head_dim\"", "head_dim 7 is odd"});
+}
+
 TEST(ModelConfigErrors, MissingRequiredField) {
   json j = tiny("qwen2");
   j.erase("intermediate_size");

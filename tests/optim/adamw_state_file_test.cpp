@@ -102,5 +102,34 @@ TEST(AdamWStateFile, BadFilesThrowAndKeepState) {
   EXPECT_THROW(reblocked.load(path), Error);
 }
 
+// Found by fuzz/adamw_state_fuzz: the error for a mismatched tensor quoted the file's name
+// bytes as they were, so a NUL in them cut the message short of its place and fix. They
+// are now written as \xHH.
+TEST(AdamWStateFile, TensorNameFromTheFileIsPrintable) {
+  test::TempDir dir("adamw-state-name");
+  const std::string path = dir.str() + "/optim.bin";
+  std::string file = "LTADAMW1";
+  auto put = [&](const auto& x) { file.append(reinterpret_cast<const char*>(&x), sizeof x); };
+  put(uint32_t{1});    // version
+  put(uint32_t{3});    // tensors, as make_optimizer registers
+  put(uint64_t{256});  // block size (the default)
+  const std::string name("a\0\xff\\b", 5);
+  put(static_cast<uint32_t>(name.size()));
+  file += name;
+  put(uint64_t{4097});
+  put(uint8_t{1});
+  std::ofstream(path, std::ios::binary).write(file.data(), static_cast<std::streamsize>(file.size()));
+  AdamW a = make_optimizer();
+  try {
+    a.load(path);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("tensor 'a\\x00\\xff\\x5cb'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(in " + path + ")"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("register the same tensors"), std::string::npos) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace lt

@@ -1,6 +1,8 @@
 #include "plan/plan_json.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -39,6 +41,47 @@ TEST(PlanJson, RoundTrip) {
 TEST(PlanJson, RejectsForeignJson) {
   EXPECT_THROW(plan_from_json(nlohmann::json{{"format", "other"}}, "test"), Error);
   EXPECT_THROW(plan_from_json(nlohmann::json{{"format", "lazytrain-plan"}, {"version", 1}}, "test"), Error);
+}
+
+// A plan file is user input: what the validator, the simulator and the executor index by
+// must be checked when it is read. Each case edits a real plan; found by
+// fuzz/plan_json_fuzz (and its seeds' neighbours).
+TEST(PlanJson, RejectsOutOfRangeFieldsWithAnLtError) {
+  PlanRequest req = test::tiny_request(2, "h800", 2, 32);
+  const Plan p = make_plan(req, "greedy");
+  ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+  const nlohmann::json good = plan_to_json(p);
+  auto expect_error = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& part) {
+    nlohmann::json j = good;
+    edit(j);
+    try {
+      (void)plan_from_json(j, "edited.json");
+      ADD_FAILURE() << "no error; wanted: " << part;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(part), std::string::npos) << msg;
+      EXPECT_NE(msg.find("(in edited.json"), std::string::npos) << msg;
+    }
+  };
+  // get<int>() of 1e30 was undefined behaviour (UBSan: outside the range of int).
+  expect_error([](nlohmann::json& j) { j["model"]["num_layers"] = 1e30; }, "model.num_layers must be an integer");
+  expect_error([](nlohmann::json& j) { j["windows"][0]["layer"] = 4294967296.0; }, "windows.layer must be an integer");
+  expect_error([](nlohmann::json& j) { j["windows"][0]["layer"] = 4294967296; }, "out of range");
+  // validate_plan indexed its per-layer tables with these (heap-buffer-overflow).
+  expect_error([](nlohmann::json& j) { j["resident_layers"] = {-5, 99}; }, "layer -5 is not one of the plan's 0..1");
+  expect_error([](nlohmann::json& j) { j["windows"][2]["layer"] = 1000; }, "layer 1000 in window");
+  expect_error([](nlohmann::json& j) { j["recompute_blocks"] = {{0, 7}}; }, "recompute block [0, 7]");
+  // The simulator's std::stoi of a tensor name threw std::invalid_argument, or indexed past
+  // its tables with "w.999".
+  expect_error([](nlohmann::json& j) { j["windows"][1]["transfers"][0]["tensor"] = "w.x"; }, "unknown tensor 'w.x'");
+  expect_error([](nlohmann::json& j) { j["windows"][1]["transfers"][0]["tensor"] = "w.999"; }, "unknown tensor 'w.999'");
+  expect_error([](nlohmann::json& j) { j["optimizer"]["placement"][0]["window"] = 500; }, "names window 500");
+  // "version": "1" and "format": 3 threw nlohmann's type_error from json::value().
+  expect_error([](nlohmann::json& j) { j["version"] = "1"; }, "unsupported plan version");
+  expect_error([](nlohmann::json& j) { j["format"] = 3; }, "not a lazytrain plan");
+  expect_error([](nlohmann::json& j) { j["hardware"]["act_bytes"] = 1e30; }, "act_bytes must be 2 (bf16) or 4");
+  // And the unedited plan still reads back.
+  EXPECT_EQ(plan_to_json(plan_from_json(good, "good.json")), good);
 }
 
 }  // namespace

@@ -2,6 +2,14 @@
 //   q: [B*S, Hq, D]; k, v: [B*S, Hkv, D] (token-major, as the projections write them)
 //   o: [B*S, Hq, D]; lse: [B, Hq, S] = logsumexp over keys of the scaled scores
 //   query head h reads kv head h / (Hq / Hkv); scores = scale * q·k, key j <= query i.
+//   doc_start (optional): [B*S], the row-relative index where token i's document starts;
+//   query i then sees keys doc_start[i] <= j <= i only (block-diagonal causal attention
+//   over documents packed into one row). Each row must be a run of documents: doc_start
+//   of a row's token 0 is 0, and each next token either continues its predecessor's
+//   document (the same doc_start) or starts one (doc_start[i] == i). nullptr: one causal
+//   sequence per row, bit for bit what the kernels computed before documents existed.
+//   Key tiles no query of a tile can see are skipped, and so are the query rows of a
+//   tile that see none of a key tile, so short documents cost less than causal rows.
 // Forward tiles over keys with an online softmax: memory O(S) per head, never S x S.
 // Backward recomputes the probabilities from q, k and the saved lse; dq, dk, dv overwrite.
 //
@@ -22,35 +30,45 @@
 namespace lt {
 
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
-                       int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                       int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                       const int32_t* doc_start = nullptr);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                         const float* k, const float* v, const float* o, const float* lse, int64_t B,
-                        int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                        int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                        const int32_t* doc_start = nullptr);
+
+// True when doc_start ([B*S]) describes runs of documents as attention_forward requires.
+bool valid_doc_starts(const int32_t* doc_start, int64_t B, int64_t S);
 
 // One table per ISA level, each defined in attention_<level>.cpp.
 struct AttentionKernels {
   void (*forward)(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
-                  int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                  int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                  const int32_t* doc_start);
   void (*backward)(float* dq, float* dk, float* dv, const float* dout, const float* q,
                    const float* k, const float* v, const float* o, const float* lse, int64_t B,
-                   int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale);
+                   int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                   const int32_t* doc_start);
 };
 LT_ISA_TABLE(AttentionKernels, kAttentionKernels)
 
 namespace ref {
-// Plain reference: materializes one row of probabilities at a time.
+// Plain reference: materializes one row of probabilities at a time. doc_start as above
+// (nullptr: keys 0..i).
 template <typename T>
 void attention_forward(T* o, T* lse, const T* q, const T* k, const T* v, int64_t B, int64_t S,
-                       int64_t Hq, int64_t Hkv, int64_t D, T scale) {
+                       int64_t Hq, int64_t Hkv, int64_t D, T scale,
+                       const int32_t* doc_start = nullptr) {
   const int64_t group = Hq / Hkv;
   std::vector<T> p(S);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t hk = h / group;
       for (int64_t i = 0; i < S; ++i) {
+        const int64_t j0 = doc_start ? doc_start[b * S + i] : 0;
         const T* qi = q + ((b * S + i) * Hq + h) * D;
         T mx = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = j0; j <= i; ++j) {
           const T* kj = k + ((b * S + j) * Hkv + hk) * D;
           T s = 0;
           for (int64_t d = 0; d < D; ++d) s += qi[d] * kj[d];
@@ -58,12 +76,12 @@ void attention_forward(T* o, T* lse, const T* q, const T* k, const T* v, int64_t
           mx = std::max(mx, p[j]);
         }
         T sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[j] - mx);
+        for (int64_t j = j0; j <= i; ++j) sum += std::exp(p[j] - mx);
         const T l = mx + std::log(sum);
         lse[(b * Hq + h) * S + i] = l;
         T* oi = o + ((b * S + i) * Hq + h) * D;
         for (int64_t d = 0; d < D; ++d) oi[d] = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = j0; j <= i; ++j) {
           const T pj = std::exp(p[j] - l);
           const T* vj = v + ((b * S + j) * Hkv + hk) * D;
           for (int64_t d = 0; d < D; ++d) oi[d] += pj * vj[d];
@@ -74,7 +92,7 @@ void attention_forward(T* o, T* lse, const T* q, const T* k, const T* v, int64_t
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                         const T* o, const T* lse, int64_t B, int64_t S, int64_t Hq, int64_t Hkv,
-                        int64_t D, T scale) {
+                        int64_t D, T scale, const int32_t* doc_start = nullptr) {
   const int64_t group = Hq / Hkv;
   for (int64_t i = 0; i < B * S * Hq * D; ++i) dq[i] = 0;
   for (int64_t i = 0; i < B * S * Hkv * D; ++i) dk[i] = dv[i] = 0;
@@ -86,7 +104,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
         T delta = 0;  // sum_d dO * O
         for (int64_t d = 0; d < D; ++d) delta += dout[qoff + d] * o[qoff + d];
         const T l = lse[(b * Hq + h) * S + i];
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = doc_start ? doc_start[b * S + i] : 0; j <= i; ++j) {
           const int64_t koff = ((b * S + j) * Hkv + hk) * D;
           T s = 0, dp = 0;
           for (int64_t d = 0; d < D; ++d) {

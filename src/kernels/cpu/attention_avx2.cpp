@@ -50,6 +50,11 @@ inline __m256i first_lanes(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::clamp<int64_t>(n, 0, 8))), lane);
 }
 
+// All-ones in lanes [lo - 8v, hi - 8v) of vector v of a score row: keys [lo, hi).
+inline __m256 live_lanes(int64_t lo, int64_t hi, int v) {
+  return _mm256_castsi256_ps(_mm256_andnot_si256(first_lanes(lo - 8 * v), first_lanes(hi - 8 * v)));
+}
+
 inline float reduce_max(__m256 x) {
   __m128 v = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
   v = _mm_max_ps(v, _mm_movehl_ps(v, v));
@@ -192,11 +197,11 @@ struct Avx2Micro {
     }
   }
 
-  static float softmax_row(float* s, int64_t live, float c2, float& m, float& l) {
+  static float softmax_row(float* s, int64_t lo, int64_t hi, float c2, float& m, float& l) {
     __m256 x[kRowVecs];
     __m256 mx = _mm256_set1_ps(kNegInf);
     for (int v = 0; v < kRowVecs; ++v) {
-      const __m256 k = _mm256_castsi256_ps(first_lanes(live - 8 * v));
+      const __m256 k = live_lanes(lo, hi, v);
       // Blend, not multiply-by-mask: unwritten lanes may hold NaN.
       x[v] = _mm256_blendv_ps(_mm256_set1_ps(kNegInf),
                               _mm256_mul_ps(_mm256_load_ps(s + 8 * v), _mm256_set1_ps(c2)), k);
@@ -217,10 +222,10 @@ struct Avx2Micro {
     return alpha;
   }
 
-  static void grad_row(float* s, float* dp, int64_t live, float c2, float lse2, float delta,
-                       float scale) {
+  static void grad_row(float* s, float* dp, int64_t lo, int64_t hi, float c2, float lse2,
+                       float delta, float scale) {
     for (int v = 0; v < kRowVecs; ++v) {
-      const __m256 k = _mm256_castsi256_ps(first_lanes(live - 8 * v));
+      const __m256 k = live_lanes(lo, hi, v);
       const __m256 x =
           _mm256_fmsub_ps(_mm256_load_ps(s + 8 * v), _mm256_set1_ps(c2), _mm256_set1_ps(lse2));
       const __m256 p = _mm256_and_ps(k, exp2_ps(x));

@@ -43,6 +43,12 @@ inline __mmask16 first_lanes(int64_t n) {  // lanes [0, n) of a 16-lane vector, 
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
 }
 
+// Lanes [lo - 16v, hi - 16v) of vector v of a score row: keys [lo, hi).
+inline __mmask16 live_lanes(int64_t lo, int64_t hi, int v) {
+  return __mmask16(first_lanes(std::clamp<int64_t>(hi - 16 * v, 0, 16)) &
+                   ~first_lanes(std::clamp<int64_t>(lo - 16 * v, 0, 16)));
+}
+
 // C[m][0:16*NV] = sum_d A[m * lda + d] * Bt[d][0:16*NV] for m < MR.
 // (GCC keeps these accumulator arrays in registers only if the loops over them are fully
 // unrolled before scalar replacement: hence the unroll pragmas, worth 2x.)
@@ -147,11 +153,11 @@ struct Avx512Micro {
     }
   }
 
-  static float softmax_row(float* s, int64_t live, float c2, float& m, float& l) {
+  static float softmax_row(float* s, int64_t lo, int64_t hi, float c2, float& m, float& l) {
     __m512 x[4];
     __m512 mx = _mm512_set1_ps(kNegInf);
     for (int v = 0; v < 4; ++v) {
-      const __mmask16 k = first_lanes(std::clamp<int64_t>(live - 16 * v, 0, 16));
+      const __mmask16 k = live_lanes(lo, hi, v);
       x[v] = _mm512_mask_mul_ps(_mm512_set1_ps(kNegInf), k, _mm512_load_ps(s + 16 * v),
                                 _mm512_set1_ps(c2));
       mx = _mm512_max_ps(mx, x[v]);
@@ -171,10 +177,10 @@ struct Avx512Micro {
     return alpha;
   }
 
-  static void grad_row(float* s, float* dp, int64_t live, float c2, float lse2, float delta,
-                       float scale) {
+  static void grad_row(float* s, float* dp, int64_t lo, int64_t hi, float c2, float lse2,
+                       float delta, float scale) {
     for (int v = 0; v < 4; ++v) {
-      const __mmask16 k = first_lanes(std::clamp<int64_t>(live - 16 * v, 0, 16));
+      const __mmask16 k = live_lanes(lo, hi, v);
       const __m512 x =
           _mm512_fmsub_ps(_mm512_load_ps(s + 16 * v), _mm512_set1_ps(c2), _mm512_set1_ps(lse2));
       const __m512 p = _mm512_maskz_mov_ps(k, exp2_ps(x));

@@ -21,6 +21,10 @@
 //   delta = dO . O per row: one fixed-order vector dot.
 // So results are bitwise identical for any thread count within one level. Backward
 // overwrites dq, dk, dv.
+// Documents (doc_start): a query tile visits key tiles first_key_tile(qt) .. qt, a key
+// tile query tiles kt .. last_query_tile(kt): the same (query tile, key tile) pairs in
+// both, and each pair works on the rows_seeing prefix of the query tile's rows, so the
+// orders above hold with the masked pairs and rows left out.
 #if !defined(LT_ISA_NS)
 #error "include core/isa_target.h (after kernels/cpu/attention_tiles.h) before this file"
 #endif
@@ -46,12 +50,14 @@ void forward_item(const Shape& sh, Scratch& w, float* o, float* lse, const float
   const int64_t D = sh.D, S = sh.S, G = sh.group;
   const int64_t i0 = qt * kTile, rows = std::min(kTile, S - i0);
   const float c2 = scale * kLog2e;
+  const Docs docs(sh, b);
   std::fill(w.acc.data(), w.acc.data() + G * kTile * D, 0.0f);
   std::fill(w.m.data(), w.m.data() + G * kTile, kNegInf);
   std::fill(w.l.data(), w.l.data() + G * kTile, 0.0f);
-  for (int64_t kt = 0; kt <= qt; ++kt) {
+  for (int64_t kt = docs.first_key_tile(qt); kt <= qt; ++kt) {
     const int64_t j0 = kt * kTile, cols = std::min(kTile, S - j0);
     const bool diag = kt == qt;
+    const int64_t live_rows = docs.rows_seeing(i0, rows, j0 + cols);
     const int64_t off = (b * S + j0) * sh.ldk + hk * D;
     Micro::pack_transposed(w.kt.data(), k + off, sh.ldk, cols, D);
     pack_rows(w.vr.data(), v + off, sh.ldk, cols, D);
@@ -65,14 +71,16 @@ void forward_item(const Shape& sh, Scratch& w, float* o, float* lse, const float
       float* acc = w.acc.data() + g * kTile * D;
       float* m = w.m.data() + g * kTile;
       float* l = w.l.data() + g * kTile;
-      Micro::nt(w.s.data(), q + (b * S + i0) * sh.ldq + h * D, sh.ldq, w.kt.data(), rows, D, diag);
-      for (int64_t r = 0; r < rows; ++r) {
+      Micro::nt(w.s.data(), q + (b * S + i0) * sh.ldq + h * D, sh.ldq, w.kt.data(), live_rows, D,
+                diag);
+      for (int64_t r = 0; r < live_rows; ++r) {
         // On the diagonal tile (j0 == i0) row r sees keys 0..r of it.
-        const int64_t live = diag ? r + 1 : cols;
-        const float alpha = Micro::softmax_row(w.s.data() + r * kTile, live, c2, m[r], l[r]);
+        const int64_t hi = diag ? r + 1 : cols;
+        const float alpha =
+            Micro::softmax_row(w.s.data() + r * kTile, docs.lo(i0 + r, j0), hi, c2, m[r], l[r]);
         if (alpha != 1.0f) Micro::scale_row(acc + r * D, D, alpha);
       }
-      Micro::nn(acc, D, w.s.data(), kTile, 1, w.vr.data(), D, cols, rows, D,
+      Micro::nn(acc, D, w.s.data(), kTile, 1, w.vr.data(), D, cols, live_rows, D,
                 diag ? Tri::kLower : Tri::kFull);
     }
   }
@@ -92,14 +100,17 @@ void forward_item(const Shape& sh, Scratch& w, float* o, float* lse, const float
 }
 
 // P and dS of tile (query tile qt of head h, key tile whose K^T, V^T are packed in w):
-// w.s <- P, w.dp <- dS, and the tile's rows of Q and dO packed in w.qr, w.dor. Identical
-// arithmetic whichever pass calls it.
+// w.s <- P, w.dp <- dS, and the tile's rows of Q and dO packed in w.qr, w.dor, for the
+// rows that see the key tile (a prefix; returns their count, every row without
+// documents). Identical arithmetic whichever pass calls it.
 template <class Micro>
-void grad_tile(const Shape& sh, Scratch& w, const BwdArgs& a, int64_t b, int64_t h, int64_t qt,
-               int64_t kt) {
+int64_t grad_tile(const Shape& sh, Scratch& w, const BwdArgs& a, int64_t b, int64_t h, int64_t qt,
+                  int64_t kt) {
   const int64_t D = sh.D, S = sh.S;
-  const int64_t i0 = qt * kTile, rows = std::min(kTile, S - i0);
+  const int64_t i0 = qt * kTile;
   const int64_t j0 = kt * kTile, cols = std::min(kTile, S - j0);
+  const Docs docs(sh, b);
+  const int64_t rows = docs.rows_seeing(i0, std::min(kTile, S - i0), j0 + cols);
   const float c2 = a.scale * kLog2e;
   const int64_t qoff = (b * S + i0) * sh.ldq + h * D;
   pack_rows(w.qr.data(), a.q + qoff, sh.ldq, rows, D);
@@ -109,38 +120,40 @@ void grad_tile(const Shape& sh, Scratch& w, const BwdArgs& a, int64_t b, int64_t
   const float* lse = a.lse + (b * sh.Hq + h) * S + i0;
   const float* delta = a.delta + (b * sh.Hq + h) * S + i0;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t live = kt == qt ? r + 1 : cols;
-    Micro::grad_row(w.s.data() + r * kTile, w.dp.data() + r * kTile, live, c2, lse[r] * kLog2e,
-                    delta[r], a.scale);
+    const int64_t hi = kt == qt ? r + 1 : cols;
+    Micro::grad_row(w.s.data() + r * kTile, w.dp.data() + r * kTile, docs.lo(i0 + r, j0), hi, c2,
+                    lse[r] * kLog2e, delta[r], a.scale);
   }
+  return rows;
 }
 
-// dq rows of tile (b, h, qt) += dS * K of key tile kt (dS in w.dp, K's rows in w.kr).
+// The first `rows` dq rows of tile (b, h, qt) += dS * K of key tile kt (dS in w.dp, K's
+// rows in w.kr).
 template <class Micro>
-void add_dq(const Shape& sh, Scratch& w, const BwdArgs& a, int64_t b, int64_t h, int64_t hk,
-            int64_t qt, int64_t kt) {
-  const int64_t i0 = qt * kTile, rows = std::min(kTile, sh.S - i0);
+void add_dq(const Shape& sh, Scratch& w, const BwdArgs& a, int64_t b, int64_t h, int64_t qt,
+            int64_t kt, int64_t rows) {
+  const int64_t i0 = qt * kTile;
   const int64_t j0 = kt * kTile, cols = std::min(kTile, sh.S - j0);
   Micro::nn(a.dq + (b * sh.S + i0) * sh.ldq + h * sh.D, sh.ldq, w.dp.data(), kTile, 1, w.kr.data(),
             sh.D, cols, rows, sh.D, qt == kt ? Tri::kLower : Tri::kFull);
 }
 
 // dk, dv of key tile (b, hk, kt) over every head of the group and every query tile at or
-// below the diagonal; with_dq also adds this key tile's share to dq.
+// below the diagonal that sees it; with_dq also adds this key tile's share to dq.
 template <class Micro>
 void backward_kv_tile(const Shape& sh, Scratch& w, const BwdArgs& a, int64_t b, int64_t hk,
                       int64_t kt, bool with_dq) {
   const int64_t D = sh.D, S = sh.S;
   const int64_t j0 = kt * kTile, cols = std::min(kTile, S - j0);
+  const int64_t qt_last = Docs(sh, b).last_query_tile(kt);
   pack_kv<Micro>(sh, w, a, b, hk, kt);
   std::fill(w.dk.data(), w.dk.data() + kTile * D, 0.0f);
   std::fill(w.dv.data(), w.dv.data() + kTile * D, 0.0f);
   for (int64_t g = 0; g < sh.group; ++g) {
     const int64_t h = hk * sh.group + g;
-    for (int64_t qt = kt; qt < sh.ntiles; ++qt) {
-      const int64_t rows = std::min(kTile, S - qt * kTile);
-      grad_tile<Micro>(sh, w, a, b, h, qt, kt);
-      if (qt + 1 < sh.ntiles) {  // the next query tile's rows, while this one computes
+    for (int64_t qt = kt; qt <= qt_last; ++qt) {
+      const int64_t rows = grad_tile<Micro>(sh, w, a, b, h, qt, kt);
+      if (qt + 1 <= qt_last) {  // the next query tile's rows, while this one computes
         const int64_t next = (b * S + (qt + 1) * kTile) * sh.ldq + h * D;
         const int64_t next_rows = std::min(kTile, S - (qt + 1) * kTile);
         prefetch_rows(a.q + next, sh.ldq, next_rows, D);
@@ -150,7 +163,7 @@ void backward_kv_tile(const Shape& sh, Scratch& w, const BwdArgs& a, int64_t b, 
       const Tri tri = qt == kt ? Tri::kUpper : Tri::kFull;
       Micro::nn(w.dv.data(), D, w.s.data(), 1, kTile, w.dor.data(), D, rows, cols, D, tri);
       Micro::nn(w.dk.data(), D, w.dp.data(), 1, kTile, w.qr.data(), D, rows, cols, D, tri);
-      if (with_dq) add_dq<Micro>(sh, w, a, b, h, hk, qt, kt);
+      if (with_dq) add_dq<Micro>(sh, w, a, b, h, qt, kt, rows);
     }
   }
   for (int64_t c = 0; c < cols; ++c) {
@@ -162,8 +175,8 @@ void backward_kv_tile(const Shape& sh, Scratch& w, const BwdArgs& a, int64_t b, 
 
 template <class Micro>
 void forward(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
-             int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale) {
-  const Shape sh = make_shape(B, S, Hq, Hkv, D);
+             int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start) {
+  const Shape sh = make_shape(B, S, Hq, Hkv, D, doc_start);
   const int64_t heads = B * Hkv, items = heads * sh.ntiles;
   if (items == 0) return;
 #pragma omp parallel
@@ -188,8 +201,8 @@ void forward(float* o, float* lse, const float* q, const float* k, const float* 
 template <class Micro>
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
               const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
-              int64_t Hkv, int64_t D, float scale) {
-  const Shape sh = make_shape(B, S, Hq, Hkv, D);
+              int64_t Hkv, int64_t D, float scale, const int32_t* doc_start) {
+  const Shape sh = make_shape(B, S, Hq, Hkv, D, doc_start);
   const int64_t heads = B * Hkv;
   if (heads * S == 0) return;
   // delta[b, h, i] = sum_d dO * O, one fixed-order dot per row.
@@ -245,12 +258,12 @@ void backward(float* dq, float* dk, float* dv, const float* dout, const float* q
         const int64_t b = bh / Hkv, hk = bh % Hkv;
         const int64_t i0 = qt * kTile;
         zero_dq_rows(sh, a, b, hk, i0, std::min(kTile, S - i0));
-        for (int64_t kt = 0; kt <= qt; ++kt) {
+        for (int64_t kt = Docs(sh, b).first_key_tile(qt); kt <= qt; ++kt) {
           pack_kv<Micro>(sh, w, a, b, hk, kt);
           for (int64_t g = 0; g < sh.group; ++g) {
             const int64_t h = hk * sh.group + g;
-            grad_tile<Micro>(sh, w, a, b, h, qt, kt);
-            add_dq<Micro>(sh, w, a, b, h, hk, qt, kt);
+            const int64_t rows = grad_tile<Micro>(sh, w, a, b, h, qt, kt);
+            add_dq<Micro>(sh, w, a, b, h, qt, kt, rows);
           }
         }
       }

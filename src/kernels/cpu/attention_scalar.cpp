@@ -59,11 +59,11 @@ struct ScalarMicro {
       }
   }
 
-  static float softmax_row(float* s, int64_t live, float c2, float& m, float& l) {
+  static float softmax_row(float* s, int64_t lo, int64_t hi, float c2, float& m, float& l) {
     float mx = kNegInf;
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 0; j < kTile; ++j) {
-      const float x = j < live ? s[j] * c2 : kNegInf;
+      const float x = j >= lo && j < hi ? s[j] * c2 : kNegInf;
       s[j] = x;
       mx = mx < x ? x : mx;
     }
@@ -81,14 +81,15 @@ struct ScalarMicro {
     return alpha;
   }
 
-  static void grad_row(float* s, float* dp, int64_t live, float c2, float lse2, float delta,
-                       float scale) {
+  static void grad_row(float* s, float* dp, int64_t lo, int64_t hi, float c2, float lse2,
+                       float delta, float scale) {
 #pragma omp simd
     for (int64_t j = 0; j < kTile; ++j) {
-      const float p = j < live ? exp2_poly(s[j] * c2 - lse2) : 0.0f;
+      const bool live = j >= lo && j < hi;
+      const float p = live ? exp2_poly(s[j] * c2 - lse2) : 0.0f;
       const float ds = p * (dp[j] - delta) * scale;
       s[j] = p;
-      dp[j] = j < live ? ds : 0.0f;
+      dp[j] = live ? ds : 0.0f;
     }
   }
 

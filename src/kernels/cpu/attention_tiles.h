@@ -6,6 +6,13 @@
 // tile is exactly the key tile with the same index and every row of it has at least one
 // live key (the online softmax never sees a row whose running max is still -inf after
 // the first key tile). Key tiles above the diagonal are never touched.
+// Documents (doc_start, attention.h): query row i sees keys [doc_start[i], i]. A query
+// tile starts at the key tile holding its first row's doc_start, and with each key tile
+// works on the prefix of its rows that sees any of the tile's keys (doc_start is
+// non-decreasing within a row of the batch, so those rows are a prefix): every row it
+// hands a micro-kernel again has at least one live key, whose range is [lo, hi) of the
+// tile (lo > 0 only where the row's document starts inside the tile). Without
+// doc_start, lo = 0, every row, every key tile from 0: the calls the kernels made before.
 // Scores are kept in the log2 domain (scale * log2(e) folded in) so exp is exp2.
 //
 // Micro-kernels: a level supplies a struct `Micro` of static functions (the driver,
@@ -22,14 +29,14 @@
 //       C[M][N] += sum_{r < R} A(m, r) * B[r][N], A(m, r) = a[m * am + r * ar], so P^T
 //       needs no transpose. P*V, P^T*dO, dS^T*Q, dS*K. Terms that `tri` says are zero may
 //       be skipped.
-//   softmax_row(s, live, c2, m, l) -> alpha
-//       One forward score row: keys [0, live) of s[0, kTile) are real. s_j <- p_j =
-//       2^(c2 s_j - m_new) for j < live and exactly 0 beyond (all kTile written; nn reads
-//       them as zeros), m_new = max(m, max_j c2 s_j); l <- l * alpha + sum_j p_j; m <- m_new;
-//       returns alpha = 2^(m_old - m_new) (0 on the first tile, where m_old = -inf).
-//   grad_row(s, dp, live, c2, lse2, delta, scale)
+//   softmax_row(s, lo, hi, c2, m, l) -> alpha
+//       One forward score row: keys [lo, hi) of s[0, kTile) are real, lo < hi. s_j <- p_j =
+//       2^(c2 s_j - m_new) for lo <= j < hi and exactly 0 elsewhere (all kTile written; nn
+//       reads them as zeros), m_new = max(m, max_j c2 s_j); l <- l * alpha + sum_j p_j;
+//       m <- m_new; returns alpha = 2^(m_old - m_new) (0 on the first tile, m_old = -inf).
+//   grad_row(s, dp, lo, hi, c2, lse2, delta, scale)
 //       s_j <- p_j = 2^(c2 s_j - lse2), dp_j <- dS_j = p_j (dp_j - delta) scale for
-//       j < live, both exactly 0 beyond (all kTile written).
+//       lo <= j < hi, both exactly 0 elsewhere (all kTile written).
 //   scale_row(x, n, f): x[0, n) *= f.
 //   pack_transposed(bt, src, ld, cols, D): as the baseline pack_transposed below.
 // Their exp2 is a polynomial (no libm call): 2^n times the degree-7 Taylor polynomial of
@@ -79,13 +86,39 @@ struct Shape {
   int64_t B, S, Hq, Hkv, D, group;
   int64_t ldq, ldk;  // row strides of q/o/dout and of k/v (token-major)
   int64_t ntiles;
+  const int32_t* doc_start;  // [B*S] or null (attention.h)
 };
 
-inline Shape make_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D) {
+inline Shape make_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D,
+                        const int32_t* doc_start) {
   LT_ASSERT(B >= 0 && S >= 0 && D > 0 && Hkv > 0 && Hq % Hkv == 0,
             "attention: need Hq a multiple of Hkv and D > 0");
-  return Shape{B, S, Hq, Hkv, D, Hq / Hkv, Hq * D, Hkv * D, (S + kTile - 1) / kTile};
+  return Shape{B, S, Hq, Hkv, D, Hq / Hkv, Hq * D, Hkv * D, (S + kTile - 1) / kTile, doc_start};
 }
+
+// Where the documents of batch row b cut the tiles (all trivial without doc_start).
+struct Docs {
+  const int32_t* ds = nullptr;  // doc_start of row b, or null
+  int64_t S = 0, ntiles = 0;
+  Docs(const Shape& sh, int64_t b)
+      : ds(sh.doc_start ? sh.doc_start + b * sh.S : nullptr), S(sh.S), ntiles(sh.ntiles) {}
+  // The first key tile query tile qt sees: the one holding its first row's doc start.
+  int64_t first_key_tile(int64_t qt) const { return ds ? ds[qt * kTile] / kTile : 0; }
+  // The last query tile that sees key tile kt: the one holding the last query whose
+  // document holds the tile's last key.
+  int64_t last_query_tile(int64_t kt) const {
+    if (!ds) return ntiles - 1;
+    const int64_t j = std::min(S, (kt + 1) * kTile) - 1;
+    return (std::upper_bound(ds + j, ds + S, int32_t(j)) - ds - 1) / kTile;
+  }
+  // Of the `rows` query rows from i0, how many see a key before `key_end`: a prefix.
+  int64_t rows_seeing(int64_t i0, int64_t rows, int64_t key_end) const {
+    if (!ds) return rows;
+    return std::lower_bound(ds + i0, ds + i0 + rows, int32_t(key_end)) - (ds + i0);
+  }
+  // Query i's first live key in the key tile from j0, relative to it.
+  int64_t lo(int64_t i, int64_t j0) const { return ds ? std::max<int64_t>(ds[i] - j0, 0) : 0; }
+};
 
 // Which part of a tile product can be skipped on a diagonal tile (key index c, query
 // row r, both relative to the tile: live iff c <= r).

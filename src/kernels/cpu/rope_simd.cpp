@@ -11,12 +11,13 @@ namespace {
 
 template <bool kInverse>
 void rotate(float* x, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H,
-            int64_t D) {
+            int64_t D, const int32_t* positions) {
   const int64_t half = D / 2;
   const int64_t rows = B * S * H;
 #pragma omp parallel for schedule(static) if (rows * D >= (1 << 14))
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t s = (r / H) % S;  // row r is token r/H = b*S + s
+    // Row r is token r/H = b*S + s, at position s or positions[b*S + s].
+    const int64_t s = positions ? positions[r / H] : (r / H) % S;
     const float* cs = cos + s * half;
     const float* sn = sin + s * half;
     float* v = x + r * D;
