@@ -69,7 +69,7 @@ if [ "${LT_FUZZ_NO_BUILD:-0}" != 1 ]; then
 fi
 echo "fuzz.sh: built ${#targets[@]} targets in $(($(date +%s) - t0)) s; running each for $seconds s"
 
-# The sanitizers' settings (see fuzz/README.md): leaks are findings; the one
+# The sanitizers' settings: leaks are findings (detect_leaks=1); the one
 # suppression file (tests/sanitizers/lsan.supp) names what it excuses and why.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1:abort_on_error=1:symbolize=1"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_on_error=1"

@@ -92,6 +92,25 @@ void prepare_output_dir(const std::string& output_dir) {
   ::unlink(probe.c_str());
 }
 
+int64_t checkpoint_count(const nlohmann::json& j, const char* key, int64_t max, const std::string& path) {
+  const std::string where = path + " (" + key + ")";
+  if (!j.is_object() || !j.contains(key)) throw Error(std::string("missing \"") + key + "\"", where, "use another checkpoint");
+  const nlohmann::json& v = j[key];
+  bool ok = false;
+  int64_t n = 0;
+  if (v.is_number_unsigned()) {
+    ok = v.get<uint64_t>() <= static_cast<uint64_t>(max);
+    if (ok) n = static_cast<int64_t>(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    n = v.get<int64_t>();
+    ok = n >= 0 && n <= max;
+  }
+  if (!ok)
+    throw Error("\"" + std::string(key) + "\" is " + v.dump() + ", not a whole number in [0, " + std::to_string(max) + "]",
+                where, "the file is damaged; use another checkpoint");
+  return n;
+}
+
 std::optional<std::string> newest_complete_checkpoint(const std::string& output_dir) {
   auto all = checkpoint_dirs(output_dir, true);
   if (all.empty()) return std::nullopt;

@@ -19,6 +19,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace lt {
 
 // Creates output_dir if needed; lt::Error now (before any step) if it is a file, cannot
@@ -28,6 +30,11 @@ void prepare_output_dir(const std::string& output_dir);
 // Removes interrupted saves and rotations, checkpoint-* directories without DONE, and
 // complete checkpoints beyond the newest `keep`.
 void clean_up_checkpoints(const std::string& output_dir, int64_t keep);
+
+// A count read from a checkpoint's JSON state (`key` of `j`): an integer in [0, max], else
+// lt::Error naming the file and key (a float or an out-of-range number would otherwise
+// convert with undefined behaviour, and a resumed run could count steps from -9e18).
+int64_t checkpoint_count(const nlohmann::json& j, const char* key, int64_t max, const std::string& path);
 
 // The newest complete checkpoint directory under output_dir, if any.
 std::optional<std::string> newest_complete_checkpoint(const std::string& output_dir);

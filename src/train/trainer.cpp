@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -216,8 +218,10 @@ TrainSummary run_training(const TrainConfig& cfg) {
     const std::string state_path = *resume_from + "/trainer_state.json";
     try {
       const auto st = nlohmann::json::parse(read_text_file(state_path));
-      start_step = st.at("step").get<int64_t>();
+      start_step = checkpoint_count(st, "step", std::numeric_limits<int32_t>::max(), state_path);
       tokens_seen = st.at("tokens_seen").get<double>();
+      if (!(tokens_seen >= 0) || !std::isfinite(tokens_seen))
+        throw Error("\"tokens_seen\" is not a finite count", state_path, "the file is damaged; use another checkpoint");
       loader.set_position(data::DataPosition::from_json(st.at("data_position")));
     } catch (const nlohmann::json::exception& e) {
       throw Error("malformed trainer state: " + std::string(e.what()), state_path, "use another checkpoint");

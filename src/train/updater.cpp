@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "optim/grad_clip.h"
+#include "train/checkpoints.h"
 
 namespace lt {
 
@@ -203,9 +205,9 @@ void Updater::load(const std::string& dir, const LayerPaging* paging) {
       throw Error("checkpoint was written by optimizer '" + j.at("optimizer").get<std::string>() +
                       "', this run uses '" + cfg_.optimizer + "'",
                   path, "resume with the same --optimizer");
-    steps = j.at("optimizer_steps").get<int64_t>();
-    in_a_row = j.at("non_finite_in_a_row").get<int>();
-    total = j.at("non_finite_total").get<int64_t>();
+    steps = checkpoint_count(j, "optimizer_steps", std::numeric_limits<int32_t>::max(), path);
+    in_a_row = static_cast<int>(checkpoint_count(j, "non_finite_in_a_row", std::numeric_limits<int32_t>::max(), path));
+    total = checkpoint_count(j, "non_finite_total", std::numeric_limits<int32_t>::max(), path);
   } catch (const nlohmann::json::exception& e) {
     throw Error("malformed optimizer state: " + std::string(e.what()), path, "use another checkpoint");
   }

@@ -279,6 +279,42 @@ TEST(TrainerMetrics, MfuAgainstTheProfilesPeak) {
   }
 }
 
+// A damaged trainer or optimizer state (a float, negative or huge count) is an error naming
+// the file and key; a float step used to convert with undefined behaviour and train from
+// step -9e18 (found by fuzz/trainer_state_fuzz).
+TEST(TrainerCheckpoints, DamagedStateCountsAreErrors) {
+  test::TempDir dir("damaged-state");
+  TrainConfig c = tiny_config(dir.str());
+  c.steps = 2;
+  c.warmup_steps = 0;
+  const std::string ckpt = run_training(c).checkpoint_dir;
+  const std::string ts = ckpt + "/trainer_state.json", os = ckpt + "/optimizer_state.json";
+  const json trainer_state = json::parse(read_text_file(ts)), optimizer_state = json::parse(read_text_file(os));
+  c.steps = 4;
+  c.resume = true;
+  for (const json bad : {json(1e300), json(-3), json(2.5), json("2")}) {
+    json st = trainer_state;
+    st["step"] = bad;
+    write_file_atomic(ts, st.dump());
+    try {
+      run_training(c);
+      ADD_FAILURE() << "no error for step " << bad.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(ts + " (step)"), std::string::npos) << e.what();
+    }
+  }
+  write_file_atomic(ts, trainer_state.dump());
+  json st = optimizer_state;
+  st["optimizer_steps"] = 1e300;
+  write_file_atomic(os, st.dump());
+  try {
+    run_training(c);
+    ADD_FAILURE() << "no error for optimizer_steps 1e300";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(os + " (optimizer_steps)"), std::string::npos) << e.what();
+  }
+}
+
 void make_checkpoint(const fs::path& dir, bool done) {
   fs::create_directories(dir);
   write_file_atomic((dir / "config.json").string(), "{}");
