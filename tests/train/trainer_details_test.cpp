@@ -369,6 +369,7 @@ TEST(TrainerCheckpoints, FullDiskDuringSaveKeepsThePreviousCheckpoint) {
   size_t ckpt_bytes = 0;
   for (const auto& e : fs::directory_iterator(saved)) ckpt_bytes += fs::file_size(e.path());
   const fs::space_info space = fs::space(mnt->path());
+  ASSERT_GT(space.available, ckpt_bytes) << "the scratch disk should hold another checkpoint before it is filled";
   {
     std::ofstream f(filler, std::ios::binary);
     std::vector<char> block(64 << 10, 1);
