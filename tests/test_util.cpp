@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "core/error.h"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -90,6 +92,15 @@ PythonResult run_reference_script(const std::string& script, const std::string& 
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (r.exit_code != 0) r.output = "command: " + cmd + "\n" + r.output;
   return r;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace lt::test

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 namespace lt::test {
@@ -37,6 +38,9 @@ struct PythonResult {
 // as ctest runs them (gtest_discover_tests); in a process that runs several tests it fails
 // the test instead of skipping the rest.
 PythonResult run_reference_script(const std::string& script, const std::string& args);
+
+// The message of the lt::Error that f throws; empty when it throws none.
+std::string error_of(const std::function<void()>& f);
 
 }  // namespace lt::test
 

@@ -53,15 +53,6 @@ Plan nvme_plan(const ModelConfig& c) {
   return p;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 uint64_t save_file(const std::filesystem::path& path, size_t bytes, uint64_t seed) {
   std::vector<char> data(bytes);
   test::fill_random(data.data(), bytes, seed);
@@ -91,7 +82,7 @@ TEST(StreamingFaults, FullFilesystemFailsAtSetupBeforeStepOne) {
   StreamingOptions so;
   so.offload_dir = mnt->path();
   so.direct_io = false;
-  const std::string m = error_of([&] { StreamingExecutor ex(plan, *backend, so); });
+  const std::string m = test::error_of([&] { StreamingExecutor ex(plan, *backend, so); });
   EXPECT_NE(m.find("not enough free space"), std::string::npos) << m;
   EXPECT_NE(m.find("need 12288 bytes"), std::string::npos) << m;  // 3 slots of 4 KiB
   EXPECT_NE(m.find(mnt->path().string()), std::string::npos) << m;
@@ -115,7 +106,7 @@ TEST(StreamingFaults, ReadOnlyFilesystemFailsAtSetupBeforeStepOne) {
   StreamingOptions so;
   so.offload_dir = mnt->path();
   so.direct_io = false;
-  const std::string m = error_of([&] { StreamingExecutor ex(nvme_plan(f.c), *backend, so); });
+  const std::string m = test::error_of([&] { StreamingExecutor ex(nvme_plan(f.c), *backend, so); });
   EXPECT_NE(m.find("read-only filesystem"), std::string::npos) << m;
   EXPECT_NE(m.find(mnt->path().string()), std::string::npos) << m;
   EXPECT_EQ(test::count_files(mnt->path()), 1u);
@@ -153,7 +144,7 @@ TEST(StreamingFaults, DiskDyingMidStepIsAClearErrorAndLosesNothing) {
         shut = true;
       };
       f.batch(1);
-      const std::string m = error_of([&] { ex.step(f.params, f.grads, f.ids.data(), f.labels.data(), o); });
+      const std::string m = test::error_of([&] { ex.step(f.params, f.grads, f.ids.data(), f.labels.data(), o); });
       if (!shut_error.empty()) GTEST_SKIP() << shut_error;
       ASSERT_TRUE(shut);
       EXPECT_NE(m.find("NVMe"), std::string::npos) << m;
@@ -211,7 +202,7 @@ TEST(StreamingFaults, DiskDyingUnderAPagedStateReadNeverUpdatesFromIt) {
     if (w == ex.schedule().state_read_w[2]) shut_error = mnt->shut_down();
   };
   f.batch(1);
-  const std::string m = error_of([&] { ex.step(f.params, f.grads, f.ids.data(), f.labels.data(), o); });
+  const std::string m = test::error_of([&] { ex.step(f.params, f.grads, f.ids.data(), f.labels.data(), o); });
   if (!shut_error.empty()) GTEST_SKIP() << shut_error;
   EXPECT_NE(m.find("Input/output error"), std::string::npos) << m;
   EXPECT_NE(m.find("offload file " + file + " at offset "), std::string::npos) << m;
@@ -257,7 +248,7 @@ TEST(StreamingFaults, FailedStepLeavesTheExecutorReadyForTheNext) {
         if (w == ex.schedule().backward_w[2]) std::filesystem::resize_file(file, 0);
       };
       f.batch(0);
-      const std::string m = error_of([&] { ex.step(f.params, f.grads, f.ids.data(), f.labels.data(), o); });
+      const std::string m = test::error_of([&] { ex.step(f.params, f.grads, f.ids.data(), f.labels.data(), o); });
       EXPECT_NE(m.find("short NVMe read"), std::string::npos) << m;
       EXPECT_NE(m.find("offload file " + file + " at offset "), std::string::npos) << m;
       EXPECT_EQ(std::memcmp(before.data(), f.params.data(), before.size() * sizeof(float)), 0);

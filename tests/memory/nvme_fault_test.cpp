@@ -35,15 +35,6 @@ uint64_t save_file(const std::filesystem::path& path, size_t bytes, uint64_t see
   return checksum(data.data(), bytes);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(NvmeFaultTest, FullFilesystemIsAClearErrorBeforeAnything) {
   test::TempDir scratch("nvme-full");
   std::string why;
@@ -54,7 +45,7 @@ TEST(NvmeFaultTest, FullFilesystemIsAClearErrorBeforeAnything) {
 
   NvmeStoreOptions o;
   o.dir = mnt->path();
-  const std::string m = error_of([&] { NvmeStore store({{"a.5.nvme", 4 << 20}}, o); });
+  const std::string m = test::error_of([&] { NvmeStore store({{"a.5.nvme", 4 << 20}}, o); });
   EXPECT_NE(m.find("not enough free space"), std::string::npos) << m;
   EXPECT_NE(m.find("need 4194304 bytes"), std::string::npos) << m;
   EXPECT_NE(m.find("available"), std::string::npos) << m;
@@ -141,7 +132,7 @@ TEST(NvmeFaultTest, ReadOnlyFilesystemIsAClearError) {
 
   NvmeStoreOptions o;
   o.dir = mnt->path();
-  const std::string m = error_of([&] { NvmeStore store({{"a", 1 << 20}}, o); });
+  const std::string m = test::error_of([&] { NvmeStore store({{"a", 1 << 20}}, o); });
   EXPECT_NE(m.find("read-only filesystem"), std::string::npos) << m;
   EXPECT_NE(m.find(mnt->path().string()), std::string::npos) << m;
   EXPECT_NE(m.find("remount it read-write"), std::string::npos) << m;
@@ -174,7 +165,7 @@ TEST(NvmeFaultTest, IoErrorInTheMiddleOfAStepIsSurfacedAndLosesNothing) {
   if (const std::string why_not = mnt->shut_down(); !why_not.empty()) GTEST_SKIP() << why_not;
 
   // The next offload fails with the kernel's EIO, naming the file and offset.
-  std::string m = error_of([&] { store.wait(store.write(1, 0, a2.data(), a2.size())); });
+  std::string m = test::error_of([&] { store.wait(store.write(1, 0, a2.data(), a2.size())); });
   EXPECT_NE(m.find("NVMe write of"), std::string::npos) << m;
   EXPECT_NE(m.find("Input/output error (errno 5)"), std::string::npos) << m;
   EXPECT_NE(m.find(store.file_path()), std::string::npos) << m;
@@ -182,12 +173,12 @@ TEST(NvmeFaultTest, IoErrorInTheMiddleOfAStepIsSurfacedAndLosesNothing) {
   EXPECT_NE(m.find("the data is still in memory"), std::string::npos) << m;
   // Reloading what was written before fails the same way in backward.
   HostBuffer back = pool.allocate(2 << 20, "back");
-  m = error_of([&] { store.wait(store.read(0, 0, back.data(), back.size())); });
+  m = test::error_of([&] { store.wait(store.read(0, 0, back.data(), back.size())); });
   EXPECT_NE(m.find("NVMe read of"), std::string::npos) << m;
   EXPECT_NE(m.find("Input/output error"), std::string::npos) << m;
   // Several requests in flight at once all fail; wait_all reports the first, none hang.
   for (int i = 0; i < 4; ++i) store.write(2, 0, a1.data(), 1 << 20);
-  m = error_of([&] { store.wait_all(); });
+  m = test::error_of([&] { store.wait_all(); });
   EXPECT_NE(m.find("Input/output error"), std::string::npos) << m;
   EXPECT_EQ(store.outstanding(), 0u);
 

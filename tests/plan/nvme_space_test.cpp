@@ -15,20 +15,11 @@
 namespace lt {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(NvmeSpace, ExplicitBudgetAboveTheFreeSpaceIsAnError) {
   PlanRequest req;
   req.hardware.nvme_capacity_bytes = 2e12;
   req.nvme_act_budget_bytes = 32e9;
-  const std::string m = error_of([&] { limit_nvme_to_free_space(req, 10e9, "/mnt/nvme", "--offload-dir"); });
+  const std::string m = test::error_of([&] { limit_nvme_to_free_space(req, 10e9, "/mnt/nvme", "--offload-dir"); });
   EXPECT_NE(m.find("32.000 GB exceeds the 10.000 GB free in /mnt/nvme"), std::string::npos) << m;
   EXPECT_NE(m.find("--act-budget"), std::string::npos) << m;
 }
@@ -49,14 +40,14 @@ TEST(NvmeSpace, PlanThatNeedsMoreThanIsFree) {
   p.nvme_state_layers = {10, 11};
   p.state_bytes_per_layer = 1e9;
   EXPECT_NO_THROW(check_plan_nvme_fits(p, 7e9, "/mnt/nvme", "plan.json"));
-  const std::string m = error_of([&] { check_plan_nvme_fits(p, 6.5e9, "/mnt/nvme", "plan.json"); });
+  const std::string m = test::error_of([&] { check_plan_nvme_fits(p, 6.5e9, "/mnt/nvme", "plan.json"); });
   EXPECT_NE(m.find("7.000 GB on NVMe (activations 5.000 GB, optimizer states 2.000 GB)"), std::string::npos) << m;
   EXPECT_NE(m.find("6.500 GB free"), std::string::npos) << m;
   EXPECT_NE(m.find("plan.json"), std::string::npos) << m;
 }
 
 TEST(NvmeSpace, MissingDirectory) {
-  const std::string m = error_of([] { free_disk_bytes("/no/such/offload/dir", "--offload-dir"); });
+  const std::string m = test::error_of([] { free_disk_bytes("/no/such/offload/dir", "--offload-dir"); });
   EXPECT_NE(m.find("/no/such/offload/dir does not exist"), std::string::npos) << m;
 }
 
