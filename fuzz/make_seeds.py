@@ -92,6 +92,38 @@ def tokenizer_seeds(tmp):
         Tokenizer.from_str(text)  # still a tokenizer HF loads
         put(t, structure + ".json", text.encode() + b"\0Hello world 123 caf\xc3\xa9 <|endoftext|>")
     put(t, "lazytrain_synthetic.json", open(os.path.join(ROOT, "fuzz", "seed_sources", "tokenizer.json"), "rb").read())
+    spm_tokenizer_seeds(tmp)
+
+
+def shrink_spm_tokenizer(j, keep_merges=40):
+    """A SentencePiece-style tokenizer cut down as shrink_tokenizer does: the specials, the
+    byte tokens, the single characters and the first merges (ids kept)."""
+    model = j["model"]
+    merges = model["merges"][:keep_merges]
+    keep = {a["content"] for a in j["added_tokens"]} | {"<0x%02X>" % b for b in range(256)}
+    keep |= {tok for tok in model["vocab"] if len(tok) == 1}
+    for m in merges:
+        a, b = m if isinstance(m, list) else m.split(" ")
+        keep.add(a + b)
+    model["vocab"] = {t: i for t, i in model["vocab"].items() if t in keep}
+    model["merges"] = merges
+    return j
+
+
+def spm_tokenizer_seeds(tmp):
+    """Metaspace, Llama 2 legacy and Gemma structures (tests/reference/data_tokenizer_spm_parity.py)."""
+    t = "tokenizer_fuzz"
+    out = os.path.join(tmp, "tok_spm")
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "reference", "data_tokenizer_spm_parity.py"), "build",
+                    out], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from tokenizers import Tokenizer
+    for structure in ("mistral", "llama2_legacy", "gemma", "metaspace_first_digits"):
+        with open(os.path.join(out, structure, "tokenizer.json"), encoding="utf-8") as f:
+            j = shrink_spm_tokenizer(json.load(f))
+        text = json.dumps(j, ensure_ascii=False, separators=(",", ":"))
+        Tokenizer.from_str(text)  # still a tokenizer HF loads
+        put(t, "spm_" + structure + ".json",
+            text.encode() + "\0<s>Hello  world 123 caf\u00e9 \U0001f980 [INST]x[/INST]\u2581".encode())
 
 
 def jsonl_seeds():

@@ -26,6 +26,9 @@ struct StreamingBenchArgs {
   bool direct_io = true;
   bool windows = false;  // print each row's per-window measured vs planned times
   bool events = false;   // ... and each window's events (copies, waits, compute)
+  // The executor's matmul precision in run_plan (and so in measure_layer_times' probe):
+  // BF16 reads a bf16 compute copy of the weights, refreshed from the fp32 parameters.
+  Precision precision = Precision::F32;
 };
 
 ModelConfig bench_model(const StreamingBenchArgs& a);
@@ -46,13 +49,18 @@ struct Measured {
   double step_s = 0;  // the fastest measured step: other processes only ever add time
   size_t peak = 0, arena_planned_peak = 0;
   double optimizer_s = 0;  // train: the update hook's time in the fastest step
-  StreamingStepResult last;
+  // The fastest step's windows and events. The profile's layer times come from here, so
+  // that a prediction and the measured step it is compared with (also the fastest) are
+  // the same statistic: taking them from any other step, on a shared machine, makes every
+  // prediction err by that step's noise, all in one direction.
+  StreamingStepResult fastest;
 };
 
-// Runs a.steps steps after a warm-up step. emu_gbps < 0: the cpu backend; otherwise emu
+// Runs a.steps steps (at least `min_steps`) after a warm-up step. emu_gbps < 0: the cpu backend; otherwise emu
 // with both links throttled to it (0: none). train: the hybrid 8-bit AdamW updates every
 // target in the lazy-update hook (its states paged from NVMe where the plan says).
-Measured run_plan(const Plan& plan, const StreamingBenchArgs& a, double emu_gbps = -1, bool train = false);
+Measured run_plan(const Plan& plan, const StreamingBenchArgs& a, double emu_gbps = -1, bool train = false,
+                  int min_steps = 1);
 
 // The `bench` command that holds both, made by whichever registers first.
 CLI::App* bench_command(CLI::App& app);

@@ -4,9 +4,15 @@
 // small model under several policies with that profile (one paging optimizer states
 // through NVMe), runs each plan on the cpu backend with a real NVMe tier, and prints
 // predicted vs measured step time and planned vs measured compute-tier peak, for the cpu
-// backend (with the NVMe tier) and the emu backend with throttled links. The last line is
-//   RESULT predict max_err=<largest relative error> peak_ok=<true|false>
-// --windows / --events show where each row's time goes, window by window.
+// backend (with the NVMe tier) and the emu backend with throttled links, in fp32 and in
+// bf16 (matmuls reading a bf16 copy of the weights; its own probe gives its layer times).
+// Each row also gives the event-driven simulation's step on the same profile
+// (sim/event_simulator.h: no window barriers) and its error against the measured step.
+// The last line is
+//   RESULT predict max_err=<largest relative error> peak_ok=<true|false> events_max_err=<...>
+// where max_err is the plan's prediction against the measured step and events_max_err the
+// event-driven figure's. --windows / --events show where each row's time goes, window by
+// window.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +25,7 @@
 #include "core/threads.h"
 #include "plan/planner.h"
 #include "sim/chrome_trace.h"
+#include "sim/event_simulator.h"
 
 namespace lt::cli {
 namespace {
@@ -70,30 +77,37 @@ SimResult to_sim(const StreamingStepResult& r) {
   return s;
 }
 
-void run_predict(const StreamingBenchArgs& a) {
-  if (a.kernel_threads > 0) set_num_threads(a.kernel_threads);
-  PlanRequest req = bench_request(a, "this machine (bench predict)");
+struct Row {
+  std::string label;
+  Plan plan;
+  double emu = -1;  // the emu rows' link rate in GB/s; -1: the cpu backend
+  Precision precision = Precision::F32;
+};
+
+// The rows of one precision, planned with `req` (its layer times measured at that
+// precision). all: keep-all, recompute-all, megatrain and a tight MILP (and the same with
+// paged optimizer states) on the cpu backend, keep-all, megatrain and milp on emu; else
+// cpu keep-all, the tight MILP and emu milp.
+void add_rows(std::vector<Row>& rows, const PlanRequest& req, const StreamingBenchArgs& a, Precision precision,
+              bool all) {
   const HardwareProfile& hw = req.hardware;
-  std::printf("bench predict: %s, batch %d, seq %d; memcpy %.1f GB/s, NVMe store read %.2f GB/s, write %.2f GB/s\n",
-              req.model_name.c_str(), a.batch, a.seq, hw.h2d_bw / 1e9, hw.nvme_read_bw / 1e9, hw.nvme_write_bw / 1e9);
-
-  // Profile: a keep-all step gives the layer times every prediction uses.
-  measure_layer_times(req, a);
-  std::printf("measured: forward %.2f ms, backward %.2f ms, head %.2f ms per layer step\n",
-              req.measured.forward_s * 1e3, req.measured.backward_s * 1e3, req.measured.head_s * 1e3);
-
+  const std::string tag = precision == Precision::BF16 ? " bf16" : "";
   std::vector<Plan> plans;
-  for (const char* policy : {"keep-all", "recompute-all", "megatrain"}) plans.push_back(make_plan(req, policy));
+  const Plan keep = make_plan(req, "keep-all");
+  plans.push_back(keep);
+  if (all)
+    for (const char* policy : {"recompute-all", "megatrain"}) plans.push_back(make_plan(req, policy));
   {  // MILP under a tight compute cap and a small host budget, so that NVMe is in play:
      // the tightest cap (in 5% steps of keep-all's peak) that is feasible.
     PlanRequest tight = req;
     const double boundary = static_cast<double>(a.batch) * a.seq * a.hidden * hw.act_bytes;
     tight.cpu_act_budget_bytes = 0.5 * boundary;
     for (double f = 0.5; f <= 1.0; f += 0.05) {
-      tight.gpu_cap_bytes = plans[0].predicted_peak.gpu * f;
+      tight.gpu_cap_bytes = keep.predicted_peak.gpu * f;
       Plan p = make_plan(tight, "milp");
       if (p.feasible) {
         plans.push_back(std::move(p));
+        if (!all) break;
         // The same, with layers 2..L-1's optimizer states paging through NVMe (read and
         // written each step; the bench runs no optimizer, so the bytes are the zero state).
         tight.nvme_state_layers = a.layers - 2;
@@ -104,42 +118,68 @@ void run_predict(const StreamingBenchArgs& a) {
       }
     }
   }
+  for (const Plan& p : plans) rows.push_back({"cpu" + tag + " " + p.policy, p, -1, precision});
   // emu rows: the same plans re-made for links throttled to emu_gbps (the profile counts
-  // the fp32 weights, gradients and activations the emu moves).
+  // the weights, gradients and activations the emu moves).
   PlanRequest emu_req = req;
   emu_req.hardware.h2d_bw = emu_req.hardware.d2h_bw = a.emu_gbps * 1e9;
   emu_req.hardware.backend = "emu";
-  struct Row {
-    std::string label;
-    Plan plan;
-    double emu = -1;
-  };
+  const std::vector<const char*> emu_policies = all ? std::vector<const char*>{"keep-all", "megatrain", "milp"}
+                                                    : std::vector<const char*>{"milp"};
+  for (const char* policy : emu_policies)
+    rows.push_back({"emu" + tag + " " + policy, make_plan(emu_req, policy), a.emu_gbps, precision});
+}
+
+void run_predict(const StreamingBenchArgs& a) {
+  if (a.kernel_threads > 0) set_num_threads(a.kernel_threads);
+  PlanRequest req = bench_request(a, "this machine (bench predict)");
+  const HardwareProfile& hw = req.hardware;
+  std::printf("bench predict: %s, batch %d, seq %d; memcpy %.1f GB/s, NVMe store read %.2f GB/s, write %.2f GB/s\n",
+              req.model_name.c_str(), a.batch, a.seq, hw.h2d_bw / 1e9, hw.nvme_read_bw / 1e9, hw.nvme_write_bw / 1e9);
+
+  // Profile: a keep-all step gives the layer times every prediction uses, one per precision.
+  measure_layer_times(req, a);
+  std::printf("measured fp32: forward %.2f ms, backward %.2f ms, head %.2f ms per layer step\n",
+              req.measured.forward_s * 1e3, req.measured.backward_s * 1e3, req.measured.head_s * 1e3);
+  StreamingBenchArgs a16 = a;
+  a16.precision = Precision::BF16;
+  PlanRequest req16 = req;
+  req16.hardware.name += ", bf16";
+  req16.hardware.weight_bytes = 2;  // the emu moves bf16 weight matrices (its fp32 norms are a few KB)
+  measure_layer_times(req16, a16);
+  std::printf("measured bf16: forward %.2f ms, backward %.2f ms, head %.2f ms per layer step\n",
+              req16.measured.forward_s * 1e3, req16.measured.backward_s * 1e3, req16.measured.head_s * 1e3);
+
   std::vector<Row> rows;
-  for (const Plan& p : plans) rows.push_back({"cpu " + p.policy, p});
-  for (const char* policy : {"keep-all", "megatrain", "milp"})
-    rows.push_back({"emu " + std::string(policy), make_plan(emu_req, policy), a.emu_gbps});
-  std::printf("%-20s %12s %12s %8s %14s %14s\n", "plan", "predicted_s", "measured_s", "error", "planned_peak",
-              "measured_peak");
-  double max_err = 0;
+  add_rows(rows, req, a, Precision::F32, true);
+  add_rows(rows, req16, a16, Precision::BF16, false);
+  std::printf("%-22s %12s %10s %12s %8s %8s %14s %14s\n", "plan", "predicted_s", "events_s", "measured_s", "error",
+              "ev_error", "planned_peak", "measured_peak");
+  double max_err = 0, events_max_err = 0;
   bool peak_ok = true;
   for (const Row& row : rows) {
     const Plan& p = row.plan;
     if (!p.feasible) {
-      std::printf("%-20s infeasible: %s\n", row.label.c_str(), p.infeasible_reason.c_str());
+      std::printf("%-22s infeasible: %s\n", row.label.c_str(), p.infeasible_reason.c_str());
       continue;
     }
-    const Measured m = run_plan(p, a, row.emu);
+    const EventSimResult ev = simulate_events(p);
+    const Measured m = run_plan(p, row.precision == Precision::BF16 ? a16 : a, row.emu);
     const double err = std::abs(m.step_s - p.predicted_step_s) / m.step_s;
+    const double ev_err = std::abs(m.step_s - ev.step_s) / m.step_s;
     max_err = std::max(max_err, err);
+    events_max_err = std::max(events_max_err, ev_err);
     peak_ok = peak_ok && static_cast<double>(m.peak) <= p.predicted_peak.gpu;
     const Plan::TierCounts tc = p.tier_counts();
-    std::printf("%-20s %12.4f %12.4f %7.1f%% %14.0f %14zu   (gpu %.1f cpu %.1f nvme %.1f rc %.0f)\n",
-                row.label.c_str(), p.predicted_step_s, m.step_s, 100 * err, p.predicted_peak.gpu, m.peak, tc.gpu,
-                tc.cpu, tc.nvme, tc.recompute);
-    if (a.windows || a.events) print_windows(m.last, p, a.events);
-    if (!a.trace.empty() && &row == &rows.back()) write_chrome_trace(to_sim(m.last), p, a.trace);
+    std::printf("%-22s %12.4f %10.4f %12.4f %7.1f%% %7.1f%% %14.0f %14zu   (gpu %.1f cpu %.1f nvme %.1f rc %.0f)%s\n",
+                row.label.c_str(), p.predicted_step_s, ev.step_s, m.step_s, 100 * err, 100 * ev_err,
+                p.predicted_peak.gpu, m.peak, tc.gpu, tc.cpu, tc.nvme, tc.recompute,
+                ev.violations.empty() ? "" : ("  event violations: " + ev.violations.front()).c_str());
+    if (a.windows || a.events) print_windows(m.fastest, p, a.events);
+    if (!a.trace.empty() && &row == &rows.back()) write_chrome_trace(to_sim(m.fastest), p, a.trace);
   }
-  std::printf("RESULT predict max_err=%.3f peak_ok=%s\n", max_err, peak_ok ? "true" : "false");
+  std::printf("RESULT predict max_err=%.3f peak_ok=%s events_max_err=%.3f\n", max_err, peak_ok ? "true" : "false",
+              events_max_err);
 }
 
 }  // namespace

@@ -18,5 +18,6 @@ void add_simulate_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
 void add_bench_predict_command(CLI::App& app);
 void add_bench_out_of_core_command(CLI::App& app);
+void add_bench_adapt_command(CLI::App& app);
 
 }  // namespace lt::cli

@@ -4,6 +4,7 @@
 #include <queue>
 
 #include "core/error.h"
+#include "data/json_fields.h"
 #include "data/utf8.h"
 
 namespace lt::data {
@@ -24,16 +25,6 @@ BpeModel& BpeModel::operator=(BpeModel&& o) noexcept {
   return *this;
 }
 
-namespace {
-
-std::string opt_string(const nlohmann::json& j, const char* key, const std::string& w) {
-  if (!j.contains(key) || j[key].is_null()) return "";
-  if (!j[key].is_string()) throw Error(std::string("\"") + key + "\" must be a string or null", w, "");
-  return j[key].get<std::string>();
-}
-
-}  // namespace
-
 BpeModel BpeModel::from_json(const nlohmann::json& j, const std::string& where) {
   const std::string w = where + ": model";
   BpeModel m;
@@ -48,21 +39,27 @@ BpeModel BpeModel::from_json(const nlohmann::json& j, const std::string& where) 
     if (static_cast<size_t>(id) >= m.id_to_token_.size()) m.id_to_token_.resize(id + 1);
     m.id_to_token_[id] = it.key();
   }
-  if (j.contains("dropout") && j["dropout"].is_number() && j["dropout"].get<double>() > 0.0)
-    throw Error("BPE dropout is set; encoding would be random", w,
-                "set \"dropout\" to null for training and inference");
-  const std::string unk = opt_string(j, "unk_token", w);
+  if (j.contains("dropout") && !j["dropout"].is_null()) {
+    const auto& d = j["dropout"];
+    if (!d.is_number() || d.get<double>() < 0.0 || d.get<double>() > 1.0)
+      throw Error("\"dropout\" must be null or a number in [0, 1], not " + d.dump(), w,
+                  "set \"dropout\" to null");
+    if (d.get<double>() > 0.0)
+      throw Error("BPE dropout is set; encoding would be random", w,
+                  "set \"dropout\" to null for training and inference");
+  }
+  const std::string unk = json_string(j, "unk_token", "", w);
   if (!unk.empty()) {
     auto it = m.vocab_.find(unk);
     if (it == m.vocab_.end())
       throw Error("unk_token \"" + unk + "\" is not in the vocabulary", w, "");
     m.unk_id_ = it->second;
   }
-  m.continuing_subword_prefix_ = opt_string(j, "continuing_subword_prefix", w);
-  m.end_of_word_suffix_ = opt_string(j, "end_of_word_suffix", w);
-  m.fuse_unk_ = j.value("fuse_unk", false);
-  m.byte_fallback_ = j.value("byte_fallback", false);
-  m.ignore_merges_ = j.value("ignore_merges", false);
+  m.continuing_subword_prefix_ = json_string(j, "continuing_subword_prefix", "", w);
+  m.end_of_word_suffix_ = json_string(j, "end_of_word_suffix", "", w);
+  m.fuse_unk_ = json_bool(j, "fuse_unk", false, w);
+  m.byte_fallback_ = json_bool(j, "byte_fallback", false, w);
+  m.ignore_merges_ = json_bool(j, "ignore_merges", false, w);
 
   if (!j.contains("merges") || !j["merges"].is_array())
     throw Error("BPE model has no \"merges\" array", w, "check the file was written by HF tokenizers");
@@ -159,11 +156,13 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   sym.reserve(word.size());
   auto push = [&](int32_t id) {
     int32_t n = static_cast<int32_t>(sym.size());
-    // fuse_unk: consecutive unknowns become one unk symbol.
-    if (fuse_unk_ && unk_id_ && id == *unk_id_ && !sym.empty() && sym.back().id == *unk_id_) return;
     sym.push_back({id, n - 1, -1});
     if (n > 0) sym[n - 1].next = n;
   };
+  // As HF: an unknown character becomes unk_token (or is dropped when there is none). The
+  // unk waits until the next known character, so that fuse_unk can fold a run of unknowns
+  // into one; byte-fallback tokens do not end the wait (so they can come before it).
+  int32_t pending_unk = -1;  // -1: none
   size_t pos = 0;
   while (pos < word.size()) {
     size_t start = pos;
@@ -173,15 +172,18 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
     if (pos == word.size() && !end_of_word_suffix_.empty()) piece += end_of_word_suffix_;
     auto it = vocab_.find(piece);
     if (it != vocab_.end()) {
+      if (pending_unk >= 0) push(pending_unk);
+      pending_unk = -1;
       push(it->second);
       continue;
     }
     if (byte_fallback_) {
-      // Tokens named <0xAB>, one per byte, if every byte has one.
+      // Tokens named <0xAB>, one per byte of the piece (affixes included, as HF), if every
+      // byte has one.
       std::vector<int32_t> bytes;
-      for (size_t k = start; k < pos; ++k) {
+      for (unsigned char c : piece) {
         char name[8];
-        std::snprintf(name, sizeof(name), "<0x%02X>", static_cast<unsigned char>(word[k]));
+        std::snprintf(name, sizeof(name), "<0x%02X>", c);
         auto ib = vocab_.find(name);
         if (ib == vocab_.end()) {
           bytes.clear();
@@ -194,9 +196,12 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
         continue;
       }
     }
-    // As HF: an unknown character becomes unk_token, or is dropped when there is none.
-    if (unk_id_) push(*unk_id_);
+    if (unk_id_) {
+      if (pending_unk >= 0 && !fuse_unk_) push(pending_unk);
+      pending_unk = *unk_id_;
+    }
   }
+  if (pending_unk >= 0) push(pending_unk);
 
   struct Candidate {
     int32_t rank, pos, new_id;

@@ -1,6 +1,12 @@
 // The BPE "model" section of tokenizer.json: vocabulary, ranked merges, and the encoding
 // of one pre-tokenized word into token ids.
 //
+// Options of the model object: unk_token, fuse_unk, byte_fallback (a character missing from
+// the vocabulary becomes its <0xNN> byte tokens when all exist, else unk), ignore_merges
+// (a word that is a token is emitted whole), continuing_subword_prefix and
+// end_of_word_suffix; dropout must be null or 0 (lt::Error otherwise: encoding would be
+// random).
+//
 // Encoding a word: start from its characters (each looked up in the vocabulary), then
 // repeatedly apply the lowest-ranked merge among adjacent pairs, leftmost first. A
 // min-heap of (rank, position) candidates makes that O(n log n) per word; stale heap
@@ -30,7 +36,7 @@ class BpeModel {
   BpeModel(BpeModel&& o) noexcept;
   BpeModel& operator=(BpeModel&& o) noexcept;
 
-  // Appends the ids of one word (already in the model's alphabet, e.g. byte-level).
+  // Appends the ids of one word (already in the model's alphabet: byte-level or "▁" form).
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
   std::optional<int32_t> token_to_id(std::string_view token) const;
@@ -38,6 +44,8 @@ class BpeModel {
   const std::string& id_to_token(int32_t id) const;
   // One past the largest id in the vocabulary.
   int32_t id_limit() const { return static_cast<int32_t>(id_to_token_.size()); }
+  // Entries in the vocabulary (HF's get_vocab_size; below id_limit() when ids have gaps).
+  int32_t vocab_count() const { return static_cast<int32_t>(vocab_.size()); }
   size_t num_merges() const { return merges_.size(); }
 
  private:

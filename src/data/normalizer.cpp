@@ -6,6 +6,7 @@
 #include <unicode/unistr.h>
 
 #include "core/error.h"
+#include "data/json_fields.h"
 #include "data/utf8.h"
 
 namespace lt::data {
@@ -27,6 +28,30 @@ const icu::Normalizer2* icu_instance(Normalizer::Kind form) {
   return n;
 }
 
+
+// HF lower-cases one character at a time (Rust's char::to_lowercase: the full mapping, so
+// "İ" becomes "i̇", but without context, so a final "Σ" becomes "σ", not "ς").
+std::string lowercase_each_char(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t b = pos;
+    const char32_t c = next_code_point(s, pos);
+    if (c < 0x80) {
+      out += static_cast<char>(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
+      continue;
+    }
+    if (c == 0xFFFD && !(pos - b == 3 && s.compare(b, 3, "\xEF\xBF\xBD") == 0)) {
+      out.append(s, b, pos - b);  // an invalid byte stays as it is
+      continue;
+    }
+    icu::UnicodeString u(static_cast<UChar32>(c));
+    u.toLower(icu::Locale::getRoot());
+    u.toUTF8String(out);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -57,6 +82,7 @@ void Normalizer::add(const nlohmann::json& j, const std::string& where) {
     throw Error("normalizer must be an object with a string \"type\"", w,
                 "check the file was written by HF tokenizers");
   const std::string type = j["type"];
+  const std::string wt = w + " " + type;
   if (type == "Sequence") {
     if (!j.contains("normalizers") || !j["normalizers"].is_array())
       throw Error("Sequence normalizer without a \"normalizers\" array", w, "");
@@ -72,22 +98,15 @@ void Normalizer::add(const nlohmann::json& j, const std::string& where) {
   } else if (type == "Lowercase") {
     steps_.push_back({Kind::kLowercase, nullptr, "", false, false});
   } else if (type == "Prepend") {
-    steps_.push_back({Kind::kPrepend, nullptr, j.value("prepend", ""), false, false});
+    if (!j.contains("prepend")) throw Error("Prepend normalizer without \"prepend\"", wt, "");
+    steps_.push_back({Kind::kPrepend, nullptr, json_string(j, "prepend", "", wt), false, false});
   } else if (type == "Strip") {
-    steps_.push_back({Kind::kStrip, nullptr, "", j.value("strip_left", false),
-                      j.value("strip_right", false)});
+    steps_.push_back({Kind::kStrip, nullptr, "", json_bool(j, "strip_left", false, wt),
+                      json_bool(j, "strip_right", false, wt)});
   } else if (type == "Replace") {
-    const auto& p = j.value("pattern", nlohmann::json());
-    std::string re;
-    if (p.is_object() && p.contains("String") && p["String"].is_string())
-      re = Regex::escape(p["String"].get<std::string>());
-    else if (p.is_object() && p.contains("Regex") && p["Regex"].is_string())
-      re = p["Regex"];
-    else
-      throw Error("Replace normalizer needs pattern {\"String\": ...} or {\"Regex\": ...}", w,
-                  "");
-    steps_.push_back({Kind::kReplace, std::make_shared<Regex>(re, w),
-                      j.value("content", ""), false, false});
+    if (!j.contains("content")) throw Error("Replace normalizer without \"content\"", wt, "");
+    steps_.push_back({Kind::kReplace, std::make_shared<Regex>(json_pattern(j, wt), wt),
+                      json_string(j, "content", "", wt), false, false});
   } else {
     throw Error("unsupported normalizer type \"" + type + "\"", w,
                 "lazytrain supports NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip "
@@ -105,15 +124,9 @@ std::string Normalizer::normalize(const std::string& text) const {
       case Kind::kNfkd:
         s = unicode_normalize(s, st.kind);
         break;
-      case Kind::kLowercase: {
-        // Full Unicode lower-casing with the root locale (final sigma included), as
-        // Rust's str::to_lowercase.
-        icu::UnicodeString u = icu::UnicodeString::fromUTF8(s);
-        u.toLower(icu::Locale::getRoot());
-        s.clear();
-        u.toUTF8String(s);
+      case Kind::kLowercase:
+        s = lowercase_each_char(s);
         break;
-      }
       case Kind::kPrepend:
         if (!s.empty()) s = st.content + s;
         break;

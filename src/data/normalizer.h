@@ -1,7 +1,9 @@
 // The "normalizer" section of tokenizer.json: a list of steps applied to each piece of
 // input text (between added tokens) before pre-tokenization.
 // Supported types: NFC, NFD, NFKC, NFKD (ICU), Lowercase, Replace, Prepend, Strip, and
-// Sequence of these. Qwen2 uses NFC; Llama 3 has none (null).
+// Sequence of these. Qwen2 uses NFC; Llama 3 has none (null); Llama 2 (legacy) uses
+// Sequence[Prepend "▁", Replace " " -> "▁"]; Gemma uses Replace " " -> "▁". Lowercase
+// maps one character at a time, as HF (so a final "Σ" becomes "σ").
 #pragma once
 
 #include <memory>

@@ -7,50 +7,24 @@
 
 #include "core/error.h"
 #include "data/bpe_model.h"
-#include "data/byte_level.h"
+#include "data/decoder.h"
 #include "data/normalizer.h"
 #include "data/pre_tokenizer.h"
-#include "data/utf8.h"
 
 namespace lt::data {
 
 using nlohmann::json;
-
-// The decoder of tokenizer.json, reduced to what byte-level BPE files use.
-struct DecoderSpec {
-  bool present = false;    // null decoder: HF joins the tokens with spaces
-  bool byte_level = false;  // ByteLevel step present
-};
 
 struct Tokenizer::Impl {
   Normalizer normalizer;
   PreTokenizer pre_tokenizer;
   BpeModel model;
   AddedVocabulary added;
-  DecoderSpec decoder;
+  Decoder decoder;
   std::vector<int32_t> prefix, suffix;
 };
 
 namespace {
-
-void parse_decoder(const json& j, DecoderSpec& d, const std::string& where) {
-  if (j.is_null()) return;
-  const std::string w = where + ": decoder";
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
-    throw Error("decoder must be an object with a string \"type\"", w, "");
-  d.present = true;
-  const std::string type = j["type"];
-  if (type == "ByteLevel") {
-    d.byte_level = true;
-  } else if (type == "Sequence") {
-    if (!j.contains("decoders") || !j["decoders"].is_array())
-      throw Error("Sequence decoder without a \"decoders\" array", w, "");
-    for (const auto& s : j["decoders"]) parse_decoder(s, d, where);
-  } else {
-    throw Error("unsupported decoder type \"" + type + "\"", w,
-                "lazytrain decodes byte-level tokenizers (decoder ByteLevel)");
-  }
-}
 
 // Looks up a special token of a post-processor: a [content, id] pair or a name whose ids
 // are listed in TemplateProcessing's "special_tokens".
@@ -106,6 +80,11 @@ void parse_added_tokens(const json& j, Tokenizer::Impl& t, const std::string& wh
   if (j.is_null()) return;
   const std::string w = where + ": added_tokens";
   if (!j.is_array()) throw Error("\"added_tokens\" must be an array", w, "");
+  // As HF (AddedVocabulary::add_tokens), the ids written in the file are not what counts:
+  // a token whose content is known already (model vocabulary, or an earlier added token)
+  // takes that id, and the others are numbered in file order from the number of entries
+  // in the model vocabulary. Files HF wrote agree with their ids; a hand-edited one may not.
+  int32_t next_id = t.model.vocab_count();
   for (size_t i = 0; i < j.size(); ++i) {
     const auto& e = j[i];
     if (!e.is_object() || !e.contains("content") || !e["content"].is_string() || !e.contains("id") ||
@@ -114,15 +93,19 @@ void parse_added_tokens(const json& j, Tokenizer::Impl& t, const std::string& wh
                   w, "");
     AddedToken a;
     a.content = e["content"];
-    a.id = e["id"];
     a.special = e.value("special", false);
     // HF's default: special tokens match the raw text, others the normalized text.
     a.normalized = e.value("normalized", !a.special);
     a.single_word = e.value("single_word", false);
     a.lstrip = e.value("lstrip", false);
     a.rstrip = e.value("rstrip", false);
-    // As HF: content that is already in the model vocabulary keeps that id.
-    if (auto mid = t.model.token_to_id(a.content)) a.id = *mid;
+    if (a.content.empty()) continue;  // HF ignores these, and gives them no id
+    if (const AddedToken* known = t.added.find_content(a.content))
+      a.id = known->id;
+    else if (auto mid = t.model.token_to_id(a.content))
+      a.id = *mid;
+    else
+      a.id = next_id++;
     t.added.add(a);
   }
 }
@@ -163,14 +146,15 @@ Tokenizer Tokenizer::from_json_text(const std::string& json_text, const std::str
                          : (model.contains("merges") ? "BPE" : "");
   if (type != "BPE")
     throw Error("unsupported tokenizer model type \"" + type + "\"", where + ": model",
-                "lazytrain supports BPE tokenizers (GPT-2, Llama 3, Qwen2, Mistral styles)");
+                "lazytrain supports BPE tokenizers (byte-level as GPT-2, Llama 3, Qwen2; "
+                "SentencePiece-style as Llama 2, Mistral, Gemma)");
 
   auto impl = std::make_unique<Impl>();
   try {
     impl->model = BpeModel::from_json(model, where);
     impl->normalizer = Normalizer::from_json(j.value("normalizer", json()), where);
     impl->pre_tokenizer = PreTokenizer::from_json(j.value("pre_tokenizer", json()), where);
-    parse_decoder(j.value("decoder", json()), impl->decoder, where);
+    impl->decoder = Decoder::from_json(j.value("decoder", json()), where);
     parse_added_tokens(j.value("added_tokens", json()), *impl, where);
     impl->added.build(impl->normalizer);
     parse_post_processor(j.value("post_processor", json()), *impl, where);
@@ -189,20 +173,24 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   std::vector<TextSplit> raw, normalized;
   std::vector<std::string> words;
   t.added.split(std::string(text), /*normalized_set=*/false, raw);
-  for (const TextSplit& r : raw) {
+  // Splits never come out empty, so the first of each list is the one that starts its text
+  // (which Metaspace's prepend_scheme "first" needs to know).
+  for (size_t ri = 0; ri < raw.size(); ++ri) {
+    const TextSplit& r = raw[ri];
     if (r.id >= 0) {
       ids.push_back(r.id);
       continue;
     }
     normalized.clear();
     t.added.split(t.normalizer.normalize(r.text), /*normalized_set=*/true, normalized);
-    for (const TextSplit& n : normalized) {
+    for (size_t ni = 0; ni < normalized.size(); ++ni) {
+      const TextSplit& n = normalized[ni];
       if (n.id >= 0) {
         ids.push_back(n.id);
         continue;
       }
       words.clear();
-      t.pre_tokenizer.split(n.text, words);
+      t.pre_tokenizer.split(n.text, words, /*at_start=*/ri == 0 && ni == 0);
       for (const std::string& w : words) t.model.encode_word(w, ids);
     }
   }
@@ -212,31 +200,19 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   const Impl& t = *impl_;
-  std::string out;
-  bool first = true;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    std::string tok;
     if (const AddedToken* a = t.added.find_id(id)) {
       if (skip_special_tokens && a->special) continue;
-      tok = a->decode_text;
+      tokens.push_back(a->decode_text);
     } else {
-      tok = t.model.id_to_token(id);
+      const std::string& tok = t.model.id_to_token(id);
       if (tok.empty()) continue;  // unknown ids are skipped, as HF does
+      tokens.push_back(tok);
     }
-    if (!t.decoder.present) {
-      if (!first) out += ' ';
-      out += tok;
-    } else if (t.decoder.byte_level) {
-      // A token with characters outside the byte alphabet (e.g. an added token such as
-      // "<|im_start|>" is fine, but "é" is not) keeps its own UTF-8 bytes.
-      auto bytes = byte_level_decode(tok);
-      out += bytes ? *bytes : tok;
-    } else {
-      out += tok;
-    }
-    first = false;
   }
-  return utf8_lossy(out);
+  return t.decoder.decode(std::move(tokens));
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {

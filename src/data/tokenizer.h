@@ -1,12 +1,23 @@
-// A tokenizer loaded from a Hugging Face tokenizer.json: byte-level BPE in the GPT-2 /
-// Llama 3 / Qwen2 style (also plain BPE with byte_fallback).
+// A tokenizer loaded from a Hugging Face tokenizer.json, BPE model. Two families of files:
+//  - byte-level BPE (GPT-2, Llama 3, Qwen2): ByteLevel pre-tokenizer (after a Split regex)
+//    and decoder;
+//  - SentencePiece-style BPE (Llama 2, Mistral / Mixtral, Gemma): "▁" for spaces, either
+//    from a Metaspace pre-tokenizer (prepend_scheme always / first / never, split or not)
+//    or from a normalizer (Llama 2 legacy: Prepend "▁" + Replace " "; Gemma: Replace " "),
+//    the 256 byte tokens <0xNN> as byte_fallback for characters outside the vocabulary,
+//    <unk> with fuse_unk, and a decoder such as Sequence[Replace, ByteFallback, Fuse, Strip].
+// The parts each section supports are listed in normalizer.h, pre_tokenizer.h,
+// bpe_model.h and decoder.h; anything else is an lt::Error naming the field. Not
+// supported: WordPiece, Unigram and WordLevel models, BPE dropout, the Precompiled
+// normalizer.
 //
 // encode(text): cut out added/special tokens -> normalize each remaining piece -> cut out
 // normalized added tokens -> pre-tokenize into words -> BPE each word -> post-processor
-// (e.g. Llama 3's <|begin_of_text|>) when add_special_tokens. decode(ids): tokens ->
-// decoder (ByteLevel reverses the byte mapping) -> UTF-8 (invalid bytes become U+FFFD).
+// (e.g. Llama 3's <|begin_of_text|>, Llama 2's <s>) when add_special_tokens.
+// decode(ids): tokens (added tokens included, special ones unless skipped) -> decoder
+// steps -> UTF-8 (invalid bytes become U+FFFD).
 // The result matches HF tokenizers' Tokenizer.encode(...).ids and .decode(...); the parity
-// tests in tests/data check that on a varied corpus.
+// tests in tests/data check that on a varied corpus, for both families.
 //
 // Thread-safe for concurrent encode/decode on one instance.
 #pragma once

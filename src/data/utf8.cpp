@@ -67,6 +67,17 @@ bool is_white_space(char32_t c) {
          c == 0x205F || c == 0x3000;
 }
 
+bool is_valid_utf8(std::string_view bytes) {
+  size_t pos = 0;
+  while (pos < bytes.size()) {
+    char32_t cp = 0;
+    const size_t n = valid_sequence_length(bytes, pos, cp);
+    if (n == 0) return false;
+    pos += n;
+  }
+  return true;
+}
+
 std::string utf8_lossy(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());

@@ -21,6 +21,9 @@ size_t utf8_sequence_length(unsigned char b);
 // The Unicode White_Space property (Rust's char::is_whitespace and regex \s).
 bool is_white_space(char32_t c);
 
+// True when `bytes` is valid UTF-8 (Rust's String::from_utf8 accepts it).
+bool is_valid_utf8(std::string_view bytes);
+
 // Replaces every invalid UTF-8 sequence with U+FFFD, as Rust's from_utf8_lossy does.
 std::string utf8_lossy(std::string_view bytes);
 

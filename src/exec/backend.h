@@ -36,6 +36,18 @@ class Backend {
   virtual void wait_to_host(uint64_t fence) { (void)fence; }
   // Bytes moved each way since construction (for the trace and bench predict).
   size_t h2d_bytes = 0, d2h_bytes = 0;
+
+  // Seconds each link spent copying since construction: every copy from its start to its
+  // end (not the time it waited in the queue), so bytes over busy time is the rate the
+  // link really moved them at (train/replanner.h measures it per step). All zero when the
+  // backend does not time its copies (cpu: no copies at all).
+  struct LinkBusy {
+    double h2d_s = 0, d2h_s = 0;
+  };
+  virtual LinkBusy link_busy() const { return {}; }
+  // Called by the executor after the kernels of each layer and head window, with their
+  // duration; a backend that plays a slower compute tier (emu) waits here. Default: nothing.
+  virtual void compute_done(double seconds) { (void)seconds; }
 };
 
 // "cpu": the compute tier is host RAM; copies are memcpy, done when issued.
@@ -43,6 +55,21 @@ std::unique_ptr<Backend> make_cpu_backend();
 // "emu": a separate compute arena, one copy thread per direction, each copy lasting at
 // least bytes / (GB/s * 1e9) when the rate is > 0 (0: as fast as memcpy).
 std::unique_ptr<Backend> make_emu_backend(double h2d_gbps = 0, double d2h_gbps = 0);
+
+// The emu backend with its throttles exposed, so a test or a bench can change the machine
+// it plays partway through a run. The setters are thread-safe and may be called while a
+// step runs: a copy takes the link rate in force when its lane starts it (a copy already
+// running keeps its own), a window its compute slowdown when its kernels end.
+class EmuBackend : public Backend {
+ public:
+  // GB/s per direction; 0: as fast as memcpy. lt::Error for a negative rate.
+  virtual void set_link_rates(double h2d_gbps, double d2h_gbps) = 0;
+  // >= 1: each layer and head window's compute lasts this many times its kernels' time
+  // (the backend sleeps the difference), as a slower compute tier would. 1: no slowdown.
+  virtual void set_compute_slowdown(double factor) = 0;
+  virtual double compute_slowdown() const = 0;
+};
+std::unique_ptr<EmuBackend> make_emu(double h2d_gbps = 0, double d2h_gbps = 0, double compute_slowdown = 1);
 // Throws lt::Error for an unknown name (the list: cpu, emu).
 std::unique_ptr<Backend> make_backend(const std::string& name);
 

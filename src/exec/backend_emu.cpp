@@ -3,7 +3,13 @@
 // FIFO, as cudaMemcpyAsync on an H2D and a D2H stream would. An optional throttle makes
 // each copy last at least bytes / GB/s, so a small machine can play a GPU whose PCIe is
 // slow next to its compute (an H800's ratio) and the simulator can be checked against it.
+// A compute slowdown makes each layer window's kernels last longer (the executor reports
+// their time through compute_done), for a compute tier slower than this CPU. Both can be
+// changed while a run goes on (EmuBackend in exec/backend.h), and each lane times its
+// copies (link_busy), so a run can measure the rates it really got.
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -21,6 +27,11 @@ namespace {
 class CopyLane {
  public:
   explicit CopyLane(double bytes_per_s) : bw_(bytes_per_s), thread_([this] { run(); }) {}
+  void set_rate(double bytes_per_s) { bw_.store(bytes_per_s); }
+  double busy_s() const {
+    std::lock_guard lock(mu_);
+    return busy_s_;
+  }
   ~CopyLane() {
     {
       std::lock_guard lock(mu_);
@@ -67,17 +78,21 @@ class CopyLane {
       queue_.pop_front();
       lock.unlock();
       const auto t0 = std::chrono::steady_clock::now();
+      const double bw = bw_.load();  // the rate when the copy starts
       std::memcpy(c.dst, c.src, c.bytes);
-      if (bw_ > 0)  // the throttle: the copy ends no earlier than bytes / bandwidth
-        std::this_thread::sleep_until(t0 + std::chrono::duration<double>(static_cast<double>(c.bytes) / bw_));
+      if (bw > 0)  // the throttle: the copy ends no earlier than bytes / bandwidth
+        std::this_thread::sleep_until(t0 + std::chrono::duration<double>(static_cast<double>(c.bytes) / bw));
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       lock.lock();
+      busy_s_ += took;
       --pending_;
       done_cv_.notify_all();
     }
   }
 
-  double bw_;
+  std::atomic<double> bw_;
   mutable std::mutex mu_;
+  double busy_s_ = 0;  // the copies' own time, summed (under mu_)
   std::condition_variable cv_, done_cv_;
   std::deque<Copy> queue_;
   size_t pending_ = 0;
@@ -86,9 +101,15 @@ class CopyLane {
   std::thread thread_;  // last: starts after the members it uses
 };
 
-class EmuBackend final : public Backend {
+double bytes_per_s(double gbps) {
+  if (!(gbps >= 0))
+    throw Error("a negative emu link bandwidth", "emu backend", "give GB/s > 0, or 0 for no throttle");
+  return gbps * 1e9;
+}
+
+class Emu final : public EmuBackend {
  public:
-  EmuBackend(double h2d_bps, double d2h_bps) : h2d_(h2d_bps), d2h_(d2h_bps) {}
+  Emu(double h2d_bps, double d2h_bps, double slowdown) : h2d_(h2d_bps), d2h_(d2h_bps) { set_compute_slowdown(slowdown); }
   const char* name() const override { return "emu"; }
   bool host_is_compute() const override { return false; }
   void copy_to_compute(void* dst, const void* src, size_t bytes) override {
@@ -107,17 +128,36 @@ class EmuBackend final : public Backend {
   uint64_t to_host_fence() const override { return d2h_.issued(); }
   void wait_to_compute(uint64_t fence) override { h2d_.wait(fence); }
   void wait_to_host(uint64_t fence) override { d2h_.wait(fence); }
+  LinkBusy link_busy() const override { return {h2d_.busy_s(), d2h_.busy_s()}; }
+  void compute_done(double seconds) override {
+    const double f = slowdown_.load();
+    if (f > 1 && seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>((f - 1) * seconds));
+  }
+
+  void set_link_rates(double h2d_gbps, double d2h_gbps) override {
+    const double h = bytes_per_s(h2d_gbps), d = bytes_per_s(d2h_gbps);
+    h2d_.set_rate(h);
+    d2h_.set_rate(d);
+  }
+  void set_compute_slowdown(double factor) override {
+    if (!(factor >= 1) || !std::isfinite(factor))
+      throw Error("emu compute slowdown " + std::to_string(factor) + " is below 1", "emu backend",
+                  "give a factor >= 1 (1: compute at this CPU's speed)");
+    slowdown_.store(factor);
+  }
+  double compute_slowdown() const override { return slowdown_.load(); }
 
  private:
   CopyLane h2d_, d2h_;
+  std::atomic<double> slowdown_{1};
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_emu_backend(double h2d_gbps, double d2h_gbps) {
-  if (h2d_gbps < 0 || d2h_gbps < 0)
-    throw Error("a negative emu link bandwidth", "emu backend", "give GB/s > 0, or 0 for no throttle");
-  return std::make_unique<EmuBackend>(h2d_gbps * 1e9, d2h_gbps * 1e9);
+std::unique_ptr<EmuBackend> make_emu(double h2d_gbps, double d2h_gbps, double compute_slowdown) {
+  return std::make_unique<Emu>(bytes_per_s(h2d_gbps), bytes_per_s(d2h_gbps), compute_slowdown);
 }
+
+std::unique_ptr<Backend> make_emu_backend(double h2d_gbps, double d2h_gbps) { return make_emu(h2d_gbps, d2h_gbps); }
 
 }  // namespace lt

@@ -38,8 +38,10 @@ ComputeTierWeights compute_tier_weights(const Plan& plan, const Backend& backend
   cw.on_compute = true;
   cw.layer_bytes = bf16_compute ? Bf16WeightSlot(plan.model).bytes() : block * sizeof(float);
   cw.layer_grad_bytes = block * sizeof(float);
-  cw.lm_head_bytes = static_cast<size_t>(plan.model.vocab_size * plan.model.hidden_size) *
-                     (bf16_compute ? sizeof(bf16) : sizeof(float));
+  // One lm_head slot: the whole matrix, or one chunk of a streamed head.
+  const int64_t rows = plan.head_chunk_rows > 0 ? plan.head_chunk_rows : plan.model.vocab_size;
+  cw.lm_head_bytes = static_cast<size_t>(rows * plan.model.hidden_size) * (bf16_compute ? sizeof(bf16) : sizeof(float));
+  cw.lm_head_grad_bytes = static_cast<size_t>(rows * plan.model.hidden_size) * sizeof(float);
   return cw;
 }
 
@@ -89,7 +91,16 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
     const int64_t V = config_.vocab_size;
     in0_ = host_.allocate(T_ * C_ * sizeof(float), "in.0");
     dx0_ = host_.allocate(T_ * C_ * sizeof(float), "dx.0");
-    grad_stage_ = host_.allocate(std::max(block_numel(config_), V * C_) * sizeof(float), "gradient staging");
+    const int64_t head_rows = sched_.head_chunk_rows > 0 ? sched_.head_chunk_rows : V;  // one lm_head slot
+    grad_stage_ = host_.allocate(std::max(block_numel(config_), head_rows * C_) * sizeof(float), "gradient staging");
+  }
+  if (sched_.head_chunk_rows > 0) {  // a streamed head sums as the whole one only on whole sub-chunks
+    const int64_t sub = cross_entropy_chunks(T_, config_.vocab_size, {}, options.precision).vocab_chunk;
+    if (sched_.head_chunk_rows % sub != 0)
+      throw Error("the plan streams the head in chunks of " + std::to_string(sched_.head_chunk_rows) +
+                      " rows, not a multiple of the cross-entropy's vocabulary sub-chunk of " + std::to_string(sub),
+                  "streaming executor", "regenerate the plan with `lazytrain plan` (chunks are multiples of " +
+                      std::to_string(kHeadChunkQuantum) + " rows)");
   }
   check_sequence_length(config_, seq_);
   const int64_t half = config_.head_dim / 2;
@@ -183,6 +194,7 @@ void StreamingExecutor::abort_step() noexcept {
     if (p) p->write = p->read = 0;
   pager_->abandon();
   landings_.clear();
+  pending_grads_.clear();
   live_.clear();
   peak_ = std::max(peak_, arena_->peak_live_bytes());
   arena_->reset();
@@ -236,7 +248,7 @@ std::pair<BlockTensors, BlockTensorsBf16> StreamingExecutor::weights(ModelParame
 
 // Copies the weights planned to arrive in window w onto the compute tier; waits for them
 // only when this window's own compute reads them (a prefetch runs under the compute).
-void StreamingExecutor::load_weights(int w, ModelParameters& params, const bf16* compute_copy) {
+void StreamingExecutor::load_weights(int w, ModelParameters& params, const bf16* compute_copy, int which) {
   const size_t bytes = static_cast<size_t>(block_numel(config_)) * sizeof(float);
   const double t = now();
   // What this window's compute reads goes first on the link, and only that is waited
@@ -248,7 +260,9 @@ void StreamingExecutor::load_weights(int w, ModelParameters& params, const bf16*
       backend_.copy_to_compute(buf(slot), params.block_base(j), bytes);
   };
   auto issue = [&](bool for_this_window) {
-    if (sched_.head_load_w == w && (sched_.head == w) == for_this_window) {
+    if (sched_.head_load_w == w && (sched_.head == w) == for_this_window && sched_.head_chunk_rows > 0) {
+      load_head_chunk(0, params, compute_copy);  // with the final norm
+    } else if (sched_.head_load_w == w && (sched_.head == w) == for_this_window) {
       const int64_t C = C_, V = config_.vocab_size;
       backend_.copy_to_compute(buf("w.norm"), params.final_norm(), C * sizeof(float));
       if (bf16_slot_)
@@ -264,10 +278,10 @@ void StreamingExecutor::load_weights(int w, ModelParameters& params, const bf16*
       if (sched_.bwd_load_w[j] == w && (sched_.backward_w[j] == w) == for_this_window) load_layer("wb." + id, j);
     }
   };
-  issue(true);
+  if (which & kOwnLoads) issue(true);
   const uint64_t needed = backend_.to_compute_fence();
-  const bool needed_now = needed != fence_at_window_start_;
-  issue(false);
+  const bool needed_now = (which & kOwnLoads) && needed != fence_at_window_start_;
+  if (which & kPrefetches) issue(false);
   if (needed_now) {
     backend_.wait_to_compute(needed);
     event("weights", "h2d", t);
@@ -292,6 +306,16 @@ void StreamingExecutor::land_gradient(float* host, const float* slot, int64_t n,
   }
 }
 
+void StreamingExecutor::drain_gradients(int w, const StepOptions& o) {
+  size_t k = 0;
+  while (k < pending_grads_.size() && pending_grads_[k].window == w) {
+    const PendingGradient& g = pending_grads_[k++];
+    land_gradient(g.host, g.slot, g.n, true, o);
+  }
+  LT_ASSERT(k == pending_grads_.size() || pending_grads_[k].window > w, "a gradient drain the plan's window passed");
+  pending_grads_.erase(pending_grads_.begin(), pending_grads_.begin() + static_cast<std::ptrdiff_t>(k));
+}
+
 double StreamingExecutor::finish_landings(double sq, size_t n) {
   LT_ASSERT(n <= landings_.size(), "finishing gradient copies never issued");
   if (n == 0) return sq;
@@ -299,7 +323,7 @@ double StreamingExecutor::finish_landings(double sq, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const Landing& l = landings_[i];
     if (l.count) sq = sq_sum(l.host, l.n, sq);
-    event("gradients", "d2h", l.issued_s, static_cast<double>(l.n * sizeof(float)));
+    if (l.copied) event("gradients", "d2h", l.issued_s, static_cast<double>(l.n * sizeof(float)));
   }
   landings_.erase(landings_.begin(), landings_.begin() + static_cast<std::ptrdiff_t>(n));
   return sq;
@@ -373,11 +397,14 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   for (int w = 0; w < static_cast<int>(plan_.windows.size()); ++w) {
     const Window& win = plan_.windows[w];
     const double start = since();
-    const size_t earlier_landings = landings_.size();  // issued by earlier windows
     window_name_ = win.name;
     if (options.before_window) options.before_window(w);
     arena_->begin_window(w);
     for (const std::string& n : acquire_at_[w]) live_[n] = reinterpret_cast<float*>(arena_->acquire(n).data());
+    // Layer gradients the plan drains in this window go out first; they and the copies of
+    // earlier windows are done at this window's barrier.
+    drain_gradients(w, options);
+    const size_t earlier_landings = landings_.size();
     for (int b = 0; b < L; ++b) {
       const BoundarySchedule& bs = sched_.boundaries[b];
       if (!bs.offloaded()) continue;
@@ -390,7 +417,10 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
     pager_->start_writes(w, since());
     if (!backend_.host_is_compute()) {
       fence_at_window_start_ = backend_.to_compute_fence();
-      load_weights(w, params, options.compute_copy);
+      // A streamed head's chunks go first on the link; run_head queues the prefetches
+      // behind its last chunk.
+      const bool streamed_head = win.kind == WindowKind::Head && sched_.head_chunk_rows > 0;
+      load_weights(w, params, options.compute_copy, streamed_head ? kOwnLoads : kOwnLoads | kPrefetches);
     }
 
     const int j = win.layer;
@@ -418,40 +448,11 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         if (j + 1 < L) store_boundary(j + 1);
         break;
       }
-      case WindowKind::Head: {
-        float* x = buf("x." + std::to_string(L));
-        float* norm_out = buf("head.norm_out");
-        float* rstd = buf("head.rstd");
-        float* d_hidden = buf("head.d_hidden");
-        const float eps = static_cast<float>(c.rms_norm_eps);
-        const bool host = backend_.host_is_compute();
-        const float* norm_w = host ? params.final_norm() : buf("w.norm");
-        // The lm_head: host views on the cpu backend, else the slot (bf16 under bf16 compute).
-        const float* head_w = host ? params.lm_head() : bf16_slot_ ? nullptr : buf("w.lm_head");
-        const bf16* head_bf16 = ctx_.precision != Precision::BF16 ? nullptr
-                                : host ? options.compute_copy + (params.lm_head() - params.data())
-                                       : reinterpret_cast<const bf16*>(buf("w.lm_head"));
-        float* norm_g = host ? grads.final_norm() : buf("g.norm");
-        float* head_g = host ? grads.lm_head() : buf("g.lm_head");
-        if (!host) {  // gradient slots start at zero; the host's sums are added after
-          std::memset(norm_g, 0, C * sizeof(float));
-          std::memset(head_g, 0, V * C * sizeof(float));
-        }
-        rmsnorm_forward(norm_out, rstd, x, norm_w, T, C, eps);
-        const double loss_sum = head_cross_entropy(d_hidden, head_g, norm_out, head_w, head_bf16, targets.data(), T,
-                                                   C, V, grad_scale, ctx_.precision);
+      case WindowKind::Head: {  // streaming_head.cpp
+        const double loss_sum = run_head(w, params, grads, targets.data(), grad_scale, options, sq);
         result.loss = predicted > 0 ? loss_sum / static_cast<double>(predicted) : 0.0;
         d_out = buf("dx.0");
         d_in = buf("dx.1");
-        rmsnorm_backward(d_out, norm_g, d_hidden, x, norm_w, rstd, T, C);
-        // Norm order: final norm, then an untied head (a tied one counts as the embedding).
-        if (host) {
-          sq = sq_sum(grads.final_norm(), C, sq);
-          if (!tied(params)) sq = sq_sum(grads.lm_head(), V * C, sq);
-        } else {
-          land_gradient(grads.final_norm(), norm_g, C, true, options);
-          land_gradient(grads.lm_head(), head_g, V * C, !tied(params), options);
-        }
         break;
       }
       case WindowKind::Recompute: {
@@ -483,7 +484,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         BlockTensors gj = bind_block_tensors(c, g);
         block_backward(d_in, gj, workspace_, d_out, x_in, wj, bj, sv, ctx_);
         if (host) sq = sq_sum(grads.block_base(j), block_numel(c), sq);
-        else land_gradient(grads.block_base(j), g, block_numel(c), true, options);
+        else pending_grads_.push_back({grads.block_base(j), g, block_numel(c), sched_.grad_drain_w[j]});
         std::swap(d_in, d_out);
         break;
       }
@@ -498,11 +499,22 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         break;  // its norm is summed after the barrier, behind layer 0's
 
     }
+    if (win.kind == WindowKind::Forward || win.kind == WindowKind::Head || win.kind == WindowKind::Recompute ||
+        win.kind == WindowKind::Backward) {
+      // A slower compute tier (emu) stretches the kernels' own time, not the waits for the
+      // boundary copies issued among them (store_boundary's, traced as their own events).
+      double kernels = since() - compute_start;
+      for (auto e = result.events.rbegin(); e != result.events.rend() && e->start_s >= compute_start; ++e)
+        kernels -= e->end_s - e->start_s;
+      backend_.compute_done(std::max(0.0, kernels));
+    }
     if (win.kind != WindowKind::Prologue0 && win.kind != WindowKind::Load) event(win.name, "compute", compute_start);
     // The window's barrier: its copies to the compute tier are done before its frees.
-    // A gradient copied out in this window drains under the next one (its slot lives
-    // through that window, as the plan's g.<j> transfer does); those from earlier windows
-    // are done now. The epilogue, the last window, waits for everything.
+    // A gradient copied out during this window's compute (the head's) drains under the
+    // next one (its slot lives through that window, as the plan's g.head transfer does);
+    // layer gradients drain in the window the plan's g.<j> transfer names, copied at its
+    // start; the copies issued before this window's compute are done now. The epilogue,
+    // the last window, waits for everything.
     if (win.kind == WindowKind::Epilogue || w + 1 == static_cast<int>(plan_.windows.size())) {
       backend_.synchronize();
       sq = finish_landings(sq, landings_.size());

@@ -4,7 +4,10 @@
 //  - forward: each boundary kept whole on the compute tier, or split by tokens into a
 //    compute part, a host part and an NVMe part (through host staging and NvmeStore),
 //    or dropped and rebuilt by the RC windows of its recompute block;
-//  - head: final norm, fused head + cross-entropy, its backward;
+//  - head: final norm, fused head + cross-entropy, its backward; when the plan streams the
+//    head (plan/plan.h), the lm_head passes twice through two chunk slots, chunk by chunk
+//    (the logsumexp over every row, then each chunk's gradient rows, drained to the host
+//    as they are made), with ModelStep's bits (kernels/cpu/cross_entropy.h's streamed form);
 //  - backward: the block's input fetched (or recomputed), internals recomputed unless the
 //    plan keeps them, block_backward, gradients added into the host gradient block and
 //    their squared norm summed as each layer's arrive (fixed order: head, layers L-1..0,
@@ -23,8 +26,9 @@
 //
 // Waits (the backend's per-direction fences, as CUDA events): a window waits only for the
 // weights its own compute reads (issued first on the link; prefetches queue behind them
-// and run under the compute), and a gradient copied out drains under the next window,
-// whose barrier waits for it before summing its norm. Failure: a step that throws drains
+// and run under the compute), and a layer's gradient slot is copied out at the start of
+// the window the plan drains it in (the head's during HEAD, under the next window), whose
+// barrier waits for it before summing its norm. Failure: a step that throws drains
 // its copies and NVMe requests and resets the arena (abort_step), so nothing is left in
 // flight and the next step starts clean. Precision: fp32, or bf16 matmuls (weights from the
 // caller's bf16 compute copy: host views on the cpu backend, bf16 slots copied from it on
@@ -175,8 +179,21 @@ class StreamingExecutor {
   // the step's compute copy), else the arena slot's ("w.", "wr.", "wb." + j).
   std::pair<BlockTensors, BlockTensorsBf16> weights(ModelParameters& params, int j, const char* slot,
                                                     const StepOptions& o);
-  void load_weights(int w, ModelParameters& params, const bf16* compute_copy);
+  // which: kOwnLoads (what window w's compute reads, waited for) and/or kPrefetches (for
+  // later windows, left running).
+  enum : int { kOwnLoads = 1, kPrefetches = 2 };
+  void load_weights(int w, ModelParameters& params, const bf16* compute_copy, int which = kOwnLoads | kPrefetches);
+  // Queues load i of a streamed head (chunk i % chunks into slot i % 2; load 0 also brings
+  // the final norm) and notes its fence. streaming_head.cpp.
+  void load_head_chunk(int64_t i, ModelParameters& params, const bf16* compute_copy);
+  // The HEAD window's compute: the loss sum over the predicted tokens; d_hidden gets the
+  // head's input gradient, dx.0 the final norm's; the head's gradients land (or, on the
+  // cpu backend, are summed in place) and their squares join `sq` in the norm order.
+  double run_head(int w, ModelParameters& params, ModelParameters& grads, const int32_t* targets, float grad_scale,
+                  const StepOptions& o, double& sq);
   void land_gradient(float* host, const float* slot, int64_t n, bool count, const StepOptions& o);
+  // Lands the layer gradients the plan drains in window w (StreamSchedule::grad_drain_w).
+  void drain_gradients(int w, const StepOptions& o);
   // Waits for the first n gradient copies in flight, then sums their norms (in order).
   double finish_landings(double sq, size_t n);
   void run_update(size_t target, ModelParameters& params, ModelParameters& grads, const StepOptions& o);
@@ -206,9 +223,20 @@ class StreamingExecutor {
     bool count;  // in the norm (a tied head's gradient is counted as the embedding's)
     double issued_s;
     uint64_t fence;  // the backend's to-host fence once its copy is issued
+    bool copied = true;  // false: only counts `host` in the norm once the copies before it land
   };
   std::vector<Landing> landings_;  // gradient copies in flight, in production order
+  // Layer gradients computed, their slots waiting for the plan's drain window (in
+  // production order, which the plan's drains keep).
+  struct PendingGradient {
+    float* host;
+    const float* slot;
+    int64_t n;
+    int window;
+  };
+  std::vector<PendingGradient> pending_grads_;
   uint64_t fence_at_window_start_ = 0;  // to-compute copies issued before load_weights
+  uint64_t head_slot_fence_[2] = {0, 0};  // a streamed head's last load into each chunk slot
   // Declared before the store, so the store (which waits for requests in flight) goes
   // first and the pager's staging buffers outlive every request that uses them.
   std::unique_ptr<StatePager> pager_;

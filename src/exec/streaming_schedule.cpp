@@ -176,7 +176,13 @@ StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, const
       if (moves(plan.windows[w], tensor, Link::H2D)) at = w;
     return at;
   };
-  s.head_load_w = last_load("w.head", -1, s.head);
+  const int64_t V = plan.model.vocab_size;
+  if (plan.head_chunk_rows < 0 || plan.head_chunk_rows >= V)
+    bad_plan("the head's chunks of " + std::to_string(plan.head_chunk_rows) + " rows: 0 (whole) or below the " +
+             "vocabulary of " + std::to_string(V));
+  s.head_chunk_rows = plan.head_chunk_rows;
+  s.head_chunks = plan.head_chunks();
+  s.head_load_w = last_load(s.head_chunk_rows > 0 ? "w.head.0" : "w.head", -1, s.head);
   s.fwd_load_w.assign(L, -1);
   s.rc_load_w.assign(L, -1);
   s.bwd_load_w.assign(L, -1);
@@ -191,6 +197,20 @@ StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, const
     // The compute copy is taken after the update: the update moves up to the load.
     if (weights_on_compute) s.update_w[1 + j] = std::min(s.update_w[1 + j], s.fwd_load_w[j]);
   }
+
+  // Gradient drains: the plan's copy of g.<j> to the host after B{j}.
+  const int windows = static_cast<int>(plan.windows.size());
+  s.grad_drain_w.assign(L, -1);
+  for (int j = 0; j < L; ++j) {
+    const std::string gj = "g." + std::to_string(j);
+    for (int w = s.backward_w[j] + 1; w < windows && s.grad_drain_w[j] < 0; ++w)
+      if (moves(plan.windows[w], gj, Link::D2H)) s.grad_drain_w[j] = w;
+    if (s.grad_drain_w[j] < 0) s.grad_drain_w[j] = std::min(s.backward_w[j] + 1, windows - 1);
+  }
+  for (int j = 0; j + 1 < L; ++j)  // layer j+1's gradients are produced before layer j's
+    if (s.grad_drain_w[j + 1] > s.grad_drain_w[j])
+      bad_plan("layer " + std::to_string(j + 1) + "'s gradients drain after layer " + std::to_string(j) +
+               "'s; the executor sums the gradient norm in the order the gradients are produced");
 
   schedule_state_paging(s, plan);
 
@@ -225,19 +245,26 @@ StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, const
   req("head.d_hidden", full, s.head, s.head);
   if (weights_on_compute) {
     const size_t wbytes = cw.layer_bytes, gbytes = cw.layer_grad_bytes;
-    const size_t C = static_cast<size_t>(s.hidden), V = static_cast<size_t>(plan.model.vocab_size);
+    const size_t C = static_cast<size_t>(s.hidden);
     for (int j = 0; j < L; ++j) {
       const std::string id = std::to_string(j);
       req("w." + id, wbytes, s.fwd_load_w[j], s.forward_w[j]);
       if (s.recompute_w[j] >= 0) req("wr." + id, wbytes, s.rc_load_w[j], s.recompute_w[j]);
       req("wb." + id, wbytes, s.bwd_load_w[j], s.backward_w[j]);
-      // A gradient slot drains to the host under the next window's compute.
-      req("g." + id, gbytes, s.backward_w[j], s.backward_w[j] + 1);
+      // A gradient slot drains to the host under its drain window's compute.
+      req("g." + id, gbytes, s.backward_w[j], s.grad_drain_w[j]);
     }
     req("w.norm", C * sizeof(float), s.head_load_w, s.head);
-    req("w.lm_head", cw.lm_head_bytes, s.head_load_w, s.head);
     req("g.norm", C * sizeof(float), s.head, s.head + 1);
-    req("g.lm_head", V * C * sizeof(float), s.head, s.head + 1);
+    if (s.head_chunk_rows == 0) {
+      req("w.lm_head", cw.lm_head_bytes, s.head_load_w, s.head);
+      req("g.lm_head", cw.lm_head_grad_bytes, s.head, s.head + 1);
+    } else {  // chunk c+2 reuses chunk c's slots (streaming_head.cpp)
+      for (const char* k : {"0", "1"}) {
+        req(std::string("w.lm_head.") + k, cw.lm_head_bytes, s.head_load_w, s.head);
+        req(std::string("g.lm_head.") + k, cw.lm_head_grad_bytes, s.head, s.head + 1);
+      }
+    }
   }
   req("dx.0", full, s.head, s.epilogue);
   req("dx.1", full, s.head, s.epilogue);

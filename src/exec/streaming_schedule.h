@@ -54,7 +54,17 @@ struct StreamSchedule {
   // wr.<j>, wb.<j>) that lives from its load to its use, so a recompute block holds no
   // more weights at once than the plan's two slots.
   std::vector<int> fwd_load_w, rc_load_w, bwd_load_w;
-  int head_load_w = -1;
+  // The window whose start copies layer j's gradient slot (g.<j>) to the host: the plan's
+  // g.<j> transfer after B{j} (the window after B{j} for a plan that moves none). Drains
+  // follow the order the gradients are produced (the norm sums them in that order); the
+  // slot lives from B{j} to the end of that window.
+  std::vector<int> grad_drain_w;
+  int head_load_w = -1;  // the window loading the head (whole), or its final norm and chunk 0 (streamed)
+  // The head streamed in chunks of head_chunk_rows vocabulary rows (0: held whole), the
+  // plan's (plan/plan.h): its lm_head passes twice through two chunk slots (w.lm_head.0,
+  // w.lm_head.1, from head_load_w to HEAD) and its gradient rows through two more
+  // (g.lm_head.0, g.lm_head.1, from HEAD to the window after).
+  int64_t head_chunk_rows = 0, head_chunks = 1;
   // Optimizer-state paging (plan/state_paging.h), per layer (-1: its state stays on the
   // host): the windows whose start issues the NVMe read and, after that window's
   // updates, the write-back; and the host staging slot the state occupies from its read
@@ -66,10 +76,11 @@ struct StreamSchedule {
 
 // Backends whose compute tier is not the host's memory plan their weight and gradient
 // slots in the arena too: a layer's weight slot (the fp32 block, or bf16_weight_slot.h's
-// under bf16), its fp32 gradient slot, and the lm_head's slot (fp32 or bf16).
+// under bf16), its fp32 gradient slot, and an lm_head slot (fp32 or bf16): the whole
+// lm_head, or one chunk of a streamed head (its fp32 gradient slot likewise).
 struct ComputeTierWeights {
   bool on_compute = false;
-  size_t layer_bytes = 0, layer_grad_bytes = 0, lm_head_bytes = 0;
+  size_t layer_bytes = 0, layer_grad_bytes = 0, lm_head_bytes = 0, lm_head_grad_bytes = 0;
 };
 
 // Throws lt::Error for a plan the executor cannot run (infeasible, wrong model shape,

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "plan/default_schedule.h"
+#include "plan/head_streaming.h"
 #include "plan/plan_builder.h"
 #include "plan/plan_evaluate.h"
 #include "plan/plan_stages.h"
@@ -54,6 +55,13 @@ Plan plan_greedy(const PlanRequest& req, const CostModel& cm) {
   };
   Plan p;
   try_build(p);
+  // A whole head that does not fit streams first: that costs one more pass of its weights
+  // over the link, under HEAD's compute, where every boundary moved costs its own traffic
+  // or its recompute.
+  if (!p.feasible && cm.min_head_chunk_rows() > 0) {
+    d.head_chunk_rows = cm.min_head_chunk_rows();
+    try_build(p);
+  }
   auto host_ok = [](const Plan& q) {
     return cpu_reserved_activation_bytes(q) <= q.cpu_act_budget_bytes * (1 + 1e-9) &&
            q.predicted_peak.cpu <= q.hardware.host_memory_bytes;
@@ -78,6 +86,10 @@ Plan plan_greedy(const PlanRequest& req, const CostModel& cm) {
   if (p.windows.empty()) {  // nothing buildable: report the all-GPU plan
     d = all_gpu_decisions(L, "greedy");
     try_build(p);
+  }
+  if (p.feasible && d.head_chunk_rows > 0 && assign_asap_traffic(d, cm)) {  // the traffic of p's boundaries
+    p = widen_head_chunks(req, cm, d, std::move(p));
+    p.solve.status = "heuristic";
   }
   return p;
 }

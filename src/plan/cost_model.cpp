@@ -51,6 +51,8 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   double head_stream_params = c.tie_word_embeddings ? head_own + m.embed_params : head_own;
   m.head_weight_bytes = wb * head_stream_params;
   m.head_grad_bytes = gb * head_stream_params;
+  m.vocab_size = c.vocab_size;
+  m.hidden_size = c.hidden_size;
 
   m.boundary_bytes = static_cast<double>(boundary_bytes(c, batch, seq, ab));
   m.internals_bytes =
@@ -90,6 +92,47 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   m.nvme_read_bw = hw.nvme_read_bw;
   m.nvme_write_bw = hw.nvme_write_bw;
   return m;
+}
+
+double HeadFootprint::chunk_weight_bytes(int64_t c) const {
+  return row_weight_bytes * static_cast<double>(std::min(chunk_rows, vocab - c * chunk_rows));
+}
+double HeadFootprint::chunk_grad_bytes(int64_t c) const {
+  return row_grad_bytes * static_cast<double>(std::min(chunk_rows, vocab - c * chunk_rows));
+}
+
+HeadFootprint CostModel::head_footprint(int64_t chunk_rows) const {
+  HeadFootprint f;
+  f.vocab = vocab_size;
+  const double C = static_cast<double>(hidden_size), V = static_cast<double>(vocab_size);
+  // The head's parameters are the final norm (C) and the lm_head (V rows of C; the
+  // embedding when tied), all at one element size.
+  f.row_weight_bytes = head_weight_bytes / (V * C + C) * C;
+  f.row_grad_bytes = head_grad_bytes / (V * C + C) * C;
+  f.norm_weight_bytes = f.row_weight_bytes;
+  f.norm_grad_bytes = f.row_grad_bytes;
+  f.head_d2h_bytes = head_grad_bytes;
+  if (chunk_rows <= 0) {
+    f.weight_buffer_bytes = f.prefetch_h2d_bytes = head_weight_bytes;
+    f.grad_buffer_bytes = head_grad_bytes;
+    return f;
+  }
+  if (chunk_rows >= vocab_size)
+    throw Error("a head chunk of " + std::to_string(chunk_rows) + " rows is not smaller than the vocabulary (" +
+                    std::to_string(vocab_size) + ")",
+                "plan request", "stream the head in smaller chunks, or hold it whole (chunk rows 0)");
+  f.chunk_rows = chunk_rows;
+  f.chunks = (vocab_size + chunk_rows - 1) / chunk_rows;
+  const double rows = static_cast<double>(chunk_rows);
+  f.weight_buffer_bytes = 2 * rows * f.row_weight_bytes + f.norm_weight_bytes;
+  f.grad_buffer_bytes = 2 * rows * f.row_grad_bytes + f.norm_grad_bytes;
+  f.prefetch_h2d_bytes = f.norm_weight_bytes + f.chunk_weight_bytes(0);
+  f.head_h2d_bytes = 2 * V * f.row_weight_bytes - f.chunk_weight_bytes(0);
+  return f;
+}
+
+int64_t CostModel::min_head_chunk_rows() const {
+  return 2 * kHeadChunkQuantum < vocab_size ? kHeadChunkQuantum : 0;
 }
 
 }  // namespace lt

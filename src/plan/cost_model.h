@@ -13,7 +13,11 @@
 //  - a layer's backward reruns its own forward first unless its internals were kept
 //    (RecomputeFromInput), so backward compute = 2 forward (+1 forward when recomputed);
 //  - the head (final norm, lm_head, loss) runs forward and backward in one window over
-//    vocabulary chunks, recomputing each chunk's logits in backward: 4 head-forwards.
+//    vocabulary chunks, recomputing each chunk's logits in backward: 4 head-forwards;
+//  - the head's weights are held whole on the compute tier, or streamed through it in
+//    vocabulary chunks (head_footprint below): two chunk buffers for the weights, two for
+//    the gradients draining to the host, and every lm_head row loaded twice (the loss's
+//    logsumexp needs every row before any gradient row can be formed).
 #pragma once
 
 #include <cstdint>
@@ -21,8 +25,27 @@
 
 #include "model/config.h"
 #include "plan/hardware_profile.h"
+#include "plan/plan.h"
 
 namespace lt {
+
+// What the head costs the compute tier and the links, held whole or streamed in chunks
+// (plan/plan.h's tensor names): compute-tier bytes of its weight buffers (w.head, live
+// from F{L-1} to the end of HEAD) and gradient buffers (g.head, from HEAD to the end of
+// the first backward slot), and the bytes F{L-1} prefetches and HEAD loads and drains.
+struct HeadFootprint {
+  int64_t chunk_rows = 0;  // 0: whole
+  int64_t chunks = 1;
+  double weight_buffer_bytes = 0, grad_buffer_bytes = 0;
+  double prefetch_h2d_bytes = 0;  // in F{L-1}: the whole head, or the final norm and chunk 0
+  double head_h2d_bytes = 0;      // in HEAD: nothing, or the rest of both passes
+  double head_d2h_bytes = 0;      // in HEAD: every gradient row and the final norm's
+  double row_weight_bytes = 0, row_grad_bytes = 0;    // one vocabulary row of the lm_head
+  double norm_weight_bytes = 0, norm_grad_bytes = 0;  // the final norm
+  int64_t vocab = 0;
+  double chunk_weight_bytes(int64_t c) const;  // chunk c's lm_head rows (streamed only)
+  double chunk_grad_bytes(int64_t c) const;
+};
 
 // Optional measured per-layer times; <= 0 means "derive from FLOPs".
 struct MeasuredLayerTimes {
@@ -47,6 +70,7 @@ struct CostModel {
   double grad_bytes = 0;         // one layer's gradients (hw.grad_bytes per parameter)
   double head_weight_bytes = 0;  // final norm + lm_head (the embedding when tied)
   double head_grad_bytes = 0;
+  int64_t vocab_size = 0, hidden_size = 0;
   double boundary_bytes = 0;     // one boundary activation [tokens, hidden]
   double internals_bytes = 0;    // what one layer saves beyond its input (KeepInternals)
   double workspace_forward = 0;  // transient bytes of a layer forward (or recompute)
@@ -72,6 +96,14 @@ struct CostModel {
 
   // Link rates (bytes/s) and the host tier's optimizer throughput, copied from the profile.
   double h2d_bw = 0, d2h_bw = 0, nvme_read_bw = 0, nvme_write_bw = 0;
+
+  // The head whole (chunk_rows 0) or streamed in chunks of chunk_rows vocabulary rows
+  // (0 < chunk_rows < vocab_size; a multiple of kHeadChunkQuantum in plans).
+  HeadFootprint head_footprint(int64_t chunk_rows) const;
+  // The smallest chunk a planner streams the head in (kHeadChunkQuantum rows), or 0 when
+  // two such chunks are not fewer rows than the vocabulary (streaming would then hold as
+  // many bytes as the whole head; planners only stream chunks whose two buffers are).
+  int64_t min_head_chunk_rows() const;
 };
 
 // Vocabulary chunk of the head's logits (columns per chunk).

@@ -10,6 +10,7 @@
 #include "plan/mip_model.h"
 #include "plan/plan_builder.h"
 #include "plan/plan_decisions.h"
+#include "plan/head_streaming.h"
 #include "plan/plan_evaluate.h"
 #include "plan/plan_stages.h"
 #include "plan/plan_validate.h"
@@ -26,6 +27,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kPerturbation = 1e-7;
 // Solution values below this (GB or fractions) are solver round-off and dropped.
 constexpr double kRoundOff = 1e-9;
+// Tier fractions and transfer pieces below a millionth of a boundary: round-off of a
+// time-limited solve (ten times CBC's primal tolerance on a GB-scaled boundary).
+constexpr double kPartRoundOff = 1e-6;
 
 using Terms = MipModel::Terms;
 using StageCols = std::map<int, int>;  // stage -> column
@@ -41,8 +45,7 @@ struct Milp {
   const MilpOptions& opt;
   int L;
   Stages st;
-  StatePaging paging;
-  std::vector<double> state_nvme_s;  // per stage: NVMe seconds of paged optimizer states
+  StatePaging paging;  // the rule's (plan/state_paging.h): where the solve starts from
   MipModel m;
 
   // Scaled constants.
@@ -57,8 +60,31 @@ struct Milp {
   std::vector<int> z, g, c, n, y, k;  // z[0], z[L] are -1 (constant 1)
   std::vector<StageCols> dc, dn, q, r, hc, hn, o;
   StageCols oh;
+  // The head: held whole, or streamed in chunks of head_rows vocabulary rows when hs = 1
+  // (a column only when the vocabulary makes two chunks). Streamed: buffers Wh_s and Wgh_s
+  // instead of Wh and Wgh, F{L-1} prefetches Ph_s instead of Wh, and HEAD loads Hh_s more
+  // (the rest of both passes; plan/cost_model.h HeadFootprint), all in GB.
+  int hs = -1;
+  int64_t head_rows = 0;
+  double Wh_s = 0, Wgh_s = 0, Ph_s = 0, Hh_s = 0;
   std::vector<Range> rdoff, rq, rr, rh;
   std::vector<bool> nvme_possible;  // the NVMe chain fits in boundary b's stage ranges
+  // Transfer windows off the rule (plan_decisions.h), per layer, binary: lf[j][q] layer j
+  // loaded for F{j} in stage q < F{j-1}; lb[j][s] loaded for B{j} in stage s (HEAD or slot
+  // k > j+1); gd[j][s] its gradients drained in stage s (slot k < j-1, or E). None set:
+  // the rule's window.
+  std::vector<StageCols> lf, lb, gd;
+  // Optimizer-state paging, when this solve decides it (page): pg[j] layer j's state pages
+  // (binary, -1 for layer 0, which updates in P0 with no window to read in before), read
+  // in stage rd[j][s] and written back in wr[j][s] (binary), its update in upd[j] then;
+  // state_slots the host staging slots of the states in flight, host_state the host
+  // state in GB (what stays on the host, plus the slots).
+  bool page = false;
+  std::vector<int> pg;
+  std::vector<StageCols> rd, wr;
+  std::vector<Range> upd;
+  int state_slots = -1, host_state = -1;
+  double H0 = 0, S = 0, capNTotal = 0, hostRoom = 0;
 
   Milp(const PlanRequest& rq_, const CostModel& cm_, const MilpOptions& o_)
       : req(rq_),
@@ -76,6 +102,14 @@ struct Milp {
     wsf = cm.workspace_forward / kGB;
     wsb = cm.workspace_backward / kGB;
     wsh = cm.workspace_head / kGB;
+    head_rows = cm.min_head_chunk_rows();
+    if (head_rows > 0) {
+      const HeadFootprint f = cm.head_footprint(head_rows);
+      Wh_s = f.weight_buffer_bytes / kGB;
+      Wgh_s = f.grad_buffer_bytes / kGB;
+      Ph_s = f.prefetch_h2d_bytes / kGB;
+      Hh_s = f.head_h2d_bytes / kGB;
+    }
     bh = cm.h2d_bw / kGB;
     bd = cm.d2h_bw / kGB;
     bnr = cm.nvme_read_bw / kGB;
@@ -94,19 +128,46 @@ struct Milp {
     constexpr double kSafetyBytes = 128;
     auto shrink = [&](double bytes) { return std::max(0.0, bytes * kSafety - kSafetyBytes); };
     capG = (shrink(req.gpu_cap()) - fixed) / kGB;
-    capC = shrink(req.cpu_budget(paging.host_state_bytes)) / kGB;
-    capN = shrink(req.nvme_budget(paging.nvme_bytes())) / kGB;
-    capStage = std::max(0.0, req.hardware.host_memory_bytes * kSafety - paging.host_state_bytes) / kGB - capC;
-    // Paged optimizer states: fixed NVMe time in their read and write stages.
-    state_nvme_s.assign(st.count(), 0);
-    for (int j = 0; j < L; ++j) {
-      if (!paging.on_nvme[j]) continue;
-      state_nvme_s[StatePaging::read_stage(st, j)] += paging.layer_bytes / cm.nvme_read_bw;
-      state_nvme_s[StatePaging::write_stage(st, j)] += paging.layer_bytes / cm.nvme_write_bw;
+    H0 = cm.host_state_bytes / kGB;
+    S = cm.layer_state_bytes / kGB;
+    page = may_page();
+    const double host = req.hardware.host_memory_bytes;
+    const bool user_cpu = req.cpu_act_budget_bytes >= 0;
+    if (!page) {  // nothing pages (the rule pages nothing either): the host state is fixed
+      capC = shrink(req.cpu_budget(paging.host_state_bytes)) / kGB;
+      capN = shrink(req.nvme_budget(paging.nvme_bytes())) / kGB;
+      capStage = std::max(0.0, host * kSafety - paging.host_state_bytes) / kGB - capC;
+    } else {  // the host state is a column (host_rows)
+      // Default host budget: the host's 90% holds the state and the cpu activations.
+      capC = shrink(user_cpu ? req.cpu_act_budget_bytes : kHostStateShare * host) / kGB;
+      capN = shrink(req.nvme_budget(0)) / kGB;
+      capNTotal = shrink(req.hardware.nvme_capacity_bytes) / kGB;
+      // Staging for NVMe-bound activations: what the host has beyond the 90% (default), or
+      // beyond the host state and the cpu budget (a row with the host state, host_rows).
+      capStage = user_cpu ? kInf : (host * kSafety - shrink(kHostStateShare * host)) / kGB;
+      hostRoom = host * kSafety / kGB - capC;
     }
     // A tier smaller than a millionth of a boundary cannot hold anything useful.
-    use_cpu = capC > 1e-6 * A;
-    use_nvme = capN > 1e-6 * A && capStage > 1e-6 * A;
+    // (With paging, the most room the host state can leave: all but layer 0 paged, one slot.)
+    const double least_state = H0 - (L - 2) * S;
+    use_cpu = (page && !user_cpu ? capC - least_state : capC) > 1e-6 * A;
+    use_nvme = capN > 1e-6 * A && (page && user_cpu ? hostRoom - least_state : capStage) > 1e-6 * A;
+  }
+
+  static double shrink(double bytes) {
+    // Capacities shrink by a millionth, and by 128 bytes (see the constructor).
+    return std::max(0.0, bytes * (1 - 1e-6) - 128);
+  }
+
+  // Paging is decided here when the request asks for it, when the rule pages, or when
+  // paging could give host memory that activations lack; otherwise it could only cost
+  // NVMe time, and the model leaves it out (it stays small).
+  bool may_page() const {
+    if (L < 2 || req.nvme_state_layers == 0) return false;
+    if (req.nvme_state_layers > 0 || paging.count > 0) return true;
+    const double host = req.hardware.host_memory_bytes, acts = L * cm.boundary_bytes;
+    if (req.cpu_act_budget_bytes < 0) return cm.host_state_bytes + acts > kHostStateShare * host;
+    return cm.host_state_bytes + req.cpu_act_budget_bytes + acts > host;
   }
 
   std::string sn(int w) const {
@@ -197,11 +258,6 @@ struct Milp {
     o.resize(L);
     for (int j = 0; j < L; ++j) {
       std::string js = std::to_string(j);
-      if (paging.on_nvme[j]) {  // between its state's read and write (state_paging.h)
-        const int u = StatePaging::update_stage(st, j);
-        o[j][u] = m.add_col("o_" + js + "_" + sn(u), 0, 1, 0, false);
-        continue;
-      }
       o[j][st.p0()] = m.add_col("o_" + js + "_P0", 0, 1, 0, false);
       if (j >= 1) o[j][st.p1()] = m.add_col("o_" + js + "_P1", 0, 1, 0, false);
       for (int f = std::max(0, j - 1 - opt.optimizer_horizon); f <= j - 2; ++f)
@@ -212,6 +268,10 @@ struct Milp {
     // Before F{L-1}, which prefetches the head's weights.
     for (int f = std::max(0, L - 2 - opt.optimizer_horizon); f <= L - 2; ++f)
       oh[st.forward(f)] = m.add_col("oh_" + sn(st.forward(f)), 0, 1, 0, false);
+    transfer_window_columns(eps);
+    if (page) paging_columns(eps);
+    // Streaming the head costs a perturbation: held whole when that is as fast.
+    if (head_rows > 0) hs = m.add_col("head_streamed", 0, 1, eps, true);
   }
 
   // Sum over boundaries of a transfer family at one stage.
@@ -221,6 +281,203 @@ struct Milp {
     return out;
   }
   static void append(Terms& a, const Terms& b) { a.insert(a.end(), b.begin(), b.end()); }
+
+  // Transfer windows: each choice off the rule costs a perturbation per stage it moves, so
+  // the rule's window wins wherever moving gains nothing. A family is left out (the rule
+  // kept) where no move can shorten a window, which keeps the model small:
+  //  - forward loads: a forward window's h2d carries only its one load, so moving loads
+  //    helps only where a load outlasts a layer's forward (W/bh > F);
+  //  - gradient drains: a backward window's d2h carries only its one drain, so moving
+  //    drains helps only where one outlasts a layer's backward (Wg/bd > backward);
+  //  - backward loads: likewise (W/bh > backward), unless activation reloads can join a
+  //    backward window's h2d.
+  void transfer_window_columns(double eps) {
+    lf.assign(L, {});
+    lb.assign(L, {});
+    gd.assign(L, {});
+    const bool forward_loads = W / bh > F, backward_loads = use_cpu || use_nvme || W / bh > Bw, drains = Wg / bd > Bw;
+    for (int j = 1; j < L && forward_loads; ++j) {
+      const int rule = st.forward(j - 1);
+      for (int q = std::max(st.p1(), rule - opt.load_horizon); q < rule; ++q)
+        lf[j][q] = m.add_col("lf_" + std::to_string(j) + "_" + sn(q), 0, 1, eps * (rule - q), true);
+    }
+    for (int j = 0; j + 2 <= L && backward_loads; ++j)
+      for (int k = j + 2; k <= std::min(L, j + 1 + opt.load_horizon); ++k) {
+        const int s = st.backward(k);  // backward(L) is HEAD
+        lb[j][s] = m.add_col("lb_" + std::to_string(j) + "_" + sn(s), 0, 1, eps * (k - j - 1), true);
+      }
+    for (int j = 1; j < L && drains; ++j)
+      for (int d = 1; d <= opt.drain_horizon && j - 1 - d >= -1; ++d) {
+        const int s = st.backward(j - 1 - d);  // backward(-1) is E
+        gd[j][s] = m.add_col("gd_" + std::to_string(j) + "_" + sn(s), 0, 1, eps * d, true);
+      }
+  }
+
+  // Paging columns for layers 1..L-1. A paged layer's update runs in its forward range
+  // (P1 on for the lowest layers, F{j-1-optimizer_horizon}..F{j-2} above), its read up to
+  // state_horizon stages before that range, its write up to state_horizon after. Paging a
+  // layer, and each stage off the rule's (read in the stage before F{j-2}, write in the
+  // one after), costs a perturbation: the fewest states page, the top layers first.
+  void paging_columns(double eps) {
+    pg.assign(L, -1);
+    rd.assign(L, {});
+    wr.assign(L, {});
+    upd.assign(L, {});
+    const int h = std::max(1, opt.state_horizon);  // at least the rule's stages
+    for (int j = 1; j < L; ++j) {
+      const std::string js = std::to_string(j);
+      const Range u{std::max(st.p1(), st.forward(j - 1 - opt.optimizer_horizon)), st.forward(j - 2)};
+      upd[j] = u;
+      const int rule_r = j >= 2 ? StatePaging::rule_read_stage(st, j) : -1;
+      const int rule_w = j >= 2 ? StatePaging::rule_write_stage(st, j) : -1;
+      pg[j] = m.add_col("pg_" + js, 0, 1, eps * (2 - static_cast<double>(j) / L), true);
+      for (int s = std::max(st.p0(), u.lo - h); s < u.hi; ++s)
+        rd[j][s] = m.add_col("rd_" + js + "_" + sn(s), 0, 1, s == rule_r ? 0 : eps, true);
+      for (int s = u.lo + 1; s <= std::min(st.head(), u.hi + h); ++s)
+        wr[j][s] = m.add_col("wr_" + js + "_" + sn(s), 0, 1, s == rule_w ? 0 : eps, true);
+    }
+    state_slots = m.add_col("state_slots", 0, kInf, eps, false);
+    host_state = m.add_col("host_state", 0, kInf, 0, false);
+  }
+
+  // H2D seconds of weight loads moved off the rule: a stage's rule load moved to an
+  // earlier stage (minus), and the loads moved into it (plus).
+  Terms load_terms(int w) const {
+    Terms out;
+    auto away = [&](const StageCols& cols) {
+      for (auto [s, col] : cols) out.emplace_back(col, -W / bh);
+    };
+    if (w >= st.forward(0) && w < st.head() && w - 1 < L) away(lf[w - 1]);  // F{f} loads layer f+1
+    if (st.is_backward(w) && st.backward_layer(w) >= 1) away(lb[st.backward_layer(w) - 1]);
+    for (int j = 0; j < L; ++j) {
+      at_stage(out, lf[j], w, W / bh);
+      at_stage(out, lb[j], w, W / bh);
+    }
+    return out;
+  }
+  // D2H seconds of gradient drains moved off the rule, likewise.
+  Terms drain_terms(int w) const {
+    Terms out;
+    if (st.is_backward(w) && st.backward_layer(w) + 1 < L)  // B{k} drains layer k+1
+      for (auto [s, col] : gd[st.backward_layer(w) + 1]) out.emplace_back(col, -Wg / bd);
+    for (int j = 0; j < L; ++j) at_stage(out, gd[j], w, Wg / bd);
+    return out;
+  }
+  // NVMe seconds of paged optimizer states read or written in stage w.
+  Terms state_terms(int w) const {
+    Terms out;
+    if (!page) return out;
+    for (int j = 1; j < L; ++j) {
+      at_stage(out, rd[j], w, S / bnr);
+      at_stage(out, wr[j], w, S / bnw);
+    }
+    return out;
+  }
+  // Compute-tier GB of the slots beyond the two fixed ones held in stage w: a weight
+  // loaded early from its load to the stage before the rule's load; a gradient drained
+  // late from the stage after the rule's drain to its own.
+  Terms slot_terms(int w) const {
+    Terms out;
+    for (int j = 0; j < L; ++j) {
+      for (auto [s, col] : lf[j])
+        if (s <= w && w < st.forward(j - 1)) out.emplace_back(col, W);
+      for (auto [s, col] : lb[j])
+        if (s <= w && w <= st.backward(j + 2)) out.emplace_back(col, W);
+      for (auto [s, col] : gd[j])
+        if (st.backward(j - 2) <= w && w <= s) out.emplace_back(col, Wg);
+    }
+    return out;
+  }
+
+  void transfer_window_rows() {
+    for (int j = 0; j < L; ++j) {
+      const std::string js = std::to_string(j);
+      auto at_most_one = [&](const char* name, const StageCols& cols, Terms tt) {
+        if (cols.empty()) return;
+        for (auto [s, col] : cols) tt.emplace_back(col, 1);
+        m.add_row(std::string(name) + "_" + js, tt, -kInf, 1);
+      };
+      at_most_one("lf_one", lf[j], {});
+      at_most_one("lb_one", lb[j], {{y[j], 1}});  // a resident layer loads nothing for B{j}
+      at_most_one("gd_one", gd[j], {});
+      // An early backward load of B{j}'s weights in slot k (HEAD for k = L): boundaries
+      // j..k stored, so that B{j} follows B{j+1}, no recompute window lies between, and
+      // slot k holds no recompute window either (its row then counts the extra slot
+      // exactly).
+      for (auto [s, col] : lb[j]) {
+        const int k = s == st.head() ? L : st.backward_layer(s);
+        for (int b = std::max(j, 1); b <= std::min(k, L - 1); ++b)
+          m.add_row("lb_z_" + js + "_" + sn(s) + "_" + std::to_string(b), {{col, 1}, {z[b], -1}}, -kInf, 0);
+      }
+      // The update finishes in a stage before the one that loads the layer for forward.
+      if (!lf[j].empty())
+        for (auto [u, ocol] : o[j]) {
+          Terms tt{{ocol, 1}};
+          for (auto [q, col] : lf[j])
+            if (q <= u) tt.emplace_back(col, 1);
+          if (tt.size() > 1) m.add_row("upd_load_" + js + "_" + sn(u), tt, -kInf, 1);
+        }
+    }
+    // Gradients drain in the order they are produced (the executor sums their norms in that
+    // order): g.j no later than g.{j-1}, i.e. for every stage s, g.j still to drain after s
+    // implies g.{j-1} still to drain after s.
+    for (int j = 2; j < L; ++j) {
+      if (gd[j].empty()) continue;
+      const int last = gd[j].rbegin()->first;
+      for (int s = st.backward(j - 2); s < last; ++s) {
+        Terms tt;
+        for (auto [q, col] : gd[j])
+          if (q > s) tt.emplace_back(col, 1);
+        for (auto [q, col] : gd[j - 1])
+          if (q > s) tt.emplace_back(col, -1);
+        m.add_row("gd_order_" + std::to_string(j) + "_" + sn(s), tt, -kInf, 0);
+      }
+    }
+  }
+
+  void paging_rows() {
+    Terms count, state{{host_state, 1}, {state_slots, -S}};
+    for (int j = 1; j < L; ++j) {
+      const std::string js = std::to_string(j);
+      count.emplace_back(pg[j], 1);
+      state.emplace_back(pg[j], S);
+      Terms r{{pg[j], -1}}, w{{pg[j], -1}};
+      for (auto [s, col] : rd[j]) r.emplace_back(col, 1);
+      for (auto [s, col] : wr[j]) w.emplace_back(col, 1);
+      m.add_row("pg_read_" + js, r, 0, 0);
+      m.add_row("pg_write_" + js, w, 0, 0);
+      // Every part of a paged layer's update lies strictly between its read and its write.
+      for (auto [u, ocol] : o[j]) {
+        if (u < upd[j].lo || u > upd[j].hi) {
+          m.add_row("pg_upd_" + js + "_" + sn(u), {{ocol, 1}, {pg[j], 1}}, -kInf, 1);
+          continue;
+        }
+        Terms before{{ocol, 1}, {pg[j], 1}}, after{{ocol, 1}, {pg[j], 1}};
+        for (auto [s, col] : rd[j])
+          if (s < u) before.emplace_back(col, -1);
+        for (auto [s, col] : wr[j])
+          if (s > u) after.emplace_back(col, -1);
+        m.add_row("pg_before_" + js + "_" + sn(u), before, -kInf, 1);
+        m.add_row("pg_after_" + js + "_" + sn(u), after, -kInf, 1);
+      }
+    }
+    if (req.nvme_state_layers > 0) m.add_row("pg_count", count, req.nvme_state_layers, req.nvme_state_layers);
+    // Host staging slots: at least the states read and not yet written back in any stage
+    // (a state holds its slot from its read window through its write window).
+    for (int s = st.p0(); s <= st.head(); ++s) {
+      Terms tt{{state_slots, -1}};
+      for (int j = 1; j < L; ++j) {
+        if (rd[j].empty() || s < rd[j].begin()->first || s > wr[j].rbegin()->first) continue;
+        for (auto [r, col] : rd[j])
+          if (r <= s) tt.emplace_back(col, 1);
+        for (auto [w, col] : wr[j])
+          if (w < s) tt.emplace_back(col, -1);
+      }
+      if (tt.size() > 1) m.add_row("slots_" + sn(s), tt, -kInf, 0);
+    }
+    m.add_row("host_state_def", state, H0, H0);
+    m.add_row("host_state_share", {{host_state, 1}}, -kInf, shrink(kHostStateShare * req.hardware.host_memory_bytes) / kGB);
+  }
 
   void rows() {
     // Path flow over recompute blocks.
@@ -341,6 +598,8 @@ struct Milp {
       for (auto [s, col] : oh) tt.emplace_back(col, 1);
       m.add_row("opt_head", tt, 1, 1);
     }
+    transfer_window_rows();
+    if (page) paging_rows();
     time_rows();
     memory_rows();
     host_rows();
@@ -377,27 +636,33 @@ struct Milp {
     auto nvme_terms = [&](int w) {
       Terms tt = family_at(q, w, 1 / bnw);
       append(tt, family_at(r, w, 1 / bnr));
+      append(tt, state_terms(w));
       return tt;
     };
     // P0: the embedding's update, and whatever the plan runs there.
     link_row("host", st.p0(), host_terms(st.p0()), toe);
-    // P1: layer 0 and the embedded input.
-    lower(st.p1(), (W + A) / bh);
-    lower(st.p1(), state_nvme_s[st.p1()]);
+    link_row("nvme", st.p0(), nvme_terms(st.p0()), 0);
+    // P1: layer 0 and the embedded input (and layers loaded early).
+    link_row("h2d", st.p1(), load_terms(st.p1()), (W + A) / bh);
+    link_row("nvme", st.p1(), nvme_terms(st.p1()), 0);
     link_row("host", st.p1(), host_terms(st.p1()), 0);
     for (int j = 0; j < L; ++j) {
       int w = st.forward(j);
       lower(w, F);
-      lower(w, (j + 1 < L ? W : Wh) / bh);  // the next layer's weights, or the head's
+      if (j + 1 < L) link_row("h2d", w, load_terms(w), W / bh);  // the next layer's weights (or loads moved here)
+      else if (hs < 0) lower(w, Wh / bh);  // the head's
+      else link_row("h2d_head", w, {{hs, -(Wh - Ph_s) / bh}}, Wh / bh);  // a streamed head: norm and chunk 0
       link_row("d2h", w, d2h_terms(w), 0);
-      link_row("nvme", w, nvme_terms(w), state_nvme_s[w]);
+      link_row("nvme", w, nvme_terms(w), 0);
       link_row("host", w, host_terms(w), 0);
     }
     {
       int w = st.head();
       lower(w, H);
       Terms h2d = h2d_terms(w);
+      append(h2d, load_terms(w));
       h2d.emplace_back(y[L - 1], -W / bh);
+      if (hs >= 0) h2d.emplace_back(hs, Hh_s / bh);  // a streamed head's chunks, both passes
       link_row("h2d", w, h2d, W / bh);
       link_row("d2h", w, d2h_terms(w), Wgh / bd);
       link_row("nvme", w, nvme_terms(w), 0);
@@ -406,19 +671,43 @@ struct Milp {
       int w = st.backward(j);
       link_row("compute", w, {{k[j], -F}}, Bw + F);
       Terms h2d = h2d_terms(w);
+      append(h2d, load_terms(w));
       double constant = 0;
       if (j >= 1) {
         h2d.emplace_back(y[j - 1], -W / bh);
         constant = W / bh;
       }
       link_row("h2d", w, h2d, constant);
-      lower(w, j + 1 < L ? Wg / bd : 0);
+      link_row("d2h", w, drain_terms(w), j + 1 < L ? Wg / bd : 0);  // layer j+1's gradients (or drains moved)
       link_row("nvme", w, nvme_terms(w), 0);
     }
-    lower(st.epilogue(), (Wg + A) / bd);
+    link_row("d2h", st.epilogue(), drain_terms(st.epilogue()), (Wg + A) / bd);
     for (int w = 0; w < st.count(); ++w) m.set_lb(t[w], lb_[w]);
+    if (page) state_time_cuts();
   }
   std::vector<double> lb_;
+
+  // A paged state moves whole in one window, and a window lasts at least its fixed lower
+  // bound lb (its compute, say), so each read or write adds at least its time beyond lb:
+  //   t_w >= lb_w + sum of (read or write seconds - lb_w, if positive) over the states
+  //   moved in w.
+  // Valid for every integer choice (one transfer: its own time; more: no more than their
+  // sum), and it stops the LP relaxation from spreading a state over many windows for free
+  // (fractional reads each hidden under a window's compute), which left gaps of ~10% on
+  // the 27B case with paging.
+  void state_time_cuts() {
+    for (int w = st.p0(); w <= st.head(); ++w) {
+      Terms tt;
+      const double r = std::max(0.0, S / bnr - lb_[w]), wv = std::max(0.0, S / bnw - lb_[w]);
+      for (int j = 1; j < L; ++j) {
+        if (r > 0) at_stage(tt, rd[j], w, r);
+        if (wv > 0) at_stage(tt, wr[j], w, wv);
+      }
+      if (tt.empty()) continue;
+      tt.emplace_back(t[w], -1);
+      m.add_row("state_cut_" + sn(w), tt, -kInf, -lb_[w]);
+    }
+  }
 
   // Compute-tier memory, telescoped: live[w] = live[w-1] + what stage w allocates - what
   // stage w-1 freed (keeps rows short; summing every earlier transfer in every stage's row
@@ -441,6 +730,7 @@ struct Milp {
         }
       } else if (w == st.head()) {  // boundary L, the head's weights, offloaded bytes
         constant -= A + Wh;
+        if (hs >= 0) tt.emplace_back(hs, Wh - Wh_s);  // streamed: the chunk buffers
         append(tt, family_at(dc, w, -1));
         append(tt, family_at(dn, w, -1));
       } else {  // backward slot j: everything of boundary j, resident weights, internals
@@ -449,6 +739,7 @@ struct Milp {
         tt.emplace_back(y[j], -W);
         tt.emplace_back(k[j], -I);
         if (j == L - 1) constant -= Wgh;  // the head's gradient slot, drained
+        if (j == L - 1 && hs >= 0) tt.emplace_back(hs, Wgh - Wgh_s);
       }
     };
     for (int w = first; w <= last; ++w) {
@@ -470,9 +761,11 @@ struct Milp {
           constant += A;  // boundary j+1, the output
           if (j + 1 < L) tt.emplace_back(y[j + 1], -W);
           if (j + 1 == L) constant += Wh;  // the head's weights, prefetched
+          if (j + 1 == L && hs >= 0) tt.emplace_back(hs, Wh - Wh_s);  // streamed: the chunk buffers
           if (j >= 1) tt.emplace_back(k[j - 1], -I);
         } else if (w == st.head()) {
           constant += Wgh;  // the head's gradient slot
+          if (hs >= 0) tt.emplace_back(hs, Wgh - Wgh_s);  // streamed: the chunk buffers
           tt.emplace_back(k[L - 1], -I);
         }
         append(tt, family_at(hc, w, -1));
@@ -487,8 +780,12 @@ struct Milp {
         for (auto& [se, col] : x)
           if (se.first < j && j < se.second) cap.emplace_back(col, (j - se.first) * A);
       }
+      append(cap, slot_terms(w));
       m.add_row("mem_" + sn(w), cap, -kInf, capG - ws);
     }
+    // E: the boundary-0 gradient and the gradients drained late into E.
+    if (Terms late = slot_terms(st.epilogue()); !late.empty())
+      m.add_row("mem_E_slots", late, -kInf, capG - cm.embed_grad_bytes / kGB);
     if (A > capG) m.add_row("mem_E", {{t[st.epilogue()], 0}}, 1, 0);  // infeasible: E alone does not fit
   }
 
@@ -500,7 +797,15 @@ struct Milp {
   void host_rows() {
     Terms base;
     for (int b = 0; b < L; ++b) base.emplace_back(c[b], A);
+    if (page && req.cpu_act_budget_bytes < 0) base.emplace_back(host_state, 1);  // the 90% holds both
     m.add_row("host_budget", base, -kInf, capC);
+    if (page) {  // NVMe holds the paged states and the NVMe activations
+      Terms tot;
+      for (int j = 1; j < L; ++j) tot.emplace_back(pg[j], S);
+      if (use_nvme)
+        for (int b = 0; b < L; ++b) tot.emplace_back(n[b], A);
+      m.add_row("nvme_capacity", tot, -kInf, capNTotal);
+    }
     if (!use_nvme) return;
     Terms nv;
     for (int b = 0; b < L; ++b) nv.emplace_back(n[b], A);
@@ -508,6 +813,8 @@ struct Milp {
     int prev = -1;
     for (int w = st.forward(0); w < st.epilogue(); ++w) {
       int stg = m.add_col("staging_" + sn(w), 0, capStage, 0, false);
+      if (page && req.cpu_act_budget_bytes >= 0)  // within what the host state and the cpu budget leave
+        m.add_row("staging_room_" + sn(w), {{stg, 1}, {host_state, 1}}, -kInf, hostRoom);
       Terms tt{{stg, 1}};
       if (prev >= 0) {
         tt.emplace_back(prev, -1);
@@ -521,6 +828,96 @@ struct Milp {
     }
   }
 
+  // MilpOptions::fixed_structure: `d`'s tiers, activation transfers, residency and kept
+  // internals imposed on the model.
+  void fix_structure(const Decisions& d) {
+    LT_ASSERT(static_cast<int>(d.boundaries.size()) == L + 1 && static_cast<int>(d.traffic.size()) == L + 1,
+              "fixed structure");
+    for (int b = 1; b < L; ++b) m.fix(z[b], d.boundaries[b].recompute ? 0 : 1);
+    for (int b = 0; b < L; ++b) {
+      const BoundaryPlacement& bp = d.boundaries[b];
+      const bool stored = b == 0 || !bp.recompute;
+      m.fix(g[b], stored ? bp.gpu : 0);
+      m.fix(c[b], stored ? bp.cpu : 0);
+      m.fix(n[b], stored ? bp.nvme : 0);
+      auto fix_family = [&](const StageCols& cols, const std::vector<StageBytes>& moved) {
+        for (const StageBytes& x : moved)
+          LT_ASSERT(cols.count(x.stage), "boundary " + std::to_string(b) + ": fixed traffic in stage " + sn(x.stage));
+        for (auto [s, col] : cols) {
+          double gb = 0;
+          for (const StageBytes& x : moved)
+            if (x.stage == s) gb += x.bytes / kGB;
+          m.fix(col, gb);
+        }
+      };
+      const BoundaryTraffic& t = d.traffic[b];
+      fix_family(dc[b], t.d2h_cpu);
+      fix_family(dn[b], t.d2h_nvme);
+      fix_family(q[b], t.nvme_write);
+      fix_family(r[b], t.nvme_read);
+      fix_family(hc[b], t.h2d_cpu);
+      fix_family(hn[b], t.h2d_nvme);
+    }
+    for (int j = 0; j < L; ++j) {
+      m.fix(y[j], d.resident[j] ? 1 : 0);
+      m.fix(k[j], d.keep_internals[j] ? 1 : 0);
+    }
+  }
+
+  // Columns fixed to today's rules (the rule's windows, and paging `paged` with the rule's
+  // stages): a first solve over the rest gives the incumbent the full solve starts from.
+  std::vector<std::pair<int, double>> rule(const StatePaging& paged) const {
+    std::vector<std::pair<int, double>> out;
+    for (int j = 0; j < L; ++j)
+      for (const StageCols* cols : {&lf[j], &lb[j], &gd[j]})
+        for (auto [s, col] : *cols) out.emplace_back(col, 0);
+    if (!page) return out;
+    for (int j = 1; j < L; ++j) {
+      const bool on = paged.on_nvme[j];
+      out.emplace_back(pg[j], on ? 1 : 0);
+      for (auto [s, col] : rd[j]) out.emplace_back(col, on && s == paged.read_stage[j] ? 1 : 0);
+      for (auto [s, col] : wr[j]) out.emplace_back(col, on && s == paged.write_stage[j] ? 1 : 0);
+    }
+    return out;
+  }
+  // The starts: today's rule, and where paging is decided here a second one: the rule's
+  // stages on layers spaced d apart from the top, so that their read-to-write intervals
+  // (three stages each) overlap less: d = 3 needs one staging slot, d = 2 two, against
+  // the rule's three (and it stacks no read and write in one window). The fewest layers
+  // whose saving fits, or the asked count spread as far apart as three stages allows.
+  // (The paging LP is weak: a state moves whole, in one window; good starts matter.)
+  std::vector<std::vector<std::pair<int, double>>> starts() const {
+    std::vector<std::vector<std::pair<int, double>>> out{rule(paging)};
+    if (!page) return out;
+    const double room = shrink(kHostStateShare * req.hardware.host_memory_bytes);
+    auto spaced = [&](int d, int count) {
+      std::vector<int> read(L, -1), write(L, -1);
+      for (int k = 0, j = L - 1; k < count; ++k, j -= d) {
+        if (j < 2) return StatePaging{};
+        read[j] = StatePaging::rule_read_stage(st, j);
+        write[j] = StatePaging::rule_write_stage(st, j);
+      }
+      return paging_from_stages(cm, read, write);
+    };
+    StatePaging found;
+    if (req.nvme_state_layers > 0) {
+      const int count = req.nvme_state_layers;
+      const int d = count > 1 ? std::min(3, (L - 3) / (count - 1)) : 3;
+      if (d >= 2) found = spaced(d, count);
+    } else {
+      for (int d : {3, 2}) {
+        for (int count = 1; count <= L && found.count == 0; ++count) {
+          StatePaging p = spaced(d, count);
+          if (p.on_nvme.empty()) break;
+          if (p.host_state_bytes <= room) found = p;
+        }
+        if (found.count > 0) break;
+      }
+    }
+    if (found.count > 0 && found.on_nvme != paging.on_nvme) out.push_back(rule(found));
+    return out;
+  }
+
   Decisions extract(const std::vector<double>& v) const {
     Decisions d;
     d.policy = "milp";
@@ -531,23 +928,39 @@ struct Milp {
     d.lazy_optimizer = true;
     d.layer_optimizer.resize(L);
     auto clean = [](double a) { return a < kRoundOff ? 0.0 : a; };
+    // Tier fractions below a millionth are solver round-off too (a time-limited solve
+    // leaves them): their tens of bytes would move through chains whose order rows hold
+    // only within the solver's tolerance. Dropping them moves a millionth of a boundary to
+    // the other tiers, within the capacities' safety margin (a millionth, constructor).
+    auto clean_tier = [](double a) { return a < kPartRoundOff ? 0.0 : a; };
     for (int b = 0; b < L; ++b) {
       bool stored = b == 0 || v[z[b]] > 0.5;
       if (!stored) {
         d.boundaries[b] = BoundaryPlacement{true, 0, 0, 0};
         continue;
       }
-      double gg = clean(v[g[b]]), cc = clean(v[c[b]]), nn = clean(v[n[b]]);
+      double gg = clean_tier(v[g[b]]), cc = clean_tier(v[c[b]]), nn = clean_tier(v[n[b]]);
       double sum = gg + cc + nn;
       LT_ASSERT(sum > 0.5, "stored boundary without tiers");
       d.boundaries[b] = BoundaryPlacement{false, gg / sum, cc / sum, nn / sum};
       // Transfers, rescaled so each family moves exactly its part's bytes.
+      // Pieces below a millionth of a boundary are round-off as well (tens of bytes, ten
+      // times the solver's primal tolerance, that the order rows hold only within it): they
+      // join the family's last piece, which every earlier link of its chain has completed.
+      auto piece = [&](double gb) { return gb < kPartRoundOff * A ? 0.0 : gb; };
       auto fill = [&](std::vector<StageBytes>& out, const StageCols& cols, double part) {
-        double tot = 0;
-        for (auto [s, col] : cols) tot += clean(v[col]);
+        double tot = 0, kept = 0;
+        for (auto [s, col] : cols) {
+          tot += clean(v[col]);
+          kept += piece(v[col]);
+        }
         if (part <= 0 || tot <= 0) return;
+        if (kept <= 0) kept = tot;  // all tiny: keep them (a tiny part)
         for (auto [s, col] : cols)
-          if (clean(v[col]) > 0) out.push_back({s, clean(v[col]) / tot * part * cm.boundary_bytes});
+          if (piece(v[col]) > 0 || kept == tot) out.push_back({s, clean(v[col]) / tot * part * cm.boundary_bytes});
+        double moved = 0;
+        for (const StageBytes& x : out) moved += x.bytes;
+        out.back().bytes += part * cm.boundary_bytes - moved;  // the round-off pieces, exactly
       };
       auto& tr = d.traffic[b];
       const auto& bp = d.boundaries[b];
@@ -572,6 +985,30 @@ struct Milp {
     };
     for (int j = 0; j < L; ++j) d.layer_optimizer[j] = fractions(o[j]);
     d.head_optimizer = fractions(oh);
+    auto chosen = [&](const StageCols& cols) {
+      for (auto [s, col] : cols)
+        if (v[col] > 0.5) return s;
+      return -1;
+    };
+    d.forward_load.assign(L, -1);
+    d.backward_load.assign(L, -1);
+    d.grad_drain.assign(L, -1);
+    for (int j = 0; j < L; ++j) {
+      d.forward_load[j] = chosen(lf[j]);
+      d.backward_load[j] = chosen(lb[j]);
+      d.grad_drain[j] = chosen(gd[j]);
+    }
+    if (page) {
+      d.paging_decided = true;
+      d.state_read.assign(L, -1);
+      d.state_write.assign(L, -1);
+      for (int j = 1; j < L; ++j)
+        if (v[pg[j]] > 0.5) {
+          d.state_read[j] = chosen(rd[j]);
+          d.state_write[j] = chosen(wr[j]);
+        }
+    }
+    d.head_chunk_rows = hs >= 0 && v[hs] > 0.5 ? head_rows : 0;
     return d;
   }
 };
@@ -582,7 +1019,11 @@ Plan plan_milp(const PlanRequest& req, const CostModel& cm, const MilpOptions& o
   Milp milp(req, cm, opt);
   milp.columns();
   milp.rows();
-  MipResult res = milp.m.solve(req.time_limit_s, req.target_gap);
+  if (opt.fixed_structure) milp.fix_structure(*opt.fixed_structure);
+  // The solve starts from the rule's transfer windows and paging (milp.starts()): the
+  // MILP's plan is never worse than the rule's. With paging decided here, whose LP
+  // relaxation is weak (a state moves whole, in one window), the starts go first.
+  MipResult res = milp.m.solve(req.time_limit_s, req.target_gap, {}, milp.starts(), /*restricted_first=*/milp.page);
   Plan p;
   if (!res.has_solution) {
     fill_plan_header(p, req, cm, "milp", milp.paging.host_state_bytes, milp.paging.nvme_bytes());
@@ -590,11 +1031,13 @@ Plan plan_milp(const PlanRequest& req, const CostModel& cm, const MilpOptions& o
     p.infeasible_reason = res.proven_infeasible ? "the MILP is infeasible under these budgets"
                                                 : "no plan found within the time limit";
   } else {
-    p = build_plan(req, cm, milp.extract(res.x));
+    const Decisions d = milp.extract(res.x);
+    p = build_plan(req, cm, d);
     evaluate_plan(p);
     auto problems = capacity_problems(p);
     p.feasible = problems.empty();
     if (!p.feasible) p.infeasible_reason = problems.front();
+    if (p.feasible && d.head_chunk_rows > 0) p = settle_head(req, cm, d, std::move(p));
   }
   p.solve.solve_s = res.seconds;
   p.solve.solve_cpu_s = res.cpu_seconds;

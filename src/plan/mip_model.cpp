@@ -20,6 +20,9 @@ namespace {
 
 // CBC overran its wall-clock limit by ~30% in measurements; ask for 75% of the budget.
 constexpr double kTimeLimitShare = 0.75;
+// The restricted starts' share of the time left (MipModel::solve): each costs one LP
+// solve of about the full model's size, and the full branch-and-bound needs another.
+constexpr double kRestrictedShare = 0.6;
 // Coefficients below this are dropped: with GB and seconds as units they are round-off.
 constexpr double kDropCoefficient = 1e-12;
 
@@ -75,7 +78,9 @@ double cpu_seconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC
 
 }  // namespace
 
-MipResult MipModel::solve(double time_limit_s, double rel_gap, const std::vector<std::pair<int, double>>& start) const {
+MipResult MipModel::solve(double time_limit_s, double rel_gap, const std::vector<std::pair<int, double>>& start,
+                          const std::vector<std::vector<std::pair<int, double>>>& restricted,
+                          bool restricted_first) const {
   const int nc = num_cols(), nr = num_rows();
   {
     std::set<std::string> unique(names_.begin(), names_.end());
@@ -112,9 +117,9 @@ MipResult MipModel::solve(double time_limit_s, double rel_gap, const std::vector
     }
     for (auto& [k, v] : fam) std::fprintf(stderr, "rows %-20s %6d nnz %8ld\n", k.c_str(), v.first, v.second);
   }
-  auto make = [&](double seconds) {
+  auto make = [&](double seconds, const std::vector<double>& lo, const std::vector<double>& hi) {
     CbcPtr m(Cbc_newModel());
-    Cbc_loadProblem(m.get(), nc, nr, starts.data(), index.data(), value.data(), clb.data(), cub.data(), obj_.data(),
+    Cbc_loadProblem(m.get(), nc, nr, starts.data(), index.data(), value.data(), lo.data(), hi.data(), obj_.data(),
                     rlb.data(), rub.data());
     for (int c = 0; c < nc; ++c) {
       Cbc_setColName(m.get(), c, names_[c].c_str());
@@ -152,48 +157,115 @@ MipResult MipModel::solve(double time_limit_s, double rel_gap, const std::vector
     }
     Cbc_setMIPStart(m, static_cast<int>(nm.size()), nm.data(), val.data());
   };
+  auto whole = [&](const std::vector<double>& x) {
+    std::vector<std::pair<int, double>> v;
+    for (int c = 0; c < nc; ++c) v.emplace_back(c, x[c]);
+    return v;
+  };
 
   auto t0 = std::chrono::steady_clock::now();
   const double c0 = cpu_seconds();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto gap_of = [](MipResult& r) {
+    r.gap = r.objective != 0 ? std::max(0.0, (r.objective - r.bound) / std::fabs(r.objective)) : 0;
+  };
   // Phase 1: stop at the first incumbent, without CBC's preprocessing. For these models the
   // feasibility pump's first solution is usually within the target gap of the root bound,
   // and CBC would otherwise spend seconds on further pump rounds before checking the gap.
-  MipResult res;
-  {
-    CbcPtr m = make(time_limit_s);
+  auto first_incumbent = [&](const std::vector<double>& lo, const std::vector<double>& hi, double limit,
+                             const std::vector<std::pair<int, double>>& from) {
+    MipResult res;
+    CbcPtr m = make(limit, lo, hi);
     Cbc_setParameter(m.get(), "preprocess", "off");
     Cbc_setMaximumSolutions(m.get(), 1);
     apply_env_parameters(m.get());
-    set_start(m.get(), start);
+    set_start(m.get(), from);
     Cbc_solve(m.get());
     read(m.get(), res);
-  }
-  // Phase 2: a full branch-and-bound from that incumbent, in the time left.
-  double left = time_limit_s - elapsed();
-  if (res.has_solution && !res.proven_optimal && res.gap > rel_gap && left > 0.5) {
-    CbcPtr m = make(left);
+    return res;
+  };
+  // Phase 2: a full branch-and-bound from an incumbent (when there is one), kept unless it
+  // finds better; the bound is the best either proved.
+  auto branch_and_bound = [&](const std::vector<double>& lo, const std::vector<double>& hi, double limit,
+                              MipResult res, bool preprocess) {
+    CbcPtr m = make(limit, lo, hi);
+    if (!preprocess) Cbc_setParameter(m.get(), "preprocess", "off");
     apply_env_parameters(m.get());
-    std::vector<std::pair<int, double>> incumbent;
-    for (int c = 0; c < nc; ++c) incumbent.emplace_back(c, res.x[c]);
-    set_start(m.get(), incumbent);
+    if (res.has_solution) set_start(m.get(), whole(res.x));
     Cbc_solve(m.get());
     MipResult second;
     read(m.get(), second);
+    if (!res.has_solution) return second;
     if (second.has_solution && second.objective <= res.objective + 1e-12) {
       second.bound = std::max(second.bound, res.bound);
-      second.gap = std::max(0.0, (second.objective - second.bound) / std::fabs(second.objective));
-      res = std::move(second);
-    } else {
-      res.bound = std::max(res.bound, second.bound);
-      res.gap = std::max(0.0, (res.objective - res.bound) / std::fabs(res.objective));
+      gap_of(second);
+      return second;
     }
-  } else if (!res.has_solution && !res.proven_infeasible && left > 0.5) {
-    CbcPtr m = make(left);
-    apply_env_parameters(m.get());
-    Cbc_solve(m.get());
-    read(m.get(), res);
+    if (second.has_solution || second.proven_optimal) res.bound = std::max(res.bound, second.bound);
+    gap_of(res);
+    return res;
+  };
+  auto done = [&](MipResult& r) { return r.has_solution && !r.proven_optimal && r.gap > rel_gap; };
+  // The restricted starts' budgets count CPU seconds, as CBC's limits do: the same split
+  // of the work on a busy machine as on an idle one (and the same plans).
+  auto cpu_left = [&] { return time_limit_s - (cpu_seconds() - c0); };
+  auto trace = [&](const char* what, const MipResult& r) {  // LT_CBC_LOG=1: the phases
+    if (log_level > 0)
+      std::fprintf(stderr, "lazytrain mip: %s at %.2f s: %s objective %.6g bound %.6g\n", what, elapsed(),
+                   r.has_solution ? "solution" : "no solution", r.objective, r.bound);
+  };
+
+  // The restricted models (a rule each): each one's first incumbent (the full model's
+  // branch-and-bound refines the best). Their bounds are no bounds of the full model.
+  auto rule_incumbent = [&] {
+    MipResult best;
+    for (size_t i = 0; i < restricted.size(); ++i) {
+      std::vector<double> rlo(clb), rhi(cub);
+      for (auto [c, v] : restricted[i]) {
+        LT_ASSERT(c >= 0 && c < nc && v >= lb_[c] && v <= ub_[c], "restricted column " + std::to_string(c));
+        rlo[c] = rhi[c] = v;
+      }
+      // The first (today's rule: the guarantee, and a feasibility probe's answer) may take
+      // all the time left; the others split kRestrictedShare of what it leaves.
+      const double share = i == 0 ? cpu_left() : kRestrictedShare * cpu_left() / double(restricted.size() - i);
+      MipResult rule = first_incumbent(rlo, rhi, share, start);
+      trace("restricted start", rule);
+      if (rule.has_solution && (!best.has_solution || rule.objective < best.objective)) best = std::move(rule);
+    }
+    best.proven_optimal = best.proven_infeasible = false;
+    best.bound = 0;  // the objective (a step time) is never negative
+    if (best.has_solution) gap_of(best);
+    return best;
+  };
+  // CBC's preprocessing has declared a full model infeasible with a feasible start: the
+  // full branch-and-bound after a restricted solve runs without it.
+  MipResult res;
+  if (restricted.empty()) {
+    res = first_incumbent(clb, cub, time_limit_s, start);
+    const double left = time_limit_s - elapsed();
+    if ((done(res) || (!res.has_solution && !res.proven_infeasible)) && left > 0.5)
+      res = branch_and_bound(clb, cub, left, std::move(res), true);
+  } else if (restricted_first) {
+    res = rule_incumbent();
+    const double left = cpu_left();
+    if ((done(res) || !res.has_solution) && left > 0.5) res = branch_and_bound(clb, cub, left, std::move(res), false);
+  } else {
+    res = first_incumbent(clb, cub, time_limit_s, start);
+    if (!res.proven_infeasible && (!res.has_solution || (!res.proven_optimal && res.gap > rel_gap))) {
+      // Not within the gap at once: the full branch-and-bound starts from the better of
+      // this incumbent and the rules'.
+      const double full_bound = res.has_solution ? res.bound : 0;
+      MipResult rule = rule_incumbent();
+      if (rule.has_solution && (!res.has_solution || rule.objective < res.objective)) {
+        rule.bound = std::min(rule.objective, full_bound);
+        gap_of(rule);
+        res = std::move(rule);
+      }
+      const double left = cpu_left();
+      if ((done(res) || !res.has_solution) && left > 0.5) res = branch_and_bound(clb, cub, left, std::move(res), false);
+    }
   }
+  trace("done", res);
   if (res.has_solution && res.gap <= rel_gap) res.proven_optimal = true;  // within the asked gap
   res.seconds = elapsed();
   res.cpu_seconds = cpu_seconds() - c0;

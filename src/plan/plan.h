@@ -18,11 +18,15 @@
 // pass for megatrain-code), P1 (layer 0 weights and the embedded input boundary to the
 // compute tier), F0..F{L-1} (forward; F{j} prefetches layer j+1, F{L-1} the head), HEAD
 // (final norm, head, loss, forward and backward in vocabulary chunks; returns the head
-// gradients; megatrain-code loads the head weights here instead of prefetching), then
+// gradients; megatrain-code loads the head weights here instead of prefetching; a streamed
+// head, below, loads them here chunk by chunk), then
 // backward per recompute block (s,e), blocks from the top down: RC{s}..RC{e-2} (recompute
 // layers, producing boundaries s+1..e-1), then B{e-1}..B{s} (backward of each layer; B{j}
 // returns layer j+1's gradients and prefetches the next window's weights), then E (layer 0
-// gradients and the boundary-0 gradient to the host).
+// gradients and the boundary-0 gradient to the host). Those are the rule's windows for
+// weight loads and gradient drains; a plan may load a layer's weights earlier (any window
+// after the layer's previous use) and drain its gradients later (in production order),
+// holding an extra slot meanwhile (wx.<j>, gx.<j>).
 // megatrain-code adds LD windows (a weight load with no compute) before backward windows.
 //
 // Boundary b (0..L) is the input of layer b (boundary L feeds the head). Materialized
@@ -34,17 +38,28 @@
 // Tensor names used in transfers and memory ops:
 //   w.<j> layer j bf16 weights (into one of the two weight slots, or a resident buffer);
 //   wres.<j> resident copy of layer j across the forward-to-backward turnaround;
-//   w.head / g.head head weights / gradients: whole on the compute tier, w.head from its
-//   load to the end of HEAD, g.head from HEAD to the end of the first backward slot;
+//   w.head / g.head head weights / gradients (final norm and lm_head; the embedding when
+//   tied): whole on the compute tier, w.head from its load to the end of HEAD, g.head from
+//   HEAD to the end of the first backward slot;
+//   a streamed head (head_chunk_rows > 0) instead holds two weight chunk buffers and two
+//   gradient chunk buffers (w.head and g.head in alloc/free, with the final norm, same
+//   lifetimes) while the lm_head moves in vocabulary chunks of head_chunk_rows rows (the
+//   last one shorter): w.head.norm and w.head.0 are prefetched by F{L-1}; HEAD loads
+//   w.head.1 .. w.head.<n-1> for its forward pass (the logsumexp needs every row before
+//   any gradient) and w.head.0 .. w.head.<n-1> again for its backward pass, and drains
+//   g.head.0 .. g.head.<n-1> and g.head.norm; chunk c+2 reuses chunk c's buffers;
 //   g.<j> layer j gradients (from one of the two gradient slots);
+//   wx.<j> / gx.<j> (memory ops only) a weight / gradient slot beyond the two fixed ones:
+//   from a load earlier than the rule's to the window before the rule's load window, or
+//   from the window after the rule's drain window to a later drain;
 //   a.<b>.gpu, a.<b>.cpu, a.<b>.nvme parts of boundary b; a.<b>.tmp an unstored boundary
 //   between its producer and its consumer in forward; rc.<b> a recomputed boundary;
 //   int.<j> internals of layer j kept from forward to backward; in.0 the embedded input;
 //   dx.0 the boundary-0 gradient (for the host's embedding gradient); os.<j> layer j's
 //   optimizer state (NVMe <-> its host staging slot, for layers whose states page).
 //
-// JSON schema (version 1):
-// { "format": "lazytrain-plan", "version": 1,
+// JSON schema (version 2; version 1 files, without "head", read as a whole head):
+// { "format": "lazytrain-plan", "version": 2,
 //   "policy": "milp"|"megatrain"|"megatrain-code"|"keep-all"|"recompute-all"|"greedy",
 //   "feasible": bool, "infeasible_reason": str,
 //   "model": { "name", "num_layers", "hidden_size", "num_params", "config": {HF config} },
@@ -52,6 +67,7 @@
 //   "batch", "seq",
 //   "budgets": { "gpu_cap_bytes", "cpu_act_bytes", "nvme_act_bytes" },
 //   "fixed": { "gpu_bytes" (2 weight slots + 2 gradient slots), "host_state_bytes" },
+//   "head": { "chunk_rows": 0 (whole) or rows per streamed chunk, "chunks" },
 //   "boundaries": [ { "index", "tier": "gpu"|"cpu"|"nvme"|"split"|"recompute",
 //                     "gpu", "cpu", "nvme" (token fractions) } ]  (L+1 entries),
 //   "recompute_blocks": [[s, e], ...]  ascending, covering 0..L,
@@ -145,6 +161,11 @@ struct SolveInfo {
   int columns = 0, rows = 0;
 };
 
+// Rows of a streamed head's chunks are a multiple of this (the cross-entropy's vocabulary
+// sub-chunk, kernels/cpu/cross_entropy.h, divides it: the executor checks), so that a
+// streamed head sums in the same order as a whole one.
+constexpr int64_t kHeadChunkQuantum = 16384;
+
 struct Plan {
   std::string policy;
   bool feasible = true;
@@ -172,6 +193,13 @@ struct Plan {
   double state_bytes_per_layer = 0;
   double nvme_state_bytes() const { return static_cast<double>(nvme_state_layers.size()) * state_bytes_per_layer; }
   std::vector<Window> windows;
+  // 0: the head is held whole on the compute tier; > 0: the lm_head streams through it in
+  // chunks of this many vocabulary rows (a multiple of kHeadChunkQuantum, below V).
+  int64_t head_chunk_rows = 0;
+  bool head_streamed() const { return head_chunk_rows > 0; }
+  int64_t head_chunks() const {
+    return head_chunk_rows > 0 ? (model.vocab_size + head_chunk_rows - 1) / head_chunk_rows : 1;
+  }
 
   double predicted_step_s = 0;
   PeakBytes predicted_peak;

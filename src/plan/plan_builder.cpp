@@ -1,5 +1,6 @@
 #include "plan/plan_builder.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -20,6 +21,7 @@ struct Builder {
   const StatePaging& paging;
   int L;
   Stages st;
+  HeadFootprint head;
   std::vector<int> stage_window;  // stage -> window index its traffic and host work join
 
   int add(Window w) {
@@ -52,6 +54,34 @@ struct Builder {
     return w;
   }
 
+  // The head, whole or streamed in chunks (plan/plan.h): F{L-1} prefetches the whole head,
+  // or the final norm and chunk 0 into the first of two chunk buffers.
+  void prefetch_head(Window& w) {
+    if (!head.chunk_rows) {
+      transfer(w, "w.head", Link::H2D, head.prefetch_h2d_bytes);
+    } else {
+      transfer(w, "w.head.norm", Link::H2D, head.norm_weight_bytes);
+      transfer(w, "w.head.0", Link::H2D, head.chunk_weight_bytes(0));
+    }
+    alloc(w, "w.head", head.weight_buffer_bytes);
+  }
+  // HEAD's own head traffic: a streamed head loads chunks 1.. for the forward pass, every
+  // chunk again for the backward pass, and drains each chunk's gradient rows, then the
+  // final norm's (computed from the input gradient the last chunk completes).
+  void head_traffic(Window& w) {
+    alloc(w, "g.head", head.grad_buffer_bytes);
+    if (!head.chunk_rows) {
+      transfer(w, "g.head", Link::D2H, head.head_d2h_bytes);
+      return;
+    }
+    const auto chunk = [](int64_t c) { return "w.head." + std::to_string(c); };
+    for (int64_t c = 1; c < head.chunks; ++c) transfer(w, chunk(c), Link::H2D, head.chunk_weight_bytes(c));
+    for (int64_t c = 0; c < head.chunks; ++c) transfer(w, chunk(c), Link::H2D, head.chunk_weight_bytes(c));
+    for (int64_t c = 0; c < head.chunks; ++c)
+      transfer(w, "g.head." + std::to_string(c), Link::D2H, head.chunk_grad_bytes(c));
+    transfer(w, "g.head.norm", Link::D2H, head.norm_grad_bytes);
+  }
+
   void build() {
     stage_window.assign(st.count(), -1);
     // P0 and P1.
@@ -71,8 +101,7 @@ struct Builder {
         transfer(w, layer_tensor("w", j + 1), Link::H2D, cm.weight_bytes);
         if (d.resident[j + 1]) alloc(w, layer_tensor("wres", j + 1), cm.weight_bytes);
       } else {  // the last forward prefetches the head, as every forward prefetches its successor
-        transfer(w, "w.head", Link::H2D, cm.head_weight_bytes);
-        alloc(w, "w.head", cm.head_weight_bytes);
+        prefetch_head(w);
       }
       if (j > 0 && d.keep_internals[j - 1]) alloc(w, layer_tensor("int", j - 1), cm.internals_bytes);
       stage_window[st.forward(j)] = add(std::move(w));
@@ -100,11 +129,10 @@ struct Builder {
                                 cm.workspace_head);
       // The head's gradient slot lives until the first backward slot ends: it drains to
       // the host under the next window, as every gradient slot does.
-      alloc(w, "g.head", cm.head_grad_bytes);
-      transfer(w, "g.head", Link::D2H, cm.head_grad_bytes);
+      head_traffic(w);
       if (d.keep_internals[L - 1]) alloc(w, layer_tensor("int", L - 1), cm.internals_bytes);
       release(w, "a." + std::to_string(L) + ".tmp", A());
-      release(w, "w.head", cm.head_weight_bytes);
+      release(w, "w.head", head.weight_buffer_bytes);
       stage_window[st.head()] = add(std::move(w));
     }
     // Backward: blocks from the top down.
@@ -131,7 +159,7 @@ struct Builder {
         }
         if (d.resident[j]) release(w, layer_tensor("wres", j), cm.weight_bytes);
         if (keep) release(w, layer_tensor("int", j), cm.internals_bytes);
-        if (j == L - 1) release(w, "g.head", cm.head_grad_bytes);
+        if (j == L - 1) release(w, "g.head", head.grad_buffer_bytes);
         int idx = add(std::move(w));
         stage_window[st.backward(j)] = idx;
         backward_windows.push_back(idx);
@@ -157,6 +185,7 @@ struct Builder {
     attach_traffic();
     attach_optimizer();
     attach_state_paging();
+    apply_transfer_windows();
   }
 
   Window& stage(int s) {
@@ -200,11 +229,71 @@ struct Builder {
     for (int j = 0; j < L; ++j) {
       if (!paging.on_nvme[j]) continue;
       const std::string os = layer_tensor("os", j);
-      transfer(stage(StatePaging::read_stage(st, j)), os, Link::NvmeRead, paging.layer_bytes);
-      transfer(stage(StatePaging::write_stage(st, j)), os, Link::NvmeWrite, paging.layer_bytes);
+      transfer(stage(paging.read_stage[j]), os, Link::NvmeRead, paging.layer_bytes);
+      transfer(stage(paging.write_stage[j]), os, Link::NvmeWrite, paging.layer_bytes);
       p.nvme_state_layers.push_back(j);
     }
     p.state_bytes_per_layer = paging.layer_bytes;
+  }
+
+  // Moves one transfer of `tensor` on `link` from window `from` to window `to` (appended
+  // there, or inserted before the first transfer whose name starts with `before`).
+  void move_transfer(int from, int to, const std::string& tensor, Link link, const char* before = nullptr) {
+    auto& src = at(from).transfers;
+    auto it = std::find_if(src.begin(), src.end(), [&](const Transfer& x) { return x.tensor == tensor && x.link == link; });
+    LT_ASSERT(it != src.end(), tensor + " is not moved by window " + at(from).name);
+    Transfer moved = *it;
+    src.erase(it);
+    auto& dst = at(to).transfers;
+    auto pos = dst.end();
+    if (before)
+      pos = std::find_if(dst.begin(), dst.end(), [&](const Transfer& x) { return x.tensor.rfind(before, 0) == 0 && x.link == link; });
+    dst.insert(pos, std::move(moved));
+  }
+
+  // The decisions' load and drain stages (plan_decisions.h), applied to the rule's windows
+  // built above. A weight loaded early occupies a slot beyond the two fixed ones (wx.<j>)
+  // from its load until the window before the rule's load window; a gradient drained late
+  // occupies one (gx.<j>) from the window after the rule's drain window to its own.
+  void apply_transfer_windows() {
+    auto chosen = [&](const std::vector<int>& v, int j) { return j < static_cast<int>(v.size()) ? v[j] : -1; };
+    for (int j = 1; j < L; ++j) {
+      const int q = chosen(d.forward_load, j), rule = st.forward(j - 1);
+      if (q < 0 || q == rule) continue;
+      LT_ASSERT(q >= st.p1() && q < rule, "forward load of layer " + std::to_string(j) + " in stage " + std::to_string(q));
+      const int to = stage_window[q], rule_w = stage_window[rule];
+      move_transfer(rule_w, to, layer_tensor("w", j), Link::H2D);
+      alloc(at(to), layer_tensor("wx", j), cm.weight_bytes);
+      release(at(rule_w - 1), layer_tensor("wx", j), cm.weight_bytes);
+    }
+    for (int j = 0; j + 1 < L; ++j) {
+      const int k = chosen(d.backward_load, j);
+      if (k < 0) continue;
+      const int use = stage_window[st.backward(j)], rule_w = use - 1;
+      LT_ASSERT(!d.resident[j], "an early backward load of resident layer " + std::to_string(j));
+      LT_ASSERT(at(rule_w).kind == WindowKind::Backward || at(rule_w).kind == WindowKind::Head,
+                "an early backward load of layer " + std::to_string(j) + ", whose B window follows a recompute");
+      const int to = stage_window[k];
+      LT_ASSERT(to < rule_w && (k == st.head() || st.is_backward(k)),
+                "backward load of layer " + std::to_string(j) + " in stage " + std::to_string(k));
+      for (int w = to; w < rule_w; ++w)
+        LT_ASSERT(at(w).kind != WindowKind::Recompute, "an early backward load across a recompute window");
+      move_transfer(rule_w, to, layer_tensor("w", j), Link::H2D);
+      alloc(at(to), layer_tensor("wx", j), cm.weight_bytes);
+      release(at(rule_w - 1), layer_tensor("wx", j), cm.weight_bytes);
+    }
+    // Late drains, latest-produced (highest layer) first: a window lists the gradients it
+    // drains in the order they were produced.
+    for (int j = L - 1; j >= 1; --j) {
+      const int k = chosen(d.grad_drain, j), rule = st.backward(j - 1);
+      if (k < 0 || k == rule) continue;
+      LT_ASSERT(k > rule && (k == st.epilogue() || st.is_backward(k)),
+                "gradient drain of layer " + std::to_string(j) + " in stage " + std::to_string(k));
+      const int rule_w = stage_window[rule], to = stage_window[k];
+      move_transfer(rule_w, to, layer_tensor("g", j), Link::D2H, "g.");
+      alloc(at(rule_w + 1), layer_tensor("gx", j), cm.grad_bytes);
+      release(at(to), layer_tensor("gx", j), cm.grad_bytes);
+    }
   }
 
   void add_optimizer(int window, const std::string& target, double params, double fraction) {
@@ -225,8 +314,8 @@ struct Builder {
     }
     for (auto& f : d.head_optimizer) add_optimizer(stage_window[f.stage], "head", cm.head_params, f.fraction);
     for (int j = 0; j < L; ++j) {
-      if (paging.on_nvme[j]) {  // its one slot between the state's read and write
-        add_optimizer(stage_window[StatePaging::update_stage(st, j)], layer_tensor("layer", j), cm.layer_params, 1);
+      if (paging.on_nvme[j] && !d.paging_decided) {  // the rule: its one slot between the state's read and write
+        add_optimizer(stage_window[StatePaging::rule_update_stage(st, j)], layer_tensor("layer", j), cm.layer_params, 1);
         continue;
       }
       for (auto& f : d.layer_optimizer[j])
@@ -263,7 +352,8 @@ Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d)
   LT_ASSERT(static_cast<int>(d.traffic.size()) == L + 1, "traffic");
   LT_ASSERT(!d.boundaries[0].recompute && !d.boundaries[L].recompute, "boundaries 0 and L are materialized");
   Plan p;
-  const StatePaging paging = plan_state_paging(req, cm, d.lazy_optimizer);
+  const StatePaging paging = d.paging_decided ? paging_from_stages(cm, d.state_read, d.state_write)
+                                              : plan_state_paging(req, cm, d.lazy_optimizer);
   fill_plan_header(p, req, cm, d.policy, paging.host_state_bytes, paging.nvme_bytes());
   p.boundaries = d.boundaries;
   p.boundaries[L] = BoundaryPlacement{};
@@ -273,7 +363,8 @@ Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d)
     if (d.keep_internals[j]) p.keep_internals.push_back(j);
   }
   p.lazy_optimizer = d.lazy_optimizer;
-  Builder b{req, cm, d, p, paging, L, Stages{L}, {}};
+  p.head_chunk_rows = d.head_chunk_rows;
+  Builder b{req, cm, d, p, paging, L, Stages{L}, cm.head_footprint(d.head_chunk_rows), {}};
   b.build();
   return p;
 }

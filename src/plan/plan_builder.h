@@ -10,10 +10,11 @@
 
 namespace lt {
 
-// Our engine: lazy (or not) optimizer, weight prefetch one window ahead, block recompute
-// producing boundaries only, each layer's backward recomputing its own internals unless
-// they were kept, and the optimizer states of the layers plan_state_paging picks on NVMe
-// (their updates pinned to its windows, whatever `d` says).
+// Our engine: lazy (or not) optimizer, weight prefetch one window ahead and gradient
+// drain one window behind (or the stages `d` chooses), block recompute producing
+// boundaries only, each layer's backward recomputing its own internals unless they were
+// kept, and optimizer states paged from NVMe: those `d` chooses, or else those
+// plan_state_paging picks (their updates then pinned to its stages, whatever `d` says).
 Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d);
 
 // Fills the metadata every plan carries (model, hardware, shape, budgets). The NVMe

@@ -39,6 +39,30 @@ struct Decisions {
   // Ignored when !lazy_optimizer (everything runs in P0 after the clip factor is known).
   std::vector<std::vector<StageFraction>> layer_optimizer;  // L
   std::vector<StageFraction> head_optimizer;
+
+  // Transfer windows, per layer; -1 (or empty vectors): the rule. A stage earlier than the
+  // rule's for a load, or later for a drain, holds one more weight or gradient slot on the
+  // compute tier in the windows between (plan_builder.h).
+  //  forward_load[j]: the stage whose window loads layer j's weights for F{j} (rule: the
+  //    window before, F{j-1}; P1 for layer 0), P1..F{j-1};
+  //  backward_load[j]: the stage whose window loads them for B{j}, HEAD or a backward slot
+  //    k > j+1 (rule: the window just before B{j}); only when boundaries j..k are stored
+  //    (B{j} follows B{j+1} or HEAD, and no recompute window lies between);
+  //  grad_drain[j]: the backward slot k < j (or E) whose window drains layer j's gradients
+  //    to the host (rule: slot j-1; E for layer 0). Drains keep the order in which the
+  //    gradients are produced (the global norm sums them in that order).
+  std::vector<int> forward_load, backward_load, grad_drain;
+
+  // Optimizer-state paging. paging_decided = false: plan/state_paging.h's rule for the
+  // request, with each paged layer's update pinned to the rule's stage. true: the layers
+  // with state_read[j] >= 0 page, read in stage state_read[j] and written back in
+  // state_write[j], their updates where layer_optimizer puts them (strictly between).
+  bool paging_decided = false;
+  std::vector<int> state_read, state_write;  // L
+
+  // The head: 0 held whole on the compute tier; > 0 streamed in chunks of this many
+  // vocabulary rows (plan/plan.h, CostModel::head_footprint).
+  int64_t head_chunk_rows = 0;
 };
 
 // Recompute blocks implied by the materialized boundaries: consecutive materialized

@@ -101,13 +101,21 @@ int64_t index_at(const std::string& s, size_t pos) {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-// The tensor names of plan.h: w.<j>, wres.<j>, g.<j>, int.<j>, os.<j> (layers 0..L-1),
-// w.head, g.head, in.0, dx.0, rc.<b>, a.<b>.{gpu,cpu,nvme,tmp} (boundaries 0..L). The
-// executor and the simulator index arrays by these numbers, so a plan file must not hold
-// any other.
-bool valid_tensor_name(const std::string& t, int L) {
+// The tensor names of plan.h: w.<j>, wres.<j>, wx.<j>, g.<j>, gx.<j>, int.<j>, os.<j> (layers 0..L-1),
+// w.head, g.head, in.0, dx.0, rc.<b>, a.<b>.{gpu,cpu,nvme,tmp} (boundaries 0..L), and for a
+// head streamed in `head_chunks` chunks (0: whole) w.head.<c>, g.head.<c> (c below it),
+// w.head.norm, g.head.norm. The executor and the simulator index arrays by these numbers,
+// so a plan file must not hold any other.
+bool valid_tensor_name(const std::string& t, int L, int64_t head_chunks) {
   if (t == "w.head" || t == "g.head" || t == "in.0" || t == "dx.0") return true;
-  for (const char* layer_prefix : {"w.", "wres.", "g.", "int.", "os."})
+  for (const char* head_prefix : {"w.head.", "g.head."})
+    if (starts_with(t, head_prefix)) {
+      if (head_chunks == 0) return false;
+      if (t.substr(std::strlen(head_prefix)) == "norm") return true;
+      const int64_t c = index_at(t, std::strlen(head_prefix));
+      return c >= 0 && c < head_chunks;
+    }
+  for (const char* layer_prefix : {"w.", "wres.", "wx.", "g.", "gx.", "int.", "os."})
     if (starts_with(t, layer_prefix)) {
       const int64_t j = index_at(t, std::strlen(layer_prefix));
       return j >= 0 && j < L;
@@ -144,6 +152,10 @@ void check_structure(const Plan& p, const std::string& where) {
   if (p.model.num_layers != L)
     bad("num_layers " + std::to_string(L) + " differs from the model config's " + std::to_string(p.model.num_layers));
   if (p.batch < 1 || p.seq < 1) bad("batch and seq must be positive");
+  if (p.head_chunk_rows < 0 || p.head_chunk_rows >= p.model.vocab_size)
+    bad("head chunk of " + std::to_string(p.head_chunk_rows) + " rows: must be 0 (whole) or below the vocabulary (" +
+        std::to_string(p.model.vocab_size) + ")");
+  const int64_t head_chunks = p.head_streamed() ? p.head_chunks() : 0;
   if (static_cast<int>(p.boundaries.size()) != L + 1)
     bad("plan has " + std::to_string(p.boundaries.size()) + " boundaries for " + std::to_string(L) + " layers");
   for (const auto& [s, e] : p.blocks)
@@ -164,10 +176,10 @@ void check_structure(const Plan& p, const std::string& where) {
     const std::string in = " in window " + w.name;
     if (w.layer < -1 || w.layer >= L) bad("layer " + std::to_string(w.layer) + in + " is out of range");
     for (const Transfer& t : w.transfers)
-      if (!valid_tensor_name(t.tensor, L)) bad("unknown tensor '" + t.tensor + "'" + in);
+      if (!valid_tensor_name(t.tensor, L, head_chunks)) bad("unknown tensor '" + t.tensor + "'" + in);
     for (const auto* ops : {&w.alloc, &w.free})
       for (const MemOp& m : *ops)
-        if (!valid_tensor_name(m.tensor, L)) bad("unknown tensor '" + m.tensor + "'" + in);
+        if (!valid_tensor_name(m.tensor, L, head_chunks)) bad("unknown tensor '" + m.tensor + "'" + in);
     for (const HostTask& h : w.host)
       if ((h.task != "optimizer" && h.task != "clip") || !valid_target(h.target, L, true))
         bad("unknown host task '" + h.task + "' on '" + h.target + "'" + in);
@@ -194,7 +206,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   using nlohmann::json;
   json j;
   j["format"] = "lazytrain-plan";
-  j["version"] = 1;
+  j["version"] = 2;
   j["policy"] = p.policy;
   j["feasible"] = p.feasible;
   j["infeasible_reason"] = p.infeasible_reason;
@@ -210,6 +222,7 @@ nlohmann::json plan_to_json(const Plan& p) {
                   {"cpu_act_bytes", p.cpu_act_budget_bytes},
                   {"nvme_act_bytes", p.nvme_act_budget_bytes}};
   j["fixed"] = {{"gpu_bytes", p.fixed_gpu_bytes}, {"host_state_bytes", p.host_state_bytes}};
+  j["head"] = {{"chunk_rows", p.head_chunk_rows}, {"chunks", p.head_chunks()}};
   json bs = json::array();
   for (size_t i = 0; i < p.boundaries.size(); ++i) {
     const auto& b = p.boundaries[i];
@@ -262,8 +275,11 @@ nlohmann::json plan_to_json(const Plan& p) {
 Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("format") || j["format"] != "lazytrain-plan")
     throw Error("not a lazytrain plan (format field)", where, "give a file written by `lazytrain plan --out`");
-  if (!j.contains("version") || j["version"] != 1)
-    throw Error("unsupported plan version", where, "regenerate the plan with this lazytrain");
+  // Version 1 predates the streamed head: its plans hold the head whole.
+  if (!j.contains("version") || (j["version"] != 1 && j["version"] != 2))
+    throw Error("unsupported plan version " + (j.contains("version") ? short_dump(j["version"]) : std::string("(none)")),
+                where, "regenerate the plan with this lazytrain");
+  const bool v1 = j["version"] == 1;
   Plan p;
   try {
     p.policy = j.at("policy").get<std::string>();
@@ -283,6 +299,16 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     p.nvme_act_budget_bytes = b.at("nvme_act_bytes").get<double>();
     p.fixed_gpu_bytes = j.at("fixed").at("gpu_bytes").get<double>();
     p.host_state_bytes = j.at("fixed").at("host_state_bytes").get<double>();
+    if (!v1) {
+      p.head_chunk_rows = int_field<int64_t>(j.at("head").at("chunk_rows"), "head.chunk_rows", where);
+      // Written for readers; it must agree with the rows (or the file was edited).
+      const int64_t chunks = int_field<int64_t>(j.at("head").at("chunks"), "head.chunks", where);
+      if (p.head_chunk_rows > 0 && p.head_chunk_rows < p.model.vocab_size &&  // else check_structure says why
+          chunks != (p.model.vocab_size + p.head_chunk_rows - 1) / p.head_chunk_rows)
+        throw Error("head.chunks " + std::to_string(chunks) + " does not match " + std::to_string(p.head_chunk_rows) +
+                        " rows per chunk of a vocabulary of " + std::to_string(p.model.vocab_size),
+                    where, kRegenerate);
+    }
     for (const auto& bj : j.at("boundaries"))
       p.boundaries.push_back({bj.at("tier").get<std::string>() == "recompute", bj.at("gpu").get<double>(),
                               bj.at("cpu").get<double>(), bj.at("nvme").get<double>()});
@@ -361,6 +387,7 @@ nlohmann::json plan_summary_json(const Plan& p) {
           {"predicted_step_s", p.predicted_step_s},
           {"tokens_per_s", p.tokens_per_s()},
           {"tflops", p.tflops()},
+          {"head_chunk_rows", p.head_chunk_rows},
           {"solve_s", p.solve.solve_s},
           {"mip_gap", p.solve.mip_gap},
           {"boundaries", {{"gpu", tc.gpu}, {"cpu", tc.cpu}, {"nvme", tc.nvme}, {"recompute", tc.recompute}}},

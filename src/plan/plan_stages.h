@@ -2,8 +2,8 @@
 // MILP (which cannot know the plan-dependent RC windows in advance):
 //   P0, P1, F0..F{L-1}, HEAD, backward slot L-1 .. backward slot 0, E.
 // Backward slot j holds B{j} and, when j is the top layer of a recompute block (s, j+1),
-// the block's RC windows just before it. Activation transfers assigned to a slot run in
-// its B{j} window.
+// the block's RC windows just before it. Activation transfers, weight loads and gradient
+// drains assigned to a slot (plan_decisions.h) run in its B{j} window.
 #pragma once
 
 namespace lt {

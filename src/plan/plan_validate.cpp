@@ -1,5 +1,6 @@
 #include "plan/plan_validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -32,6 +33,63 @@ int index_after(const std::string& s, size_t pos) {
 struct Flow {
   std::vector<double> through;  // through[i] = bytes moved in windows 0..i
 };
+
+// A streamed head (plan.h): chunk rows a multiple of kHeadChunkQuantum below V; every
+// chunk's rows loaded twice by the end of HEAD (the first time in F{L-1} or HEAD, never
+// before), its gradient rows drained once in HEAD; the final norm loaded once and drained
+// once; the buffers (w.head, g.head) two chunks and the norm. A whole head moves none of
+// these tensors.
+template <typename Through>
+std::vector<std::string> head_problems(const Plan& p, const Through& through, double tol) {
+  std::vector<std::string> out;
+  const int n = static_cast<int>(p.windows.size());
+  int head = -1;
+  for (int i = 0; i < n; ++i)
+    if (p.windows[i].kind == WindowKind::Head) head = i;
+  if (!p.head_streamed()) {
+    for (const auto& w : p.windows)
+      for (const auto& x : w.transfers)
+        if (x.tensor.rfind("w.head.", 0) == 0 || x.tensor.rfind("g.head.", 0) == 0)
+          out.push_back("window " + w.name + " moves " + x.tensor + " but the plan holds the head whole");
+    return out;
+  }
+  const int64_t R = p.head_chunk_rows, V = p.model.vocab_size, C = p.model.hidden_size;
+  if (R % kHeadChunkQuantum != 0 || R >= V) {
+    out.push_back("head chunks of " + std::to_string(R) + " rows: must be a multiple of " +
+                  std::to_string(kHeadChunkQuantum) + " below the vocabulary (" + std::to_string(V) + ")");
+    return out;
+  }
+  if (head < 1) {
+    out.push_back("a streamed head without a HEAD window");
+    return out;
+  }
+  const double wrow = p.hardware.weight_bytes * C, grow = p.hardware.grad_bytes * C;
+  auto near = [&](double a, double b) { return std::fabs(a - b) <= tol; };
+  const int64_t chunks = p.head_chunks();
+  for (int64_t c = 0; c < chunks; ++c) {
+    const double rows = static_cast<double>(std::min(R, V - c * R));
+    const std::string wc = "w.head." + std::to_string(c), gc = "g.head." + std::to_string(c);
+    if (through(wc, Link::H2D, head - 2) > tol) out.push_back(wc + " loads before F" + std::to_string(p.num_layers - 1));
+    if (!near(through(wc, Link::H2D, head), 2 * rows * wrow) || !near(through(wc, Link::H2D, n - 1), 2 * rows * wrow))
+      out.push_back(wc + ": its " + std::to_string(static_cast<int64_t>(rows)) +
+                    " rows must load twice by the end of HEAD (forward and backward pass), and only then");
+    if (!near(through(gc, Link::D2H, head) - through(gc, Link::D2H, head - 1), rows * grow) ||
+        !near(through(gc, Link::D2H, n - 1), rows * grow))
+      out.push_back(gc + ": its gradient rows must drain once, in HEAD");
+  }
+  if (!near(through("w.head.norm", Link::H2D, head), wrow) || !near(through("w.head.norm", Link::H2D, n - 1), wrow))
+    out.push_back("w.head.norm: the final norm must load once by HEAD");
+  if (!near(through("g.head.norm", Link::D2H, n - 1), grow) ||
+      !near(through("g.head.norm", Link::D2H, head) - through("g.head.norm", Link::D2H, head - 1), grow))
+    out.push_back("g.head.norm: the final norm's gradient must drain once, in HEAD");
+  const double wbuf = 2 * static_cast<double>(R) * wrow + wrow, gbuf = 2 * static_cast<double>(R) * grow + grow;
+  for (const auto& w : p.windows)
+    for (const auto& a : w.alloc)
+      if ((a.tensor == "w.head" && !near(a.bytes, wbuf)) || (a.tensor == "g.head" && !near(a.bytes, gbuf)))
+        out.push_back("window " + w.name + " allocates " + a.tensor + " of " + fmt_gb(a.bytes) +
+                      ", not two chunks and the final norm (" + fmt_gb(a.tensor == "w.head" ? wbuf : gbuf) + ")");
+  return out;
+}
 
 }  // namespace
 
@@ -159,7 +217,7 @@ std::vector<std::string> validate_plan(const Plan& p) {
   for (int i = 0; i < n; ++i)
     for (const auto& x : p.windows[i].transfers) {
       if (x.link != Link::H2D) continue;
-      if (x.tensor == "w.head" && head_load < 0) head_load = i;
+      if ((x.tensor == "w.head" || x.tensor.rfind("w.head.", 0) == 0) && head_load < 0) head_load = i;
       if (x.tensor.rfind("w.", 0) == 0 && x.tensor != "w.head") {
         int j = index_after(x.tensor, 2);
         if (j >= 0 && j < L && first_load[j] < 0) first_load[j] = i;
@@ -168,16 +226,48 @@ std::vector<std::string> validate_plan(const Plan& p) {
   std::vector<bool> resident(L, false);
   for (int j : p.resident_layers)
     if (j >= 0 && j < L) resident[j] = true;
+  // A use's weights load in a window after the layer's previous use (a slot holds one
+  // load) and before the use's own window (plan_decisions.h: the previous window by the
+  // rule, earlier by choice).
+  std::vector<int> previous_use(L, -1);
   for (int i = 1; i < n; ++i) {
     const auto& w = p.windows[i];
     if (w.layer < 0 || w.layer >= L) {
       if (w.layer >= L) out.push_back("window " + w.name + ": layer " + std::to_string(w.layer) + " out of range");
       continue;
     }
-    bool loaded = through("w." + std::to_string(w.layer), Link::H2D, i - 1) -
-                      through("w." + std::to_string(w.layer), Link::H2D, i - 2) > 0;
+    const std::string wt = "w." + std::to_string(w.layer);
+    const bool loaded = through(wt, Link::H2D, i - 1) - through(wt, Link::H2D, previous_use[w.layer]) > 0;
+    previous_use[w.layer] = i;
     if (!loaded && !(resident[w.layer] && w.kind == WindowKind::Backward))
-      out.push_back("window " + w.name + ": layer weights not loaded by the previous window");
+      out.push_back("window " + w.name + ": layer weights not loaded since the layer's previous use");
+  }
+  // Each layer's gradients drain once, after its backward window, and in the order they
+  // are produced (the executor sums their norms in that order).
+  {
+    std::vector<int> backward_at(L, -1), drained_at(L, -1);
+    for (int i = 0; i < n; ++i) {
+      if (p.windows[i].kind == WindowKind::Backward && p.windows[i].layer >= 0 && p.windows[i].layer < L)
+        backward_at[p.windows[i].layer] = i;
+      for (const auto& x : p.windows[i].transfers) {
+        if (x.link != Link::D2H || x.tensor.rfind("g.", 0) != 0) continue;
+        const int j = index_after(x.tensor, 2);
+        if (j < 0 || j >= L) continue;
+        if (drained_at[j] >= 0) out.push_back("gradients of layer " + std::to_string(j) + " drain twice");
+        drained_at[j] = i;
+      }
+    }
+    int previous = -1;  // the drain window of the layer produced before
+    for (int j = L - 1; j >= 0; --j) {
+      if (drained_at[j] < 0) continue;
+      if (drained_at[j] <= backward_at[j])
+        out.push_back("gradients of layer " + std::to_string(j) + " drain in " + p.windows[drained_at[j]].name +
+                      ", not after their backward window");
+      if (drained_at[j] < previous)
+        out.push_back("gradients of layer " + std::to_string(j) + " drain before those of layer " +
+                      std::to_string(j + 1));
+      previous = std::max(previous, drained_at[j]);
+    }
   }
   std::map<std::string, double> opt_done;
   for (int i = 0; i < n; ++i)
@@ -241,6 +331,9 @@ std::vector<std::string> validate_plan(const Plan& p) {
       int j = index_after(key.first, 3);
       if (j < 0 || j >= L || !paged[j]) out.push_back(key.first + " moves but layer " + std::to_string(j) + " is not paged");
     }
+
+  auto head = head_problems(p, through, tol);
+  out.insert(out.end(), head.begin(), head.end());
 
   // Memory: never negative, everything allocated is freed by the end of the step.
   double live = 0;

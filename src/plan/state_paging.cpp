@@ -9,16 +9,13 @@
 namespace lt {
 namespace {
 
-// Host share PlanRequest::cpu_budget leaves to the persistent state and activations.
-constexpr double kHostShare = 0.9;
-
 // The most read-to-write intervals of paged layers open in any one stage.
 int overlap(const StatePaging& p, const Stages& st) {
   int most = 0;
   for (int s = 0; s < st.count(); ++s) {
     int open = 0;
     for (int j = 0; j < static_cast<int>(p.on_nvme.size()); ++j)
-      if (p.on_nvme[j] && StatePaging::read_stage(st, j) <= s && s <= StatePaging::write_stage(st, j)) ++open;
+      if (p.on_nvme[j] && p.read_stage[j] <= s && s <= p.write_stage[j]) ++open;
     most = std::max(most, open);
   }
   return most;
@@ -26,20 +23,40 @@ int overlap(const StatePaging& p, const Stages& st) {
 
 void page_top_layers(StatePaging& p, const CostModel& cm, int count) {
   const int L = cm.num_layers;
-  p.on_nvme.assign(L, false);
-  p.count = count;
-  for (int j = L - count; j < L; ++j) p.on_nvme[j] = true;
-  p.staging_slots = overlap(p, Stages{L});
-  p.host_state_bytes = cm.host_state_bytes - (count - p.staging_slots) * p.layer_bytes;
+  const Stages st{L};
+  std::vector<int> read(L, -1), write(L, -1);
+  for (int j = L - count; j < L; ++j) {
+    read[j] = StatePaging::rule_read_stage(st, j);
+    write[j] = StatePaging::rule_write_stage(st, j);
+  }
+  p = paging_from_stages(cm, read, write);
 }
 
 }  // namespace
+
+StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read, const std::vector<int>& write) {
+  const int L = cm.num_layers;
+  LT_ASSERT(static_cast<int>(read.size()) == L && static_cast<int>(write.size()) == L, "paging stages per layer");
+  StatePaging p;
+  p.layer_bytes = cm.layer_state_bytes;
+  p.on_nvme.assign(L, false);
+  p.read_stage = read;
+  p.write_stage = write;
+  for (int j = 0; j < L; ++j) {
+    if (read[j] < 0 && write[j] < 0) continue;
+    LT_ASSERT(read[j] >= 0 && write[j] > read[j] + 1, "paged layer " + std::to_string(j) + ": read before write");
+    p.on_nvme[j] = true;
+    ++p.count;
+  }
+  p.staging_slots = overlap(p, Stages{L});
+  p.host_state_bytes = cm.host_state_bytes - (p.count - p.staging_slots) * p.layer_bytes;
+  return p;
+}
 
 StatePaging plan_state_paging(const PlanRequest& req, const CostModel& cm, bool lazy_optimizer) {
   const int L = cm.num_layers;
   const int most = std::max(0, L - 2);
   StatePaging p;
-  p.layer_bytes = cm.layer_state_bytes;
   if (req.nvme_state_layers > most)
     throw Error("asked for the optimizer states of " + std::to_string(req.nvme_state_layers) +
                     " layers on NVMe, but only layers 2.." + std::to_string(L - 1) + " can page (" +
@@ -51,7 +68,7 @@ StatePaging plan_state_paging(const PlanRequest& req, const CostModel& cm, bool 
   } else if (req.nvme_state_layers >= 0) {
     count = req.nvme_state_layers;
   } else {
-    const double room = kHostShare * req.hardware.host_memory_bytes;
+    const double room = kHostStateShare * req.hardware.host_memory_bytes;
     while (count < most) {
       page_top_layers(p, cm, count);
       if (p.host_state_bytes <= room) break;

@@ -1,15 +1,20 @@
 // Optimizer-state paging: which decoder layers keep their optimizer states (8-bit m and v
-// with their block scales) on NVMe instead of host memory, and when those states move.
+// with their block scales) on NVMe instead of host memory, and in which stages
+// (plan_stages.h) those states move: each paged state is read from NVMe in a stage
+// strictly before the layer's update and written back in a stage strictly after it, so
+// neither transfer waits on the update inside its own window.
 //
-// Only plans with the lazy optimizer page states: layer j's update runs in F{j-2}; its
-// state is read from NVMe in the window before (P1 or F{j-3}) and written back in F{j-1},
-// so both transfers run under forward compute and never wait on the update. Layers 0 and
-// 1 (updated in P0/P1, with no earlier window to read in) stay on the host, as do the
-// embedding and the head. The top layers page first: they leave the most forward windows
-// to hide the reads in.
+// Two ways to decide it:
+//  - the rule (plan_state_paging), which the heuristic policies use: only plans with the
+//    lazy optimizer page; layer j's update runs in F{j-2}, its state is read in the window
+//    before (P1 or F{j-3}) and written back in F{j-1}, so both transfers run under
+//    forward compute. Layers 0 and 1 stay on the host, as do the embedding and the head;
+//    the top layers page first (they leave the most forward windows to hide the reads in).
+//  - the MILP (milp_planner.h), which chooses the layers and both stages itself and hands
+//    them to paging_from_stages.
 //
-// The states in flight live in a fixed host reservation (as many layer states as the
-// read-to-write intervals overlap, at most 3), counted in the plan's host state; the
+// The states in flight live in a fixed host reservation of staging slots (as many layer
+// states as the read-to-write intervals overlap), counted in the plan's host state; the
 // os.<j> transfers move bytes between NVMe and that reservation, so they are not
 // activation staging.
 #pragma once
@@ -24,21 +29,33 @@ namespace lt {
 
 struct StatePaging {
   std::vector<bool> on_nvme;    // per layer
+  std::vector<int> read_stage;  // per layer: the stage whose window reads its state (-1: not paged)
+  std::vector<int> write_stage; // per layer: the stage whose window writes it back (-1: not paged)
   int count = 0;
   double layer_bytes = 0;       // one layer's optimizer state
   int staging_slots = 0;        // host buffers the states in flight need at once
   double host_state_bytes = 0;  // the policy's host state, less the paged states, plus the slots
   double nvme_bytes() const { return count * layer_bytes; }
 
-  static int update_stage(const Stages& st, int j) { return st.forward(j - 2); }
-  static int read_stage(const Stages& st, int j) { return j == 2 ? st.p1() : st.forward(j - 3); }
-  static int write_stage(const Stages& st, int j) { return st.forward(j - 1); }
+  // The rule's stages for a paged layer j >= 2.
+  static int rule_update_stage(const Stages& st, int j) { return st.forward(j - 2); }
+  static int rule_read_stage(const Stages& st, int j) { return j == 2 ? st.p1() : st.forward(j - 3); }
+  static int rule_write_stage(const Stages& st, int j) { return st.forward(j - 1); }
 };
 
-// The paging a request gets. req.nvme_state_layers >= 0 asks for that many layers
-// (lt::Error when more than L-2); < 0 pages as few as make the host state and its staging
-// fit 90% of host memory (PlanRequest::cpu_budget's share), at most L-2. No paging when
-// the optimizer is not lazy.
+// The paging a request gets by the rule. req.nvme_state_layers >= 0 asks for that many
+// layers (lt::Error when more than L-2); < 0 pages as few as make the host state and its
+// staging fit 90% of host memory (PlanRequest::cpu_budget's share), at most L-2. No paging
+// when the optimizer is not lazy.
 StatePaging plan_state_paging(const PlanRequest& req, const CostModel& cm, bool lazy_optimizer);
+
+// Paging with chosen layers and stages (read[j] < write[j] for a paged layer, -1 for one
+// that stays on the host): the slot count is the most read-to-write intervals (inclusive)
+// that overlap in one stage.
+StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read, const std::vector<int>& write);
+
+// The host share PlanRequest::cpu_budget leaves to the persistent state and activations:
+// paging must bring the host state within it.
+constexpr double kHostStateShare = 0.9;
 
 }  // namespace lt

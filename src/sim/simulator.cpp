@@ -172,7 +172,7 @@ struct Replay {
     const std::string& x = t.tensor;
     if (t.link == Link::H2D) {
       if (x == "in.0") return update_time("embed", w, start);
-      if (x == "w.head") return update_time("head", w, start);
+      if (x == "w.head" || starts_with(x, "w.head.")) return update_time("head", w, start);  // whole or a chunk
       if (starts_with(x, "w.")) {
         int j = std::stoi(x.substr(2));
         if (!loaded_once[j]) return update_time("layer." + std::to_string(j), w, start);
@@ -337,7 +337,7 @@ struct Replay {
     const std::string& x = t.tensor;
     switch (t.link) {
       case Link::H2D:
-        if (starts_with(x, "w.") && x != "w.head") {
+        if (starts_with(x, "w.") && x != "w.head" && !starts_with(x, "w.head.")) {
           int j = std::stoi(x.substr(2));
           weight_arrival[j] = e;
           loaded_once[j] = true;

@@ -1,6 +1,9 @@
 // Progress of a run: a live bar on a terminal (one line, redrawn), plain lines in a log,
 // and a JSONL metrics file (one object per logged step and per evaluation), whose loss and
-// learning rate also go into an SVG plot (train/metrics_plot.h) on request.
+// learning rate also go into an SVG plot (train/metrics_plot.h) on request. Other records
+// carry a "record" key saying what they are ("replan": a re-plan's outcome, see
+// train/streamed_training.h) and the step they follow; they are kept or dropped on resume
+// by that step like the rest, and never plotted (they have no loss).
 #pragma once
 
 #include <chrono>

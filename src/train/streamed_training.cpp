@@ -1,10 +1,13 @@
 #include "train/streamed_training.h"
 
+#include <cstdio>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "plan/nvme_space.h"
@@ -36,7 +39,7 @@ void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConf
   }
 }
 
-Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model) {
+PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model) {
   PlanRequest req;
   req.model_name = cfg.model.empty() ? "from-scratch llama" : cfg.model;
   req.model = model;
@@ -57,6 +60,12 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model) {
   // The NVMe tier gets at most what the offload directory's disk has free.
   const std::string dir = offload_dir_of(cfg);
   limit_nvme_to_free_space(req, free_disk_bytes(dir, "train config (offload_dir)"), dir, "train config (offload_dir)");
+  req.time_limit_s = cfg.plan_time_limit;
+  return req;
+}
+
+Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model) {
+  const PlanRequest req = run_plan_request(cfg, model);
   Plan p = make_plan(req, "milp");
   if (!p.feasible) {
     const InfeasibleReport rep = diagnose_infeasible(req, "milp", p);
@@ -71,12 +80,12 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model) {
 }
 
 StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, ModelParameters& params,
-                                   ModelParameters& grads, Updater& updater)
+                                   ModelParameters& grads, Updater& updater, Options options)
     : cfg_(cfg),
       params_(params),
       grads_(grads),
       updater_(updater),
-      backend_(make_backend(cfg.backend)),
+      backend_(options.backend ? std::move(options.backend) : make_backend(cfg.backend)),
       copy_(cfg.precision == "bf16" ? Precision::BF16 : Precision::F32) {
   copy_.refresh(params_);
   StreamingOptions so;
@@ -86,7 +95,163 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   if (!plan.nvme_state_layers.empty() && so.layer_state_bytes == 0)
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
+  executor_options_ = so;
   executor_ = std::make_unique<StreamingExecutor>(plan, *backend_, so);
+  wait_for_replans_ = options.wait_for_replans;
+  if (cfg.adaptive_plan != "on") {
+    adaptive_note_ = "off (adaptive_plan off)";
+  } else if (plan.policy != "milp") {
+    adaptive_note_ = "off (re-planning re-solves MILP plans; this plan's policy is " + plan.policy + ")";
+  } else {
+    adaptive_ = true;
+    request_ = options.request ? *options.request : request_of(plan, cfg.plan_time_limit);
+    // Re-plans keep the paged optimizer-state layers (see the header).
+    request_.nvme_state_layers = static_cast<int>(plan.nvme_state_layers.size());
+    detector_.emplace(assumed_measures(plan), cfg.replan_threshold, static_cast<int>(cfg.replan_steps));
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "on (a measure %.0f%% off the plan's profile for %lld steps re-plans; switch if %.0f%% faster)",
+                  100 * cfg.replan_threshold, static_cast<long long>(cfg.replan_steps), 100 * cfg.replan_margin);
+    adaptive_note_ = buf;
+  }
+}
+
+namespace {
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f s", s);
+  return buf;
+}
+
+}  // namespace
+
+std::string ReplanEvent::message() const {
+  const ReplanResult& r = result;
+  std::string m = (started ? "after step " : "before step ") + std::to_string(step) + ": re-plan: ";
+  if (started)
+    return m + r.drift.describe() + "; solving the MILP again with the measured profile in the background (the " +
+           "current plan: planned " + seconds_text(r.old_predicted_s) + ", " + seconds_text(r.old_on_measured_s) +
+           " on the measured profile)";
+  const std::string preds = "new plan " + (r.new_predicted_s > 0 ? seconds_text(r.new_predicted_s) : std::string("none")) +
+                            ", current plan " + seconds_text(r.old_on_measured_s) + " on the measured profile (planned " +
+                            seconds_text(r.old_predicted_s) + ")";
+  if (switched) {
+    const Plan::TierCounts tc = r.plan.tier_counts();
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; solved in %.2f s; boundaries gpu %.1f cpu %.1f nvme %.1f recomputed %.0f",
+                  r.solve_s, tc.gpu, tc.cpu, tc.nvme, tc.recompute);
+    return m + "switched to the new plan (" + r.drift.describe() + "): " + preds + buf;
+  }
+  return m + "kept the current plan: " + r.note + " (" + r.drift.describe() + "; " + preds + ")";
+}
+
+nlohmann::json ReplanEvent::record() const {
+  const ReplanResult& r = result;
+  nlohmann::json drift = nlohmann::json::array();
+  for (const DriftedMeasure& d : r.drift.measures)
+    drift.push_back({{"measure", measure_name(d.measure)},
+                     {"unit", is_rate(d.measure) ? "bytes/s" : "s"},
+                     {"assumed", d.assumed},
+                     {"measured", d.measured},
+                     {"drift", d.drift()}});
+  nlohmann::json j = {{"step", step},
+                      {"record", "replan"},
+                      {"switched", switched},
+                      {"why", r.drift.describe()},
+                      {"drift", drift},
+                      {"old_predicted_s", r.old_predicted_s},
+                      {"old_on_measured_s", r.old_on_measured_s},
+                      {"new_predicted_s", r.new_predicted_s},
+                      {"solve_s", r.solve_s}};
+  if (!r.note.empty()) j["note"] = r.note;
+  if (switched) {
+    const Plan::TierCounts tc = r.plan.tier_counts();
+    j["plan"] = {{"gpu", tc.gpu}, {"cpu", tc.cpu}, {"nvme", tc.nvme}, {"recomputed", tc.recompute}};
+  }
+  return j;
+}
+
+void StreamedTraining::at_step_boundary(int64_t step, std::vector<ReplanEvent>& events) {
+  if (!adaptive_) return;
+  if (wait_for_replans_ && solve_.busy()) events.push_back(conclude(solve_.wait(), step));
+  if (std::optional<ReplanResult> r = solve_.take()) events.push_back(conclude(std::move(*r), step));
+}
+
+ReplanEvent StreamedTraining::conclude(ReplanResult r, int64_t step) {
+  ReplanEvent e;
+  e.step = step;
+  if (r.adopt) {
+    try {
+      switch_to(r.plan);
+      e.switched = true;
+      ++switches_;
+    } catch (const Error& x) {
+      r.note = std::string("switching failed: ") + x.what();
+    }
+  }
+  // The measured machine is the reference from now on, whichever plan runs on it.
+  StepMeasures ref = r.drift.measured;
+  ref.step_s = e.switched ? r.new_predicted_s : r.old_on_measured_s;
+  detector_->rebase(ref);
+  // Kept re-plans in a row back off: the measures they were about wait K, 2K, 4K, ...
+  // steps before they can start another solve (noise, not a new machine, most likely).
+  kept_in_a_row_ = e.switched ? 0 : kept_in_a_row_ + 1;
+  if (!e.switched)
+    for (const DriftedMeasure& d : r.drift.measures)
+      detector_->hold(d.measure, static_cast<int>(cfg_.replan_steps) << std::min(kept_in_a_row_ - 1, 6));
+  e.result = std::move(r);
+  return e;
+}
+
+void StreamedTraining::switch_to(const Plan& plan) {
+  check_plan_fits(plan, params_.config(), cfg_, "re-plan");
+  backend_->synchronize();  // between steps nothing is in flight; make sure
+  auto next = std::make_unique<StreamingExecutor>(plan, *backend_, executor_options_);
+  if (!plan.nvme_state_layers.empty()) {  // the same layers (judge_replan): move their bytes
+    AlignedBuffer<std::byte> state(updater_.layer_state_bytes());
+    for (int j : plan.nvme_state_layers) {
+      executor_->read_paged_state(j, {state.data(), state.size()});
+      next->write_paged_state(j, {state.data(), state.size()});
+    }
+  }
+  executor_ = std::move(next);
+  steps_on_executor_ = 0;
+}
+
+void StreamedTraining::watch(int64_t step, const StreamingStepResult& r, LinkUse h2d, LinkUse d2h,
+                             std::vector<ReplanEvent>& events) {
+  if (!adaptive_ || solve_.busy()) return;  // one re-plan at a time; its outcome rebases the detector
+  // An executor's first step touches its memory for the first time and warms the caches:
+  // not a measure of the machine.
+  if (steps_on_executor_++ == 0) return;
+  const Plan& plan = executor_->plan();
+  std::optional<Drift> d = detector_->observe(measure_step(plan, r, h2d, d2h));
+  if (!d) return;
+  // A switch pays only if the run outlasts the solve (the current plan's own solve time
+  // is the guess for the next one).
+  const double left_s = static_cast<double>(cfg_.steps - step) * static_cast<double>(cfg_.grad_accum) * r.step_s;
+  if (left_s < std::max(plan.solve.solve_s, 0.05)) return;
+  PlanRequest req = request_;
+  req.hardware = with_rates(req.hardware, d->measured);
+  req.measured = layer_times(d->measured);
+  ReplanEvent e;
+  e.step = step;
+  e.started = true;
+  e.result.drift = *d;
+  e.result.old_predicted_s = plan.predicted_step_s;
+  e.result.old_on_measured_s = predict_on(plan, d->measured);
+  events.push_back(e);
+  solve_.start(std::move(req), plan.policy, plan, *d, cfg_.replan_margin);
+}
+
+std::vector<ReplanEvent> StreamedTraining::finish(int64_t step) {
+  std::vector<ReplanEvent> events;
+  if (!solve_.busy()) return events;
+  ReplanResult r = solve_.wait();
+  if (r.adopt) r.note = "the run ended before the switch";
+  r.adopt = false;
+  events.push_back(conclude(std::move(r), step + 1));  // "before" the step that never runs
+  return events;
 }
 
 void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte> paged) {
@@ -97,6 +262,7 @@ void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte>
 StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted,
                                                  int64_t step, const int32_t* doc_start) {
   Outcome out;
+  at_step_boundary(step, out.replans);  // a re-plan solved meanwhile switches here
   if (predicted == 0) {  // nothing carries a loss: the in-memory trainer's zero-gradient step
     flush();
     grads_.zero();
@@ -108,6 +274,8 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
   const LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> paged) { update_target(t, paged); };
   const int64_t micro = cfg_.batch * cfg_.seq_len;
   double loss_sum = 0, sq = 0;
+  StreamingStepResult last;  // the last micro-batch's timings, for the drift detector
+  LinkUse h2d, d2h;
   for (int64_t a = 0; a < cfg_.grad_accum; ++a) {
     StepOptions o;
     o.update = a == 0 && has_pending_ ? &hook : nullptr;
@@ -115,10 +283,17 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     o.grad_scale = 1.0f / static_cast<float>(predicted);
     o.compute_copy = copy_.data(params_);
     o.doc_start = doc_start ? doc_start + a * micro : nullptr;
-    const StreamingStepResult r = executor_->step(params_, grads_, ids + a * micro, labels + a * micro, o);
+    const size_t h2d_bytes = backend_->h2d_bytes, d2h_bytes = backend_->d2h_bytes;
+    const Backend::LinkBusy busy = backend_->link_busy();
+    StreamingStepResult r = executor_->step(params_, grads_, ids + a * micro, labels + a * micro, o);
+    const Backend::LinkBusy busy_after = backend_->link_busy();
+    h2d = {static_cast<double>(backend_->h2d_bytes - h2d_bytes), busy_after.h2d_s - busy.h2d_s};
+    d2h = {static_cast<double>(backend_->d2h_bytes - d2h_bytes), busy_after.d2h_s - busy.d2h_s};
     loss_sum += r.loss * static_cast<double>(r.predicted_tokens);
     sq = r.grad_sq_sum;  // summed over the accumulated gradients as they arrive
+    last = std::move(r);
   }
+  watch(step, last, h2d, d2h, out.replans);
   has_pending_ = false;
   out.loss = loss_sum / static_cast<double>(predicted);
   out.update = updater_.decide(sq, step);

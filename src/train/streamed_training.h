@@ -11,17 +11,41 @@
 //
 // Paged optimizer states (the plan's nvme_state_layers) live in the executor's NVMe
 // slots; saving or loading the optimizer pages them through one layer's staging buffer.
+//
+// Re-planning (cfg.adaptive_plan, train/replanner.h): after every step (but an executor's
+// first, which warms it up) the measured compute and link rates go to a drift detector; on
+// drift the MILP is solved again with the measured profile on a background thread while
+// training goes on (not when fewer steps are left than a solve takes), and at the first
+// step boundary after it is done the run switches to the new plan if it is predicted
+// faster by cfg.replan_margin. Either way the measured profile becomes the reference; a
+// re-plan that kept the plan holds its measures for K, 2K, 4K, ... steps (K =
+// cfg.replan_steps), so noise does not keep a solver busy. Switching builds a new executor
+// for the new plan over the same parameters, gradients, optimizer and backend; a pending
+// lazy update stays pending and the new executor applies it (each target once, whatever
+// the order: bitwise the same). The paged optimizer-state layers are kept: the re-plan
+// asks for as many, a plan that pages other layers is not switched to, and the paged
+// layers' bytes move from the old executor's NVMe slots to the new one's, one layer at a
+// time, before the old one goes (so for that moment both executors' compute tiers and
+// NVMe files exist). A resumed run
+// starts again from the plan it was given (re-plans are not checkpointed) and re-plans on
+// its own measurements.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "exec/backend.h"
 #include "exec/compute_copy.h"
 #include "exec/streaming_executor.h"
 #include "model/parameters.h"
 #include "plan/plan.h"
+#include "plan/plan_request.h"
+#include "train/replanner.h"
 #include "train/train_config.h"
 #include "train/updater.h"
 
@@ -39,16 +63,40 @@ void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConf
 // for bf16 runs (when it has one); written to output_dir/plan.json.
 // lt::Error when no plan fits, with the short budget and the largest batch that fits.
 Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model);
+// The request plan_this_run solves (also what a re-plan of its plan solves again).
+PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model);
+
+// What happened to a re-plan, for the trainer to print and log.
+struct ReplanEvent {
+  // started: the step after which the solve starts; outcome: the step before which it
+  // was decided (the first step on the new plan when switched; the metrics record's step).
+  int64_t step = 0;
+  bool started = false;   // true: drift seen, the solve starts; false: the solve's outcome
+  bool switched = false;  // the run now uses result.plan
+  ReplanResult result;    // drift (both), predictions and note (outcome)
+  std::string message() const;  // one line for the log
+  nlohmann::json record() const;  // the metrics JSONL record (outcomes)
+};
+
+struct StreamedTrainingOptions {
+  std::unique_ptr<Backend> backend;    // null: make_backend(cfg.backend)
+  std::optional<PlanRequest> request;  // what made the plan (re-plans solve it again); none: request_of(plan)
+  // Wait for a re-plan's solve at the next step boundary instead of training on (tests:
+  // what a re-plan does then does not race the solver's speed).
+  bool wait_for_replans = false;
+};
 
 class StreamedTraining {
  public:
+  using Options = StreamedTrainingOptions;
   // `updater` must have been built with the plan's nvme_state_layers as its paged layers.
   StreamedTraining(const TrainConfig& cfg, const Plan& plan, ModelParameters& params, ModelParameters& grads,
-                   Updater& updater);
+                   Updater& updater, Options options = {});
 
   struct Outcome {
     double loss = 0;
     UpdateResult update;  // this step's decision (applied in the next step, or by flush())
+    std::vector<ReplanEvent> replans;  // re-plans started or finished at this step
   };
   // One optimizer step over cfg.grad_accum micro-batches (ids and labels hold all of
   // them, batch * seq_len tokens each); predicted: the tokens that carry a loss in all;
@@ -64,16 +112,39 @@ class StreamedTraining {
   size_t host_activation_bytes() const { return executor_->host_peak_bytes(); }
   size_t nvme_bytes() const { return executor_->nvme_bytes(); }
   const Plan& plan() const { return executor_->plan(); }
+  // Whether this run re-plans (cfg.adaptive_plan on and a MILP plan), and why not if not.
+  bool adaptive() const { return adaptive_; }
+  const std::string& adaptive_note() const { return adaptive_note_; }
+  int replans() const { return switches_; }  // plans switched to so far
+  Backend& backend() { return *backend_; }
+  // After the last step (`last_step`): waits for a re-plan in flight and reports it, not
+  // switched (the run is over).
+  std::vector<ReplanEvent> finish(int64_t last_step);
 
  private:
   void update_target(const UpdateTarget& t, std::span<std::byte> paged);
+  void at_step_boundary(int64_t step, std::vector<ReplanEvent>& events);
+  void watch(int64_t step, const StreamingStepResult& r, LinkUse h2d, LinkUse d2h, std::vector<ReplanEvent>& events);
+  ReplanEvent conclude(ReplanResult r, int64_t step);
+  void switch_to(const Plan& plan);
 
   const TrainConfig& cfg_;
   ModelParameters& params_;
   ModelParameters& grads_;
   Updater& updater_;
   std::unique_ptr<Backend> backend_;
+  StreamingOptions executor_options_;
   std::unique_ptr<StreamingExecutor> executor_;
+  // Re-planning.
+  bool adaptive_ = false;
+  std::string adaptive_note_;
+  PlanRequest request_;
+  std::optional<DriftDetector> detector_;
+  BackgroundSolve solve_;
+  int switches_ = 0;
+  int64_t steps_on_executor_ = 0;  // steps watched since the executor was built
+  int kept_in_a_row_ = 0;          // re-plans that kept the plan, since the last switch
+  bool wait_for_replans_ = false;
   ComputeCopy copy_;  // bf16 mirror of the parameters (empty under fp32)
   UpdateResult pending_;
   bool has_pending_ = false;

@@ -69,6 +69,14 @@ std::vector<Field> fields(TrainConfig& c) {
       {"compute_budget_gb", "plan this run (MILP) for a compute tier of this many GB and train out of core (0: off)",
        &c.compute_budget_gb},
       {"hardware", "hardware profile for compute_budget_gb (profiles/*.json name or file)", &c.hardware},
+      {"plan_time_limit", "seconds the MILP may take (the run's plan and each re-plan)", &c.plan_time_limit},
+      {"adaptive_plan",
+       "re-plan a streamed MILP run when measured compute or link rates drift from the plan's profile: on or off",
+       &c.adaptive_plan},
+      {"replan_threshold", "relative drift of a measured rate that counts (0.15: 15%)", &c.replan_threshold},
+      {"replan_steps", "consecutive drifted steps before a re-plan", &c.replan_steps},
+      {"replan_margin", "how much faster (relative) a re-plan must be predicted to be switched to",
+       &c.replan_margin},
       {"output_dir", "where checkpoints, metrics and the summary go", &c.output_dir},
       {"log_every", "progress/metrics interval in steps", &c.log_every},
       {"eval_every", "evaluation interval in steps (0: at the end)", &c.eval_every},
@@ -177,6 +185,16 @@ void validate(const TrainConfig& c) {
   if (c.document_mask != "auto" && c.document_mask != "on" && c.document_mask != "off")
     throw Error("unknown document_mask '" + c.document_mask + "'", "train config (document_mask)",
                 "use on, off or auto (on except for the text format)");
+  if (c.adaptive_plan != "on" && c.adaptive_plan != "off")
+    throw Error("unknown adaptive_plan '" + c.adaptive_plan + "'", "train config (adaptive_plan)", "use on or off");
+  if (!(c.replan_threshold > 0) || !std::isfinite(c.replan_threshold))
+    throw Error("replan_threshold must be positive", "train config (replan_threshold)", "e.g. 0.15 for 15%");
+  if (c.replan_steps < 1)
+    throw Error("replan_steps must be at least 1", "train config (replan_steps)", "e.g. 3");
+  if (!(c.replan_margin >= 0 && c.replan_margin < 1))
+    throw Error("replan_margin must be in [0, 1)", "train config (replan_margin)", "e.g. 0.05 for 5%");
+  if (!(c.plan_time_limit > 0) || !std::isfinite(c.plan_time_limit))
+    throw Error("plan_time_limit must be a positive number of seconds", "train config (plan_time_limit)", "e.g. 10");
   if (c.backend != "cpu" && c.backend != "emu")
     throw Error("unknown backend '" + c.backend + "'", "train config (backend)", "use cpu or emu");
   if (c.eval_problems < 0 || c.log_every < 0 || c.eval_every < 0 || c.save_every < 0)

@@ -62,6 +62,16 @@ struct TrainConfig {
   // compute-tier budget, and writes the plan to output_dir/plan.json.
   double compute_budget_gb = 0;
   std::string hardware = "local";
+  double plan_time_limit = 10;  // seconds the MILP may take, for the run's plan and re-plans
+  // Re-planning (train/replanner.h): "on" watches a streamed run whose plan is a MILP plan;
+  // when a measured per-layer compute time or link rate stays more than replan_threshold
+  // (relative) off the plan's profile for replan_steps steps in a row, the MILP is solved
+  // again with the measured profile in the background, and the run switches to the new
+  // plan at a step boundary if it is predicted replan_margin faster than the current plan
+  // on the same profile. Plans change speed and memory, never the math. "off": one plan.
+  std::string adaptive_plan = "on";
+  double replan_threshold = 0.15, replan_margin = 0.05;
+  int64_t replan_steps = 3;
 
   // Output.
   std::string output_dir = "runs/default";

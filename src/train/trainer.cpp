@@ -181,11 +181,13 @@ TrainSummary run_training(const TrainConfig& cfg) {
   // Out of core: the streaming executor under the user's plan; otherwise the whole model
   // in memory.
   std::optional<Plan> plan;
+  StreamedTraining::Options streamed_options;  // the request the run planned with, for re-plans
   if (!cfg.plan.empty()) {
     plan = load_plan(cfg.plan);
     check_plan_fits(*plan, mc, cfg, cfg.plan);
   } else if (cfg.compute_budget_gb > 0) {
     plan = plan_this_run(cfg, mc);
+    streamed_options.request = run_plan_request(cfg, mc);
   }
   // The special tokens and chat template other tools must see (train/hf_metadata.h).
   const data::DatasetFormat trained_format = data.train->stats().format;
@@ -198,7 +200,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
   std::unique_ptr<ModelStep> step_engine;
   std::unique_ptr<StreamedTraining> streamed;
   if (plan) {
-    streamed = std::make_unique<StreamedTraining>(cfg, *plan, params, grads, updater);
+    streamed = std::make_unique<StreamedTraining>(cfg, *plan, params, grads, updater, std::move(streamed_options));
   } else {
     step_engine = std::make_unique<ModelStep>(mc, cfg.batch, cfg.seq_len, precision);
     step_engine->refresh_compute_copy(params);
@@ -231,14 +233,14 @@ TrainSummary run_training(const TrainConfig& cfg) {
   }
 
   const int64_t n_params = params.numel();
-  const int64_t compute_bytes =
+  int64_t compute_bytes =
       streamed ? static_cast<int64_t>(streamed->compute_bytes())
                : step_engine->activation_bytes() + (precision == Precision::BF16 ? 2 * n_params : 0);
-  const int64_t host_bytes = 8 * n_params + static_cast<int64_t>(updater.resident_state_bytes()) +
+  int64_t host_bytes = 8 * n_params + static_cast<int64_t>(updater.resident_state_bytes()) +
                              (streamed ? static_cast<int64_t>(streamed->host_activation_bytes()) +
                                              (precision == Precision::BF16 ? 2 * n_params : 0)
                                        : 0);
-  const int64_t nvme_bytes = streamed ? static_cast<int64_t>(streamed->nvme_bytes()) : 0;
+  int64_t nvme_bytes = streamed ? static_cast<int64_t>(streamed->nvme_bytes()) : 0;
   std::printf("lazytrain train: %s model, %lld layers, hidden %lld, %.2fM parameters, vocab %lld; %d threads\n",
               weights_dir.empty() ? "from-scratch llama" : weights_dir.c_str(), static_cast<long long>(mc.num_layers),
               static_cast<long long>(mc.hidden_size), n_params / 1e6, static_cast<long long>(mc.vocab_size), num_threads());
@@ -268,6 +270,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
                 cfg.optimizer.c_str(), format_bytes(static_cast<int64_t>(updater.resident_state_bytes())).c_str(),
                 format_bytes(static_cast<int64_t>(streamed->host_activation_bytes())).c_str(),
                 format_bytes(nvme_bytes).c_str());
+    std::printf("re-planning: %s\n", streamed->adaptive_note().c_str());
   } else {
     std::printf("plan: cpu backend, whole model in memory, every layer keeps its internals (keep-all); "
                 "batch %lld x seq %lld x accumulation %lld; %s matmuls\n",
@@ -344,6 +347,23 @@ TrainSummary run_training(const TrainConfig& cfg) {
     progress.message("saved " + last_checkpoint);
   };
 
+  // Re-plans: printed, logged as "replan" records, and the new plan written beside the
+  // first (plan.replan-<step>.json); the memory figures follow the plan that runs.
+  auto report_replans = [&](const std::vector<ReplanEvent>& events) {
+    for (const ReplanEvent& e : events) {
+      progress.message(e.message());
+      if (e.started) continue;
+      progress.metrics(e.record());
+      if (!e.switched) continue;
+      save_plan(e.result.plan, cfg.output_dir + "/plan.replan-" + std::to_string(e.step) + ".json");
+      compute_bytes = static_cast<int64_t>(streamed->compute_bytes());
+      host_bytes = 8 * n_params + static_cast<int64_t>(updater.resident_state_bytes()) +
+                   static_cast<int64_t>(streamed->host_activation_bytes()) +
+                   (precision == Precision::BF16 ? 2 * n_params : 0);
+      nvme_bytes = static_cast<int64_t>(streamed->nvme_bytes());
+    }
+  };
+
   for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
     const auto t0 = Clock::now();
     loader.next_batch(cfg.grad_accum * rows, ids.data(), labels.data(), positions.data());
@@ -356,6 +376,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
           streamed->step(ids.data(), labels.data(), predicted, step, document_mask ? doc_start.data() : nullptr);
       loss = o.loss;
       u = o.update;
+      report_replans(o.replans);
     } else {
       grads.zero();
       double loss_sum = 0;
@@ -388,6 +409,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
     if (cfg.save_every > 0 && step % cfg.save_every == 0 && step != cfg.steps) save(step);
     summary.tokens_per_s = tps;
   }
+  if (streamed) report_replans(streamed->finish(cfg.steps));
   if (start_step < cfg.steps) {
     evaluate(cfg.steps);
     save(cfg.steps);
@@ -411,8 +433,11 @@ TrainSummary run_training(const TrainConfig& cfg) {
                   ? (", eval exact match " + std::to_string(100 * summary.eval_exact_match).substr(0, 5) + "%").c_str()
                   : "");
   if (streamed && cfg.steps > start_step)
-    std::printf("step time: measured %.4f s per micro-batch (mean over the run), the plan predicted %.4f s\n",
+    std::printf("step time: measured %.4f s per micro-batch (mean over the run), the %s predicted %.4f s\n",
                 train_seconds / static_cast<double>((cfg.steps - start_step) * cfg.grad_accum),
+                streamed->replans() > 0 ? ("last plan (after " + std::to_string(streamed->replans()) +
+                                           (streamed->replans() == 1 ? " re-plan)" : " re-plans)")).c_str()
+                                        : "plan",
                 streamed->plan().predicted_step_s);
   if (!cfg.summary_json.empty()) write_file_atomic(cfg.summary_json, summary.to_json().dump(2) + "\n");
   return summary;

@@ -88,8 +88,8 @@ TEST(TokenizerErrors, MalformedMerge) {
 
 TEST(TokenizerErrors, UnsupportedPreTokenizer) {
   json j = minimal();
-  j["pre_tokenizer"] = {{"type", "Whitespace"}};
-  expect_error(j.dump(), {"pre_tokenizer", "\"Whitespace\""});
+  j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+  expect_error(j.dump(), {"pre_tokenizer", "\"BertPreTokenizer\"", "Metaspace"});
 }
 
 TEST(TokenizerErrors, BadSplitRegex) {
@@ -116,6 +116,112 @@ TEST(TokenizerErrors, TemplateNamesUnknownSpecial) {
       R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
           {"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {}})");
   expect_error(j.dump(), {"post_processor", "\"<s>\""});
+}
+
+// A minimal SentencePiece-style tokenizer: Metaspace, byte tokens for "A" and 0xC3 0xA9 ("é").
+json minimal_spm() {
+  return json::parse(R"({
+    "added_tokens": [], "normalizer": null, "post_processor": null,
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": true,
+              "vocab": {"<unk>": 0, "<0x41>": 1, "<0xC3>": 2, "<0xA9>": 3, "▁": 4, "a": 5, "▁a": 6},
+              "merges": [["▁", "a"]]}
+  })");
+}
+
+TEST(TokenizerErrors, MinimalSentencePieceIsValid) {
+  Tokenizer t = Tokenizer::from_json_text(minimal_spm().dump(), "ok");
+  // "é" has no token, so its two bytes stand in; "b" has neither, so <unk>.
+  EXPECT_EQ(t.encode("a é bb"), (std::vector<int32_t>{6, 4, 2, 3, 4, 0}));
+  EXPECT_EQ(t.decode(std::vector<int32_t>{6, 4, 2, 3}), "a \xC3\xA9");
+  // A byte run that is not UTF-8 gives one U+FFFD per byte token, as HF.
+  EXPECT_EQ(t.decode(std::vector<int32_t>{2, 1}), "\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+TEST(TokenizerErrors, UnsupportedDecoder) {
+  json j = minimal_spm();
+  j["decoder"]["decoders"].push_back({{"type", "CTC"}});
+  expect_error(j.dump(), {"decoder", "\"CTC\"", "ByteFallback"});
+}
+
+TEST(TokenizerErrors, MetaspaceFields) {
+  json j = minimal_spm();
+  j["pre_tokenizer"]["replacement"] = "ab";
+  expect_error(j.dump(), {"pre_tokenizer Metaspace", "\"replacement\"", "exactly one character"});
+  j = minimal_spm();
+  j["pre_tokenizer"]["prepend_scheme"] = "sometimes";
+  expect_error(j.dump(), {"pre_tokenizer Metaspace", "\"sometimes\"", "\"first\""});
+  j = minimal_spm();
+  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Metaspace"}, {"split", "yes"}}}}};
+  expect_error(j.dump(), {"pre_tokenizer Metaspace", "\"split\"", "true or false"});
+  // add_prefix_space false contradicts prepend_scheme (default "always"); HF rejects it too.
+  j = minimal_spm();
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}, {"add_prefix_space", false}};
+  expect_error(j.dump(), {"add_prefix_space", "\"never\""});
+  j = minimal_spm();
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", 5}};
+  expect_error(j.dump(), {"decoder Metaspace", "\"replacement\"", "string"});
+}
+
+TEST(TokenizerErrors, DecoderFields) {
+  json j = minimal_spm();
+  j["decoder"]["decoders"][3]["start"] = -1;
+  expect_error(j.dump(), {"decoder Strip", "\"start\"", "whole number"});
+  j = minimal_spm();
+  j["decoder"]["decoders"][3].erase("content");
+  expect_error(j.dump(), {"decoder Strip", "\"content\""});
+  j = minimal_spm();
+  j["decoder"]["decoders"][0]["pattern"] = "▁";
+  expect_error(j.dump(), {"decoder Replace", "\"pattern\"", "\"String\""});
+}
+
+TEST(TokenizerErrors, BpeOptionFields) {
+  json j = minimal_spm();
+  j["model"]["byte_fallback"] = "yes";
+  expect_error(j.dump(), {"model", "\"byte_fallback\"", "true or false"});
+  j = minimal_spm();
+  j["model"]["fuse_unk"] = 1;
+  expect_error(j.dump(), {"model", "\"fuse_unk\""});
+  j = minimal_spm();
+  j["model"]["dropout"] = 0.1;
+  expect_error(j.dump(), {"model", "dropout", "null"});
+  j = minimal_spm();
+  j["model"]["dropout"] = "none";
+  expect_error(j.dump(), {"model", "\"dropout\"", "[0, 1]"});
+  j = minimal_spm();
+  j["model"]["unk_token"] = "<missing>";
+  expect_error(j.dump(), {"model", "\"<missing>\"", "not in the vocabulary"});
+  j = minimal_spm();
+  j["model"]["continuing_subword_prefix"] = 3;
+  expect_error(j.dump(), {"model", "\"continuing_subword_prefix\"", "string"});
+}
+
+TEST(TokenizerErrors, SplitAndNormalizerFields) {
+  json j = minimal_spm();
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}};
+  expect_error(j.dump(), {"pre_tokenizer Split", "\"Sideways\"", "MergedWithPrevious"});
+  j = minimal_spm();
+  j["pre_tokenizer"] = {{"type", "Punctuation"}, {"behavior", 3}};
+  expect_error(j.dump(), {"pre_tokenizer Punctuation", "\"behavior\""});
+  j = minimal_spm();
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}}}}};
+  expect_error(j.dump(), {"normalizer Prepend", "\"prepend\""});
+  j = minimal_spm();
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", 7}};
+  expect_error(j.dump(), {"normalizer Replace", "\"content\"", "string"});
+}
+
+TEST(TokenizerBasics, StripWhereHfPanics) {
+  // HF's Strip decoder panics when its two cuts cross (a token of only the stripped
+  // character with start and stop both set); lazytrain gives the empty string.
+  json j = minimal_spm();
+  j["decoder"] = {{"type", "Strip"}, {"content", "▁"}, {"start", 1}, {"stop", 1}};
+  Tokenizer t = Tokenizer::from_json_text(j.dump(), "ok");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{4}), "");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{4, 4}), "");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{6}), "a");
 }
 
 TEST(TokenizerErrors, MissingFile) {

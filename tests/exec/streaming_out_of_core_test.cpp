@@ -60,11 +60,11 @@ TEST(StreamingOutOfCore, StateTwiceTheComputeBudgetTrainsBitwiseLikeInMemory) {
   std::filesystem::remove_all(dir);
 }
 
-// Host memory 1% short of the host state: the planner pages the optimizer states of the
-// top layers from NVMe (as few as fit; with three staging slots, that is four layers
-// here), and the run, with the hybrid 8-bit AdamW, still matches the in-memory one bit
-// for bit: losses, gradients, parameters, and every layer's optimizer state, the paged
-// ones read back from their NVMe slots.
+// Host memory 1% short of the host state: the planner pages optimizer states from NVMe
+// (the MILP chooses which layers and when their states move; the rule would page the top
+// four, with three staging slots), and the run, with the hybrid 8-bit AdamW, still matches
+// the in-memory one bit for bit: losses, gradients, parameters, and every layer's
+// optimizer state, the paged ones read back from their NVMe slots.
 TEST(StreamingOutOfCore, OptimizerStatesPagedFromNvmeTrainBitwiseLikeInMemory) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("lt-streaming-paged-" + std::to_string(getpid()));
@@ -74,7 +74,8 @@ TEST(StreamingOutOfCore, OptimizerStatesPagedFromNvmeTrainBitwiseLikeInMemory) {
   const double host = 0.99 * cm.host_state_bytes / 0.9;  // PlanRequest::cpu_budget keeps 10% back
   const Plan plan = offloading_milp_plan(c, host);
   ASSERT_TRUE(plan.feasible && !plan.windows.empty()) << "no budget made the MILP use both host and NVMe";
-  EXPECT_EQ(plan.nvme_state_layers, (std::vector<int>{2, 3, 4, 5}));
+  EXPECT_FALSE(plan.nvme_state_layers.empty());
+  EXPECT_LE(plan.nvme_state_layers.size(), 4u) << "more states paged than the rule needs";
   EXPECT_LE(plan.host_state_bytes, 0.9 * host);
   const RunOptions eight_bit{.eight_bit = true};
   expect_bitwise_equal(run_streaming(c, plan, dir, make_cpu_backend(), eight_bit), run_reference(c, eight_bit),

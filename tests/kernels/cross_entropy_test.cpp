@@ -20,8 +20,15 @@
 // The bounds count rounding per operation and hold in any summation order and with FMA
 // contraction, so they hold at every ISA level.
 // Two fast runs with different chunkings are each within their bound of the exact value,
-// so they differ by at most the sum of the two bounds.
+// so they differ by at most the sum of the two bounds: that is how far the default
+// vocabulary sub-chunk of 16384 rows may move results from the old partition (the whole
+// vocabulary when it fit), CrossEntropyOptions{.vocab_chunk = INT64_MAX}.
+// The streamed form (StreamedHeadCrossEntropy, a head whose rows arrive in chunks) makes
+// the same calls in the same order as the fused one, so the two agree bit for bit.
 #include "kernels/cpu/cross_entropy.h"
+
+#include <cstdint>
+#include <cstring>
 
 #include "core/error.h"
 #include "kernels/finite_difference.h"
@@ -115,33 +122,36 @@ Expected expected(const Problem& pr, bool bf, int64_t n_tc, int64_t n_vc) {
   return e;
 }
 
-Result run_fast(const Problem& pr, Precision p, const bf16* w_bf16, int64_t max_logit_bytes) {
+Result run_fast(const Problem& pr, Precision p, const bf16* w_bf16, int64_t max_logit_bytes,
+                int64_t vocab_chunk = kCrossEntropyVocabChunk) {
   Result r;
   r.dx.assign(static_cast<size_t>(pr.T * pr.C), 1e30f);  // must be overwritten
   r.dw = pr.dw0;
   r.loss = head_cross_entropy(r.dx.data(), r.dw.data(), pr.x.data(), pr.w.data(), w_bf16,
                               pr.targets.data(), pr.T, pr.C, pr.V, pr.grad_scale, p,
-                              CrossEntropyOptions{max_logit_bytes});
+                              CrossEntropyOptions{max_logit_bytes, vocab_chunk});
   return r;
 }
 
 // The number of token and vocabulary chunks the fast path uses.
-std::pair<int64_t, int64_t> chunk_counts(const Problem& pr, int64_t bytes, Precision p) {
-  const auto ch = cross_entropy_chunks(pr.T, pr.V, CrossEntropyOptions{bytes}, p);
+std::pair<int64_t, int64_t> chunk_counts(const Problem& pr, int64_t bytes, Precision p,
+                                         int64_t vocab_chunk = kCrossEntropyVocabChunk) {
+  const auto ch = cross_entropy_chunks(pr.T, pr.V, CrossEntropyOptions{bytes, vocab_chunk}, p);
   EXPECT_LE(ch.token_chunk * ch.vocab_chunk * (p == Precision::BF16 ? 6 : 4), bytes);
   return {(pr.T + ch.token_chunk - 1) / ch.token_chunk,
           (pr.V + ch.vocab_chunk - 1) / ch.vocab_chunk};
 }
 
-void check_against_reference(const Problem& pr, Precision p, bool give_bf16, int64_t bytes) {
+void check_against_reference(const Problem& pr, Precision p, bool give_bf16, int64_t bytes,
+                             int64_t vocab_chunk = kCrossEntropyVocabChunk) {
   const bool bf = p == Precision::BF16;
   std::vector<bf16> wb;
   if (give_bf16)
     for (float v : pr.w) wb.push_back(f32_to_bf16(v));
-  const auto [n_tc, n_vc] = chunk_counts(pr, bytes, p);
+  const auto [n_tc, n_vc] = chunk_counts(pr, bytes, p, vocab_chunk);
   const Expected e = expected(pr, bf, n_tc, n_vc);
-  const Result r = run_fast(pr, p, wb.empty() ? nullptr : wb.data(), bytes);
-  const auto ch = cross_entropy_chunks(pr.T, pr.V, CrossEntropyOptions{bytes}, p);
+  const Result r = run_fast(pr, p, wb.empty() ? nullptr : wb.data(), bytes, vocab_chunk);
+  const auto ch = cross_entropy_chunks(pr.T, pr.V, CrossEntropyOptions{bytes, vocab_chunk}, p);
   const std::string where = "T=" + std::to_string(pr.T) + " V=" + std::to_string(pr.V) +
                             " chunks " + std::to_string(ch.token_chunk) + "x" +
                             std::to_string(ch.vocab_chunk) + (bf ? " bf16" : " f32");
@@ -193,6 +203,86 @@ TEST(CrossEntropy, ChunkedEqualsUnchunkedUpToRounding) {
   EXPECT_TRUE(test::within_bound(b.dw, test::to_double(a.dw), sum(ea.dw_bound, eb.dw_bound)));
 }
 
+// The default sub-chunk against the old partition (the whole vocabulary in one chunk, as
+// before sub-chunks were fixed): both within their bounds of the exact value, so within
+// the sum of the bounds of each other; and not the same bits (the order did change).
+TEST(CrossEntropy, SubChunksAgreeWithTheOldPartitionWithinBounds) {
+  const Problem pr = make_problem(40, 16, 2 * kCrossEntropyVocabChunk + 904, 21, 6);
+  const int64_t bytes = int64_t(32) << 20;
+  for (Precision p : {Precision::F32, Precision::BF16}) {
+    const bool bf = p == Precision::BF16;
+    const auto [tc_new, vc_new] = chunk_counts(pr, bytes, p);
+    const auto [tc_old, vc_old] = chunk_counts(pr, bytes, p, INT64_MAX);
+    ASSERT_EQ(vc_new, 3);
+    ASSERT_EQ(vc_old, 1);
+    check_against_reference(pr, p, false, bytes);
+    check_against_reference(pr, p, false, bytes, INT64_MAX);
+    const Result a = run_fast(pr, p, nullptr, bytes), b = run_fast(pr, p, nullptr, bytes, INT64_MAX);
+    const Expected ea = expected(pr, bf, tc_new, vc_new), eb = expected(pr, bf, tc_old, vc_old);
+    EXPECT_NEAR(a.loss, b.loss, ea.loss_bound + eb.loss_bound);
+    auto sum = [](std::vector<double> u, const std::vector<double>& v) {
+      for (size_t i = 0; i < u.size(); ++i) u[i] += v[i];
+      return u;
+    };
+    EXPECT_TRUE(test::within_bound(a.dx, test::to_double(b.dx), sum(ea.dx_bound, eb.dx_bound)));
+    EXPECT_TRUE(test::within_bound(a.dw, test::to_double(b.dw), sum(ea.dw_bound, eb.dw_bound)));
+    EXPECT_NE(a.dx, b.dx) << "the partitions should sum dx in different orders";
+  }
+}
+
+// A head whose rows arrive in chunks: forward() over every chunk, then backward() over
+// every chunk, gives the fused call's loss, dx and dw bit for bit, for chunk lengths that
+// are one or several sub-chunks (the last one ragged), with and without ignored tokens
+// (gathered chunks), with logits kept or recomputed (a small max_logit_bytes), fp32 and
+// bf16 (bf16 rows given, or rounded per chunk), at every ISA level.
+TEST(CrossEntropy, StreamedChunksEqualTheFusedCallBitwise) {
+  test::for_each_isa([](Isa) {
+    test::ScopedThreads one(1);  // many small oneDNN calls: see MatchesReferenceForManyChunkings
+    const int64_t sub = 16;
+    for (int ignore_every : {0, 3}) {
+      // 300 tokens: three token chunks of up to 128 under the budgets below.
+      const Problem pr = make_problem(300, 12, 5 * sub + 7, 30 + ignore_every, ignore_every);
+      std::vector<bf16> wb;
+      for (float v : pr.w) wb.push_back(f32_to_bf16(v));
+      for (Precision p : {Precision::F32, Precision::BF16})
+        for (bool give_bf16 : {false, true}) {
+          if (give_bf16 && p != Precision::BF16) continue;
+          const bf16* w16 = give_bf16 ? wb.data() : nullptr;
+          const int64_t per_logit = p == Precision::BF16 ? 6 : 4;
+          // 128 tokens of the whole vocabulary (logits kept), or of one sub-chunk (recomputed).
+          for (int64_t bytes : {per_logit * 128 * pr.V, per_logit * 128 * sub}) {
+            const CrossEntropyOptions opt{bytes, sub};
+            const CrossEntropyChunks ch = cross_entropy_chunks(pr.T, pr.V, opt, p);
+            ASSERT_EQ(ch.vocab_chunk, sub);
+            ASSERT_EQ(ch.token_chunk, 128);
+            ASSERT_EQ(ch.keep_logits, bytes == per_logit * 128 * pr.V);
+            const Result fused = run_fast(pr, p, w16, bytes, sub);
+            for (int64_t rows : {sub, 2 * sub, 4 * sub}) {
+              SCOPED_TRACE("chunks of " + std::to_string(rows) + " rows, budget " + std::to_string(bytes) +
+                           (p == Precision::BF16 ? " bf16" : " f32") + (give_bf16 ? " given" : ""));
+              StreamedHeadCrossEntropy ce(pr.x.data(), pr.targets.data(), pr.T, pr.C, pr.V, pr.grad_scale, p, opt);
+              EXPECT_EQ(ce.vocab_chunk(), sub);
+              for (int64_t v0 = 0; v0 < pr.V; v0 += rows)
+                ce.forward(pr.w.data() + v0 * pr.C, w16 ? w16 + v0 * pr.C : nullptr, v0, std::min(rows, pr.V - v0));
+              const double loss = ce.loss();
+              std::vector<float> dx(size_t(pr.T * pr.C), 1e30f), dw = pr.dw0;
+              for (int64_t v0 = 0; v0 < pr.V; v0 += rows) {
+                // The chunk's gradient rows in their own buffer, as the executor's slots.
+                const int64_t nv = std::min(rows, pr.V - v0);
+                std::vector<float> chunk(dw.begin() + v0 * pr.C, dw.begin() + (v0 + nv) * pr.C);
+                ce.backward(dx.data(), chunk.data(), pr.w.data() + v0 * pr.C, w16 ? w16 + v0 * pr.C : nullptr, v0, nv);
+                std::copy(chunk.begin(), chunk.end(), dw.begin() + v0 * pr.C);
+              }
+              EXPECT_EQ(std::memcmp(&loss, &fused.loss, sizeof loss), 0) << loss << " vs " << fused.loss;
+              EXPECT_EQ(std::memcmp(dx.data(), fused.dx.data(), dx.size() * sizeof(float)), 0) << "dx";
+              EXPECT_EQ(std::memcmp(dw.data(), fused.dw.data(), dw.size() * sizeof(float)), 0) << "dw";
+            }
+          }
+        }
+    }
+  });
+}
+
 TEST(CrossEntropy, Bf16MatchesReferenceOnRoundedValues) {
   test::for_each_isa([](Isa) {
     const Problem pr = make_problem(29, 40, 67, 3, 3);
@@ -242,6 +332,10 @@ TEST(CrossEntropy, BadInputThrows) {
   EXPECT_THROW(head_cross_entropy(dx.data(), nullptr, pr.x.data(), pr.w.data(), nullptr,
                                   pr.targets.data(), 4, 3, 5, 1.0f, Precision::BF16,
                                   CrossEntropyOptions{5}),
+               Error);
+  EXPECT_THROW(head_cross_entropy(dx.data(), nullptr, pr.x.data(), pr.w.data(), nullptr,
+                                  pr.targets.data(), 4, 3, 5, 1.0f, Precision::F32,
+                                  CrossEntropyOptions{1 << 20, 0}),
                Error);
 }
 

@@ -87,22 +87,24 @@ TEST(StatePaging, ForcedCountAndItsLimit) {
   }
 }
 
-// The MILP plan of a host that is short: each paged layer's state is read in the window
-// before its update and written back in the window after, the update sits between them,
-// the simulator replays it without a violation and as predicted, and the NVMe peak
-// counts the states.
+// The MILP plan of a host that is short: the MILP chooses which layers page and when their
+// states move (plan_decisions.h), so it pages no more layers than the rule, brings the host
+// state within its share, reads each paged state in a window before every part of the
+// layer's update and writes it back in a window after; the simulator replays it without a
+// violation and as predicted, and the NVMe peak counts the states.
 TEST(StatePaging, MilpPlanMovesStatesAroundTheirUpdates) {
   PlanRequest req = short_host(1.0);
+  const CostModel cm = costs(req);
   const Plan p = make_plan(req, "milp");
   ASSERT_TRUE(p.feasible) << p.infeasible_reason;
-  ASSERT_EQ(p.nvme_state_layers, (std::vector<int>{4, 5, 6, 7}));
+  ASSERT_FALSE(p.nvme_state_layers.empty());
+  EXPECT_LE(p.nvme_state_layers.size(), static_cast<size_t>(plan_state_paging(req, cm, true).count));
   EXPECT_TRUE(validate_plan(p).empty()) << validate_plan(p).front();
-  const CostModel cm = costs(req);
   EXPECT_DOUBLE_EQ(p.state_bytes_per_layer, cm.layer_state_bytes);
   EXPECT_LE(p.host_state_bytes, 0.9 * req.hardware.host_memory_bytes);
   for (int j : p.nvme_state_layers) {
     const std::string os = "os." + std::to_string(j), target = "layer." + std::to_string(j);
-    int read = -1, write = -1, update = -1;
+    int read = -1, write = -1, first_update = -1, last_update = -1;
     for (int w = 0; w < static_cast<int>(p.windows.size()); ++w) {
       for (const Transfer& t : p.windows[w].transfers) {
         if (t.tensor != os) continue;
@@ -110,11 +112,14 @@ TEST(StatePaging, MilpPlanMovesStatesAroundTheirUpdates) {
         (t.link == Link::NvmeRead ? read : write) = w;
       }
       for (const HostTask& h : p.windows[w].host)
-        if (h.task == "optimizer" && h.target == target) update = w;
+        if (h.task == "optimizer" && h.target == target) {
+          if (first_update < 0) first_update = w;
+          last_update = w;
+        }
     }
-    EXPECT_EQ(p.windows[update].name, "F" + std::to_string(j - 2));
-    EXPECT_EQ(read, update - 1) << target;
-    EXPECT_EQ(write, update + 1) << target;
+    ASSERT_GE(read, 0) << target;
+    EXPECT_LT(read, first_update) << target;
+    EXPECT_GT(write, last_update) << target;
   }
   const SimResult r = simulate_plan(p);
   EXPECT_TRUE(r.violations.empty()) << r.violations.front();
@@ -141,18 +146,26 @@ TEST(StatePaging, SlowDiskMakesPagingCost) {
   EXPECT_TRUE(simulate_plan(paged).violations.empty());
 }
 
-// The validator and the simulator both catch an update that runs before its state is in.
+// The validator and the simulator both catch an update that runs before its state is in:
+// the state's read moved into the window of the layer's first update.
 TEST(StatePaging, StateReadAfterItsUpdateIsCaught) {
   PlanRequest req = request();
   req.nvme_state_layers = 4;
   Plan p = make_plan(req, "milp");
   ASSERT_TRUE(p.feasible);
-  const std::string os = "os." + std::to_string(p.nvme_state_layers.front());
+  ASSERT_FALSE(p.nvme_state_layers.empty());
+  const int j = p.nvme_state_layers.front();
+  const std::string os = "os." + std::to_string(j), target = "layer." + std::to_string(j);
+  int update = -1;
+  for (const OptimizerPlacement& o : p.optimizer)
+    if (o.target == target && (update < 0 || o.window < update)) update = o.window;
+  ASSERT_GE(update, 0);
   bool moved = false;
-  for (size_t w = 0; w + 1 < p.windows.size() && !moved; ++w)
+  for (size_t w = 0; w < p.windows.size() && !moved; ++w)
     for (size_t m = 0; m < p.windows[w].transfers.size(); ++m)
       if (p.windows[w].transfers[m].tensor == os && p.windows[w].transfers[m].link == Link::NvmeRead) {
-        p.windows[w + 1].transfers.push_back(p.windows[w].transfers[m]);  // into the update's window
+        ASSERT_LT(static_cast<int>(w), update);
+        p.windows[update].transfers.push_back(p.windows[w].transfers[m]);  // into the update's window
         p.windows[w].transfers.erase(p.windows[w].transfers.begin() + static_cast<long>(m));
         moved = true;
         break;

@@ -1,22 +1,30 @@
 // The fused LM head + cross-entropy (contract in cross_entropy.h).
 //
-// Per token chunk of n tokens:
-//   one vocabulary chunk (V fits): logits = x_c · w^T; per row max, sum of exps, lse,
-//     loss; then in place dlogits = grad_scale * (softmax - onehot) (0 on ignored rows);
-//     dx_c = dlogits · w; dw += dlogits^T · x_c.              3 matmuls
-//   several vocabulary chunks: pass 1 runs an online logsumexp over the chunks (running
-//     max m and sum s, rescaled by exp(m_old - m_new) when the max grows) and picks the
-//     target's logit; pass 2 recomputes each chunk's logits, turns them into dlogits in
-//     place, and does dx_c (= on the first chunk, += after) and dw[chunk] +=.  4 matmuls
+// Per token chunk of n tokens, with the vocabulary in sub-chunks of vc rows:
+//   pass 1 runs an online logsumexp over the sub-chunks (running max m and sum s, rescaled
+//     by exp(m_old - m_new) when the max grows) and picks the target's logit;
+//   pass 2 turns each sub-chunk's logits into dlogits = grad_scale * (softmax - onehot)
+//     (0 on ignored rows), then dx_c (= on the first sub-chunk, += after) and dw[sub] +=.
+//   When a token chunk's logits for the whole vocabulary fit (keep_logits), pass 2 reuses
+//   pass 1's, each sub-chunk in its own block: 3 matmuls; else it recomputes them: 4.
+// The streamed form (StreamedHeadCrossEntropy) runs pass 1 over every token chunk for one
+// chunk of weight rows, then the next chunk of rows; pass 2 likewise. Every per-row and
+// per-element sum sees the same terms in the same order as in the fused form, so the bits
+// agree: the fold per row goes through the sub-chunks in ascending order either way, dx
+// of a token chunk accumulates the sub-chunks in ascending order (in a gathered copy of
+// the rows when the chunk has gaps: gathered back from dx before each chunk of rows, an
+// exact copy), dw of a sub-chunk accumulates the token chunks in ascending order, and the
+// loss is summed over the tokens in order once pass 1 is done.
 // Only non-ignored tokens enter the chunks (gathered when the mask makes gaps), so masked
 // prompt tokens cost no flops.
 // The softmax math is fp32 (logits are fp32 whatever the matmul precision); per-row
 // losses are summed in double, in token order. Under BF16 the gradient is written as bf16
 // into its own buffer (the backward matmuls' operand), not in place.
-// Work memory: the logits chunk and under BF16 its bf16 gradient (together <=
-// max_logit_bytes), five words per token of the chunk, the chunk's x rows (bf16, or fp32
-// when gathered) and dx rows (when gathered), T positions, and a V*C bf16 copy of w when
-// BF16 is asked for and w_bf16 is not given.
+// Work memory: the logits (one sub-chunk's, or a token chunk's whole vocabulary under
+// keep_logits) and under BF16 the bf16 gradient of one sub-chunk (together <=
+// max_logit_bytes), four words per token, the chunk's x rows (bf16, or fp32 when
+// gathered) and dx rows (when gathered), T positions, and a V*C bf16 copy of w when BF16
+// is asked for and w_bf16 is not given (one chunk's rows for the streamed form).
 // The softmax loops are the ISA level's (cross_entropy_kernels.h, picked once per call).
 #include "kernels/cpu/cross_entropy.h"
 
@@ -32,9 +40,12 @@ namespace lt {
 
 namespace {
 
-// The vocabulary is split only when a token chunk with all of it would hold fewer than
-// this many tokens (or T, if smaller). Splitting costs a 4th matmul (+33% flops: the
-// logits are recomputed for the gradient); small token chunks cost memory traffic instead,
+// A token chunk keeps its logits for pass 2 only when, with the whole vocabulary, it still
+// holds this many tokens (or T, if smaller); otherwise the logits are recomputed, in token
+// chunks as long as one vocabulary sub-chunk's logits allow (at least this many: 16384
+// rows make 512 fp32 tokens at the default 32 MiB; 128-token chunks of 2048-row
+// sub-chunks made thousands of small oneDNN calls, twice as slow at V = 151936). Recomputing
+// costs a 4th matmul (+33% flops); small token chunks cost memory traffic instead,
 // since each one re-reads w and reads and writes all of dw (~12 bytes per weight under
 // BF16 against 6 n flops per weight for n tokens). At n = 128 that is ~64 flops per byte,
 // still compute-bound here (~300 GFLOP/s against ~20 GB/s).
@@ -61,118 +72,269 @@ CrossEntropyChunks cross_entropy_chunks(int64_t T, int64_t V, const CrossEntropy
     throw Error("max_logit_bytes " + std::to_string(opt.max_logit_bytes) +
                     " cannot hold one logit",
                 "CrossEntropyOptions", "give at least 6 bytes (the default is 32 MiB)");
+  if (opt.vocab_chunk < 1)
+    throw Error("vocab_chunk " + std::to_string(opt.vocab_chunk) + " is not positive", "CrossEntropyOptions",
+                "give at least 1 (the default is " + std::to_string(kCrossEntropyVocabChunk) + ")");
   CrossEntropyChunks ch;
+  const int64_t sub = std::max<int64_t>(1, std::min(V, opt.vocab_chunk));
   const int64_t want_tokens = std::max<int64_t>(1, std::min(T, kMinTokenChunk));
-  if (floats / want_tokens >= V) {  // whole vocabulary rows fit
-    ch.vocab_chunk = V;
+  if (floats / want_tokens >= V) {  // whole vocabulary rows fit: keep them for pass 2
+    ch.keep_logits = true;
+    ch.vocab_chunk = sub;
     ch.token_chunk = std::max<int64_t>(1, std::min(T, floats / std::max<int64_t>(V, 1)));
-  } else {
-    ch.token_chunk = std::min(want_tokens, floats);
-    ch.vocab_chunk = std::max<int64_t>(1, std::min(V, floats / ch.token_chunk));
+  } else {  // recomputed: sub-chunks of at most sub rows, as many tokens as their logits allow
+    ch.vocab_chunk = std::max<int64_t>(1, std::min(sub, floats / want_tokens));
+    ch.token_chunk = std::max<int64_t>(1, std::min(T, floats / ch.vocab_chunk));
   }
   return ch;
 }
+
+// The state and the per-chunk steps both forms share (the fused loop below and
+// StreamedHeadCrossEntropy), so that they run the same calls in the same order.
+class StreamedHeadCrossEntropy::Engine {
+ public:
+  Engine(const float* x, const int32_t* targets, int64_t T, int64_t C, int64_t V, float grad_scale, Precision p,
+         const CrossEntropyOptions& opt, bool fused)
+      : x_(x), targets_(targets), T_(T), C_(C), V_(V), grad_scale_(grad_scale), p_(p), bf_(p == Precision::BF16),
+        k_(LT_ISA_PICK(kCrossEntropyKernels)) {
+    LT_ASSERT(T >= 0 && C > 0 && V > 0, "head_cross_entropy sizes");
+    check_targets(targets, T, V);
+    ch_ = cross_entropy_chunks(T, V, opt, p);
+    keep_ = fused && ch_.keep_logits;
+    // Ignored positions (prompt tokens under SFT masking, padding) cost nothing: chunks are
+    // made of the valid tokens only, gathered when they are not contiguous. Chunk sizes
+    // still come from T, so work memory does not depend on the mask.
+    valid_.reserve(size_t(T));
+    for (int64_t t = 0; t < T; ++t)
+      if (targets[t] != kIgnoreIndex) valid_.push_back(t);
+    const int64_t tc = ch_.token_chunk, vc = ch_.vocab_chunk;
+    // Not AlignedBuffer: its zero fill would be a wasted pass over max_logit_bytes.
+    logits_ = std::make_unique_for_overwrite<float[]>(size_t(tc * (keep_ ? V : vc)));
+    if (bf_) g16_ = std::make_unique_for_overwrite<bf16[]>(size_t(tc * vc));
+    // The chunk's x rows (gathered, and under BF16 rounded once for all the matmuls that
+    // read them) and its dx rows before they are scattered back.
+    if (bf_) x16_ = std::make_unique_for_overwrite<bf16[]>(size_t(tc * C));
+    if (n_valid() < T) {
+      if (!bf_) xg_ = std::make_unique_for_overwrite<float[]>(size_t(tc * C));
+      dxg_ = std::make_unique_for_overwrite<float[]>(size_t(tc * C));
+    }
+    const size_t n = valid_.size();
+    m_.resize(n);
+    s_.resize(n);
+    tlogit_.resize(n);
+    lse_.resize(n);
+    tg_.resize(n);
+    for (size_t i = 0; i < n; ++i) tg_[i] = targets[valid_[i]];
+  }
+
+  int64_t n_valid() const { return int64_t(valid_.size()); }
+  int64_t token_chunk() const { return ch_.token_chunk; }
+  int64_t vocab_chunk() const { return ch_.vocab_chunk; }
+  int64_t V() const { return V_; }
+  int64_t C() const { return C_; }
+  bool keep() const { return keep_; }
+
+  // Token chunk starting at valid token c0: its rows of x as the matmuls read them.
+  struct Tokens {
+    int64_t c0 = 0, n = 0;
+    const int64_t* idx = nullptr;
+    bool contiguous = true;  // no ignored token inside
+    MatmulOperand x;
+  };
+  Tokens tokens(int64_t c0) {
+    Tokens tk;
+    tk.c0 = c0;
+    tk.n = std::min(ch_.token_chunk, n_valid() - c0);
+    tk.idx = valid_.data() + c0;
+    tk.contiguous = tk.idx[tk.n - 1] - tk.idx[0] == tk.n - 1;
+    const float* xc32 = x_ + tk.idx[0] * C_;
+    if (bf_) {
+      k_.gather_rows_bf16(x16_.get(), x_, tk.idx, tk.n, C_);
+    } else if (!tk.contiguous) {
+      copy_rows(xg_.get(), x_, tk.idx, tk.n, /*gather=*/true);
+      xc32 = xg_.get();
+    }
+    tk.x = MatmulOperand{xc32, bf_ ? x16_.get() : nullptr};
+    return tk;
+  }
+
+  // Where sub-chunk v0's logits of a token chunk live: their own block under keep_logits.
+  float* logits_block(int64_t v0) const { return logits_.get() + (keep_ ? (v0 / ch_.vocab_chunk) * ch_.token_chunk * ch_.vocab_chunk : 0); }
+
+  // Pass 1 for one sub-chunk [v0, v0 + nv) with its weight rows w.
+  void fold(const Tokens& tk, MatmulOperand w, int64_t v0, int64_t nv) {
+    float* l = logits_block(v0);
+    matmul_ex(l, tk.x, false, w, true, tk.n, nv, C_, false, p_);
+    const size_t c0 = size_t(tk.c0);
+    k_.fold_chunk_stats(m_.data() + c0, s_.data() + c0, tlogit_.data() + c0, l, tg_.data() + c0, tk.n, v0, nv,
+                        v0 == 0);
+  }
+
+  // After pass 1 of a token chunk: its rows' logsumexp and losses, added in token order.
+  void finish(const Tokens& tk, double& loss) {
+    for (int64_t i = tk.c0; i < tk.c0 + tk.n; ++i) {
+      lse_[size_t(i)] = m_[size_t(i)] + std::log(s_[size_t(i)]);
+      loss += double(lse_[size_t(i)] - tlogit_[size_t(i)]);
+    }
+  }
+
+  // Where a token chunk's dx rows are summed: dx itself, or the gathered copy (refilled
+  // from dx when the sum already has terms, so that it continues exactly).
+  float* dx_rows(const Tokens& tk, float* dx, bool continuing) {
+    if (tk.contiguous) return dx + tk.idx[0] * C_;
+    if (continuing) copy_rows(dxg_.get(), dx, tk.idx, tk.n, /*gather=*/true);
+    return dxg_.get();
+  }
+  void scatter_dx(const Tokens& tk, float* dx) {
+    if (!tk.contiguous) copy_rows(dx, dxg_.get(), tk.idx, tk.n, /*gather=*/false);
+  }
+
+  // Pass 2 for one sub-chunk: dxc (= at v0 == 0, += after) and dw_sub [nv, C] +=.
+  void grad(const Tokens& tk, MatmulOperand w, int64_t v0, int64_t nv, float* dxc, float* dw_sub) {
+    float* l = logits_block(v0);
+    if (!keep_) matmul_ex(l, tk.x, false, w, true, tk.n, nv, C_, false, p_);
+    k_.logits_to_grad(l, g16_.get(), lse_.data() + tk.c0, tg_.data() + tk.c0, tk.n, v0, nv, grad_scale_);
+    const MatmulOperand g = bf_ ? MatmulOperand{nullptr, g16_.get()} : MatmulOperand{l, nullptr};
+    matmul_ex(dxc, g, false, w, false, tk.n, C_, nv, v0 > 0, p_);
+    if (dw_sub) matmul_ex(dw_sub, g, true, tk.x, false, nv, C_, tk.n, true, p_);
+  }
+
+  // dx rows of ignored positions are zero.
+  void zero_ignored(float* dx) const {
+    for (int64_t t = 0; t < T_; ++t)
+      if (targets_[t] == kIgnoreIndex) std::fill(dx + t * C_, dx + (t + 1) * C_, 0.0f);
+  }
+
+  // w's rows as the matmuls read them: given bf16 rows, or rounded here under BF16.
+  MatmulOperand rows(const float* w, const bf16* w16, int64_t nv) {
+    if (bf_ && !w16) {
+      if (w_round_.size() < size_t(nv * C_)) w_round_.resize(size_t(nv * C_));
+      convert_f32_to_bf16(w_round_.data(), w, size_t(nv * C_));
+      w16 = w_round_.data();
+    }
+    return MatmulOperand{w, w16};
+  }
+  MatmulOperand offset(MatmulOperand w, int64_t rows) const {
+    return MatmulOperand{w.f32 ? w.f32 + rows * C_ : nullptr, w.b16 ? w.b16 + rows * C_ : nullptr};
+  }
+
+ private:
+  void copy_rows(float* dst, const float* src, const int64_t* idx, int64_t n, bool gather) const {
+    const int64_t C = C_;
+#pragma omp parallel for schedule(static) if (n * C >= (1 << 15))
+    for (int64_t i = 0; i < n; ++i) {
+      if (gather) std::copy(src + idx[i] * C, src + (idx[i] + 1) * C, dst + i * C);
+      else std::copy(src + i * C, src + (i + 1) * C, dst + idx[i] * C);
+    }
+  }
+
+  const float* x_;
+  const int32_t* targets_;
+  int64_t T_, C_, V_;
+  float grad_scale_;
+  Precision p_;
+  bool bf_;
+  const CrossEntropyKernels& k_;
+  CrossEntropyChunks ch_;
+  bool keep_ = false;
+  std::vector<int64_t> valid_;
+  std::unique_ptr<float[]> logits_, xg_, dxg_;
+  std::unique_ptr<bf16[]> g16_, x16_;
+  AlignedBuffer<bf16> w_round_;
+  std::vector<float> m_, s_, tlogit_, lse_;
+  std::vector<int32_t> tg_;
+};
 
 double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
                           const bf16* w_bf16, const int32_t* targets, int64_t T, int64_t C,
                           int64_t V, float grad_scale, Precision p,
                           const CrossEntropyOptions& opt) {
-  LT_ASSERT(T >= 0 && C > 0 && V > 0, "head_cross_entropy sizes");
-  check_targets(targets, T, V);
-  const CrossEntropyChunks ch = cross_entropy_chunks(T, V, opt, p);
+  StreamedHeadCrossEntropy::Engine e(x, targets, T, C, V, grad_scale, p, opt, /*fused=*/true);
   if (T == 0) return 0.0;
-  const int64_t tc = ch.token_chunk, vc = ch.vocab_chunk;
-  const bool one_vocab_chunk = vc == V;
-  const CrossEntropyKernels& k = LT_ISA_PICK(kCrossEntropyKernels);
-
   // w's bf16 copy: given, or made once here (not per chunk: every token chunk reads all
   // of w, and rounding it each time would cost as much as the matmul).
-  AlignedBuffer<bf16> w_round;
-  if (p == Precision::BF16 && !w_bf16) {
-    w_round.resize(size_t(V * C));
-    convert_f32_to_bf16(w_round.data(), w, size_t(V * C));
-    w_bf16 = w_round.data();
-  }
-  auto w_rows = [&](int64_t v0) {
-    return MatmulOperand{w ? w + v0 * C : nullptr, w_bf16 ? w_bf16 + v0 * C : nullptr};
-  };
-
-  // Ignored positions (prompt tokens under SFT masking, padding) cost nothing: chunks are
-  // made of the valid tokens only, gathered when they are not contiguous. Their dx rows
-  // are zero. Chunk sizes still come from T, so work memory does not depend on the mask.
-  std::vector<int64_t> valid;
-  valid.reserve(size_t(T));
-  for (int64_t t = 0; t < T; ++t) {
-    if (targets[t] != kIgnoreIndex)
-      valid.push_back(t);
-    else if (dx)
-      std::fill(dx + t * C, dx + (t + 1) * C, 0.0f);
-  }
-  const int64_t n_valid = int64_t(valid.size());
-
-  // Not AlignedBuffer: its zero fill would be a wasted pass over max_logit_bytes.
-  const bool bf = p == Precision::BF16;
-  auto logits = std::make_unique_for_overwrite<float[]>(size_t(tc * vc));
-  auto g16 = bf ? std::make_unique_for_overwrite<bf16[]>(size_t(tc * vc)) : nullptr;
-  // The chunk's x rows (gathered, and under BF16 rounded once for all the matmuls that
-  // read them) and its dx rows before they are scattered back.
-  auto x16 = bf ? std::make_unique_for_overwrite<bf16[]>(size_t(tc * C)) : nullptr;
-  std::unique_ptr<float[]> xg, dxg;
-  if (n_valid < T) {
-    if (!bf) xg = std::make_unique_for_overwrite<float[]>(size_t(tc * C));
-    if (dx) dxg = std::make_unique_for_overwrite<float[]>(size_t(tc * C));
-  }
-  const size_t rows = static_cast<size_t>(tc);
-  std::vector<float> m(rows), s(rows), tlogit(rows), lse(rows);
-  std::vector<int32_t> tg(rows);
+  const MatmulOperand wv = e.rows(w, w_bf16, V);
+  if (dx) e.zero_ignored(dx);
+  const int64_t vc = e.vocab_chunk();
   double loss = 0;
-
-  for (int64_t c0 = 0; c0 < n_valid; c0 += tc) {
-    const int64_t n = std::min(tc, n_valid - c0);
-    const int64_t* idx = valid.data() + c0;
-    const bool contiguous = idx[n - 1] - idx[0] == n - 1;  // no ignored token inside
-    for (int64_t i = 0; i < n; ++i) tg[size_t(i)] = targets[idx[i]];
-    const float* xc32 = x + idx[0] * C;
-    if (bf) {
-      k.gather_rows_bf16(x16.get(), x, idx, n, C);
-    } else if (!contiguous) {
-#pragma omp parallel for schedule(static) if (n * C >= (1 << 15))
-      for (int64_t i = 0; i < n; ++i)
-        std::copy(x + idx[i] * C, x + (idx[i] + 1) * C, xg.get() + i * C);
-      xc32 = xg.get();
-    }
-    const MatmulOperand xc{xc32, bf ? x16.get() : nullptr};
-    // Pass 1: logsumexp (and, with one vocabulary chunk, keep the logits for pass 2).
-    for (int64_t v0 = 0; v0 < V; v0 += vc) {
-      const int64_t nv = std::min(vc, V - v0);
-      matmul_ex(logits.get(), xc, false, w_rows(v0), true, n, nv, C, false, p);
-      k.fold_chunk_stats(m.data(), s.data(), tlogit.data(), logits.get(), tg.data(), n, v0, nv,
-                         v0 == 0);
-    }
-    for (size_t i = 0; i < size_t(n); ++i) {
-      lse[i] = m[i] + std::log(s[i]);
-      loss += double(lse[i] - tlogit[i]);
-    }
+  for (int64_t c0 = 0; c0 < e.n_valid(); c0 += e.token_chunk()) {
+    const auto tk = e.tokens(c0);
+    for (int64_t v0 = 0; v0 < V; v0 += vc) e.fold(tk, e.offset(wv, v0), v0, std::min(vc, V - v0));
+    e.finish(tk, loss);
     if (!dx) continue;
-    // Pass 2: gradients, a vocabulary chunk at a time.
-    float* dxc = contiguous ? dx + idx[0] * C : dxg.get();
-    for (int64_t v0 = 0; v0 < V; v0 += vc) {
-      const int64_t nv = std::min(vc, V - v0);
-      if (!one_vocab_chunk)
-        matmul_ex(logits.get(), xc, false, w_rows(v0), true, n, nv, C, false, p);
-      k.logits_to_grad(logits.get(), g16.get(), lse.data(), tg.data(), n, v0, nv, grad_scale);
-      const MatmulOperand g = bf ? MatmulOperand{nullptr, g16.get()}
-                                 : MatmulOperand{logits.get(), nullptr};
-      matmul_ex(dxc, g, false, w_rows(v0), false, n, C, nv, v0 > 0, p);
-      if (dw) matmul_ex(dw + v0 * C, g, true, xc, false, nv, C, n, true, p);
-    }
-    if (!contiguous) {
-#pragma omp parallel for schedule(static) if (n * C >= (1 << 15))
-      for (int64_t i = 0; i < n; ++i)
-        std::copy(dxg.get() + i * C, dxg.get() + (i + 1) * C, dx + idx[i] * C);
-    }
+    float* dxc = e.dx_rows(tk, dx, /*continuing=*/false);
+    for (int64_t v0 = 0; v0 < V; v0 += vc)
+      e.grad(tk, e.offset(wv, v0), v0, std::min(vc, V - v0), dxc, dw ? dw + v0 * C : nullptr);
+    e.scatter_dx(tk, dx);
   }
   return loss;
+}
+
+StreamedHeadCrossEntropy::StreamedHeadCrossEntropy(const float* x, const int32_t* targets, int64_t T, int64_t C,
+                                                   int64_t V, float grad_scale, Precision p,
+                                                   const CrossEntropyOptions& opt)
+    : e_(std::make_unique<Engine>(x, targets, T, C, V, grad_scale, p, opt, /*fused=*/false)) {}
+
+StreamedHeadCrossEntropy::~StreamedHeadCrossEntropy() = default;
+
+int64_t StreamedHeadCrossEntropy::vocab_chunk() const { return e_->vocab_chunk(); }
+
+namespace {
+
+void check_chunk(int64_t expected_v0, int64_t v0, int64_t nv, int64_t vc, int64_t V, const char* pass) {
+  LT_ASSERT(v0 == expected_v0, std::string(pass) + ": rows from " + std::to_string(v0) + ", expected " +
+                                   std::to_string(expected_v0) + " (chunks go in ascending order, once)");
+  LT_ASSERT(nv >= 1 && v0 + nv <= V, std::string(pass) + ": rows out of the vocabulary");
+  LT_ASSERT(v0 % vc == 0 && (nv % vc == 0 || v0 + nv == V),
+            std::string(pass) + ": chunk [" + std::to_string(v0) + ", " + std::to_string(v0 + nv) +
+                ") is not made of whole vocabulary sub-chunks of " + std::to_string(vc));
+}
+
+}  // namespace
+
+void StreamedHeadCrossEntropy::forward(const float* w_rows, const bf16* w_rows_bf16, int64_t v0, int64_t nv) {
+  Engine& e = *e_;
+  check_chunk(folded_, v0, nv, e.vocab_chunk(), e.V(), "StreamedHeadCrossEntropy::forward");
+  folded_ = v0 + nv;
+  const MatmulOperand w = e.rows(w_rows, w_rows_bf16, nv);
+  const int64_t vc = e.vocab_chunk();
+  for (int64_t c0 = 0; c0 < e.n_valid(); c0 += e.token_chunk()) {
+    const auto tk = e.tokens(c0);
+    for (int64_t s = 0; s < nv; s += vc) e.fold(tk, e.offset(w, s), v0 + s, std::min(vc, nv - s));
+  }
+}
+
+double StreamedHeadCrossEntropy::loss() {
+  Engine& e = *e_;
+  LT_ASSERT(folded_ == e.V(), "StreamedHeadCrossEntropy::loss before every row was folded");
+  if (!loss_done_) {
+    for (int64_t c0 = 0; c0 < e.n_valid(); c0 += e.token_chunk()) {
+      Engine::Tokens tk;
+      tk.c0 = c0;
+      tk.n = std::min(e.token_chunk(), e.n_valid() - c0);
+      e.finish(tk, loss_);
+    }
+    loss_done_ = true;
+  }
+  return loss_;
+}
+
+void StreamedHeadCrossEntropy::backward(float* dx, float* dw_rows, const float* w_rows, const bf16* w_rows_bf16,
+                                        int64_t v0, int64_t nv) {
+  Engine& e = *e_;
+  loss();  // the rows' logsumexps
+  check_chunk(next_back_, v0, nv, e.vocab_chunk(), e.V(), "StreamedHeadCrossEntropy::backward");
+  next_back_ = v0 + nv;
+  if (v0 == 0) e.zero_ignored(dx);
+  const MatmulOperand w = e.rows(w_rows, w_rows_bf16, nv);
+  const int64_t vc = e.vocab_chunk();
+  for (int64_t c0 = 0; c0 < e.n_valid(); c0 += e.token_chunk()) {
+    const auto tk = e.tokens(c0);
+    float* dxc = e.dx_rows(tk, dx, /*continuing=*/v0 > 0);
+    for (int64_t s = 0; s < nv; s += vc)
+      e.grad(tk, e.offset(w, s), v0 + s, std::min(vc, nv - s), dxc, dw_rows ? dw_rows + s * e.C() : nullptr);
+    e.scatter_dx(tk, dx);
+  }
 }
 
 }  // namespace lt

@@ -1,0 +1,215 @@
+// The streamed head in the executor (exec/streaming_head.cpp): a plan that moves the
+// lm_head through the compute tier in vocabulary chunks trains bitwise like the in-memory
+// step (ModelStep: the cross-entropy walks the same chunks in the same order whatever the
+// head's layout), on the cpu and emu backends, fp32 and bf16, with tied embeddings, under
+// plans that recompute and offload, and under a MILP plan whose compute cap is below any
+// whole-head plan's need; gradient accumulation gives the whole head's bits; the compute
+// tier holds two chunk slots for the weights and two for the gradients, and stays within
+// the plan in every window; a chunk that is not made of whole cross-entropy sub-chunks is
+// an lt::Error. How far the sub-chunked summation moves results from the old partition
+// (within the fp32 bounds derived there) is tests/kernels/cross_entropy_test.cpp's.
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "exec/backend.h"
+#include "exec/compute_copy.h"
+#include "exec/streaming_executor.h"
+#include "plan/default_schedule.h"
+#include "plan/plan_builder.h"
+#include "plan/plan_evaluate.h"
+#include "plan/plan_validate.h"
+#include "plan/planner.h"
+#include "sim/simulator.h"
+#include "streaming_test_util.h"
+#include "streaming_trajectory.h"
+
+namespace lt {
+namespace {
+
+using namespace streaming_test;
+
+// The streaming tests' tiny llama with a vocabulary of 16384 + 16384 + 904 rows: three
+// chunks of the planner's quantum, the last one ragged.
+ModelConfig big_vocab_config(int layers = 4) {
+  ModelConfig c = test::streaming_tiny_config(layers);
+  c.vocab_size = 2 * kHeadChunkQuantum + 904;
+  return c;
+}
+
+// A plan built from decisions: every boundary on the compute tier, or (mixed) a boundary
+// recomputed, one split over host and NVMe and a layer's internals kept; the head
+// streamed in chunks of `rows` (0: whole).
+Plan decided_plan(const ModelConfig& c, int64_t rows, bool mixed, double weight_bytes = 4) {
+  PlanRequest req = request(c);
+  req.hardware.weight_bytes = weight_bytes;
+  const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
+  Decisions d = all_gpu_decisions(static_cast<int>(c.num_layers), "decided");
+  if (mixed) {
+    d.boundaries[1] = BoundaryPlacement{true, 0, 0, 0};
+    d.boundaries[2] = BoundaryPlacement{false, 0.5, 0.25, 0.25};
+    d.keep_internals[c.num_layers - 1] = true;
+  }
+  d.head_chunk_rows = rows;
+  EXPECT_TRUE(assign_asap_traffic(d, cm));
+  Plan p = build_plan(req, cm, d);
+  evaluate_plan(p);
+  const auto problems = validate_plan(p);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  return p;
+}
+
+class StreamingHead : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("lt-streaming-head-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(StreamingHead, ChunkedHeadTrainsBitwiseLikeTheInMemoryStep) {
+  const ModelConfig c = big_vocab_config();
+  const Trajectory ref = run_reference(c);
+  EXPECT_NE(ref.loss.front(), ref.loss.back());
+  for (bool mixed : {false, true}) {
+    const Plan p = decided_plan(c, kHeadChunkQuantum, mixed);
+    ASSERT_EQ(p.head_chunks(), 3);
+    const SimResult sim = simulate_plan(p);
+    EXPECT_TRUE(sim.violations.empty()) << sim.violations.front();
+    const std::string what = mixed ? "recompute and offload" : "all on the compute tier";
+    expect_bitwise_equal(run_streaming(c, p, dir_), ref, "cpu, " + what);
+    expect_bitwise_equal(run_streaming(c, p, dir_, make_emu_backend(2, 2)), ref, "emu, " + what);
+  }
+}
+
+TEST_F(StreamingHead, Bf16AndTiedEmbeddingsToo) {
+  const ModelConfig c = big_vocab_config();
+  const RunOptions bf16{.eight_bit = true, .precision = Precision::BF16};
+  const Trajectory ref16 = run_reference(c, bf16);
+  const Plan p16 = decided_plan(c, kHeadChunkQuantum, true, /*weight_bytes=*/2);
+  expect_bitwise_equal(run_streaming(c, p16, dir_, make_cpu_backend(), bf16), ref16, "bf16 cpu");
+  expect_bitwise_equal(run_streaming(c, p16, dir_, make_emu_backend(2, 2), bf16), ref16, "bf16 emu");
+  ModelConfig tied = big_vocab_config();
+  tied.tie_word_embeddings = true;
+  const Trajectory ref = run_reference(tied);
+  const Plan pt = decided_plan(tied, kHeadChunkQuantum, true);
+  expect_bitwise_equal(run_streaming(tied, pt, dir_), ref, "tied cpu");
+  expect_bitwise_equal(run_streaming(tied, pt, dir_, make_emu_backend()), ref, "tied emu");
+}
+
+// A cap below what a whole head needs in HEAD: only the MILP's streamed head fits, and
+// the step it plans trains with ModelStep's bits on the emu backend, every window within
+// the plan's compute-tier bytes (activations planned at the executor's fp32).
+TEST_F(StreamingHead, MilpPlanUnderACapBelowTheWholeHeadTrainsWithinItsMemory) {
+  const ModelConfig c = big_vocab_config(6);
+  PlanRequest req = request(c);
+  req.hardware.act_bytes = 4;
+  const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
+  const Plan loose = make_plan(req, "keep-all");
+  req.gpu_cap_bytes = loose.fixed_gpu_bytes + cm.head_weight_bytes + cm.head_grad_bytes + cm.boundary_bytes +
+                      cm.workspace_head - 0.5 * cm.boundary_bytes;
+  EXPECT_FALSE(make_plan(req, "recompute-all").feasible) << "a whole head should not fit";
+  const Plan p = make_plan(req, "milp");
+  ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+  ASSERT_GT(p.head_chunk_rows, 0);
+  ModelParameters params(c), grads(c);
+  test::init_parameters(params, 7);
+  std::vector<int32_t> ids, labels;
+  test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, 0);
+  auto emu = make_emu_backend(2, 2);
+  StreamingOptions so;
+  so.offload_dir = dir_;
+  so.direct_io = false;
+  StreamingExecutor ex(p, *emu, so);
+  const StreamingStepResult r = ex.step(params, grads, ids.data(), labels.data());
+  EXPECT_LE(ex.measured_peak_bytes(), ex.planned_peak_bytes());
+  ASSERT_EQ(r.compute_bytes.size(), p.windows.size());
+  double live = p.fixed_gpu_bytes;
+  for (size_t w = 0; w < p.windows.size(); ++w) {
+    for (const MemOp& a : p.windows[w].alloc) live += a.bytes;
+    EXPECT_LE(r.compute_bytes[w].second, live + p.windows[w].workspace_bytes)
+        << "window " << p.windows[w].name << ": the executor holds more than the plan";
+    for (const MemOp& f : p.windows[w].free) live -= f.bytes;
+  }
+  expect_bitwise_equal(run_streaming(c, p, dir_, make_emu_backend()), run_reference(c), "emu milp, streamed head");
+}
+
+// The compute tier holds two weight and two gradient slots of one chunk each, where the
+// whole head's plan holds the lm_head twice over; the peak drops by the difference.
+TEST_F(StreamingHead, ComputeTierHoldsTwoChunkSlotsEach) {
+  const ModelConfig c = big_vocab_config();
+  auto emu = make_emu_backend();
+  const Plan streamed = decided_plan(c, kHeadChunkQuantum, false), whole = decided_plan(c, 0, false);
+  StreamingExecutor es(streamed, *emu), ew(whole, *emu);
+  const size_t C = static_cast<size_t>(c.hidden_size), V = static_cast<size_t>(c.vocab_size);
+  const size_t chunk = static_cast<size_t>(kHeadChunkQuantum) * C * sizeof(float);
+  int slots = 0;
+  for (const ArenaRequest& a : es.schedule().arena) {
+    EXPECT_NE(a.name, "w.lm_head");
+    EXPECT_NE(a.name, "g.lm_head");
+    if (a.name.rfind("w.lm_head.", 0) == 0 || a.name.rfind("g.lm_head.", 0) == 0) {
+      EXPECT_EQ(a.bytes, chunk) << a.name;
+      ++slots;
+    }
+  }
+  EXPECT_EQ(slots, 4);
+  // The head's window is the peak of these plans (its slots and the logits workspace).
+  EXPECT_EQ(ew.planned_peak_bytes() - es.planned_peak_bytes(), 2 * V * C * sizeof(float) - 4 * chunk);
+}
+
+// Gradient accumulation (zero_grads = false adds into the host's sums): the streamed head
+// adds chunk by chunk what the whole head adds at once, the same bits.
+TEST_F(StreamingHead, AccumulatedGradientsEqualTheWholeHeads) {
+  const ModelConfig c = big_vocab_config();
+  auto run = [&](const Plan& p) {
+    ModelParameters params(c), grads(c);
+    test::init_parameters(params, 7);
+    auto emu = make_emu_backend(3, 3);
+    StreamingOptions so;
+    so.offload_dir = dir_;
+    so.direct_io = false;
+    StreamingExecutor ex(p, *emu, so);
+    std::vector<int32_t> ids, labels;
+    std::vector<double> sq;
+    for (int micro = 0; micro < 2; ++micro) {
+      test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, micro);
+      StepOptions o;
+      o.zero_grads = micro == 0;
+      sq.push_back(ex.step(params, grads, ids.data(), labels.data(), o).grad_sq_sum);
+    }
+    std::vector<float> g(grads.data(), grads.data() + grads.numel());
+    return std::make_pair(g, sq);
+  };
+  const auto whole = run(decided_plan(c, 0, true)), streamed = run(decided_plan(c, kHeadChunkQuantum, true));
+  EXPECT_TRUE(whole.first == streamed.first) << "accumulated gradients differ";
+  EXPECT_EQ(whole.second, streamed.second);
+}
+
+TEST_F(StreamingHead, ChunksOfPartialSubChunksAreAnError) {
+  const ModelConfig c = big_vocab_config();
+  Plan p = decided_plan(c, kHeadChunkQuantum, false);
+  PlanRequest req = request(c);
+  const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
+  Decisions d = all_gpu_decisions(static_cast<int>(c.num_layers), "odd");
+  d.head_chunk_rows = 1000;  // not a multiple of the cross-entropy's 16384-row sub-chunk
+  p = build_plan(req, cm, d);
+  auto emu = make_emu_backend();
+  try {
+    StreamingExecutor ex(p, *emu);
+    FAIL() << "expected an lt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a multiple of the cross-entropy's vocabulary sub-chunk"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lt
