@@ -41,7 +41,8 @@ void run_out_of_core(const OutOfCoreArgs& o) {
 
   // Host memory: the host state less (k - 3) layers' optimizer states, k the pageable
   // layers we aim at (three states are in flight at once, so paging fewer than four saves
-  // nothing); plan_state_paging then pages exactly k.
+  // nothing). The rule (plan_state_paging) would page the top k; the MILP chooses which
+  // layers page and may page fewer, spaced so that fewer staging slots are in flight.
   const int L = a.layers;
   const int aim = std::max(4, static_cast<int>(std::lround(o.paged_fraction * (L - 2))));
   if (aim > L - 2) {

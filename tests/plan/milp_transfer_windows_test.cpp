@@ -21,12 +21,14 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "plan/cost_model.h"
 #include "plan/default_schedule.h"
 #include "plan/milp_planner.h"
 #include "plan/plan_builder.h"
 #include "plan/plan_evaluate.h"
+#include "plan/plan_json.h"
 #include "plan/plan_stages.h"
 #include "plan/plan_validate.h"
 #include "plan/state_paging.h"
@@ -251,6 +253,11 @@ void run_case(const Case& c, PlanRequest req, const Decisions& structure) {
   ASSERT_TRUE(problems.empty()) << c.name << ": " << problems.front();
   const SimResult sim = simulate_plan(milp);
   EXPECT_TRUE(sim.violations.empty()) << c.name << ": " << sim.violations.front();
+  // The plan file keeps the windows (and the extra slots' memory operations).
+  const Plan back = plan_from_json(plan_to_json(milp), "test");
+  EXPECT_TRUE(validate_plan(back).empty()) << c.name;
+  EXPECT_DOUBLE_EQ(predicted_step_seconds(back), milp.predicted_step_s) << c.name;
+  EXPECT_DOUBLE_EQ(predicted_peaks(back).gpu, milp.predicted_peak.gpu) << c.name;
 
   // The rule: every window as today (and the rule's paging).
   Plan rule = build_plan(req, cm, structure);
