@@ -432,7 +432,11 @@ void EventGraph::add_compute_inputs() {
 void EventGraph::add_transfer_sources() {
   const int L = p_.num_layers;
   std::map<std::string, bool> head_loaded;  // a head tensor's first load waits for its update
-  for (auto [id, t] : transfers_) {
+  for (const auto& entry : transfers_) {
+    // Plain names, not a structured binding: the lambda below captures them (clang 14
+    // cannot capture structured bindings).
+    const auto id = entry.first;
+    const auto* const t = entry.second;
     const std::string& x = t->tensor;
     const double upto = moved_upto_[id];
     int b = -1, j = -1;
