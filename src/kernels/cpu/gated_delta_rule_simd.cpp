@@ -1,0 +1,370 @@
+// Gated delta rule kernels (kernels/cpu/gated_delta_rule.h), compiled once per ISA level
+// (core/isa_target.h): plain loops over dk / dv that the compiler vectorizes, threaded
+// over (batch, head) tasks, each with its own slice of the caller's workspace.
+//
+// Notation inside a chunk of n tokens (rows r, s): qc, kc the normalized (and for q,
+// scaled) rows; G the cumulative g; e_r = exp(G_r); w_r = exp(G_last - G_r);
+// D[r,s] = exp(G_r - G_s) (s <= r); P = (qc kc^T) .* D and KKD = (kc kc^T) .* D (lower
+// triangles); L[r,s] = beta_r KKD[r,s] (s < r); Delta solves (I + L) Delta = R with
+// R_r = beta_r (v_r - e_r S0^T kc_r).
+#include "kernels/cpu/gated_delta_rule.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/vec_math.h"
+
+#include "core/isa_target.h"
+
+namespace lt::LT_ISA_NS {
+
+namespace {
+
+constexpr float kL2Eps = 1e-6f;  // transformers' l2norm eps (inside the square root)
+
+struct Rows {  // where token t of (b, head) lives in the [B, S, H, D] tensors
+  const GatedDeltaShape& s;
+  int64_t qk(int64_t b, int64_t t, int64_t hk) const { return ((b * s.seq + t) * s.k_heads + hk) * s.k_dim; }
+  int64_t v(int64_t b, int64_t t, int64_t h) const { return ((b * s.seq + t) * s.v_heads + h) * s.v_dim; }
+  int64_t gate(int64_t b, int64_t t, int64_t h) const { return (b * s.seq + t) * s.v_heads + h; }
+  int64_t state(int64_t b, int64_t h) const { return (b * s.v_heads + h) * s.k_dim * s.v_dim; }
+  int64_t chunk_state(int64_t b, int64_t h, int64_t c) const {
+    return ((b * s.v_heads + h) * s.n_chunks() + c) * s.k_dim * s.v_dim;
+  }
+};
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+inline void axpy(float* y, float a, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// y[dv] = S^T x, S [dk, dv]
+inline void state_t_times(float* y, const float* S, const float* x, int64_t dk, int64_t dv) {
+  std::memset(y, 0, size_t(dv) * sizeof(float));
+  for (int64_t i = 0; i < dk; ++i) axpy(y, x[i], S + i * dv, dv);
+}
+
+// y[dk] = S x, S [dk, dv]
+inline void state_times(float* y, const float* S, const float* x, int64_t dk, int64_t dv) {
+  for (int64_t i = 0; i < dk; ++i) y[i] = dot(S + i * dv, x, dv);
+}
+
+// The chunk's normalized rows: qc = l2norm(q) * scale, kc = l2norm(k); rq, rk (nullable)
+// get the inverse norms 1/sqrt(|x|^2 + eps).
+void load_qk(float* qc, float* kc, float* rq, float* rk, const float* q, const float* k,
+             const Rows& at, int64_t b, int64_t hk, int64_t t0, int64_t n, float scale) {
+  const int64_t dk = at.s.k_dim;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* qr = q + at.qk(b, t0 + r, hk);
+    const float* kr = k + at.qk(b, t0 + r, hk);
+    const float iq = 1.0f / std::sqrt(dot(qr, qr, dk) + kL2Eps);
+    const float ik = 1.0f / std::sqrt(dot(kr, kr, dk) + kL2Eps);
+    if (rq) rq[r] = iq, rk[r] = ik;
+    const float sq = iq * scale;
+#pragma omp simd
+    for (int64_t i = 0; i < dk; ++i) {
+      qc[r * dk + i] = qr[i] * sq;
+      kc[r * dk + i] = kr[i] * ik;
+    }
+  }
+}
+
+// G (cumulative g), D, P, KKD for the chunk (lower triangles, row stride C).
+void chunk_matrices(float* G, float* D, float* P, float* KKD, const float* qc, const float* kc,
+                    const float* g, const Rows& at, int64_t b, int64_t h, int64_t t0, int64_t n) {
+  const int64_t C = at.s.chunk, dk = at.s.k_dim;
+  float acc = 0;
+  for (int64_t r = 0; r < n; ++r) G[r] = acc += g[at.gate(b, t0 + r, h)];
+  for (int64_t r = 0; r < n; ++r) {
+    float* Dr = D + r * C;
+    const float Gr = G[r];
+#pragma omp simd
+    for (int64_t s = 0; s <= r; ++s) Dr[s] = vec::exp_approx(Gr - G[s]);
+    for (int64_t s = 0; s <= r; ++s) {
+      P[r * C + s] = dot(qc + r * dk, kc + s * dk, dk) * Dr[s];
+      KKD[r * C + s] = dot(kc + r * dk, kc + s * dk, dk) * Dr[s];
+    }
+  }
+}
+
+// Delta (n x dv): (I + L) Delta = R, R_r = beta_r (v_r - e_r S0^T kc_r).
+void solve_delta(float* Dl, const float* KKD, const float* kc, const float* G, const float* S0,
+                 const float* v, const float* beta, const Rows& at, int64_t b, int64_t h,
+                 int64_t t0, int64_t n) {
+  const int64_t C = at.s.chunk, dk = at.s.k_dim, dv = at.s.v_dim;
+  for (int64_t r = 0; r < n; ++r) {
+    float* dr = Dl + r * dv;
+    state_t_times(dr, S0, kc + r * dk, dk, dv);
+    const float br = beta[at.gate(b, t0 + r, h)];
+    const float er = vec::exp_approx(G[r]);
+    const float* vr = v + at.v(b, t0 + r, h);
+#pragma omp simd
+    for (int64_t j = 0; j < dv; ++j) dr[j] = br * (vr[j] - er * dr[j]);
+    for (int64_t s = 0; s < r; ++s) axpy(dr, -br * KKD[r * C + s], Dl + s * dv, dv);
+  }
+}
+
+struct ForwardScratch {
+  float *qc, *kc, *G, *D, *P, *KKD, *Dl, *S;
+  ForwardScratch(float* w, const GatedDeltaShape& s) {
+    const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
+    qc = w, w += C * dk;
+    kc = w, w += C * dk;
+    G = w, w += C;
+    D = w, w += C * C;
+    P = w, w += C * C;
+    KKD = w, w += C * C;
+    Dl = w, w += C * dv;
+    S = w, w += dk * dv;
+  }
+};
+
+void forward(float* out, float* final_state, float* chunk_states, const float* q, const float* k,
+             const float* v, const float* g, const float* beta, const float* initial_state,
+             const GatedDeltaShape& s, float* workspace) {
+  const Rows at{s};
+  const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim, grp = s.v_heads / s.k_heads;
+  const int64_t tasks = s.batch * s.v_heads, NC = s.n_chunks();
+  const float scale = float(1.0 / std::sqrt(double(dk)));
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t b = task / s.v_heads, h = task % s.v_heads, hk = h / grp;
+    ForwardScratch w(workspace + task * gdr::forward_task_floats(s), s);
+    if (initial_state)
+      std::memcpy(w.S, initial_state + at.state(b, h), size_t(dk * dv) * sizeof(float));
+    else
+      std::memset(w.S, 0, size_t(dk * dv) * sizeof(float));
+    for (int64_t c = 0; c < NC; ++c) {
+      const int64_t t0 = c * C, n = std::min(C, s.seq - t0);
+      if (chunk_states)
+        std::memcpy(chunk_states + at.chunk_state(b, h, c), w.S, size_t(dk * dv) * sizeof(float));
+      load_qk(w.qc, w.kc, nullptr, nullptr, q, k, at, b, hk, t0, n, scale);
+      chunk_matrices(w.G, w.D, w.P, w.KKD, w.qc, w.kc, g, at, b, h, t0, n);
+      solve_delta(w.Dl, w.KKD, w.kc, w.G, w.S, v, beta, at, b, h, t0, n);
+      for (int64_t r = 0; r < n; ++r) {  // o_r = e_r S0^T qc_r + sum_{s<=r} P[r,s] Delta_s
+        float* o = out + at.v(b, t0 + r, h);
+        state_t_times(o, w.S, w.qc + r * dk, dk, dv);
+        const float er = vec::exp_approx(w.G[r]);
+#pragma omp simd
+        for (int64_t j = 0; j < dv; ++j) o[j] *= er;
+        for (int64_t t = 0; t <= r; ++t) axpy(o, w.P[r * C + t], w.Dl + t * dv, dv);
+      }
+      // S1 = exp(G_last) S0 + sum_r w_r kc_r Delta_r^T
+      const float Glast = w.G[n - 1], E = vec::exp_approx(Glast);
+#pragma omp simd
+      for (int64_t i = 0; i < dk * dv; ++i) w.S[i] *= E;
+      for (int64_t r = 0; r < n; ++r) {
+        const float wr = vec::exp_approx(Glast - w.G[r]);
+        const float* kr = w.kc + r * dk;
+        for (int64_t i = 0; i < dk; ++i) axpy(w.S + i * dv, wr * kr[i], w.Dl + r * dv, dv);
+      }
+    }
+    if (final_state)
+      std::memcpy(final_state + at.state(b, h), w.S, size_t(dk * dv) * sizeof(float));
+  }
+}
+
+struct BackwardScratch : ForwardScratch {
+  float *dqc, *dkc, *rq, *rk, *dG, *e, *wl, *dDl, *dR, *A, *Bm, *Cm, *Mp, *Mb, *dS;
+  BackwardScratch(float* w, const GatedDeltaShape& s) : ForwardScratch(w, s) {
+    const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
+    w += gdr::forward_task_floats(s);
+    dqc = w, w += C * dk;
+    dkc = w, w += C * dk;
+    rq = w, w += C;
+    rk = w, w += C;
+    dG = w, w += C;
+    e = w, w += C;
+    wl = w, w += C;
+    dDl = w, w += C * dv;
+    dR = w, w += C * dv;
+    A = w, w += C * dk;
+    Bm = w, w += C * dk;
+    Cm = w, w += C * dk;
+    Mp = w, w += C * C;
+    Mb = w, w += C * C;
+    dS = w;  // grp x [dk, dv]
+  }
+};
+
+// One value head's backward through one chunk. dS holds dL/dS1 on entry and dL/dS0 on exit;
+// dqc, dkc accumulate (normalized space); dv, dbeta, dg rows are written.
+void backward_chunk_head(BackwardScratch& w, float* dS, float* dv_out, float* dg, float* dbeta,
+                         const float* d_out, const float* v, const float* g, const float* beta,
+                         const float* S0, const Rows& at, int64_t b, int64_t h, int64_t t0,
+                         int64_t n) {
+  const GatedDeltaShape& s = at.s;
+  const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
+  chunk_matrices(w.G, w.D, w.P, w.KKD, w.qc, w.kc, g, at, b, h, t0, n);
+  solve_delta(w.Dl, w.KKD, w.kc, w.G, S0, v, beta, at, b, h, t0, n);
+  const float Glast = w.G[n - 1], E = vec::exp_approx(Glast);
+  for (int64_t r = 0; r < n; ++r) {
+    w.e[r] = vec::exp_approx(w.G[r]);
+    w.wl[r] = vec::exp_approx(Glast - w.G[r]);
+    w.dG[r] = 0;
+  }
+  auto dO = [&](int64_t r) { return d_out + at.v(b, t0 + r, h); };
+  auto beta_at = [&](int64_t r) { return beta[at.gate(b, t0 + r, h)]; };
+
+  // dDelta_s = w_s dS1^T kc_s + sum_{r>=s} P[r,s] dO_r
+  for (int64_t r = 0; r < n; ++r) {
+    state_t_times(w.dDl + r * dv, dS, w.kc + r * dk, dk, dv);
+#pragma omp simd
+    for (int64_t j = 0; j < dv; ++j) w.dDl[r * dv + j] *= w.wl[r];
+  }
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t t = 0; t <= r; ++t) axpy(w.dDl + t * dv, w.P[r * C + t], dO(r), dv);
+  // (I + L)^T dR = dDelta, back substitution
+  for (int64_t t = n - 1; t >= 0; --t) {
+    float* dr = w.dR + t * dv;
+    std::memcpy(dr, w.dDl + t * dv, size_t(dv) * sizeof(float));
+    for (int64_t r = t + 1; r < n; ++r) axpy(dr, -beta_at(r) * w.KKD[r * C + t], w.dR + r * dv, dv);
+  }
+  // A_r = S0 dO_r, Bm_r = S0 dR_r, Cm_r = dS1 Delta_r
+  for (int64_t r = 0; r < n; ++r) {
+    state_times(w.A + r * dk, S0, dO(r), dk, dv);
+    state_times(w.Bm + r * dk, S0, w.dR + r * dv, dk, dv);
+    state_times(w.Cm + r * dk, dS, w.Dl + r * dv, dk, dv);
+  }
+  float dGlast = E * dot(S0, dS, dk * dv);
+  // dS0 = E dS1 + sum_r e_r (qc_r dO_r^T - beta_r kc_r dR_r^T), in place
+#pragma omp simd
+  for (int64_t i = 0; i < dk * dv; ++i) dS[i] *= E;
+  for (int64_t r = 0; r < n; ++r) {
+    const float er = w.e[r], br = beta_at(r);
+    const float* qr = w.qc + r * dk;
+    const float* kr = w.kc + r * dk;
+    for (int64_t i = 0; i < dk; ++i) {
+      axpy(dS + i * dv, er * qr[i], dO(r), dv);
+      axpy(dS + i * dv, -br * er * kr[i], w.dR + r * dv, dv);
+    }
+  }
+  // Per-row terms, and the two pair matrices:
+  //   Mp[r,s] = D[r,s] (dO_r . Delta_s)               (s <= r): from P
+  //   Mb[r,s] = -beta_r D[r,s] (dR_r . Delta_s)       (s < r):  from L
+  for (int64_t r = 0; r < n; ++r) {
+    const float br = beta_at(r), er = w.e[r], wr = w.wl[r];
+    const float* qr = w.qc + r * dk;
+    const float* kr = w.kc + r * dk;
+    const float* vr = v + at.v(b, t0 + r, h);
+    const float* dRr = w.dR + r * dv;
+    float* dq = w.dqc + r * dk;
+    float* dkr = w.dkc + r * dk;
+    // from e_r S0^T qc_r
+    axpy(dq, er, w.A + r * dk, dk);
+    w.dG[r] += er * dot(qr, w.A + r * dk, dk);
+    // from S1's w_r kc_r Delta_r^T
+    axpy(dkr, wr, w.Cm + r * dk, dk);
+    const float kc_c = wr * dot(kr, w.Cm + r * dk, dk);
+    dGlast += kc_c;
+    w.dG[r] -= kc_c;
+    // from R_r = beta_r (v_r - e_r S0^T kc_r)
+    float* dvr = dv_out + at.v(b, t0 + r, h);
+#pragma omp simd
+    for (int64_t j = 0; j < dv; ++j) dvr[j] = br * dRr[j];
+    const float kb = er * dot(kr, w.Bm + r * dk, dk);
+    float db = dot(vr, dRr, dv) - kb;
+    axpy(dkr, -br * er, w.Bm + r * dk, dk);
+    w.dG[r] -= br * kb;
+    // pair terms
+    for (int64_t t = 0; t <= r; ++t) {  // P[r,t] = (qc_r . kc_t) D[r,t]
+      const float dp = dot(dO(r), w.Dl + t * dv, dv);  // dL/dP[r,t]
+      w.Mp[r * C + t] = dp * w.D[r * C + t];
+      const float gp = dp * w.P[r * C + t];
+      w.dG[r] += gp;
+      w.dG[t] -= gp;
+    }
+    for (int64_t t = 0; t < r; ++t) {  // L[r,t] = beta_r KKD[r,t]
+      const float dl = -dot(dRr, w.Dl + t * dv, dv);  // dL/dL[r,t]
+      w.Mb[r * C + t] = br * dl * w.D[r * C + t];
+      db += dl * w.KKD[r * C + t];
+      const float gl = dl * br * w.KKD[r * C + t];
+      w.dG[r] += gl;
+      w.dG[t] -= gl;
+    }
+    dbeta[at.gate(b, t0 + r, h)] = db;
+  }
+  w.dG[n - 1] += dGlast;
+  // dqc += Mp kc; dkc += Mp^T qc + Mb kc + Mb^T kc
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t t = 0; t <= r; ++t) {
+      const float mp = w.Mp[r * C + t];
+      axpy(w.dqc + r * dk, mp, w.kc + t * dk, dk);
+      axpy(w.dkc + t * dk, mp, w.qc + r * dk, dk);
+    }
+    for (int64_t t = 0; t < r; ++t) {
+      const float mb = w.Mb[r * C + t];
+      axpy(w.dkc + r * dk, mb, w.kc + t * dk, dk);
+      axpy(w.dkc + t * dk, mb, w.kc + r * dk, dk);
+    }
+  }
+  // G_r = sum_{t<=r} g_t: dg_t = sum_{r>=t} dG_r
+  float acc = 0;
+  for (int64_t r = n - 1; r >= 0; --r) dg[at.gate(b, t0 + r, h)] = acc += w.dG[r];
+}
+
+// Through x -> c x / sqrt(|x|^2 + eps): dx = c (inv dy - inv^3 x (x . dy)).
+inline void l2norm_backward(float* dx, const float* x, const float* dy, float inv, float c,
+                            int64_t n) {
+  const float xd = dot(x, dy, n);
+  const float a = c * inv, bcoef = c * inv * inv * inv * xd;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dx[i] = a * dy[i] - bcoef * x[i];
+}
+
+void backward(float* dq, float* dk, float* dv, float* dg, float* dbeta, float* d_initial_state,
+              const float* d_out, const float* d_final_state, const float* q, const float* k,
+              const float* v, const float* g, const float* beta, const float* chunk_states,
+              const GatedDeltaShape& s, float* workspace) {
+  const Rows at{s};
+  const int64_t C = s.chunk, kd = s.k_dim, vd = s.v_dim, grp = s.v_heads / s.k_heads;
+  const int64_t tasks = s.batch * s.k_heads, NC = s.n_chunks();
+  const float scale = float(1.0 / std::sqrt(double(kd)));
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t b = task / s.k_heads, hk = task % s.k_heads;
+    BackwardScratch w(workspace + task * gdr::backward_task_floats(s), s);
+    for (int64_t m = 0; m < grp; ++m) {
+      float* dS = w.dS + m * kd * vd;
+      if (d_final_state)
+        std::memcpy(dS, d_final_state + at.state(b, hk * grp + m), size_t(kd * vd) * sizeof(float));
+      else
+        std::memset(dS, 0, size_t(kd * vd) * sizeof(float));
+    }
+    for (int64_t c = NC - 1; c >= 0; --c) {
+      const int64_t t0 = c * C, n = std::min(C, s.seq - t0);
+      load_qk(w.qc, w.kc, w.rq, w.rk, q, k, at, b, hk, t0, n, scale);
+      std::memset(w.dqc, 0, size_t(n * kd) * sizeof(float));
+      std::memset(w.dkc, 0, size_t(n * kd) * sizeof(float));
+      for (int64_t m = 0; m < grp; ++m) {
+        const int64_t h = hk * grp + m;
+        backward_chunk_head(w, w.dS + m * kd * vd, dv, dg, dbeta, d_out, v, g, beta,
+                            chunk_states + at.chunk_state(b, h, c), at, b, h, t0, n);
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t row = at.qk(b, t0 + r, hk);
+        l2norm_backward(dq + row, q + row, w.dqc + r * kd, w.rq[r], scale, kd);
+        l2norm_backward(dk + row, k + row, w.dkc + r * kd, w.rk[r], 1.0f, kd);
+      }
+    }
+    if (d_initial_state)
+      for (int64_t m = 0; m < grp; ++m)
+        std::memcpy(d_initial_state + at.state(b, hk * grp + m), w.dS + m * kd * vd,
+                    size_t(kd * vd) * sizeof(float));
+  }
+}
+
+}  // namespace
+
+extern const GatedDeltaRuleKernels kGatedDeltaRuleKernels{forward, backward};
+
+}  // namespace lt::LT_ISA_NS
+
+#include "core/isa_target_end.h"
