@@ -191,7 +191,9 @@ Measured run_plan(const Plan& plan, const StreamingBenchArgs& a, double emu_gbps
       m.fastest = r;
     }
     if (s > 0) times.push_back(r.step_s);
+    else m.warmup_times.push_back(r.step_s);
   }
+  m.step_times = times;
   m.step_s = *std::min_element(times.begin(), times.end());
   m.peak = ex.measured_peak_bytes();
   m.arena_planned_peak = ex.planned_peak_bytes();

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -26,6 +27,7 @@ struct StreamingBenchArgs {
   bool direct_io = true;
   bool windows = false;  // print each row's per-window measured vs planned times
   bool events = false;   // ... and each window's events (copies, waits, compute)
+  bool step_times = false;  // print every run's warm-up and measured step times
   // The executor's matmul precision in run_plan (and so in measure_layer_times' probe):
   // BF16 reads a bf16 compute copy of the weights, refreshed from the fp32 parameters.
   Precision precision = Precision::F32;
@@ -49,6 +51,7 @@ struct Measured {
   double step_s = 0;  // the fastest measured step: other processes only ever add time
   size_t peak = 0, arena_planned_peak = 0;
   double optimizer_s = 0;  // train: the update hook's time in the fastest step
+  std::vector<double> warmup_times, step_times;  // every step, in run order
   // The fastest step's windows and events. The profile's layer times come from here, so
   // that a prediction and the measured step it is compared with (also the fastest) are
   // the same statistic: taking them from any other step, on a shared machine, makes every

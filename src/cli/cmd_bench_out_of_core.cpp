@@ -36,7 +36,7 @@ void run_out_of_core(const OutOfCoreArgs& o) {
   PlanRequest req = bench_request(a, "this machine (bench out-of-core)");
   HardwareProfile& hw = req.hardware;
   const CostModel cm0 = build_cost_model(req.model, hw, req.batch, req.seq);
-  hw.host_optimizer_params_per_s = adamw8_params_per_s(static_cast<int64_t>(cm0.layer_params));
+  hw.host_optimizer_params_per_s = adamw8_params_per_s(static_cast<int64_t>(cm0.layer(0).params));
   const Measured probe = measure_layer_times(req, a);
 
   // Host memory: the host state less (k - 3) layers' optimizer states, k the pageable
@@ -49,7 +49,7 @@ void run_out_of_core(const OutOfCoreArgs& o) {
     std::printf("RESULT out-of-core infeasible: %d layers leave fewer than 4 whose optimizer states can page\n", L);
     return;
   }
-  hw.host_memory_bytes = (cm0.host_state_bytes - (aim - 3.5) * cm0.layer_state_bytes) / 0.9;
+  hw.host_memory_bytes = (cm0.host_state_bytes - (aim - 3.5) * cm0.layer(0).state_bytes) / 0.9;
   const double boundary = static_cast<double>(a.batch) * a.seq * a.hidden * hw.act_bytes;
   req.cpu_act_budget_bytes = boundary;
   req.time_limit_s = 20;
@@ -73,7 +73,7 @@ void run_out_of_core(const OutOfCoreArgs& o) {
 
   const ModelParameters probe_params(req.model);
   const double n = static_cast<double>(probe_params.numel());
-  const double optimizer_state = cm0.layer_state_bytes / cm0.layer_params * n;  // 8-bit m, v and scales
+  const double optimizer_state = cm0.layer(0).state_bytes / cm0.layer(0).params * n;  // 8-bit m, v and scales
   const double state = 8 * n + optimizer_state + static_cast<double>(probe.arena_planned_peak);
   const double budget = static_cast<double>(m.arena_planned_peak);
   double wbytes = 0, rbytes = 0, state_bytes = 0;

@@ -77,6 +77,15 @@ SimResult to_sim(const StreamingStepResult& r) {
   return s;
 }
 
+// --step-times: a run's warm-up and measured steps, in run order (ms).
+void print_step_times(const char* label, const Measured& m) {
+  std::printf("  %s steps ms: warm-up", label);
+  for (double t : m.warmup_times) std::printf(" %.1f", t * 1e3);
+  std::printf(" | measured");
+  for (double t : m.step_times) std::printf(" %.1f", t * 1e3);
+  std::printf("\n");
+}
+
 struct Row {
   std::string label;
   Plan plan;
@@ -138,7 +147,8 @@ void run_predict(const StreamingBenchArgs& a) {
               req.model_name.c_str(), a.batch, a.seq, hw.h2d_bw / 1e9, hw.nvme_read_bw / 1e9, hw.nvme_write_bw / 1e9);
 
   // Profile: a keep-all step gives the layer times every prediction uses, one per precision.
-  measure_layer_times(req, a);
+  const Measured probe32 = measure_layer_times(req, a);
+  if (a.step_times) print_step_times("probe fp32", probe32);
   std::printf("measured fp32: forward %.2f ms, backward %.2f ms, head %.2f ms per layer step\n",
               req.measured.forward_s * 1e3, req.measured.backward_s * 1e3, req.measured.head_s * 1e3);
   StreamingBenchArgs a16 = a;
@@ -146,7 +156,8 @@ void run_predict(const StreamingBenchArgs& a) {
   PlanRequest req16 = req;
   req16.hardware.name += ", bf16";
   req16.hardware.weight_bytes = 2;  // the emu moves bf16 weight matrices (its fp32 norms are a few KB)
-  measure_layer_times(req16, a16);
+  const Measured probe16 = measure_layer_times(req16, a16);
+  if (a.step_times) print_step_times("probe bf16", probe16);
   std::printf("measured bf16: forward %.2f ms, backward %.2f ms, head %.2f ms per layer step\n",
               req16.measured.forward_s * 1e3, req16.measured.backward_s * 1e3, req16.measured.head_s * 1e3);
 
@@ -175,6 +186,7 @@ void run_predict(const StreamingBenchArgs& a) {
                 row.label.c_str(), p.predicted_step_s, ev.step_s, m.step_s, 100 * err, 100 * ev_err,
                 p.predicted_peak.gpu, m.peak, tc.gpu, tc.cpu, tc.nvme, tc.recompute,
                 ev.violations.empty() ? "" : ("  event violations: " + ev.violations.front()).c_str());
+    if (a.step_times) print_step_times(row.label.c_str(), m);
     if (a.windows || a.events) print_windows(m.fastest, p, a.events);
     if (!a.trace.empty() && &row == &rows.back()) write_chrome_trace(to_sim(m.fastest), p, a.trace);
   }
@@ -200,6 +212,7 @@ void add_bench_predict_command(CLI::App& app) {
   cmd->add_flag("!--no-direct-io", a->direct_io, "buffered I/O (filesystems without O_DIRECT)");
   cmd->add_flag("--windows", a->windows, "per-window measured vs planned times of every row");
   cmd->add_flag("--events", a->events, "--windows, with each window's events");
+  cmd->add_flag("--step-times", a->step_times, "every run's warm-up and measured step times");
   cmd->callback([a] { run_predict(*a); });
 }
 

@@ -1,6 +1,7 @@
 // `lazytrain plan`: a training-step plan for a model on a machine (plan/planner.h).
 // Exit codes: 0 a feasible plan, 1 a user error (lt::Error, via main), 2 no feasible plan
 // (the message names the short budget, by how much, and the largest batch that fits).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <cstdlib>
@@ -57,6 +58,12 @@ void print_table(const Plan& p) {
   auto tc = p.tier_counts();
   std::printf("plan: %s for %s on %s, batch %lld, seq %lld\n", p.policy.c_str(), p.model_name.c_str(),
               p.hardware.name.c_str(), static_cast<long long>(p.batch), static_cast<long long>(p.seq));
+  if (p.model.hybrid()) {
+    const auto linear = std::count(p.model.layer_kinds.begin(), p.model.layer_kinds.end(), LayerKind::LinearAttention);
+    std::printf("  %-24s %lld Gated DeltaNet, %lld gated full attention (%.2fB parameters)\n", "decoder layers",
+                static_cast<long long>(linear), static_cast<long long>(p.model.num_layers - linear),
+                p.num_params / 1e9);
+  }
   std::printf("  %-24s %s\n", "feasible", p.feasible ? "yes" : ("no: " + p.infeasible_reason).c_str());
   std::printf("  %-24s %.4f s\n", "predicted step", p.predicted_step_s);
   std::printf("  %-24s %.1f\n", "tokens/s", p.tokens_per_s());

@@ -1,16 +1,21 @@
 #include "exec/decoder_block.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/geglu.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
 #include "model/layer_specs.h"
+#include "model/rope_frequencies.h"
 
 namespace lt {
 
@@ -29,6 +34,72 @@ void add_into(float* y, const float* a, const float* b, int64_t n) {
 }
 
 }  // namespace
+
+void norm_forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps,
+                  float offset) {
+  if (offset == 0.0f) return rmsnorm_forward(y, rstd, x, w, T, C, eps);
+  // (offset + w) once per call: C floats (hidden or head_dim), next to T*C of work.
+  std::vector<float> scale(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) scale[c] = offset + w[c];
+  rmsnorm_forward(y, rstd, x, scale.data(), T, C, eps);
+}
+
+void norm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
+                   int64_t T, int64_t C, float offset) {
+  if (offset == 0.0f) return rmsnorm_backward(dx, dw, dy, x, w, rstd, T, C);
+  std::vector<float> scale(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) scale[c] = offset + w[c];
+  rmsnorm_backward(dx, dw, dy, x, scale.data(), rstd, T, C);
+}
+
+void embed_forward(float* x, const int32_t* ids, const float* table, int64_t T, const ModelConfig& c) {
+  embedding_forward(x, ids, table, T, c.vocab_size, c.hidden_size);
+  if (!c.scale_embeddings) return;
+  const float scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
+  const int64_t n = T * c.hidden_size;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
+void embed_backward(float* dtable, const int32_t* ids, float* dx, int64_t T, const ModelConfig& c) {
+  if (c.padding_idx >= 0)  // nn.Embedding(padding_idx): that row's lookups pass no gradient
+    for (int64_t t = 0; t < T; ++t)
+      if (ids[t] == c.padding_idx) std::fill_n(dx + t * c.hidden_size, c.hidden_size, 0.0f);
+  if (c.scale_embeddings) {
+    const float scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
+    const int64_t n = T * c.hidden_size;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) dx[i] *= scale;
+  }
+  embedding_backward(dtable, ids, dx, T, c.vocab_size, c.hidden_size);
+}
+
+BlockContext layer_context(const BlockContext& step, const ModelConfig& c, int64_t layer) {
+  BlockContext ctx = step;
+  ctx.window = c.layer_window(layer);
+  if (c.layer_is_sliding(layer) && step.local_rope_cos) {
+    ctx.rope_cos = step.local_rope_cos;
+    ctx.rope_sin = step.local_rope_sin;
+  }
+  return ctx;
+}
+
+void set_rope_tables(BlockContext& ctx, AlignedBuffer<float>& cos, AlignedBuffer<float>& sin, const ModelConfig& c,
+                     int64_t seq) {
+  const int64_t n = seq * (c.head_dim / 2);
+  const bool local = c.local_rope;
+  cos.resize(local ? 2 * n : n);
+  sin.resize(local ? 2 * n : n);
+  rope_tables(cos.data(), sin.data(), c, seq);
+  ctx.rope_cos = cos.data();
+  ctx.rope_sin = sin.data();
+  ctx.local_rope_cos = ctx.local_rope_sin = nullptr;
+  if (local) {
+    rope_tables(cos.data() + n, sin.data() + n, c, seq, /*local=*/true);
+    ctx.local_rope_cos = cos.data() + n;
+    ctx.local_rope_sin = sin.data() + n;
+  }
+}
 
 void document_positions(int32_t* positions, const int32_t* doc_start, int64_t batch, int64_t seq) {
   for (int64_t b = 0; b < batch; ++b)
@@ -57,6 +128,10 @@ BlockShape block_shape(const ModelConfig& c, int64_t batch, int64_t seq) {
   s.inter = c.intermediate_size;
   s.eps = static_cast<float>(c.rms_norm_eps);
   s.qk_norm = c.qk_norm;
+  s.attn_scale = c.attention_scale();
+  s.norm_offset = static_cast<float>(c.norm_weight_offset);
+  s.sandwich_norms = c.sandwich_norms;
+  s.act = c.mlp_activation;
   return s;
 }
 
@@ -76,6 +151,8 @@ BlockSaved bind_block_saved(const ModelConfig& c, int64_t batch, int64_t seq, fl
       {"mlp_norm_rstd", &s.mlp_norm_rstd},   {"mlp_norm_out", &s.mlp_norm_out},
       {"mlp_gate", &s.mlp_gate},             {"mlp_up", &s.mlp_up},
       {"mlp_act", &s.mlp_act},
+      {"attn_proj_out", &s.attn_proj_out},   {"post_attn_norm_rstd", &s.post_attn_norm_rstd},
+      {"mlp_down_out", &s.mlp_down_out},     {"post_mlp_norm_rstd", &s.post_mlp_norm_rstd},
   };
   for (const auto& spec : block_saved_activations(c, RecomputeOption::KeepInternals, batch, seq, 4)) {
     auto it = slots.find(spec.name);
@@ -86,6 +163,7 @@ BlockSaved bind_block_saved(const ModelConfig& c, int64_t batch, int64_t seq, fl
   }
   LT_ASSERT(s.q && s.k && s.v && s.attn_out && s.attn_lse && s.mlp_act && s.resid_mid);
   LT_ASSERT(!c.qk_norm || (s.q_pre_norm && s.k_norm_rstd));
+  LT_ASSERT(!c.sandwich_norms || (s.attn_proj_out && s.mlp_down_out));
   return s;
 }
 
@@ -116,8 +194,9 @@ void block_forward(float* x_out, BlockSaved& sv, const float* x_in, const BlockT
   const BlockShape& s = ctx.shape;
   const int64_t T = s.tokens(), C = s.hidden, QD = s.q_dim(), KD = s.kv_dim(), I = s.inter;
   const Precision p = ctx.precision;
+  const float off = s.norm_offset;
 
-  rmsnorm_forward(sv.attn_norm_out, sv.attn_norm_rstd, x_in, w.attn_norm, T, C, s.eps);
+  norm_forward(sv.attn_norm_out, sv.attn_norm_rstd, x_in, w.attn_norm, T, C, s.eps, off);
   const float* h1 = sv.attn_norm_out;
   float* q_proj = s.qk_norm ? sv.q_pre_norm : sv.q;
   float* k_proj = s.qk_norm ? sv.k_pre_norm : sv.k;
@@ -125,23 +204,33 @@ void block_forward(float* x_out, BlockSaved& sv, const float* x_in, const BlockT
   linear_forward(k_proj, h1, w.wk, wb.wk, w.bk, T, C, KD, p);
   linear_forward(sv.v, h1, w.wv, wb.wv, w.bv, T, C, KD, p);
   if (s.qk_norm) {
-    rmsnorm_forward(sv.q, sv.q_norm_rstd, sv.q_pre_norm, w.q_norm, T * s.heads, s.head_dim, s.eps);
-    rmsnorm_forward(sv.k, sv.k_norm_rstd, sv.k_pre_norm, w.k_norm, T * s.kv_heads, s.head_dim, s.eps);
+    norm_forward(sv.q, sv.q_norm_rstd, sv.q_pre_norm, w.q_norm, T * s.heads, s.head_dim, s.eps, off);
+    norm_forward(sv.k, sv.k_norm_rstd, sv.k_pre_norm, w.k_norm, T * s.kv_heads, s.head_dim, s.eps, off);
   }
   rope_forward(sv.q, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions);
   rope_forward(sv.k, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   attention_forward(sv.attn_out, sv.attn_lse, sv.q, sv.k, sv.v, s.batch, s.seq, s.heads,
-                    s.kv_heads, s.head_dim, scale, ctx.doc_start);
+                    s.kv_heads, s.head_dim, s.attn_scale, ctx.doc_start, ctx.window);
 
-  linear_forward(sv.resid_mid, sv.attn_out, w.wo, wb.wo, w.bo, T, QD, C, p);
+  if (s.sandwich_norms) {  // x_mid = x_in + norm(o_proj(attn))
+    linear_forward(sv.attn_proj_out, sv.attn_out, w.wo, wb.wo, w.bo, T, QD, C, p);
+    norm_forward(sv.resid_mid, sv.post_attn_norm_rstd, sv.attn_proj_out, w.post_attn_norm, T, C, s.eps, off);
+  } else {
+    linear_forward(sv.resid_mid, sv.attn_out, w.wo, wb.wo, w.bo, T, QD, C, p);
+  }
   add_inplace(sv.resid_mid, x_in, T * C);
 
-  rmsnorm_forward(sv.mlp_norm_out, sv.mlp_norm_rstd, sv.resid_mid, w.mlp_norm, T, C, s.eps);
+  norm_forward(sv.mlp_norm_out, sv.mlp_norm_rstd, sv.resid_mid, w.mlp_norm, T, C, s.eps, off);
   linear_forward(sv.mlp_gate, sv.mlp_norm_out, w.wg, wb.wg, w.bg, T, C, I, p);
   linear_forward(sv.mlp_up, sv.mlp_norm_out, w.wu, wb.wu, w.bu, T, C, I, p);
-  swiglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
-  linear_forward(x_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
+  if (s.act == MlpActivation::GeluTanh) geglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
+  else swiglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
+  if (s.sandwich_norms) {  // x_out = x_mid + norm(down(m))
+    linear_forward(sv.mlp_down_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
+    norm_forward(x_out, sv.post_mlp_norm_rstd, sv.mlp_down_out, w.post_mlp_norm, T, C, s.eps, off);
+  } else {
+    linear_forward(x_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
+  }
   add_inplace(x_out, sv.resid_mid, T * C);
 }
 
@@ -151,31 +240,46 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
   const BlockShape& s = ctx.shape;
   const int64_t T = s.tokens(), C = s.hidden, QD = s.q_dim(), KD = s.kv_dim(), I = s.inter;
   const Precision p = ctx.precision;
+  const float off = s.norm_offset;
 
-  // MLP: x_out = x_mid + down(silu(gate(h2)) * up(h2)).
-  linear_backward(ws.d_act, g.wd, g.bd, dx_out, sv.mlp_act, w.wd, wb.wd, T, I, C, false, p);
-  swiglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
+  // MLP: x_out = x_mid + down(act(gate(h2)) * up(h2)) [Gemma: norm(down(...))].
+  const float* d_down = dx_out;
+  if (s.sandwich_norms) {  // d_norm_in is free until the MLP's input norm
+    norm_backward(ws.d_norm_in, g.post_mlp_norm, dx_out, sv.mlp_down_out, w.post_mlp_norm,
+                  sv.post_mlp_norm_rstd, T, C, off);
+    d_down = ws.d_norm_in;
+  }
+  linear_backward(ws.d_act, g.wd, g.bd, d_down, sv.mlp_act, w.wd, wb.wd, T, I, C, false, p);
+  if (s.act == MlpActivation::GeluTanh)
+    geglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
+  else
+    swiglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
   linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, sv.mlp_norm_out, w.wg, wb.wg, T, C, I, false, p);
   linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, sv.mlp_norm_out, w.wu, wb.wu, T, C, I, true, p);
-  rmsnorm_backward(ws.d_norm_in, g.mlp_norm, ws.d_norm_out, sv.resid_mid, w.mlp_norm,
-                   sv.mlp_norm_rstd, T, C);
+  norm_backward(ws.d_norm_in, g.mlp_norm, ws.d_norm_out, sv.resid_mid, w.mlp_norm, sv.mlp_norm_rstd, T, C, off);
   float* dx_mid = dx_in;  // dx_in accumulates the residual path from here on
   add_into(dx_mid, dx_out, ws.d_norm_in, T * C);
 
-  // Attention: x_mid = x_in + o_proj(attention(rope(q), rope(k), v)).
-  linear_backward(ws.d_attn_out, g.wo, g.bo, dx_mid, sv.attn_out, w.wo, wb.wo, T, QD, C, false, p);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  // Attention: x_mid = x_in + o_proj(attention(rope(q), rope(k), v)) [Gemma: norm(o_proj(...))].
+  const float* d_proj = dx_mid;
+  if (s.sandwich_norms) {  // d_norm_out is free until the q/k/v projections write it
+    norm_backward(ws.d_norm_out, g.post_attn_norm, dx_mid, sv.attn_proj_out, w.post_attn_norm,
+                  sv.post_attn_norm_rstd, T, C, off);
+    d_proj = ws.d_norm_out;
+  }
+  linear_backward(ws.d_attn_out, g.wo, g.bo, d_proj, sv.attn_out, w.wo, wb.wo, T, QD, C, false, p);
   attention_backward(ws.dq, ws.dk, ws.dv, ws.d_attn_out, sv.q, sv.k, sv.v, sv.attn_out,
-                     sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, scale, ctx.doc_start);
+                     sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.attn_scale,
+                     ctx.doc_start, ctx.window);
   rope_backward(ws.dq, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions);
   rope_backward(ws.dk, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions);
   const float* dq_proj = ws.dq;
   const float* dk_proj = ws.dk;
   if (s.qk_norm) {
-    rmsnorm_backward(ws.dq_pre, g.q_norm, ws.dq, sv.q_pre_norm, w.q_norm, sv.q_norm_rstd,
-                     T * s.heads, s.head_dim);
-    rmsnorm_backward(ws.dk_pre, g.k_norm, ws.dk, sv.k_pre_norm, w.k_norm, sv.k_norm_rstd,
-                     T * s.kv_heads, s.head_dim);
+    norm_backward(ws.dq_pre, g.q_norm, ws.dq, sv.q_pre_norm, w.q_norm, sv.q_norm_rstd,
+                  T * s.heads, s.head_dim, off);
+    norm_backward(ws.dk_pre, g.k_norm, ws.dk, sv.k_pre_norm, w.k_norm, sv.k_norm_rstd,
+                  T * s.kv_heads, s.head_dim, off);
     dq_proj = ws.dq_pre;
     dk_proj = ws.dk_pre;
   }
@@ -183,8 +287,7 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
   linear_backward(ws.d_norm_out, g.wq, g.bq, dq_proj, h1, w.wq, wb.wq, T, C, QD, false, p);
   linear_backward(ws.d_norm_out, g.wk, g.bk, dk_proj, h1, w.wk, wb.wk, T, C, KD, true, p);
   linear_backward(ws.d_norm_out, g.wv, g.bv, ws.dv, h1, w.wv, wb.wv, T, C, KD, true, p);
-  rmsnorm_backward(ws.d_norm_in, g.attn_norm, ws.d_norm_out, x_in, w.attn_norm,
-                   sv.attn_norm_rstd, T, C);
+  norm_backward(ws.d_norm_in, g.attn_norm, ws.d_norm_out, x_in, w.attn_norm, sv.attn_norm_rstd, T, C, off);
   add_inplace(dx_in, ws.d_norm_in, T * C);
 }
 

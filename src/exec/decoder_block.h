@@ -1,13 +1,17 @@
-// One decoder layer (pre-norm Llama/Mistral/Qwen2/Qwen3 block) as an explicit forward
-// and backward pair, over views: weights, saved activations and scratch are bound from
-// outside, so the same code serves the in-memory step and the streaming executor's
+// One decoder layer (pre-norm Llama/Mistral/Qwen2/Qwen3/Gemma 3 block) as an explicit
+// forward and backward pair, over views: weights, saved activations and scratch are bound
+// from outside, so the same code serves the in-memory step and the streaming executor's
 // layer templates.
 //
-//   h1 = rmsnorm(x_in) ; q,k,v = h1·W^T (+b) ; [qwen3: per-head rmsnorm of q, k]
+//   h1 = rmsnorm(x_in) ; q,k,v = h1·W^T (+b) ; [qwen3, gemma3: per-head rmsnorm of q, k]
 //   q,k = rope(q,k) ; o = causal_gqa_attention(q,k,v) ; x_mid = x_in + o·Wo^T (+bo)
 //   (with documents: rope at each token's position in its document, and attention
-//   block-diagonal over the documents, kernels/cpu/attention.h's doc_start)
+//   block-diagonal over the documents, kernels/cpu/attention.h's doc_start; on a sliding
+//   layer the attention is also windowed, BlockContext::window)
 //   h2 = rmsnorm(x_mid) ; m = silu(h2·Wg^T) * (h2·Wu^T) ; x_out = x_mid + m·Wd^T
+// Gemma 3: every rmsnorm scales by (1 + w); the residual adds take a normed output,
+//   x_mid = x_in + rmsnorm(o·Wo^T), x_out = x_mid + rmsnorm(m·Wd^T); m uses gelu (tanh)
+//   instead of silu; the attention scale is query_pre_attn_scalar^-1/2.
 //
 // Backward overwrites dx_in and accumulates (+=) into the weight gradients.
 #pragma once
@@ -26,6 +30,10 @@ struct BlockShape {
   int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, inter = 0;
   float eps = 0;
   bool qk_norm = false;
+  float attn_scale = 0;         // ModelConfig::attention_scale()
+  float norm_offset = 0;        // RMSNorm scales by (norm_offset + w)
+  bool sandwich_norms = false;  // norms on the attention and MLP outputs (Gemma 3)
+  MlpActivation act = MlpActivation::Silu;
   int64_t tokens() const { return batch * seq; }
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
@@ -41,6 +49,9 @@ struct BlockSaved {
   float *q = nullptr, *k = nullptr, *v = nullptr, *attn_out = nullptr, *attn_lse = nullptr;
   float *resid_mid = nullptr, *mlp_norm_rstd = nullptr, *mlp_norm_out = nullptr;
   float *mlp_gate = nullptr, *mlp_up = nullptr, *mlp_act = nullptr;
+  // Gemma 3's sandwich norms: the projections' outputs and their norms' rstd.
+  float *attn_proj_out = nullptr, *post_attn_norm_rstd = nullptr;
+  float *mlp_down_out = nullptr, *post_mlp_norm_rstd = nullptr;
 };
 int64_t block_saved_numel(const ModelConfig& c, int64_t batch, int64_t seq);
 BlockSaved bind_block_saved(const ModelConfig& c, int64_t batch, int64_t seq, float* base);
@@ -63,6 +74,9 @@ class BlockWorkspace {
 // (its pointers may be null, then weights are rounded on the fly).
 // doc_start, positions: [batch*seq] each, both null (every row one causal sequence at
 // positions 0..seq-1) or both set: a row of packed documents (document_positions).
+// window: this layer's sliding attention window (0: full causal attention); the step's
+// context has 0 and the sliding layers' RoPE tables in local_rope_* (null when they use
+// the global ones); layer_context() makes one layer's context from it.
 struct BlockContext {
   BlockShape shape;
   const float* rope_cos = nullptr;
@@ -70,7 +84,35 @@ struct BlockContext {
   Precision precision = Precision::F32;
   const int32_t* doc_start = nullptr;
   const int32_t* positions = nullptr;
+  int64_t window = 0;
+  const float* local_rope_cos = nullptr;
+  const float* local_rope_sin = nullptr;
 };
+
+// The context of decoder layer `layer`: its window, and its RoPE table (the local one on
+// a sliding layer when the model has one).
+BlockContext layer_context(const BlockContext& step, const ModelConfig& c, int64_t layer);
+
+// Sizes and fills a step's RoPE tables for positions 0..seq-1 and points ctx at them:
+// [seq, head_dim/2] each, followed by the sliding layers' own [seq, head_dim/2] when their
+// RoPE differs (Gemma 3).
+void set_rope_tables(BlockContext& ctx, AlignedBuffer<float>& cos, AlignedBuffer<float>& sin,
+                     const ModelConfig& c, int64_t seq);
+
+// The model's ends, shared by the in-memory step and the streaming executor.
+// Embedding lookup, times sqrt(hidden_size) in fp32 for Gemma (transformers scales in the
+// embedding's dtype; lazytrain's embedding is fp32 in both precisions).
+void embed_forward(float* x, const int32_t* ids, const float* table, int64_t T, const ModelConfig& c);
+// The embedding's gradient (+=) from dx, which it changes in place first: rows of tokens
+// equal to padding_idx zeroed, and the rest scaled for Gemma.
+void embed_backward(float* dtable, const int32_t* ids, float* dx, int64_t T, const ModelConfig& c);
+// RMSNorm as the family defines it: y = x rstd (offset + w), offset = norm_weight_offset
+// (1 for Gemma, where (1 + w) is rounded to fp32 first, as transformers computes it).
+// Backward: dx overwrites, dw accumulates (the gradient of w is that of offset + w).
+void norm_forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps,
+                  float offset);
+void norm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
+                   int64_t T, int64_t C, float offset);
 
 // A training step's documents: doc_start[b*seq + s] is the index in row b where token s's
 // document starts (0 <= doc_start <= s; a row is a run of documents: its token 0 starts

@@ -7,8 +7,10 @@
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "exec/decoder_block.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/geglu.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -60,12 +62,11 @@ Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
     throw Error("generation length " + std::to_string(max_len) + " is outside 1.." +
                     std::to_string(c.max_position_embeddings),
                 "generation", "shorten the prompt or --max-new-tokens");
-  check_sequence_length(c, max_len);
   const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
-  const int64_t half = c.head_dim / 2, n = max_len;
-  rope_cos_.resize(n * half);
-  rope_sin_.resize(n * half);
-  rope_tables(rope_cos_.data(), rope_sin_.data(), c, n);
+  const int64_t n = max_len;
+  // The global table, then the sliding layers' own when it differs (Gemma 3).
+  BlockContext tables;
+  set_rope_tables(tables, rope_cos_, rope_sin_, c, n);
   k_cache_.resize(c.num_layers * n * KD);
   v_cache_.resize(c.num_layers * n * KD);
   for (auto* b : {&x_, &h_, &tmp_}) b->resize(n * C);
@@ -87,7 +88,8 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
   const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
   const int64_t D = c.head_dim, half = D / 2;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = c.attention_scale();
+  const float off = static_cast<float>(c.norm_weight_offset);  // Gemma's (1 + w) norms
   LT_ASSERT(pos == 0 || n == 1, "the generator prefills at position 0, then decodes one token at a time");
   if (pos + n > max_len_)
     throw Error("sequence of " + std::to_string(pos + n) + " tokens exceeds the generator's " +
@@ -98,42 +100,61 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
   const bool tiny = n * (C * (QD + 2 * KD) + QD * C + 3 * C * I) < (int64_t{1} << 22);
   std::optional<ScopedNumThreads> single_thread;
   if (tiny) single_thread.emplace(1);
-  embedding_forward(x_.data(), tokens, params.embedding(), n, c.vocab_size, C);
+  embed_forward(x_.data(), tokens, params.embedding(), n, c);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const BlockTensors w = params.block(l);
-    rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps);
+    const int64_t window = c.layer_window(l);
+    const int64_t table = c.local_rope && c.layer_is_sliding(l) ? max_len_ * half : 0;
+    const float* cos = rope_cos_.data() + table + pos * half;
+    const float* sin = rope_sin_.data() + table + pos * half;
+    norm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps, off);
     float* qp = c.qk_norm ? q_pre_.data() : q_.data();
     float* kp = c.qk_norm ? k_pre_.data() : k_.data();
     linear_forward(qp, h_.data(), w.wq, compute_copy_.of(params, w.wq), w.bq, n, C, QD, p);
     linear_forward(kp, h_.data(), w.wk, compute_copy_.of(params, w.wk), w.bk, n, C, KD, p);
     linear_forward(v_.data(), h_.data(), w.wv, compute_copy_.of(params, w.wv), w.bv, n, C, KD, p);
     if (c.qk_norm) {
-      rmsnorm_forward(q_.data(), head_rstd_.data(), q_pre_.data(), w.q_norm, n * c.num_heads, D, eps);
-      rmsnorm_forward(k_.data(), head_rstd_.data(), k_pre_.data(), w.k_norm, n * c.num_kv_heads, D, eps);
+      norm_forward(q_.data(), head_rstd_.data(), q_pre_.data(), w.q_norm, n * c.num_heads, D, eps, off);
+      norm_forward(k_.data(), head_rstd_.data(), k_pre_.data(), w.k_norm, n * c.num_kv_heads, D, eps, off);
     }
     // Positions pos..pos+n-1: offset the tables so that row 0 is position pos.
-    rope_forward(q_.data(), rope_cos_.data() + pos * half, rope_sin_.data() + pos * half, 1, n, c.num_heads, D);
-    rope_forward(k_.data(), rope_cos_.data() + pos * half, rope_sin_.data() + pos * half, 1, n, c.num_kv_heads, D);
+    rope_forward(q_.data(), cos, sin, 1, n, c.num_heads, D);
+    rope_forward(k_.data(), cos, sin, 1, n, c.num_kv_heads, D);
     float* kc = k_cache_.data() + l * max_len_ * KD;
     float* vc = v_cache_.data() + l * max_len_ * KD;
     std::memcpy(kc + pos * KD, k_.data(), n * KD * sizeof(float));
     std::memcpy(vc + pos * KD, v_.data(), n * KD * sizeof(float));
     if (pos == 0)
-      attention_forward(att_.data(), lse_.data(), q_.data(), kc, vc, 1, n, c.num_heads, c.num_kv_heads, D, scale);
-    else
-      decode_attention(att_.data(), scores_.data(), q_.data(), kc, vc, pos, c.num_heads, c.num_kv_heads, D, scale);
+      attention_forward(att_.data(), lse_.data(), q_.data(), kc, vc, 1, n, c.num_heads, c.num_kv_heads, D, scale,
+                        nullptr, window);
+    else {  // a sliding layer sees the cached keys from pos - window + 1 only
+      const int64_t from = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+      decode_attention(att_.data(), scores_.data(), q_.data(), kc + from * KD, vc + from * KD, pos - from,
+                       c.num_heads, c.num_kv_heads, D, scale);
+    }
     linear_forward(tmp_.data(), att_.data(), w.wo, compute_copy_.of(params, w.wo), w.bo, n, QD, C, p);
-    add_inplace(x_.data(), tmp_.data(), n * C);
-    rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.mlp_norm, n, C, eps);
+    if (c.sandwich_norms) {  // Gemma 3: the attention output is normed before the residual add
+      norm_forward(h_.data(), rstd_.data(), tmp_.data(), w.post_attn_norm, n, C, eps, off);
+      add_inplace(x_.data(), h_.data(), n * C);
+    } else {
+      add_inplace(x_.data(), tmp_.data(), n * C);
+    }
+    norm_forward(h_.data(), rstd_.data(), x_.data(), w.mlp_norm, n, C, eps, off);
     linear_forward(gate_.data(), h_.data(), w.wg, compute_copy_.of(params, w.wg), w.bg, n, C, I, p);
     linear_forward(up_.data(), h_.data(), w.wu, compute_copy_.of(params, w.wu), w.bu, n, C, I, p);
-    swiglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
+    if (c.mlp_activation == MlpActivation::GeluTanh) geglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
+    else swiglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
     linear_forward(tmp_.data(), act_.data(), w.wd, compute_copy_.of(params, w.wd), w.bd, n, I, C, p);
-    add_inplace(x_.data(), tmp_.data(), n * C);
+    if (c.sandwich_norms) {
+      norm_forward(h_.data(), rstd_.data(), tmp_.data(), w.post_mlp_norm, n, C, eps, off);
+      add_inplace(x_.data(), h_.data(), n * C);
+    } else {
+      add_inplace(x_.data(), tmp_.data(), n * C);
+    }
   }
   // Only the last position's logits are needed.
   const float* last = x_.data() + (n - 1) * C;
-  rmsnorm_forward(h_.data(), rstd_.data(), last, params.final_norm(), 1, C, eps);
+  norm_forward(h_.data(), rstd_.data(), last, params.final_norm(), 1, C, eps, off);
   linear_forward(logits_.data(), h_.data(), params.lm_head(), compute_copy_.of(params, params.lm_head()),
                  nullptr, 1, C, c.vocab_size, p);
 }

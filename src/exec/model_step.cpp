@@ -25,14 +25,8 @@ ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision
     throw Error("sequence length " + std::to_string(seq) + " exceeds max_position_embeddings " +
                     std::to_string(c.max_position_embeddings),
                 "model config", "use a shorter sequence");
-  check_sequence_length(c, seq);
-  const int64_t half = c.head_dim / 2;
-  rope_cos_.resize(seq * half);
-  rope_sin_.resize(seq * half);
-  rope_tables(rope_cos_.data(), rope_sin_.data(), c, seq);
   ctx_.shape = block_shape(c, batch, seq);
-  ctx_.rope_cos = rope_cos_.data();
-  ctx_.rope_sin = rope_sin_.data();
+  set_rope_tables(ctx_, rope_cos_, rope_sin_, c, seq);
   ctx_.precision = precision;
 
   const int64_t TC = tokens_ * c.hidden_size;
@@ -95,7 +89,7 @@ void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids
     throw Error("recompute options for " + std::to_string(recompute.size()) + " layers, model has " +
                     std::to_string(c.num_layers),
                 "model step", "give one option per layer");
-  embedding_forward(boundary(0), input_ids, params.embedding(), tokens_, c.vocab_size, c.hidden_size);
+  embed_forward(boundary(0), input_ids, params.embedding(), tokens_, c);
   const int64_t saved_numel = block_saved_numel(c, batch_, seq_);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
@@ -105,7 +99,7 @@ void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids
     AlignedBuffer<float>& store = keep ? saved_[l] : recompute_saved_;
     if (store.size() != static_cast<size_t>(saved_numel)) store.resize(saved_numel);
     BlockSaved sv = bind_block_saved(c, batch_, seq_, store.data());
-    block_forward(boundary(l + 1), sv, boundary(l), params.block(l), block_bf16(params, l), ctx_);
+    block_forward(boundary(l + 1), sv, boundary(l), params.block(l), block_bf16(params, l), layer_context(ctx_, c, l));
   }
 }
 
@@ -135,8 +129,9 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
   StepResult result;
   result.predicted_tokens = predicted;
 
-  rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(L), params.final_norm(),
-                  T, C, static_cast<float>(c.rms_norm_eps));
+  const float norm_offset = static_cast<float>(c.norm_weight_offset);
+  norm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(L), params.final_norm(), T, C,
+               static_cast<float>(c.rms_norm_eps), norm_offset);
   const float grad_scale = grad_scale_override > 0 ? grad_scale_override
                            : predicted > 0         ? 1.0f / static_cast<float>(predicted)
                                                    : 0.0f;
@@ -147,12 +142,13 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
 
   float* d_out = d_boundary_[0].data();
   float* d_in = d_boundary_[1].data();
-  rmsnorm_backward(d_out, grads.final_norm(), d_hidden_.data(), boundary(L), params.final_norm(),
-                   final_norm_rstd_.data(), T, C);
+  norm_backward(d_out, grads.final_norm(), d_hidden_.data(), boundary(L), params.final_norm(),
+                final_norm_rstd_.data(), T, C, norm_offset);
   for (int64_t l = L - 1; l >= 0; --l) {
     const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
     BlockTensors w = params.block(l);
     BlockTensorsBf16 wb = block_bf16(params, l);
+    const BlockContext ctx = layer_context(ctx_, c, l);
     BlockSaved sv;
     if (keep) {
       sv = bind_block_saved(c, batch_, seq_, saved_[l].data());
@@ -160,13 +156,13 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
       // Rerun the block from its input boundary; its output is discarded (boundary l+1
       // already holds it), so write it into the spare gradient buffer.
       sv = bind_block_saved(c, batch_, seq_, recompute_saved_.data());
-      block_forward(d_in, sv, boundary(l), w, wb, ctx_);
+      block_forward(d_in, sv, boundary(l), w, wb, ctx);
     }
     BlockTensors gw = grads.block(l);
-    block_backward(d_in, gw, workspace_, d_out, boundary(l), w, wb, sv, ctx_);
+    block_backward(d_in, gw, workspace_, d_out, boundary(l), w, wb, sv, ctx);
     std::swap(d_in, d_out);
   }
-  embedding_backward(grads.embedding(), input_ids, d_out, T, V, C);
+  embed_backward(grads.embedding(), input_ids, d_out, T, c);
   return result;
 }
 
@@ -175,8 +171,8 @@ void ModelStep::forward_logits(float* logits, ModelParameters& params, const int
   const ModelConfig& c = config_;
   set_documents(doc_start);
   forward_blocks(params, input_ids, std::vector<RecomputeOption>(c.num_layers, RecomputeOption::RecomputeFromInput));
-  rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(c.num_layers),
-                  params.final_norm(), tokens_, c.hidden_size, static_cast<float>(c.rms_norm_eps));
+  norm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(c.num_layers), params.final_norm(),
+               tokens_, c.hidden_size, static_cast<float>(c.rms_norm_eps), static_cast<float>(c.norm_weight_offset));
   linear_forward(logits, final_norm_out_.data(), params.lm_head(), compute_copy_.of(params, params.lm_head()),
                  nullptr, tokens_, c.hidden_size, c.vocab_size, precision_);
 }

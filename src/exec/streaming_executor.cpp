@@ -102,14 +102,8 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
                   "streaming executor", "regenerate the plan with `lazytrain plan` (chunks are multiples of " +
                       std::to_string(kHeadChunkQuantum) + " rows)");
   }
-  check_sequence_length(config_, seq_);
-  const int64_t half = config_.head_dim / 2;
-  rope_cos_.resize(seq_ * half);
-  rope_sin_.resize(seq_ * half);
-  rope_tables(rope_cos_.data(), rope_sin_.data(), config_, seq_);
   ctx_.shape = block_shape(config_, batch_, seq_);
-  ctx_.rope_cos = rope_cos_.data();
-  ctx_.rope_sin = rope_sin_.data();
+  set_rope_tables(ctx_, rope_cos_, rope_sin_, config_, seq_);  // per-layer tables: layer_context()
   ctx_.precision = options.precision;
   if (options.precision == Precision::BF16 && !backend_.host_is_compute()) bf16_slot_.emplace(config_);
 
@@ -431,9 +425,9 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         break;
       case WindowKind::Prologue1:
         if (backend_.host_is_compute()) {
-          embedding_forward(buf("x.0"), input_ids, params.embedding(), T, V, C);
+          embed_forward(buf("x.0"), input_ids, params.embedding(), T, c);
         } else {  // the host embeds, the link carries the boundary (the plan's in.0)
-          embedding_forward(in0_.as<float>(), input_ids, params.embedding(), T, V, C);
+          embed_forward(in0_.as<float>(), input_ids, params.embedding(), T, c);
           backend_.copy_to_compute(buf("x.0"), in0_.data(), T * C * sizeof(float));
           backend_.wait_to_compute(backend_.to_compute_fence());
         }
@@ -444,7 +438,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         float* saved = sched_.keep_internals[j] ? buf("int." + in) : buf("int.scratch");
         BlockSaved sv = bind_block_saved(c, batch_, seq_, saved);
         const auto [wj, bj] = weights(params, j, "w.", options);
-        block_forward(buf("x." + out), sv, buf("x." + in), wj, bj, ctx_);
+        block_forward(buf("x." + out), sv, buf("x." + in), wj, bj, layer_context(ctx_, c, j));
         if (j + 1 < L) store_boundary(j + 1);
         break;
       }
@@ -463,7 +457,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         const bool stored = j + 1 == L || sched_.boundaries[j + 1].stored;
         float* out = stored ? d_in : buf("rc." + std::to_string(j + 1));
         const auto [wj, bj] = weights(params, j, "wr.", options);
-        block_forward(out, sv, boundary_input(j), wj, bj, ctx_);
+        block_forward(out, sv, boundary_input(j), wj, bj, layer_context(ctx_, c, j));
         break;
       }
       case WindowKind::Backward: {
@@ -476,13 +470,13 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         } else {
           // Rerun the block; its output is not needed, so it goes to the spare gradient.
           sv = bind_block_saved(c, batch_, seq_, buf("int.scratch"));
-          block_forward(d_in, sv, x_in, wj, bj, ctx_);
+          block_forward(d_in, sv, x_in, wj, bj, layer_context(ctx_, c, j));
         }
         const bool host = backend_.host_is_compute();
         float* g = host ? grads.block_base(j) : buf("g." + std::to_string(j));
         if (!host) std::memset(g, 0, block_numel(c) * sizeof(float));
         BlockTensors gj = bind_block_tensors(c, g);
-        block_backward(d_in, gj, workspace_, d_out, x_in, wj, bj, sv, ctx_);
+        block_backward(d_in, gj, workspace_, d_out, x_in, wj, bj, sv, layer_context(ctx_, c, j));
         if (host) sq = sq_sum(grads.block_base(j), block_numel(c), sq);
         else pending_grads_.push_back({grads.block_base(j), g, block_numel(c), sched_.grad_drain_w[j]});
         std::swap(d_in, d_out);
@@ -495,7 +489,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
           backend_.synchronize();
           d_out = dx0_.as<float>();
         }
-        embedding_backward(grads.embedding(), input_ids, d_out, T, V, C);
+        embed_backward(grads.embedding(), input_ids, d_out, T, c);
         break;  // its norm is summed after the barrier, behind layer 0's
 
     }

@@ -57,6 +57,7 @@ double StreamingExecutor::run_head(int w, ModelParameters& params, ModelParamete
   float* rstd = buf("head.rstd");
   float* d_hidden = buf("head.d_hidden");
   const float eps = static_cast<float>(c.rms_norm_eps);
+  const float norm_offset = static_cast<float>(c.norm_weight_offset);  // Gemma's (1 + w)
   const bool host = backend_.host_is_compute();
   const float* norm_w = host ? params.final_norm() : buf("w.norm");
   float* norm_g = host ? grads.final_norm() : buf("g.norm");
@@ -73,10 +74,10 @@ double StreamingExecutor::run_head(int w, ModelParameters& params, ModelParamete
                                                                 : nullptr;
     float* head_g = host ? grads.lm_head() : buf("g.lm_head");
     if (!host) std::memset(head_g, 0, V * C * sizeof(float));
-    rmsnorm_forward(norm_out, rstd, x, norm_w, T, C, eps);
+    norm_forward(norm_out, rstd, x, norm_w, T, C, eps, norm_offset);
     loss_sum = head_cross_entropy(d_hidden, head_g, norm_out, head_w, head_bf16, targets, T, C, V, grad_scale,
                                   ctx_.precision);
-    rmsnorm_backward(buf("dx.0"), norm_g, d_hidden, x, norm_w, rstd, T, C);
+    norm_backward(buf("dx.0"), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
     // Norm order: final norm, then an untied head (a tied one counts as the embedding).
     if (host) {
       sq += sum_of_squares_f64(grads.final_norm(), C);
@@ -90,7 +91,7 @@ double StreamingExecutor::run_head(int w, ModelParameters& params, ModelParamete
 
   const int64_t n = sched_.head_chunks, R = sched_.head_chunk_rows;
   if (!host) backend_.wait_to_compute(head_slot_fence_[0]);  // the final norm came with chunk 0
-  rmsnorm_forward(norm_out, rstd, x, norm_w, T, C, eps);
+  norm_forward(norm_out, rstd, x, norm_w, T, C, eps, norm_offset);
   StreamedHeadCrossEntropy ce(norm_out, targets, T, C, V, grad_scale, ctx_.precision);
   uint64_t grad_fence[2] = {0, 0};  // the copy out of each gradient slot
   for (int64_t i = 0; i < 2 * n; ++i) {
@@ -124,7 +125,7 @@ double StreamingExecutor::run_head(int w, ModelParameters& params, ModelParamete
     grad_fence[chunk % 2] = landings_.back().fence;
   }
   loss_sum = ce.loss();
-  rmsnorm_backward(buf("dx.0"), norm_g, d_hidden, x, norm_w, rstd, T, C);
+  norm_backward(buf("dx.0"), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
   if (host) {
     sq += sum_of_squares_f64(grads.final_norm(), C);
     if (!tied(params)) sq += sum_of_squares_f64(grads.lm_head(), V * C);

@@ -12,13 +12,32 @@
 
 namespace lt {
 
+namespace {
+
+// Where the checkpoint stores a text model's tensor: under its own name, or (a gemma3
+// multimodal checkpoint, whose language model this config is) transformers 5's
+// model.language_model.X for model.X, or 4.x's language_model.X. "" if none.
+std::string stored_name(const CheckpointDir& ckpt, const std::string& name) {
+  if (ckpt.contains(name)) return name;
+  const std::string model = "model.";
+  if (name.compare(0, model.size(), model) == 0) {
+    const std::string v5 = "model.language_model." + name.substr(model.size());
+    if (ckpt.contains(v5)) return v5;
+  }
+  if (ckpt.contains("language_model." + name)) return "language_model." + name;
+  return "";
+}
+
+}  // namespace
+
 void load_parameters(ModelParameters& params, const std::string& dir) {
   CheckpointDir ckpt(dir);
   for (const WeightSpec& spec : params.specs()) {
-    if (!ckpt.contains(spec.hf_name))
+    const std::string name = stored_name(ckpt, spec.hf_name);
+    if (name.empty())
       throw Error("tensor '" + spec.hf_name + "' is missing", ckpt.path(),
                   "the checkpoint does not match its config.json (model_type, layers, biases)");
-    const TensorView v = ckpt.tensor(spec.hf_name);
+    const TensorView v = ckpt.tensor(name);
     if (v.shape != spec.shape)
       throw Error("tensor '" + spec.hf_name + "' has shape " + shape_str(v.shape) + ", config says " +
                       shape_str(spec.shape),
@@ -63,7 +82,9 @@ void init_parameters(ModelParameters& params, uint64_t seed, float init_std) {
     float* p = params.tensor(spec.hf_name);
     const bool is_norm = spec.hf_name.find("norm") != std::string::npos;
     const bool is_bias = spec.hf_name.size() > 5 && spec.hf_name.substr(spec.hf_name.size() - 5) == ".bias";
-    for (int64_t i = 0; i < spec.numel(); ++i) p[i] = is_norm ? 1.0f : is_bias ? 0.0f : normal(rng);
+    // Norms start at a scale of 1: weight 1, or 0 where the norm adds 1 (Gemma).
+    const float norm_init = static_cast<float>(1.0 - params.config().norm_weight_offset);
+    for (int64_t i = 0; i < spec.numel(); ++i) p[i] = is_norm ? norm_init : is_bias ? 0.0f : normal(rng);
   }
 }
 

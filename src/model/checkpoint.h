@@ -15,7 +15,9 @@ void check_model_dir(const std::string& dir, const std::string& where);
 // Fills params from the safetensors weights in `dir` (single file or sharded), converting
 // F32/BF16/F16 to fp32. A missing tensor or a shape that disagrees with the config throws
 // lt::Error naming the directory and tensor. A tied checkpoint that still carries an
-// lm_head.weight is accepted (it is the embedding).
+// lm_head.weight is accepted (it is the embedding). A gemma3 (multimodal) checkpoint's
+// language model is read from its model.language_model.* (or 4.x language_model.*)
+// tensors; its vision tower is ignored, and save_pretrained writes a gemma3_text model.
 void load_parameters(ModelParameters& params, const std::string& dir);
 
 // Writes config.json and the weights (fp32, sharded above max_shard_bytes) into `dir`.

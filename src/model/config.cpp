@@ -1,13 +1,16 @@
-// Parses Hugging Face config.json for the four supported families, mirroring the
+// Parses Hugging Face config.json for the supported families, mirroring the
 // defaults of transformers' config classes (5.x) so a config means the same model here
 // and there. Anything that would change the math and is not implemented is an error.
 #include "model/config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "model/config_qwen3_5.h"
 #include "model/layer_specs.h"
 
 namespace lt {
@@ -33,6 +36,7 @@ constexpr Family kFamilies[] = {
     {"mistral", "MistralForCausalLM", 131072, 0, false, false, false, false},
     {"qwen2", "Qwen2ForCausalLM", 32768, 0, false, true, false, false},
     {"qwen3", "Qwen3ForCausalLM", 32768, 128, true, false, false, true},
+    {"gemma3_text", "Gemma3ForCausalLM", 131072, 256, true, false, false, true},
 };
 
 const Family* find_family(const std::string& type) {
@@ -115,6 +119,33 @@ void require_at_most(int64_t v, int64_t max, const Fields& f, const std::string&
                 kFixConfig);
 }
 
+// One RoPE parameter object ({rope_type, rope_theta, factor, ...}) into theta/scaling.
+void parse_rope_object(double& theta, RopeScaling& scaling, const Fields& p, const std::string& where,
+                       int64_t max_positions) {
+  theta = p.opt_num("rope_theta", theta);
+  if (p.has("partial_rotary_factor") && p.opt_num("partial_rotary_factor", 1.0) != 1.0)
+    throw Error("partial rotary embeddings are not supported", p.at("partial_rotary_factor"), "");
+  const std::string type = p.opt_str("rope_type", p.opt_str("type", "default"));
+  if (type == "default") return;
+  if (type == "linear") {
+    scaling.type = RopeScalingType::Linear;
+    scaling.factor = p.req_num("factor");
+  } else if (type == "llama3") {
+    scaling.type = RopeScalingType::Llama3;
+    scaling.factor = p.req_num("factor");
+    scaling.low_freq_factor = p.req_num("low_freq_factor");
+    scaling.high_freq_factor = p.req_num("high_freq_factor");
+    scaling.original_max_position_embeddings = p.opt_int("original_max_position_embeddings", max_positions);
+    if (!(scaling.high_freq_factor > scaling.low_freq_factor))
+      throw Error("llama3 rope scaling needs high_freq_factor > low_freq_factor", where, kFixConfig);
+    require_positive(scaling.original_max_position_embeddings, p, "original_max_position_embeddings");
+  } else {
+    throw Error("rope scaling type \"" + type + "\" is not supported", where,
+                "lazytrain implements rope_type default, linear and llama3");
+  }
+  if (!(scaling.factor > 0)) throw Error("rope scaling factor must be positive", p.at("factor"), kFixConfig);
+}
+
 // rope_theta and scaling: transformers 5 writes "rope_parameters": {rope_type, rope_theta,
 // factor, ...}; 4.x wrote top-level "rope_theta" and "rope_scaling": {type|rope_type, ...}.
 // As in transformers, "rope_scaling" wins when both are present.
@@ -127,32 +158,97 @@ void parse_rope(ModelConfig& c, const Fields& top, const std::string& where) {
   }
   c.rope_theta = top.opt_num("rope_theta", 10000.0);
   if (!params) return;
-  Fields p(*params, where + ", field \"" + key + "\"");
-  c.rope_theta = p.opt_num("rope_theta", c.rope_theta);
-  if (p.has("partial_rotary_factor") && p.opt_num("partial_rotary_factor", 1.0) != 1.0)
-    throw Error("partial rotary embeddings are not supported", p.at("partial_rotary_factor"), "");
-  const std::string type = p.opt_str("rope_type", p.opt_str("type", "default"));
-  if (type == "default") return;
-  if (type == "linear") {
-    c.rope_scaling.type = RopeScalingType::Linear;
-    c.rope_scaling.factor = p.req_num("factor");
-  } else if (type == "llama3") {
-    c.rope_scaling.type = RopeScalingType::Llama3;
-    c.rope_scaling.factor = p.req_num("factor");
-    c.rope_scaling.low_freq_factor = p.req_num("low_freq_factor");
-    c.rope_scaling.high_freq_factor = p.req_num("high_freq_factor");
-    c.rope_scaling.original_max_position_embeddings =
-        p.opt_int("original_max_position_embeddings", c.max_position_embeddings);
-    if (!(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor))
-      throw Error("llama3 rope scaling needs high_freq_factor > low_freq_factor", where + ", field \"" + key + "\"",
-                  kFixConfig);
-    require_positive(c.rope_scaling.original_max_position_embeddings, p, "original_max_position_embeddings");
-  } else {
-    throw Error("rope scaling type \"" + type + "\" is not supported", where + ", field \"" + key + "\"",
-                "lazytrain implements rope_type default, linear and llama3");
+  const std::string at = where + ", field \"" + key + "\"";
+  parse_rope_object(c.rope_theta, c.rope_scaling, Fields(*params, at), at, c.max_position_embeddings);
+}
+
+// Gemma 3: RoPE per layer type. transformers 5 writes "rope_parameters":
+// {"full_attention": {...}, "sliding_attention": {...}}; 4.x wrote "rope_theta" (global,
+// default 1e6), "rope_local_base_freq" (sliding layers, default 1e4) and "rope_scaling"
+// (global layers only). Gemma3TextConfig.convert_rope_params_to_dict: "rope_scaling"
+// updates the full_attention entry, the legacy thetas fill what the entries leave out.
+void parse_gemma3_rope(ModelConfig& c, const Fields& f, const std::string& where) {
+  c.rope_theta = f.opt_num("rope_theta", 1000000.0);
+  c.local_rope = true;
+  c.local_rope_theta = f.opt_num("rope_local_base_freq", 10000.0);
+  if (const json* params = f.opt_object("rope_parameters")) {
+    const std::string at = where + ", field \"rope_parameters\"";
+    Fields p(*params, at);
+    if (p.has("rope_type") || p.has("rope_theta"))
+      throw Error("is one set of RoPE parameters; gemma3_text keys them by layer type", at,
+                  "write {\"full_attention\": {...}, \"sliding_attention\": {...}} as transformers 5 does");
+    for (const auto& [key, v] : params->items())
+      if (key != "full_attention" && key != "sliding_attention")
+        throw Error("unknown layer type \"" + key + "\"", at, "use full_attention and sliding_attention");
+    if (const json* full = p.opt_object("full_attention")) {
+      const std::string fat = at + ", entry \"full_attention\"";
+      parse_rope_object(c.rope_theta, c.rope_scaling, Fields(*full, fat), fat, c.max_position_embeddings);
+    }
+    if (const json* local = p.opt_object("sliding_attention")) {
+      const std::string lat = at + ", entry \"sliding_attention\"";
+      parse_rope_object(c.local_rope_theta, c.local_rope_scaling, Fields(*local, lat), lat,
+                        c.max_position_embeddings);
+    }
   }
-  if (!(c.rope_scaling.factor > 0))
-    throw Error("rope scaling factor must be positive", p.at("factor"), kFixConfig);
+  if (const json* scaling = f.opt_object("rope_scaling")) {
+    const std::string at = where + ", field \"rope_scaling\"";
+    c.rope_scaling = RopeScaling{};
+    parse_rope_object(c.rope_theta, c.rope_scaling, Fields(*scaling, at), at, c.max_position_embeddings);
+  }
+}
+
+// Gemma 3's own fields (parse_model_config has read the shared ones).
+void parse_gemma3(ModelConfig& c, const Fields& f, const json& j, const std::string& where) {
+  const std::string act = f.opt_str("hidden_activation", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh")
+    throw Error("hidden_activation \"" + act + "\" is not supported", f.at("hidden_activation"),
+                "lazytrain implements Gemma's GeGLU with gelu_pytorch_tanh (the released models' choice)");
+  c.mlp_activation = MlpActivation::GeluTanh;
+  c.norm_weight_offset = 1.0;
+  c.sandwich_norms = true;
+  c.scale_embeddings = true;
+  c.padding_idx = j.contains("pad_token_id") ? f.opt_int("pad_token_id", -1) : 0;
+  if (c.padding_idx >= c.vocab_size || c.padding_idx < -1)
+    throw Error("is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")", f.at("pad_token_id"),
+                kFixConfig);
+  c.query_pre_attn_scalar = f.opt_num("query_pre_attn_scalar", 256.0);
+  if (!(c.query_pre_attn_scalar > 0)) throw Error("must be positive", f.at("query_pre_attn_scalar"), kFixConfig);
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
+    if (f.has(key))
+      throw Error(std::string(key) + " is set (" + f.raw(key).dump() + "); logit soft-capping is not implemented",
+                  f.at(key), "Gemma 3 releases set it to null (soft-capping was Gemma 2's); use such a config");
+  if (f.opt_bool("use_bidirectional_attention", false))
+    throw Error("bidirectional attention is not supported", f.at("use_bidirectional_attention"),
+                "lazytrain trains causal language models; set it to false");
+  // Layer types: the list, else every sliding_window_pattern-th layer is global.
+  if (f.has("layer_types")) {
+    const json& lt = f.raw("layer_types");
+    if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c.num_layers)
+      throw Error("must be a list of " + std::to_string(c.num_layers) + " layer types (num_hidden_layers)",
+                  f.at("layer_types"), kFixConfig);
+    for (const auto& t : lt) {
+      if (t == "full_attention") c.layer_types.push_back(LayerAttention::Full);
+      else if (t == "sliding_attention") c.layer_types.push_back(LayerAttention::Sliding);
+      else
+        throw Error("layer type " + t.dump() + " is not supported", f.at("layer_types"),
+                    "gemma3_text layers are \"full_attention\" or \"sliding_attention\"");
+    }
+  } else {
+    const int64_t pattern = f.opt_int("sliding_window_pattern", 6);
+    require_positive(pattern, f, "sliding_window_pattern");
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      c.layer_types.push_back((i + 1) % pattern ? LayerAttention::Sliding : LayerAttention::Full);
+  }
+  // An absent key means the class default (4096).
+  const bool any_sliding =
+      std::find(c.layer_types.begin(), c.layer_types.end(), LayerAttention::Sliding) != c.layer_types.end();
+  c.sliding_window = j.contains("sliding_window") ? f.opt_int("sliding_window", 0) : 4096;
+  if (any_sliding && c.sliding_window <= 0)
+    throw Error("sliding layers need a positive sliding_window, got " +
+                    (f.has("sliding_window") ? std::to_string(c.sliding_window) : std::string("null")),
+                f.at("sliding_window"), kFixConfig);
+  if (!any_sliding) c.sliding_window = std::max<int64_t>(c.sliding_window, 0);
+  parse_gemma3_rope(c, f, where);
 }
 
 // Qwen2/Qwen3 apply a window to layers >= max_window_layers when use_sliding_window is set
@@ -185,16 +281,31 @@ void reject_qwen_sliding_window(const Fields& f, int64_t num_layers, const std::
 std::string supported_model_types() {
   std::string out;
   for (const auto& f : kFamilies) out += (out.empty() ? "" : ", ") + std::string(f.model_type);
-  return out;
+  return out + ", qwen3_5_text";
 }
 
 ModelConfig parse_model_config(const json& j, const std::string& where) {
   if (!j.is_object()) throw Error("config is not a JSON object", where, kFixConfig);
+  // A multimodal Gemma 3 checkpoint: its language model is the text_config.
+  if (j.contains("model_type") && j.at("model_type") == "gemma3") {
+    Fields top(j, where);
+    const json* text = top.opt_object("text_config");
+    if (!text) throw Error("gemma3 config without a text_config", where, kFixConfig);
+    json t = *text;
+    if (!t.contains("model_type")) t["model_type"] = "gemma3_text";
+    if (!t.contains("tie_word_embeddings") && j.contains("tie_word_embeddings"))
+      t["tie_word_embeddings"] = j.at("tie_word_embeddings");
+    if (t.at("model_type") != "gemma3_text")
+      throw Error("text_config has model_type " + t.at("model_type").dump(), top.at("text_config"),
+                  "a gemma3 text_config is a gemma3_text config");
+    return parse_model_config(t, where + ", text_config");
+  }
   Fields f(j, where);
   ModelConfig c;
   if (!f.has("model_type"))
     throw Error("required field \"model_type\" is missing", where, "supported: " + supported_model_types());
   c.model_type = f.opt_str("model_type", "");
+  if (is_qwen3_5_type(c.model_type)) return parse_qwen3_5_config(j, where);
   const Family* fam = find_family(c.model_type);
   if (!fam)
     throw Error("model_type \"" + c.model_type + "\" is not supported", f.at("model_type"),
@@ -215,7 +326,8 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
   require_at_most(c.num_heads, kMaxCount, f, "num_attention_heads");
   require_at_most(c.intermediate_size, kMaxIntermediate, f, "intermediate_size");
   require_at_most(c.vocab_size, kMaxTokens, f, "vocab_size");
-  c.num_kv_heads = f.opt_int("num_key_value_heads", c.num_heads);
+  const bool gemma3 = c.model_type == "gemma3_text";
+  c.num_kv_heads = f.opt_int("num_key_value_heads", gemma3 ? 4 : c.num_heads);  // Gemma3TextConfig's default
   require_positive(c.num_kv_heads, f, "num_key_value_heads");
   require_at_most(c.num_kv_heads, kMaxCount, f, "num_key_value_heads");
   if (c.num_heads % c.num_kv_heads != 0)
@@ -256,13 +368,15 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
   c.rms_norm_eps = f.opt_num("rms_norm_eps", 1e-6);
   if (!(c.rms_norm_eps > 0)) throw Error("must be positive", f.at("rms_norm_eps"), kFixConfig);
 
-  const std::string act = f.opt_str("hidden_act", "silu");
-  if (act != "silu" && act != "swish")  // transformers maps both names to SiLU
-    throw Error("hidden_act \"" + act + "\" is not supported", f.at("hidden_act"),
-                "lazytrain implements the SwiGLU MLP (hidden_act \"silu\") only");
-
-  parse_rope(c, f, where);
-  c.tie_word_embeddings = f.opt_bool("tie_word_embeddings", false);  // false in all four classes
+  if (!gemma3) {  // Gemma reads hidden_activation (parse_gemma3)
+    const std::string act = f.opt_str("hidden_act", "silu");
+    if (act != "silu" && act != "swish")  // transformers maps both names to SiLU
+      throw Error("hidden_act \"" + act + "\" is not supported", f.at("hidden_act"),
+                  "lazytrain implements the SwiGLU MLP (hidden_act \"silu\") only");
+    parse_rope(c, f, where);
+  }
+  // False in the llama, mistral and qwen classes, true in Gemma3TextConfig.
+  c.tie_word_embeddings = f.opt_bool("tie_word_embeddings", gemma3);
 
   if (fam->attention_bias_field) c.qkv_bias = c.o_bias = f.opt_bool("attention_bias", false);
   if (fam->fixed_qkv_bias) {
@@ -283,6 +397,8 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
     c.sliding_window = window;
   } else if (c.model_type == "qwen2" || c.model_type == "qwen3") {
     reject_qwen_sliding_window(f, c.num_layers, where);
+  } else if (gemma3) {
+    parse_gemma3(c, f, j, where);
   }
   return c;
 }
@@ -300,6 +416,12 @@ ModelConfig load_model_config(const std::string& path) {
 }
 
 json model_config_to_json(const ModelConfig& c) {
+  if (c.model_type == "qwen3_5_text") {  // its shared fields, written as its qwen3 twin's
+    ModelConfig twin = c;
+    twin.model_type = "qwen3";
+    twin.layer_kinds.clear();
+    return qwen3_5_config_to_json(c, model_config_to_json(twin));
+  }
   const Family* fam = find_family(c.model_type);
   const std::string where = "model config (" + c.model_type + ")";
   if (!fam)
@@ -314,19 +436,30 @@ json model_config_to_json(const ModelConfig& c) {
   if (!fam->attention_bias_field && !fam->fixed_qkv_bias && (c.qkv_bias || c.o_bias)) unrepresentable("attention bias");
   if (!fam->mlp_bias_field && c.mlp_bias) unrepresentable("MLP bias");
   if (c.qk_norm != fam->qk_norm) unrepresentable(c.qk_norm ? "q/k norm" : "no q/k norm");
-  if (c.sliding_window > 0 && c.model_type != "mistral") unrepresentable("a sliding window");
+  const bool gemma3 = c.model_type == "gemma3_text";
+  if (c.sliding_window > 0 && c.model_type != "mistral" && !gemma3) unrepresentable("a sliding window");
+  if (!gemma3 && (c.mlp_activation != MlpActivation::Silu || c.norm_weight_offset != 0 || c.sandwich_norms ||
+                  c.scale_embeddings || c.query_pre_attn_scalar != 0 || c.local_rope || !c.layer_types.empty()))
+    unrepresentable("a Gemma 3 feature");
+  if (gemma3 && !(c.mlp_activation == MlpActivation::GeluTanh && c.norm_weight_offset == 1.0 && c.sandwich_norms &&
+                  c.scale_embeddings && c.local_rope && static_cast<int64_t>(c.layer_types.size()) == c.num_layers))
+    unrepresentable("a block other than Gemma 3's");
 
-  json rope = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
-  if (c.rope_scaling.type == RopeScalingType::Linear) {
-    rope["rope_type"] = "linear";
-    rope["factor"] = c.rope_scaling.factor;
-  } else if (c.rope_scaling.type == RopeScalingType::Llama3) {
-    rope["rope_type"] = "llama3";
-    rope["factor"] = c.rope_scaling.factor;
-    rope["low_freq_factor"] = c.rope_scaling.low_freq_factor;
-    rope["high_freq_factor"] = c.rope_scaling.high_freq_factor;
-    rope["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
-  }
+  auto rope_json = [](double theta, const RopeScaling& sc) {
+    json rope = {{"rope_type", "default"}, {"rope_theta", theta}};
+    if (sc.type == RopeScalingType::Linear) {
+      rope["rope_type"] = "linear";
+      rope["factor"] = sc.factor;
+    } else if (sc.type == RopeScalingType::Llama3) {
+      rope["rope_type"] = "llama3";
+      rope["factor"] = sc.factor;
+      rope["low_freq_factor"] = sc.low_freq_factor;
+      rope["high_freq_factor"] = sc.high_freq_factor;
+      rope["original_max_position_embeddings"] = sc.original_max_position_embeddings;
+    }
+    return rope;
+  };
+  const json rope = rope_json(c.rope_theta, c.rope_scaling);
 
   json j = {
       {"architectures", {fam->architecture}},
@@ -351,7 +484,29 @@ json model_config_to_json(const ModelConfig& c) {
   if (fam->mlp_bias_field) j["mlp_bias"] = c.mlp_bias;
   if (c.model_type == "qwen2" || c.model_type == "qwen3") j["use_sliding_window"] = false;
   if (c.model_type == "mistral") j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+  if (gemma3) {
+    j.erase("hidden_act");
+    j.erase("rope_theta");
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["rope_parameters"] = {{"full_attention", rope},
+                            {"sliding_attention", rope_json(c.local_rope_theta, c.local_rope_scaling)}};
+    j["query_pre_attn_scalar"] = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(c.head_dim);
+    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+    json types = json::array();
+    for (LayerAttention t : c.layer_types) types.push_back(t == LayerAttention::Sliding ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    j["final_logit_softcapping"] = nullptr;
+    j["attn_logit_softcapping"] = nullptr;
+    j["use_bidirectional_attention"] = false;
+    j["pad_token_id"] = c.padding_idx >= 0 ? json(c.padding_idx) : json(nullptr);
+  }
   return j;
+}
+
+float ModelConfig::attention_scale() const {
+  // The other families' expression exactly as the block computed it before Gemma.
+  if (query_pre_attn_scalar <= 0) return 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return static_cast<float>(1.0 / std::sqrt(query_pre_attn_scalar));
 }
 
 void check_sequence_length(const ModelConfig& c, int64_t seq) {
@@ -359,7 +514,7 @@ void check_sequence_length(const ModelConfig& c, int64_t seq) {
     throw Error("sequence length " + std::to_string(seq) + " exceeds the model's sliding attention window " +
                     std::to_string(c.sliding_window),
                 "model config (" + c.model_type + ")",
-                "lazytrain computes full attention, which matches the model only up to the window; use "
+                "the KV-cache generator computes full attention, which matches the model only up to the window; use "
                 "--seq-len <= " + std::to_string(c.sliding_window));
 }
 

@@ -1,9 +1,12 @@
 // Model shape and options, read from a Hugging Face config.json. Families: llama,
-// mistral, qwen2, qwen3 (decoder-only, RMSNorm, RoPE, GQA attention, SwiGLU MLP).
+// mistral, qwen2, qwen3 (decoder-only, RMSNorm, RoPE, GQA attention, SwiGLU MLP) and
+// gemma3_text (the same block with Gemma's (1 + w) norms, a norm after attention and
+// after the MLP, GeGLU, scaled embeddings, and sliding-window and global layers).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -20,8 +23,29 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// What a decoder layer's token mixer is. Uniform families (llama, mistral, qwen2, qwen3)
+// have only softmax attention; Qwen3.5/3.6 (qwen3_5_text) interleaves Gated DeltaNet
+// linear-attention layers with gated full-attention ones, per its config's layer_types.
+enum class LayerKind { Attention, LinearAttention };
+
+// Qwen3.5's Gated DeltaNet shape (transformers' linear_* config fields).
+struct LinearAttentionShape {
+  int64_t key_heads = 0, value_heads = 0;  // value heads share key heads in groups
+  int64_t key_head_dim = 0, value_head_dim = 0;
+  int64_t conv_kernel = 0;  // depthwise causal conv over q, k and v
+  int64_t key_dim() const { return key_heads * key_head_dim; }
+  int64_t value_dim() const { return value_heads * value_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+
+// Which attention a decoder layer runs (transformers' layer_types).
+enum class LayerAttention { Full, Sliding };
+// The MLP's gate activation: silu (SwiGLU) or the tanh approximation of GELU (GeGLU,
+// transformers' gelu_pytorch_tanh).
+enum class MlpActivation { Silu, GeluTanh };
+
 struct ModelConfig {
-  std::string model_type;  // "llama", "mistral", "qwen2", "qwen3"
+  std::string model_type;  // "llama", "mistral", "qwen2", "qwen3", "gemma3_text"
   int64_t hidden_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
@@ -39,11 +63,49 @@ struct ModelConfig {
   bool mlp_bias = false;  // gate/up/down have a bias (llama's mlp_bias)
   bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (qwen3)
   std::string torch_dtype = "float32";
-  // Mistral's sliding-window attention: 0 means full causal attention. lazytrain computes
-  // full attention only, which equals the windowed one while seq <= sliding_window; call
-  // check_sequence_length() before training on a config that has a window.
+  // Sliding-window attention: query i sees keys i - sliding_window + 1 .. i on the
+  // layers that slide (layer_is_sliding); 0 means no window anywhere.
   int64_t sliding_window = 0;
+  // Per layer; empty means every layer slides when there is a window (Mistral).
+  std::vector<LayerAttention> layer_types;
+  // Gemma 3 (defaults: the other families).
+  MlpActivation mlp_activation = MlpActivation::Silu;
+  // RMSNorm multiplies by (norm_weight_offset + w): Gemma stores its norm weights as
+  // deviations from 1 (offset 1, computed in fp32 as transformers does).
+  double norm_weight_offset = 0.0;
+  // A norm on the attention output and on the MLP output before each residual add
+  // (Gemma 3's post_attention_layernorm and post_feedforward_layernorm).
+  bool sandwich_norms = false;
+  // Embeddings multiplied by sqrt(hidden_size) (Gemma).
+  bool scale_embeddings = false;
+  // The embedding row whose lookups get no gradient (nn.Embedding's padding_idx, from
+  // pad_token_id; read for gemma3_text, whose class default is 0); -1: none.
+  int64_t padding_idx = -1;
+  // Attention scores scaled by query_pre_attn_scalar^-1/2; 0 means head_dim (the others).
+  double query_pre_attn_scalar = 0.0;
+  // The sliding layers' own RoPE, when it differs from rope_theta/rope_scaling (Gemma 3's
+  // rope_parameters["sliding_attention"], rope_local_base_freq in 4.x configs).
+  bool local_rope = false;
+  double local_rope_theta = 10000.0;
+  RopeScaling local_rope_scaling;
 
+  // Hybrid models (qwen3_5_text): one kind per layer, and the linear-attention shape.
+  // Empty layer_kinds: every layer is softmax attention.
+  std::vector<LayerKind> layer_kinds;
+  LinearAttentionShape linear;
+  bool attn_output_gate = false;        // q_proj also yields a sigmoid gate on attention's output
+  double partial_rotary_factor = 1.0;   // RoPE rotates this share of each head's channels
+
+  LayerKind layer_kind(int64_t layer) const {
+    return layer_kinds.empty() ? LayerKind::Attention : layer_kinds[static_cast<size_t>(layer)];
+  }
+  bool hybrid() const { return !layer_kinds.empty(); }
+  bool layer_is_sliding(int64_t layer) const {
+    return sliding_window > 0 && (layer_types.empty() || layer_types[layer] == LayerAttention::Sliding);
+  }
+  // The window layer `layer` attends over, 0 for full causal attention.
+  int64_t layer_window(int64_t layer) const { return layer_is_sliding(layer) ? sliding_window : 0; }
+  float attention_scale() const;
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   // Trainable parameters (embedding and head counted once when tied).
@@ -61,8 +123,10 @@ nlohmann::json model_config_to_json(const ModelConfig& c);
 
 // The model types parse_model_config accepts, e.g. "llama, mistral, qwen2, qwen3".
 std::string supported_model_types();
-// Throws lt::Error when lazytrain's attention would differ from the model's at this
-// sequence length (a sliding window shorter than seq).
+// Throws lt::Error when full causal attention would differ from the model's at this
+// sequence length (a sliding window shorter than seq). Training and the generator compute
+// the windows, so lazytrain itself no longer calls it; kept for callers (and tools) that
+// run a full-attention path.
 void check_sequence_length(const ModelConfig& c, int64_t seq);
 
 }  // namespace lt

@@ -1,11 +1,13 @@
 #include "model/layer_specs.h"
 
 #include "core/error.h"
+#include "model/hybrid_layers.h"
 
 namespace lt {
 
 std::vector<WeightSpec> block_weight_specs(const ModelConfig& c, int64_t layer) {
   LT_ASSERT(layer >= 0 && layer < c.num_layers, "layer index out of range");
+  if (c.hybrid()) return hybrid_block_weight_specs(c, layer);
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   const int64_t C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
   std::vector<WeightSpec> w;
@@ -23,10 +25,14 @@ std::vector<WeightSpec> block_weight_specs(const ModelConfig& c, int64_t layer) 
     w.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
   }
   linear("self_attn.o_proj", C, Q, c.o_bias);
+  // The MLP's input norm; under Gemma 3's sandwich norms, the attention output's norm,
+  // and pre_feedforward_layernorm is the MLP's input norm.
   w.push_back({p + "post_attention_layernorm.weight", {C}});
+  if (c.sandwich_norms) w.push_back({p + "pre_feedforward_layernorm.weight", {C}});
   linear("mlp.gate_proj", I, C, c.mlp_bias);
   linear("mlp.up_proj", I, C, c.mlp_bias);
   linear("mlp.down_proj", C, I, c.mlp_bias);
+  if (c.sandwich_norms) w.push_back({p + "post_feedforward_layernorm.weight", {C}});
   return w;
 }
 
@@ -76,12 +82,21 @@ std::vector<ActivationSpec> block_saved_activations(const ModelConfig& c, Recomp
   act("v", {T, KV});
   act("attn_out", {T, Q});
   stat("attn_lse", {batch, c.num_heads, seq});
+  if (c.sandwich_norms) {  // o_proj's output is normalized before the residual add
+    act("attn_proj_out", {T, C});
+    stat("post_attn_norm_rstd", {T});
+  }
   act("resid_mid", {T, C});
   stat("mlp_norm_rstd", {T});
   act("mlp_norm_out", {T, C});
+  // The gate's input and output, whether its activation is SiLU or GELU (tanh).
   act("mlp_gate", {T, I});
   act("mlp_up", {T, I});
   act("mlp_act", {T, I});
+  if (c.sandwich_norms) {  // down_proj's output, normalized before the residual add
+    act("mlp_down_out", {T, C});
+    stat("post_mlp_norm_rstd", {T});
+  }
   return a;
 }
 
@@ -95,14 +110,22 @@ int64_t boundary_bytes(const ModelConfig& c, int64_t batch, int64_t seq, int act
   return batch * seq * c.hidden_size * act_bytes;
 }
 
-double block_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq) {
+double block_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq, int64_t layer) {
   const double T = static_cast<double>(batch) * static_cast<double>(seq);
   const double C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
   // Matmul parameters: q, k, v, o projections and the three MLP matrices.
   const double matmul_params = C * Q + 2 * C * KV + Q * C + 3 * C * I;
-  // QK^T and PV, each 2 FLOPs per MAC, over the causal triangle of seq*(seq+1)/2 pairs.
+  // QK^T and PV, each 2 FLOPs per MAC, over the (query, key) pairs attention computes:
+  // the causal triangle of seq*(seq+1)/2 pairs, or under a window W < seq the first W
+  // rows' triangle and W keys for each row after it.
   const double s = static_cast<double>(seq);
-  const double attention = 2.0 * 2.0 * batch * c.num_heads * c.head_dim * s * (s + 1) / 2.0;
+  const int64_t window = layer >= 0 ? c.layer_window(layer) : 0;
+  double pairs = s * (s + 1) / 2.0;
+  if (window > 0 && window < seq) {
+    const double w = static_cast<double>(window);
+    pairs = w * (w + 1) / 2.0 + (s - w) * w;
+  }
+  const double attention = 2.0 * 2.0 * batch * c.num_heads * c.head_dim * pairs;
   return 2.0 * T * matmul_params + attention;
 }
 

@@ -51,8 +51,11 @@ int64_t block_saved_bytes(const ModelConfig& c, RecomputeOption opt, int64_t bat
 int64_t boundary_bytes(const ModelConfig& c, int64_t batch, int64_t seq, int act_bytes);
 
 // Forward FLOPs of one block and of the head (matmuls and attention; 2 per MAC,
-// causal attention counted at half of the full square).
-double block_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq);
+// causal attention counted at half of the full square). layer >= 0 counts that layer's
+// attention as it runs (a sliding window computes fewer pairs); -1 counts full causal
+// attention, the same figure for every layer. Elementwise work (norms, the gate's
+// activation, RoPE) is not counted for any family.
+double block_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq, int64_t layer = -1);
 double head_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq);
 
 }  // namespace lt

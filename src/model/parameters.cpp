@@ -5,6 +5,10 @@
 namespace lt {
 
 std::vector<BlockField> block_fields(const ModelConfig& c) {
+  if (c.hybrid())
+    throw Error(c.model_type + " models (Gated DeltaNet and gated attention layers) can be planned but not yet run",
+                "model config (" + c.model_type + ")",
+                "use `lazytrain plan` / `simulate` for this model; training it needs the hybrid layers in the executor");
   // The order here is block_weight_specs()'s order; ModelParameters checks the total.
   const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
   using T = BlockTensors;
@@ -23,6 +27,7 @@ std::vector<BlockField> block_fields(const ModelConfig& c) {
   }
   add(&T::wo, C * QD, true);
   if (c.o_bias) add(&T::bo, C);
+  if (c.sandwich_norms) add(&T::post_attn_norm, C);
   add(&T::mlp_norm, C);
   add(&T::wg, I * C, true);
   if (c.mlp_bias) add(&T::bg, I);
@@ -30,6 +35,7 @@ std::vector<BlockField> block_fields(const ModelConfig& c) {
   if (c.mlp_bias) add(&T::bu, I);
   add(&T::wd, C * I, true);
   if (c.mlp_bias) add(&T::bd, C);
+  if (c.sandwich_norms) add(&T::post_mlp_norm, C);
   return f;
 }
 
@@ -74,9 +80,9 @@ ModelParameters::ModelParameters(const ModelConfig& c) : config_(c), specs_(all_
   data_.resize(static_cast<size_t>(off));
   if (c.num_layers > 0) {
     // bind_block_tensors() must cover exactly the specs of block_weight_specs().
-    BlockTensors t = block(0);
-    const float* end = c.mlp_bias ? t.bd + c.hidden_size : t.wd + c.hidden_size * c.intermediate_size;
-    LT_ASSERT(end == block_base(0) + per_block, "block views disagree with block_weight_specs");
+    int64_t fields = 0;
+    for (const BlockField& f : block_fields(c)) fields += f.numel;
+    LT_ASSERT(fields == per_block, "block views disagree with block_weight_specs");
     LT_ASSERT(specs_[1].hf_name == "model.layers.0.input_layernorm.weight");
   }
 }

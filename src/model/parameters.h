@@ -28,6 +28,7 @@ struct BlockTensors {
   float* k_norm = nullptr;  // [D]
   float* wo = nullptr;      // [C, Hq*D]
   float* bo = nullptr;      // [C]
+  float* post_attn_norm = nullptr;  // [C] Gemma 3 (sandwich norms): on o_proj's output
   float* mlp_norm = nullptr;  // [C]
   float* wg = nullptr;        // [I, C]
   float* bg = nullptr;
@@ -35,6 +36,7 @@ struct BlockTensors {
   float* bu = nullptr;
   float* wd = nullptr;  // [C, I]
   float* bd = nullptr;
+  float* post_mlp_norm = nullptr;  // [C] Gemma 3: on down_proj's output
 };
 
 // The same views for a bf16 copy (only matmul weights are read in bf16).

@@ -25,24 +25,30 @@ double llama3_scale(double inv_freq, const RopeScaling& s) {
 
 }  // namespace
 
-std::vector<double> rope_inv_freq(const ModelConfig& c) {
+std::vector<double> rope_inv_freq(const ModelConfig& c, bool local) {
   LT_ASSERT(c.head_dim > 0 && c.head_dim % 2 == 0, "RoPE needs an even head_dim");
-  const int64_t half = c.head_dim / 2;
+  const bool own = local && c.local_rope;
+  const double theta = own ? c.local_rope_theta : c.rope_theta;
+  const RopeScaling& scaling = own ? c.local_rope_scaling : c.rope_scaling;
+  // Partial RoPE (Qwen3.5): only the first partial_rotary_factor of each head's channels
+  // rotate, with frequencies over that many channels (transformers' rotary dim).
+  const int64_t rotary = static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
+  const int64_t half = rotary / 2;
   std::vector<double> inv(half);
   for (int64_t j = 0; j < half; ++j) {
-    double f = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * j) / static_cast<double>(c.head_dim));
-    switch (c.rope_scaling.type) {
+    double f = 1.0 / std::pow(theta, static_cast<double>(2 * j) / static_cast<double>(rotary));
+    switch (scaling.type) {
       case RopeScalingType::None: break;
-      case RopeScalingType::Linear: f /= c.rope_scaling.factor; break;
-      case RopeScalingType::Llama3: f = llama3_scale(f, c.rope_scaling); break;
+      case RopeScalingType::Linear: f /= scaling.factor; break;
+      case RopeScalingType::Llama3: f = llama3_scale(f, scaling); break;
     }
     inv[j] = f;
   }
   return inv;
 }
 
-void rope_tables(float* cos, float* sin, const ModelConfig& c, int64_t seq) {
-  const std::vector<double> inv = rope_inv_freq(c);
+void rope_tables(float* cos, float* sin, const ModelConfig& c, int64_t seq, bool local) {
+  const std::vector<double> inv = rope_inv_freq(c, local);
   const int64_t half = static_cast<int64_t>(inv.size());
   for (int64_t p = 0; p < seq; ++p) {
     for (int64_t j = 0; j < half; ++j) {

@@ -124,21 +124,21 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
     };
     opt("embed", cm.embed_params);
     opt("head", cm.head_params);
-    for (int j = 0; j < L; ++j) opt(bname("layer", j), cm.layer_params);
+    for (int j = 0; j < L; ++j) opt(bname("layer", j), cm.layer(j).params);
     p.windows.push_back(std::move(w));
   }
   {
     Window w = window("P1", WindowKind::Prologue1, -1, st.p1());
-    w.transfers = {{"w.0", Link::H2D, cm.weight_bytes}, {"in.0", Link::H2D, A}};
+    w.transfers = {{"w.0", Link::H2D, cm.layer(0).weight_bytes}, {"in.0", Link::H2D, A}};
     w.alloc.push_back({"a.0.gpu", A});
     p.windows.push_back(std::move(w));
   }
   for (int j = 0; j < L; ++j) {
     Window w = window("F" + std::to_string(j), WindowKind::Forward, j, st.forward(j));
-    w.compute_flops = cm.layer_forward_flops;
-    w.compute_s = cm.forward_s;
-    w.workspace_bytes = cm.workspace_forward;
-    if (j + 1 < L) w.transfers.push_back({bname("w", j + 1), Link::H2D, cm.weight_bytes});
+    w.compute_flops = cm.layer(j).forward_flops;
+    w.compute_s = cm.layer(j).forward_s;
+    w.workspace_bytes = cm.layer(j).workspace_forward;
+    if (j + 1 < L) w.transfers.push_back({bname("w", j + 1), Link::H2D, cm.layer(j + 1).weight_bytes});
     int b = j + 1;
     if (b == L || p.boundaries[b].recompute) {
       w.alloc.push_back({"a." + std::to_string(b) + ".tmp", A});
@@ -162,12 +162,13 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
   bool head_grad_live = true;
   // Backward: a load window (no compute) before every compute window; the gradients of
   // the last backward layer drain in the next window.
-  std::string pending_grad;
+  int pending_grad = -1;  // the layer whose gradients drain next
   auto load = [&](int layer, int stage) {
     Window w = window("LD" + std::to_string(layer), WindowKind::Load, -1, stage);
-    w.transfers.push_back({bname("w", layer), Link::H2D, cm.weight_bytes});
-    if (!pending_grad.empty()) w.transfers.push_back({pending_grad, Link::D2H, cm.grad_bytes});
-    pending_grad.clear();
+    w.transfers.push_back({bname("w", layer), Link::H2D, cm.layer(layer).weight_bytes});
+    if (pending_grad >= 0)
+      w.transfers.push_back({bname("g", pending_grad), Link::D2H, cm.layer(pending_grad).grad_bytes});
+    pending_grad = -1;
     if (head_grad_live) w.free.push_back({"g.head", cm.head_grad_bytes});
     head_grad_live = false;
     p.windows.push_back(std::move(w));
@@ -177,28 +178,29 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
     for (int k = s; k < e; ++k) {
       load(k, st.backward(e - 1));
       Window w = window("RC" + std::to_string(k), WindowKind::Recompute, k, st.backward(e - 1));
-      w.compute_flops = cm.layer_forward_flops;
-      w.compute_s = cm.forward_s;
+      w.compute_flops = cm.layer(k).forward_flops;
+      w.compute_s = cm.layer(k).forward_s;
       w.workspace_bytes = 0;  // the internals it keeps are allocated below
-      w.alloc.push_back({bname("int", k), cm.internals_bytes});
+      w.alloc.push_back({bname("int", k), cm.layer(k).internals_bytes});
       if (k + 1 < e) w.alloc.push_back({"rc." + std::to_string(k + 1), A});
       p.windows.push_back(std::move(w));
     }
     for (int j = e - 1; j >= s; --j) {
       load(j, st.backward(j));
       Window w = window("B" + std::to_string(j), WindowKind::Backward, j, st.backward(j));
-      w.compute_flops = 2 * cm.layer_forward_flops;
-      w.compute_s = cm.backward_s;
-      w.workspace_bytes = cm.workspace_backward - cm.internals_bytes;
-      w.free.push_back({bname("int", j), cm.internals_bytes});
+      const LayerCost& lc = cm.layer(j);
+      w.compute_flops = 2 * lc.forward_flops;
+      w.compute_s = lc.backward_s;
+      w.workspace_bytes = lc.workspace_backward - lc.internals_bytes;
+      w.free.push_back({bname("int", j), lc.internals_bytes});
       w.free.push_back({j == s ? "a." + std::to_string(j) + ".gpu" : "rc." + std::to_string(j), A});
-      pending_grad = bname("g", j);
+      pending_grad = j;
       p.windows.push_back(std::move(w));
     }
   }
   {
     Window w = window("E", WindowKind::Epilogue, -1, st.epilogue());
-    w.transfers = {{"g.0", Link::D2H, cm.grad_bytes}, {"dx.0", Link::D2H, cm.embed_grad_bytes}};
+    w.transfers = {{"g.0", Link::D2H, cm.layer(0).grad_bytes}, {"dx.0", Link::D2H, cm.embed_grad_bytes}};
     w.alloc.push_back({"dx.0", cm.embed_grad_bytes});
     w.free.push_back({"dx.0", cm.embed_grad_bytes});
     p.windows.push_back(std::move(w));

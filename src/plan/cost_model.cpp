@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/hybrid_layers.h"
 #include "model/layer_specs.h"
 
 namespace lt {
@@ -35,18 +36,18 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   m.tied_embeddings = c.tie_word_embeddings;
   const int ab = hw.act_bytes;
 
-  for (const auto& w : block_weight_specs(c, 0)) m.layer_params += static_cast<double>(w.numel());
+  if (c.hybrid() && (measured.forward_s > 0 || measured.backward_s > 0))
+    throw Error("measured layer times are one forward and one backward time for every layer, and the layers of "
+                    "this " + c.model_type + " model differ",
+                "plan request", "plan the hybrid model without measured layer times (from FLOPs)");
   m.embed_params = static_cast<double>(embedding_weight_spec(c).numel());
   double head_own = 0;
   for (const auto& w : head_weight_specs(c)) head_own += static_cast<double>(w.numel());
   m.head_params = head_own;
-  m.total_params = m.layer_params * m.num_layers + m.embed_params + m.head_params;
 
   // Weights and gradients on the compute tier and the links: the profile's element sizes
   // (bf16 on GPU profiles, fp32 for the cpu and emu executors).
   const double wb = hw.weight_bytes, gb = hw.grad_bytes;
-  m.weight_bytes = wb * m.layer_params;
-  m.grad_bytes = gb * m.layer_params;
   // The head streams the lm_head (the embedding matrix itself when tied) and the final norm.
   double head_stream_params = c.tie_word_embeddings ? head_own + m.embed_params : head_own;
   m.head_weight_bytes = wb * head_stream_params;
@@ -55,36 +56,47 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   m.hidden_size = c.hidden_size;
 
   m.boundary_bytes = static_cast<double>(boundary_bytes(c, batch, seq, ab));
-  m.internals_bytes =
-      static_cast<double>(block_saved_bytes(c, RecomputeOption::KeepInternals, batch, seq, ab));
   const double tok = static_cast<double>(m.tokens);
-  // Forward: the internals exist while the layer runs (they are its temporaries).
-  m.workspace_forward = m.internals_bytes;
-  // Backward: the recomputed internals, the incoming and outgoing boundary gradients plus
-  // one more boundary-sized temporary, and the two widest gradient temporaries (MLP gate
-  // and up, [tokens, intermediate] each).
-  m.workspace_backward = m.internals_bytes + 3 * m.boundary_bytes +
-                         2 * tok * static_cast<double>(c.intermediate_size) * ab;
+  const double rate = hw.effective_flops();
+  double layers_params = 0;
+  for (int j = 0; j < m.num_layers; ++j) {
+    LayerCost l;
+    l.kind = c.layer_kind(j);
+    l.params = static_cast<double>(layer_params(c, j));
+    layers_params += l.params;
+    l.weight_bytes = wb * l.params;
+    l.grad_bytes = gb * l.params;
+    l.internals_bytes =
+        static_cast<double>(layer_saved_bytes(c, j, RecomputeOption::KeepInternals, batch, seq, ab));
+    // Forward: the internals exist while the layer runs (they are its temporaries).
+    l.workspace_forward = l.internals_bytes;
+    // Backward: the recomputed internals, the incoming and outgoing boundary gradients plus
+    // one more boundary-sized temporary, and the two widest gradient temporaries (MLP gate
+    // and up, [tokens, intermediate] each).
+    l.workspace_backward = l.internals_bytes + 3 * m.boundary_bytes +
+                           2 * tok * static_cast<double>(c.intermediate_size) * ab;
+    l.forward_flops = layer_forward_flops(c, j, batch, seq);
+    l.forward_s = measured.forward_s > 0 ? measured.forward_s : l.forward_flops / rate;
+    l.backward_s = measured.backward_s > 0 ? measured.backward_s : 2 * l.forward_flops / rate;
+    l.optimizer_s = l.params / hw.host_optimizer_params_per_s;
+    l.state_bytes = kStateBytesPerParam * l.params;
+    m.layers.push_back(l);
+  }
+  m.total_params = layers_params + m.embed_params + m.head_params;
   // Head: fp32 logits and their gradient for one vocabulary chunk, and the fp32 gradient
   // of the head's input boundary.
   double chunk = static_cast<double>(std::min<int64_t>(kHeadVocabChunk, c.vocab_size));
   m.workspace_head = 2 * tok * chunk * 4 + tok * static_cast<double>(c.hidden_size) * 4;
   m.embed_grad_bytes = m.boundary_bytes;
 
-  m.layer_forward_flops = block_forward_flops(c, batch, seq);
   m.head_flops = kHeadForwardsPerStep * head_forward_flops(c, batch, seq);
-  const double rate = hw.effective_flops();
-  m.forward_s = measured.forward_s > 0 ? measured.forward_s : m.layer_forward_flops / rate;
-  m.backward_s = measured.backward_s > 0 ? measured.backward_s : 2 * m.layer_forward_flops / rate;
   m.head_s = measured.head_s > 0 ? measured.head_s : m.head_flops / rate;
 
-  m.optimizer_layer_s = m.layer_params / hw.host_optimizer_params_per_s;
   m.optimizer_embed_s = m.embed_params / hw.host_optimizer_params_per_s;
   m.optimizer_head_s = m.head_params / hw.host_optimizer_params_per_s;
   m.clip_pass_s = kClipBytesPerParam * m.total_params / hw.host_memory_bw;
 
   m.host_state_bytes = kHostBytesPerParam * m.total_params;
-  m.layer_state_bytes = kStateBytesPerParam * m.layer_params;
   m.host_state_bytes_fp32 = kHostBytesPerParamFp32Adam * m.total_params;
 
   m.h2d_bw = hw.h2d_bw;
@@ -92,6 +104,17 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   m.nvme_read_bw = hw.nvme_read_bw;
   m.nvme_write_bw = hw.nvme_write_bw;
   return m;
+}
+
+double CostModel::slot_weight_bytes() const {
+  double b = 0;
+  for (const LayerCost& l : layers) b = std::max(b, l.weight_bytes);
+  return b;
+}
+double CostModel::slot_grad_bytes() const {
+  double b = 0;
+  for (const LayerCost& l : layers) b = std::max(b, l.grad_bytes);
+  return b;
 }
 
 double HeadFootprint::chunk_weight_bytes(int64_t c) const {

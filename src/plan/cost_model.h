@@ -2,8 +2,9 @@
 // hardware profile at one (batch, seq). Every policy, the MILP, the plan evaluator and the
 // simulator read these numbers; none of them invents its own.
 //
-// Decoder layers of the supported families are identical in shape, so per-layer numbers
-// are scalars (the same for every layer).
+// Per-layer numbers are per layer: the uniform families' layers are all alike, a hybrid
+// model's (Qwen3.5: Gated DeltaNet and gated attention layers) are not. The two weight and
+// two gradient slots of the compute tier are sized for the largest layer.
 //
 // Conventions (the executor's, see plan/plan.h):
 //  - weights stream to the compute tier at the profile's weight_bytes per parameter (bf16,
@@ -22,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "plan/hardware_profile.h"
@@ -54,6 +56,22 @@ struct MeasuredLayerTimes {
   double head_s = 0;      // head forward + backward
 };
 
+// One decoder layer's numbers.
+struct LayerCost {
+  LayerKind kind = LayerKind::Attention;
+  double params = 0;
+  double weight_bytes = 0;        // hw.weight_bytes per parameter
+  double grad_bytes = 0;          // hw.grad_bytes per parameter
+  double internals_bytes = 0;     // what it saves beyond its input (KeepInternals)
+  double workspace_forward = 0;   // transient bytes of its forward (or recompute)
+  double workspace_backward = 0;  // transient bytes of its backward incl. its recompute
+  double forward_flops = 0;
+  double forward_s = 0;           // one forward (= one recompute)
+  double backward_s = 0;          // its gradient computation, without recompute
+  double optimizer_s = 0;         // host AdamW of its parameters
+  double state_bytes = 0;         // its optimizer state (8-bit m/v and scales)
+};
+
 struct CostModel {
   int num_layers = 0;
   int64_t batch = 0, seq = 0, tokens = 0;
@@ -61,30 +79,20 @@ struct CostModel {
 
   // Parameters.
   double total_params = 0;  // trainable, embedding and head counted once when tied
-  double layer_params = 0;
   double embed_params = 0;
   double head_params = 0;   // final norm + lm_head (0 extra for lm_head when tied)
 
   // Bytes.
-  double weight_bytes = 0;       // one layer's weights (hw.weight_bytes per parameter)
-  double grad_bytes = 0;         // one layer's gradients (hw.grad_bytes per parameter)
   double head_weight_bytes = 0;  // final norm + lm_head (the embedding when tied)
   double head_grad_bytes = 0;
   int64_t vocab_size = 0, hidden_size = 0;
   double boundary_bytes = 0;     // one boundary activation [tokens, hidden]
-  double internals_bytes = 0;    // what one layer saves beyond its input (KeepInternals)
-  double workspace_forward = 0;  // transient bytes of a layer forward (or recompute)
-  double workspace_backward = 0; // transient bytes of a layer backward incl. its recompute
   double workspace_head = 0;     // logits chunks and the fp32 boundary gradient
   double embed_grad_bytes = 0;   // the boundary-0 gradient sent to the host (= boundary)
 
   // FLOPs and times.
-  double layer_forward_flops = 0;
   double head_flops = 0;          // forward + backward of the head window
-  double forward_s = 0;           // one layer forward (= one recompute)
-  double backward_s = 0;          // one layer's gradient computation, without recompute
   double head_s = 0;
-  double optimizer_layer_s = 0;   // host AdamW of one layer
   double optimizer_embed_s = 0;
   double optimizer_head_s = 0;    // 0 when tied (the embedding's update covers it)
   double clip_pass_s = 0;         // a separate pass over all fp32 gradients (megatrain-code)
@@ -92,7 +100,12 @@ struct CostModel {
   // Host state that lives for the whole run.
   double host_state_bytes = 0;       // ours: fp32 master + 8-bit m/v + bf16 copy + bf16 grads
   double host_state_bytes_fp32 = 0;  // megatrain-code: bf16 params + fp32 grads + fp32 m/v
-  double layer_state_bytes = 0;      // one layer's optimizer state (8-bit m/v and scales)
+
+  std::vector<LayerCost> layers;  // num_layers of them
+  const LayerCost& layer(int j) const { return layers[static_cast<size_t>(j)]; }
+  // The compute tier's weight and gradient slots hold any layer: the largest one's bytes.
+  double slot_weight_bytes() const;
+  double slot_grad_bytes() const;
 
   // Link rates (bytes/s) and the host tier's optimizer throughput, copied from the profile.
   double h2d_bw = 0, d2h_bw = 0, nvme_read_bw = 0, nvme_write_bw = 0;

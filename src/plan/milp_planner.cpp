@@ -48,10 +48,12 @@ struct Milp {
   StatePaging paging;  // the rule's (plan/state_paging.h): where the solve starts from
   MipModel m;
 
-  // Scaled constants.
-  double A, W, Wg, Wh, Wgh, I, wsf, wsb, wsh;
+  // Scaled constants; per layer (index j) where layers differ (a hybrid model's).
+  double A, Wh, Wgh, wsh;
+  std::vector<double> W, Wg, I, wsf, wsb;
   double bh, bd, bnr, bnw;
-  double F, Bw, H, to, toh, toe;
+  double H, toh, toe;
+  std::vector<double> F, Bw, to;
   double capG, capC, capN, capStage;
   bool use_cpu = false, use_nvme = false;
 
@@ -84,7 +86,9 @@ struct Milp {
   std::vector<StageCols> rd, wr;
   std::vector<Range> upd;
   int state_slots = -1, host_state = -1;
-  double H0 = 0, S = 0, capNTotal = 0, hostRoom = 0;
+  double H0 = 0, capNTotal = 0, hostRoom = 0;
+  std::vector<double> S;  // per layer: its optimizer state, GB
+  double S_slot = 0;      // a host staging slot: the largest state
 
   Milp(const PlanRequest& rq_, const CostModel& cm_, const MilpOptions& o_)
       : req(rq_),
@@ -94,13 +98,20 @@ struct Milp {
         st{cm_.num_layers},
         paging(plan_state_paging(rq_, cm_, /*lazy_optimizer=*/true)) {
     A = cm.boundary_bytes / kGB;
-    W = cm.weight_bytes / kGB;
-    Wg = cm.grad_bytes / kGB;
+    for (const LayerCost& l : cm.layers) {
+      W.push_back(l.weight_bytes / kGB);
+      Wg.push_back(l.grad_bytes / kGB);
+      I.push_back(l.internals_bytes / kGB);
+      wsf.push_back(l.workspace_forward / kGB);
+      wsb.push_back(l.workspace_backward / kGB);
+      F.push_back(l.forward_s);
+      Bw.push_back(l.backward_s);
+      to.push_back(l.optimizer_s);
+      S.push_back(l.state_bytes / kGB);
+      S_slot = std::max(S_slot, S.back());
+    }
     Wh = cm.head_weight_bytes / kGB;
     Wgh = cm.head_grad_bytes / kGB;
-    I = cm.internals_bytes / kGB;
-    wsf = cm.workspace_forward / kGB;
-    wsb = cm.workspace_backward / kGB;
     wsh = cm.workspace_head / kGB;
     head_rows = cm.min_head_chunk_rows();
     if (head_rows > 0) {
@@ -114,13 +125,10 @@ struct Milp {
     bd = cm.d2h_bw / kGB;
     bnr = cm.nvme_read_bw / kGB;
     bnw = cm.nvme_write_bw / kGB;
-    F = cm.forward_s;
-    Bw = cm.backward_s;
     H = cm.head_s;
-    to = cm.optimizer_layer_s;
     toh = cm.optimizer_head_s;
     toe = cm.optimizer_embed_s;
-    double fixed = 2 * cm.weight_bytes + 2 * cm.grad_bytes;
+    double fixed = 2 * cm.slot_weight_bytes() + 2 * cm.slot_grad_bytes();
     // Capacities shrink by a millionth, and by 128 bytes, so that solver round-off (primal
     // tolerance ~1e-7 on GB-scaled rows: ~100 bytes absolute) never lets the extracted plan
     // exceed a budget by a few bytes, however small the budget.
@@ -129,7 +137,6 @@ struct Milp {
     auto shrink = [&](double bytes) { return std::max(0.0, bytes * kSafety - kSafetyBytes); };
     capG = (shrink(req.gpu_cap()) - fixed) / kGB;
     H0 = cm.host_state_bytes / kGB;
-    S = cm.layer_state_bytes / kGB;
     page = may_page();
     const double host = req.hardware.host_memory_bytes;
     const bool user_cpu = req.cpu_act_budget_bytes >= 0;
@@ -149,7 +156,8 @@ struct Milp {
     }
     // A tier smaller than a millionth of a boundary cannot hold anything useful.
     // (With paging, the most room the host state can leave: all but layer 0 paged, one slot.)
-    const double least_state = H0 - (L - 2) * S;
+    double least_state = H0 + S_slot;
+    for (int j = 1; j < L; ++j) least_state -= S[j];
     use_cpu = (page && !user_cpu ? capC - least_state : capC) > 1e-6 * A;
     use_nvme = capN > 1e-6 * A && (page && user_cpu ? hostRoom - least_state : capStage) > 1e-6 * A;
   }
@@ -195,14 +203,20 @@ struct Milp {
   }
 
   void columns() {
-    const double scale = L * (2 * F + Bw) + H;
+    double scale = H;
+    for (int j = 0; j < L; ++j) scale += 2 * F[j] + Bw[j];
     const double eps = kPerturbation * scale;
     t.resize(st.count());
     for (int w = 0; w < st.count(); ++w) t[w] = m.add_col("t_" + sn(w), 0, kInf, 1.0, false);
-    const double rc_window = std::max(F, W / bh);
+    // A block's recompute windows RC{s}..RC{e-2}: each reruns its layer's forward and
+    // loads that layer's weights.
+    auto rc_window = [&](int k) { return std::max(F[k], W[k] / bh); };
     for (int s = 0; s < L; ++s)
-      for (int e = s + 1; e <= std::min(L, s + opt.max_block); ++e)
-        x[{s, e}] = m.add_col("x_" + std::to_string(s) + "_" + std::to_string(e), 0, 1, (e - s - 1) * rc_window, true);
+      for (int e = s + 1; e <= std::min(L, s + opt.max_block); ++e) {
+        double cost = 0;
+        for (int k = s; k + 1 < e; ++k) cost += rc_window(k);
+        x[{s, e}] = m.add_col("x_" + std::to_string(s) + "_" + std::to_string(e), 0, 1, cost, true);
+      }
     z.assign(L + 1, -1);
     g.assign(L, -1);
     c.assign(L, -1);
@@ -295,7 +309,12 @@ struct Milp {
     lf.assign(L, {});
     lb.assign(L, {});
     gd.assign(L, {});
-    const bool forward_loads = W / bh > F, backward_loads = use_cpu || use_nvme || W / bh > Bw, drains = Wg / bd > Bw;
+    bool forward_loads = false, backward_loads = use_cpu || use_nvme, drains = false;
+    for (int j = 0; j < L; ++j) {
+      forward_loads = forward_loads || W[j] / bh > F[std::max(0, j - 1)];
+      backward_loads = backward_loads || W[j] / bh > Bw[std::min(L - 1, j + 1)];
+      drains = drains || Wg[j] / bd > Bw[std::max(0, j - 1)];
+    }
     for (int j = 1; j < L && forward_loads; ++j) {
       const int rule = st.forward(j - 1);
       for (int q = std::max(st.p1(), rule - opt.load_horizon); q < rule; ++q)
@@ -344,14 +363,14 @@ struct Milp {
   // earlier stage (minus), and the loads moved into it (plus).
   Terms load_terms(int w) const {
     Terms out;
-    auto away = [&](const StageCols& cols) {
-      for (auto [s, col] : cols) out.emplace_back(col, -W / bh);
+    auto away = [&](const StageCols& cols, int j) {
+      for (auto [s, col] : cols) out.emplace_back(col, -W[j] / bh);
     };
-    if (w >= st.forward(0) && w < st.head() && w - 1 < L) away(lf[w - 1]);  // F{f} loads layer f+1
-    if (st.is_backward(w) && st.backward_layer(w) >= 1) away(lb[st.backward_layer(w) - 1]);
+    if (w >= st.forward(0) && w < st.head() && w - 1 < L) away(lf[w - 1], w - 1);  // F{f} loads layer f+1
+    if (st.is_backward(w) && st.backward_layer(w) >= 1) away(lb[st.backward_layer(w) - 1], st.backward_layer(w) - 1);
     for (int j = 0; j < L; ++j) {
-      at_stage(out, lf[j], w, W / bh);
-      at_stage(out, lb[j], w, W / bh);
+      at_stage(out, lf[j], w, W[j] / bh);
+      at_stage(out, lb[j], w, W[j] / bh);
     }
     return out;
   }
@@ -359,8 +378,8 @@ struct Milp {
   Terms drain_terms(int w) const {
     Terms out;
     if (st.is_backward(w) && st.backward_layer(w) + 1 < L)  // B{k} drains layer k+1
-      for (auto [s, col] : gd[st.backward_layer(w) + 1]) out.emplace_back(col, -Wg / bd);
-    for (int j = 0; j < L; ++j) at_stage(out, gd[j], w, Wg / bd);
+      for (auto [s, col] : gd[st.backward_layer(w) + 1]) out.emplace_back(col, -Wg[st.backward_layer(w) + 1] / bd);
+    for (int j = 0; j < L; ++j) at_stage(out, gd[j], w, Wg[j] / bd);
     return out;
   }
   // NVMe seconds of paged optimizer states read or written in stage w.
@@ -368,8 +387,8 @@ struct Milp {
     Terms out;
     if (!page) return out;
     for (int j = 1; j < L; ++j) {
-      at_stage(out, rd[j], w, S / bnr);
-      at_stage(out, wr[j], w, S / bnw);
+      at_stage(out, rd[j], w, S[j] / bnr);
+      at_stage(out, wr[j], w, S[j] / bnw);
     }
     return out;
   }
@@ -380,11 +399,11 @@ struct Milp {
     Terms out;
     for (int j = 0; j < L; ++j) {
       for (auto [s, col] : lf[j])
-        if (s <= w && w < st.forward(j - 1)) out.emplace_back(col, W);
+        if (s <= w && w < st.forward(j - 1)) out.emplace_back(col, W[j]);
       for (auto [s, col] : lb[j])
-        if (s <= w && w <= st.backward(j + 2)) out.emplace_back(col, W);
+        if (s <= w && w <= st.backward(j + 2)) out.emplace_back(col, W[j]);
       for (auto [s, col] : gd[j])
-        if (st.backward(j - 2) <= w && w <= s) out.emplace_back(col, Wg);
+        if (st.backward(j - 2) <= w && w <= s) out.emplace_back(col, Wg[j]);
     }
     return out;
   }
@@ -436,11 +455,11 @@ struct Milp {
   }
 
   void paging_rows() {
-    Terms count, state{{host_state, 1}, {state_slots, -S}};
+    Terms count, state{{host_state, 1}, {state_slots, -S_slot}};
     for (int j = 1; j < L; ++j) {
       const std::string js = std::to_string(j);
       count.emplace_back(pg[j], 1);
-      state.emplace_back(pg[j], S);
+      state.emplace_back(pg[j], S[j]);
       Terms r{{pg[j], -1}}, w{{pg[j], -1}};
       for (auto [s, col] : rd[j]) r.emplace_back(col, 1);
       for (auto [s, col] : wr[j]) w.emplace_back(col, 1);
@@ -619,7 +638,7 @@ struct Milp {
     };
     auto host_terms = [&](int w) {
       Terms tt;
-      for (int j = 0; j < L; ++j) at_stage(tt, o[j], w, to);
+      for (int j = 0; j < L; ++j) at_stage(tt, o[j], w, to[j]);
       at_stage(tt, oh, w, toh);
       return tt;
     };
@@ -643,13 +662,13 @@ struct Milp {
     link_row("host", st.p0(), host_terms(st.p0()), toe);
     link_row("nvme", st.p0(), nvme_terms(st.p0()), 0);
     // P1: layer 0 and the embedded input (and layers loaded early).
-    link_row("h2d", st.p1(), load_terms(st.p1()), (W + A) / bh);
+    link_row("h2d", st.p1(), load_terms(st.p1()), (W[0] + A) / bh);
     link_row("nvme", st.p1(), nvme_terms(st.p1()), 0);
     link_row("host", st.p1(), host_terms(st.p1()), 0);
     for (int j = 0; j < L; ++j) {
       int w = st.forward(j);
-      lower(w, F);
-      if (j + 1 < L) link_row("h2d", w, load_terms(w), W / bh);  // the next layer's weights (or loads moved here)
+      lower(w, F[j]);
+      if (j + 1 < L) link_row("h2d", w, load_terms(w), W[j + 1] / bh);  // the next layer's weights (or loads moved here)
       else if (hs < 0) lower(w, Wh / bh);  // the head's
       else link_row("h2d_head", w, {{hs, -(Wh - Ph_s) / bh}}, Wh / bh);  // a streamed head: norm and chunk 0
       link_row("d2h", w, d2h_terms(w), 0);
@@ -661,27 +680,27 @@ struct Milp {
       lower(w, H);
       Terms h2d = h2d_terms(w);
       append(h2d, load_terms(w));
-      h2d.emplace_back(y[L - 1], -W / bh);
+      h2d.emplace_back(y[L - 1], -W[L - 1] / bh);
       if (hs >= 0) h2d.emplace_back(hs, Hh_s / bh);  // a streamed head's chunks, both passes
-      link_row("h2d", w, h2d, W / bh);
+      link_row("h2d", w, h2d, W[L - 1] / bh);
       link_row("d2h", w, d2h_terms(w), Wgh / bd);
       link_row("nvme", w, nvme_terms(w), 0);
     }
     for (int j = L - 1; j >= 0; --j) {
       int w = st.backward(j);
-      link_row("compute", w, {{k[j], -F}}, Bw + F);
+      link_row("compute", w, {{k[j], -F[j]}}, Bw[j] + F[j]);
       Terms h2d = h2d_terms(w);
       append(h2d, load_terms(w));
       double constant = 0;
       if (j >= 1) {
-        h2d.emplace_back(y[j - 1], -W / bh);
-        constant = W / bh;
+        h2d.emplace_back(y[j - 1], -W[j - 1] / bh);
+        constant = W[j - 1] / bh;
       }
       link_row("h2d", w, h2d, constant);
-      link_row("d2h", w, drain_terms(w), j + 1 < L ? Wg / bd : 0);  // layer j+1's gradients (or drains moved)
+      link_row("d2h", w, drain_terms(w), j + 1 < L ? Wg[j + 1] / bd : 0);  // layer j+1's gradients (or drains moved)
       link_row("nvme", w, nvme_terms(w), 0);
     }
-    link_row("d2h", st.epilogue(), drain_terms(st.epilogue()), (Wg + A) / bd);
+    link_row("d2h", st.epilogue(), drain_terms(st.epilogue()), (Wg[0] + A) / bd);
     for (int w = 0; w < st.count(); ++w) m.set_lb(t[w], lb_[w]);
     if (page) state_time_cuts();
   }
@@ -698,8 +717,8 @@ struct Milp {
   void state_time_cuts() {
     for (int w = st.p0(); w <= st.head(); ++w) {
       Terms tt;
-      const double r = std::max(0.0, S / bnr - lb_[w]), wv = std::max(0.0, S / bnw - lb_[w]);
       for (int j = 1; j < L; ++j) {
+        const double r = std::max(0.0, S[j] / bnr - lb_[w]), wv = std::max(0.0, S[j] / bnw - lb_[w]);
         if (r > 0) at_stage(tt, rd[j], w, r);
         if (wv > 0) at_stage(tt, wr[j], w, wv);
       }
@@ -736,8 +755,8 @@ struct Milp {
       } else {  // backward slot j: everything of boundary j, resident weights, internals
         int j = st.backward_layer(w);
         for (int col : {g[j], c[j], n[j]}) tt.emplace_back(col, -A);
-        tt.emplace_back(y[j], -W);
-        tt.emplace_back(k[j], -I);
+        tt.emplace_back(y[j], -W[j]);
+        tt.emplace_back(k[j], -I[j]);
         if (j == L - 1) constant -= Wgh;  // the head's gradient slot, drained
         if (j == L - 1 && hs >= 0) tt.emplace_back(hs, Wgh - Wgh_s);
       }
@@ -748,7 +767,7 @@ struct Milp {
       double constant = 0;  // allocations that do not depend on decisions
       if (w == st.p1()) {
         constant += A;
-        tt.emplace_back(y[0], -W);
+        tt.emplace_back(y[0], -W[0]);
       } else {
         tt.emplace_back(live[w - 1], -1);
         Terms fr;
@@ -759,21 +778,21 @@ struct Milp {
         if (w < st.head()) {
           int j = w - 2;
           constant += A;  // boundary j+1, the output
-          if (j + 1 < L) tt.emplace_back(y[j + 1], -W);
+          if (j + 1 < L) tt.emplace_back(y[j + 1], -W[j + 1]);
           if (j + 1 == L) constant += Wh;  // the head's weights, prefetched
           if (j + 1 == L && hs >= 0) tt.emplace_back(hs, Wh - Wh_s);  // streamed: the chunk buffers
-          if (j >= 1) tt.emplace_back(k[j - 1], -I);
+          if (j >= 1) tt.emplace_back(k[j - 1], -I[j - 1]);
         } else if (w == st.head()) {
           constant += Wgh;  // the head's gradient slot
           if (hs >= 0) tt.emplace_back(hs, Wgh - Wgh_s);  // streamed: the chunk buffers
-          tt.emplace_back(k[L - 1], -I);
+          tt.emplace_back(k[L - 1], -I[L - 1]);
         }
         append(tt, family_at(hc, w, -1));
         append(tt, family_at(hn, w, -1));
       }
       m.add_row("live_def_" + sn(w), tt, constant, constant);
       // Capacity: live bytes + workspace (+ recomputed boundaries in backward) <= cap.
-      double ws = w == st.p1() ? 0 : w < st.head() ? wsf : w == st.head() ? wsh : wsb;
+      double ws = w == st.p1() ? 0 : w < st.head() ? wsf[w - 2] : w == st.head() ? wsh : wsb[st.backward_layer(w)];
       Terms cap{{live[w], 1}};
       if (w > st.head()) {
         int j = st.backward_layer(w);
@@ -801,7 +820,7 @@ struct Milp {
     m.add_row("host_budget", base, -kInf, capC);
     if (page) {  // NVMe holds the paged states and the NVMe activations
       Terms tot;
-      for (int j = 1; j < L; ++j) tot.emplace_back(pg[j], S);
+      for (int j = 1; j < L; ++j) tot.emplace_back(pg[j], S[j]);
       if (use_nvme)
         for (int b = 0; b < L; ++b) tot.emplace_back(n[b], A);
       m.add_row("nvme_capacity", tot, -kInf, capNTotal);

@@ -88,22 +88,22 @@ struct Builder {
     stage_window[st.p0()] = add(compute_window("P0", WindowKind::Prologue0, -1, st.p0(), 0, 0, 0));
     {
       Window w = compute_window("P1", WindowKind::Prologue1, -1, st.p1(), 0, 0, 0);
-      transfer(w, "w.0", Link::H2D, cm.weight_bytes);
+      transfer(w, "w.0", Link::H2D, cm.layer(0).weight_bytes);
       transfer(w, "in.0", Link::H2D, A());
-      if (d.resident[0]) alloc(w, "wres.0", cm.weight_bytes);
+      if (d.resident[0]) alloc(w, "wres.0", cm.layer(0).weight_bytes);
       stage_window[st.p1()] = add(std::move(w));
     }
     // Forward.
     for (int j = 0; j < L; ++j) {
       Window w = compute_window("F" + std::to_string(j), WindowKind::Forward, j, st.forward(j),
-                                cm.layer_forward_flops, cm.forward_s, cm.workspace_forward);
+                                cm.layer(j).forward_flops, cm.layer(j).forward_s, cm.layer(j).workspace_forward);
       if (j + 1 < L) {
-        transfer(w, layer_tensor("w", j + 1), Link::H2D, cm.weight_bytes);
-        if (d.resident[j + 1]) alloc(w, layer_tensor("wres", j + 1), cm.weight_bytes);
+        transfer(w, layer_tensor("w", j + 1), Link::H2D, cm.layer(j + 1).weight_bytes);
+        if (d.resident[j + 1]) alloc(w, layer_tensor("wres", j + 1), cm.layer(j + 1).weight_bytes);
       } else {  // the last forward prefetches the head, as every forward prefetches its successor
         prefetch_head(w);
       }
-      if (j > 0 && d.keep_internals[j - 1]) alloc(w, layer_tensor("int", j - 1), cm.internals_bytes);
+      if (j > 0 && d.keep_internals[j - 1]) alloc(w, layer_tensor("int", j - 1), cm.layer(j - 1).internals_bytes);
       stage_window[st.forward(j)] = add(std::move(w));
     }
     // The boundaries each forward window produces and frees.
@@ -130,7 +130,7 @@ struct Builder {
       // The head's gradient slot lives until the first backward slot ends: it drains to
       // the host under the next window, as every gradient slot does.
       head_traffic(w);
-      if (d.keep_internals[L - 1]) alloc(w, layer_tensor("int", L - 1), cm.internals_bytes);
+      if (d.keep_internals[L - 1]) alloc(w, layer_tensor("int", L - 1), cm.layer(L - 1).internals_bytes);
       release(w, "a." + std::to_string(L) + ".tmp", A());
       release(w, "w.head", head.weight_buffer_bytes);
       stage_window[st.head()] = add(std::move(w));
@@ -142,23 +142,24 @@ struct Builder {
       auto [s, e] = *it;
       for (int k = s; k + 1 < e; ++k) {
         Window w = compute_window("RC" + std::to_string(k), WindowKind::Recompute, k, st.backward(e - 1),
-                                  cm.layer_forward_flops, cm.forward_s, cm.workspace_forward);
+                                  cm.layer(k).forward_flops, cm.layer(k).forward_s, cm.layer(k).workspace_forward);
         alloc(w, "rc." + std::to_string(k + 1), A());
         backward_windows.push_back(add(std::move(w)));
       }
       for (int j = e - 1; j >= s; --j) {
         bool keep = d.keep_internals[j];
+        const LayerCost& lc = cm.layer(j);
         Window w = compute_window("B" + std::to_string(j), WindowKind::Backward, j, st.backward(j),
-                                  (keep ? 2 : 3) * cm.layer_forward_flops,
-                                  cm.backward_s + (keep ? 0 : cm.forward_s), cm.workspace_backward);
-        if (j + 1 < L) transfer(w, layer_tensor("g", j + 1), Link::D2H, cm.grad_bytes);
+                                  (keep ? 2 : 3) * lc.forward_flops, lc.backward_s + (keep ? 0 : lc.forward_s),
+                                  lc.workspace_backward);
+        if (j + 1 < L) transfer(w, layer_tensor("g", j + 1), Link::D2H, cm.layer(j + 1).grad_bytes);
         if (materialized(j)) {
           release(w, part(j, "gpu"), A() * d.boundaries[j].gpu);
         } else {
           release(w, "rc." + std::to_string(j), A());
         }
-        if (d.resident[j]) release(w, layer_tensor("wres", j), cm.weight_bytes);
-        if (keep) release(w, layer_tensor("int", j), cm.internals_bytes);
+        if (d.resident[j]) release(w, layer_tensor("wres", j), lc.weight_bytes);
+        if (keep) release(w, layer_tensor("int", j), lc.internals_bytes);
         if (j == L - 1) release(w, "g.head", head.grad_buffer_bytes);
         int idx = add(std::move(w));
         stage_window[st.backward(j)] = idx;
@@ -170,13 +171,13 @@ struct Builder {
     int prev = stage_window[st.head()];
     for (int idx : backward_windows) {
       int layer = at(idx).layer;
-      if (!d.resident[layer]) transfer(at(prev), layer_tensor("w", layer), Link::H2D, cm.weight_bytes);
+      if (!d.resident[layer]) transfer(at(prev), layer_tensor("w", layer), Link::H2D, cm.layer(layer).weight_bytes);
       prev = idx;
     }
     // Epilogue.
     {
       Window w = compute_window("E", WindowKind::Epilogue, -1, st.epilogue(), 0, 0, 0);
-      transfer(w, "g.0", Link::D2H, cm.grad_bytes);
+      transfer(w, "g.0", Link::D2H, cm.layer(0).grad_bytes);
       alloc(w, "dx.0", cm.embed_grad_bytes);
       transfer(w, "dx.0", Link::D2H, cm.embed_grad_bytes);
       release(w, "dx.0", cm.embed_grad_bytes);
@@ -229,8 +230,8 @@ struct Builder {
     for (int j = 0; j < L; ++j) {
       if (!paging.on_nvme[j]) continue;
       const std::string os = layer_tensor("os", j);
-      transfer(stage(paging.read_stage[j]), os, Link::NvmeRead, paging.layer_bytes);
-      transfer(stage(paging.write_stage[j]), os, Link::NvmeWrite, paging.layer_bytes);
+      transfer(stage(paging.read_stage[j]), os, Link::NvmeRead, paging.state_bytes[j]);
+      transfer(stage(paging.write_stage[j]), os, Link::NvmeWrite, paging.state_bytes[j]);
       p.nvme_state_layers.push_back(j);
     }
     p.state_bytes_per_layer = paging.layer_bytes;
@@ -263,8 +264,8 @@ struct Builder {
       LT_ASSERT(q >= st.p1() && q < rule, "forward load of layer " + std::to_string(j) + " in stage " + std::to_string(q));
       const int to = stage_window[q], rule_w = stage_window[rule];
       move_transfer(rule_w, to, layer_tensor("w", j), Link::H2D);
-      alloc(at(to), layer_tensor("wx", j), cm.weight_bytes);
-      release(at(rule_w - 1), layer_tensor("wx", j), cm.weight_bytes);
+      alloc(at(to), layer_tensor("wx", j), cm.layer(j).weight_bytes);
+      release(at(rule_w - 1), layer_tensor("wx", j), cm.layer(j).weight_bytes);
     }
     for (int j = 0; j + 1 < L; ++j) {
       const int k = chosen(d.backward_load, j);
@@ -279,8 +280,8 @@ struct Builder {
       for (int w = to; w < rule_w; ++w)
         LT_ASSERT(at(w).kind != WindowKind::Recompute, "an early backward load across a recompute window");
       move_transfer(rule_w, to, layer_tensor("w", j), Link::H2D);
-      alloc(at(to), layer_tensor("wx", j), cm.weight_bytes);
-      release(at(rule_w - 1), layer_tensor("wx", j), cm.weight_bytes);
+      alloc(at(to), layer_tensor("wx", j), cm.layer(j).weight_bytes);
+      release(at(rule_w - 1), layer_tensor("wx", j), cm.layer(j).weight_bytes);
     }
     // Late drains, latest-produced (highest layer) first: a window lists the gradients it
     // drains in the order they were produced.
@@ -291,8 +292,8 @@ struct Builder {
                 "gradient drain of layer " + std::to_string(j) + " in stage " + std::to_string(k));
       const int rule_w = stage_window[rule], to = stage_window[k];
       move_transfer(rule_w, to, layer_tensor("g", j), Link::D2H, "g.");
-      alloc(at(rule_w + 1), layer_tensor("gx", j), cm.grad_bytes);
-      release(at(to), layer_tensor("gx", j), cm.grad_bytes);
+      alloc(at(rule_w + 1), layer_tensor("gx", j), cm.layer(j).grad_bytes);
+      release(at(to), layer_tensor("gx", j), cm.layer(j).grad_bytes);
     }
   }
 
@@ -309,17 +310,18 @@ struct Builder {
     add_optimizer(p0, "embed", cm.embed_params, 1);
     if (!d.lazy_optimizer) {
       add_optimizer(p0, "head", cm.head_params, 1);
-      for (int j = 0; j < L; ++j) add_optimizer(p0, layer_tensor("layer", j), cm.layer_params, 1);
+      for (int j = 0; j < L; ++j) add_optimizer(p0, layer_tensor("layer", j), cm.layer(j).params, 1);
       return;
     }
     for (auto& f : d.head_optimizer) add_optimizer(stage_window[f.stage], "head", cm.head_params, f.fraction);
     for (int j = 0; j < L; ++j) {
       if (paging.on_nvme[j] && !d.paging_decided) {  // the rule: its one slot between the state's read and write
-        add_optimizer(stage_window[StatePaging::rule_update_stage(st, j)], layer_tensor("layer", j), cm.layer_params, 1);
+        add_optimizer(stage_window[StatePaging::rule_update_stage(st, j)], layer_tensor("layer", j),
+                      cm.layer(j).params, 1);
         continue;
       }
       for (auto& f : d.layer_optimizer[j])
-        add_optimizer(stage_window[f.stage], layer_tensor("layer", j), cm.layer_params, f.fraction);
+        add_optimizer(stage_window[f.stage], layer_tensor("layer", j), cm.layer(j).params, f.fraction);
     }
   }
 };
@@ -341,7 +343,7 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   p.nvme_act_budget_bytes = req.nvme_budget(nvme_state_bytes);
   // Two weight slots (the layer computing, the layer loading) and two gradient slots (the
   // layer producing, the layer draining to the host), for the whole step.
-  p.fixed_gpu_bytes = 2 * cm.weight_bytes + 2 * cm.grad_bytes;
+  p.fixed_gpu_bytes = 2 * cm.slot_weight_bytes() + 2 * cm.slot_grad_bytes();
   p.host_state_bytes = host_state_bytes;
 }
 

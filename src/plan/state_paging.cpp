@@ -38,8 +38,11 @@ StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read
   const int L = cm.num_layers;
   LT_ASSERT(static_cast<int>(read.size()) == L && static_cast<int>(write.size()) == L, "paging stages per layer");
   StatePaging p;
-  p.layer_bytes = cm.layer_state_bytes;
   p.on_nvme.assign(L, false);
+  for (const LayerCost& l : cm.layers) {
+    p.state_bytes.push_back(l.state_bytes);
+    p.layer_bytes = std::max(p.layer_bytes, l.state_bytes);
+  }
   p.read_stage = read;
   p.write_stage = write;
   for (int j = 0; j < L; ++j) {
@@ -49,7 +52,7 @@ StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read
     ++p.count;
   }
   p.staging_slots = overlap(p, Stages{L});
-  p.host_state_bytes = cm.host_state_bytes - (p.count - p.staging_slots) * p.layer_bytes;
+  p.host_state_bytes = cm.host_state_bytes - p.nvme_bytes() + p.staging_slots * p.layer_bytes;
   return p;
 }
 

@@ -32,10 +32,16 @@ struct StatePaging {
   std::vector<int> read_stage;  // per layer: the stage whose window reads its state (-1: not paged)
   std::vector<int> write_stage; // per layer: the stage whose window writes it back (-1: not paged)
   int count = 0;
-  double layer_bytes = 0;       // one layer's optimizer state
+  std::vector<double> state_bytes;  // per layer: its optimizer state
+  double layer_bytes = 0;       // a staging slot: the largest layer's optimizer state
   int staging_slots = 0;        // host buffers the states in flight need at once
   double host_state_bytes = 0;  // the policy's host state, less the paged states, plus the slots
-  double nvme_bytes() const { return count * layer_bytes; }
+  double nvme_bytes() const {
+    double b = 0;
+    for (size_t j = 0; j < on_nvme.size(); ++j)
+      if (on_nvme[j]) b += state_bytes[j];
+    return b;
+  }
 
   // The rule's stages for a paged layer j >= 2.
   static int rule_update_stage(const Stages& st, int j) { return st.forward(j - 2); }

@@ -181,8 +181,9 @@ TEST_P(ModelParity, RecomputeGivesBitwiseIdenticalGradients) {
 INSTANTIATE_TEST_SUITE_P(
     Families, ModelParity,
     ::testing::Combine(::testing::Values("llama3_scaled_untied", "llama_bias_tied",
-                                         "mistral_gqa4_tied", "qwen2_bias_gqa3",
-                                         "qwen3_qknorm_untied"),
+                                         "mistral_gqa4_tied", "mistral_window_untied",
+                                         "qwen2_bias_gqa3", "qwen3_qknorm_untied",
+                                         "gemma3_sliding_tied", "gemma3_pattern_untied"),
                        ::testing::Values(Precision::F32, Precision::BF16)),
     [](const auto& info) {
       return std::get<0>(info.param) + (std::get<1>(info.param) == Precision::F32 ? "_f32" : "_bf16");
@@ -227,7 +228,9 @@ TEST_P(GeneratorParity, MatchesTrainingForwardAndTransformersGenerate) {
 
 INSTANTIATE_TEST_SUITE_P(Families, GeneratorParity,
                          ::testing::Values("llama3_scaled_untied", "mistral_gqa4_tied",
-                                           "qwen2_bias_gqa3", "qwen3_qknorm_untied"));
+                                           "mistral_window_untied", "qwen2_bias_gqa3",
+                                           "qwen3_qknorm_untied", "gemma3_sliding_tied",
+                                           "gemma3_pattern_untied"));
 
 }  // namespace
 }  // namespace lt

@@ -134,5 +134,56 @@ TEST_F(StreamingInvariance, DocumentMaskMatchesBitwise) {
                        "documents bf16 emu megatrain");
 }
 
+// Gemma 3 (sandwich norms, GeGLU, (1 + w) norms, scaled embeddings, per-layer RoPE and a
+// window shorter than the sequence on the sliding layers) and Mistral with a real window:
+// the streamed executor gives the in-memory step's bits under every kind of plan, both
+// backends, bf16 and documents.
+ModelConfig gemma3_tiny_config() {
+  ModelConfig c = test::streaming_tiny_config(4);
+  c.model_type = "gemma3_text";
+  c.qk_norm = true;
+  c.tie_word_embeddings = true;
+  c.mlp_activation = MlpActivation::GeluTanh;
+  c.norm_weight_offset = 1.0;
+  c.sandwich_norms = true;
+  c.scale_embeddings = true;
+  c.padding_idx = 0;
+  c.query_pre_attn_scalar = 12;
+  c.sliding_window = 5;  // < kSeq
+  c.layer_types = {LayerAttention::Sliding, LayerAttention::Full, LayerAttention::Sliding, LayerAttention::Full};
+  c.rope_theta = 1e6;
+  c.local_rope = true;
+  c.local_rope_theta = 1e4;
+  return c;
+}
+
+TEST_F(StreamingInvariance, Gemma3AndMistralWindowsMatchBitwise) {
+  const ModelConfig g = gemma3_tiny_config();
+  const Trajectory ref = run_reference(g);
+  EXPECT_NE(ref.loss.front(), ref.loss.back());
+  for (const char* policy : {"keep-all", "recompute-all", "megatrain", "milp"})
+    expect_bitwise_equal(run_streaming(g, make_plan(request(g), policy), dir_), ref, std::string("gemma3 ") + policy);
+  expect_bitwise_equal(run_streaming(g, offloading_milp_plan(g), dir_), ref, "gemma3 milp offload");
+  expect_bitwise_equal(run_streaming(g, make_plan(request(g), "megatrain"), dir_, make_emu_backend(2, 2)), ref,
+                       "gemma3 emu megatrain");
+  const RunOptions bf16{.eight_bit = true, .precision = Precision::BF16};
+  expect_bitwise_equal(run_streaming(g, make_plan(request(g), "megatrain"), dir_, make_emu_backend(), bf16),
+                       run_reference(g, bf16), "gemma3 bf16 emu megatrain");
+  const RunOptions docs{.document_mask = true};
+  expect_bitwise_equal(run_streaming(g, offloading_milp_plan(g), dir_, make_cpu_backend(), docs),
+                       run_reference(g, docs), "gemma3 documents milp offload");
+
+  ModelConfig m = test::streaming_tiny_config(3);
+  m.model_type = "mistral";
+  m.sliding_window = 6;  // < kSeq
+  const Trajectory mref = run_reference(m);
+  ModelConfig full = m;
+  full.sliding_window = 0;
+  EXPECT_NE(mref.loss.front(), run_reference(full).loss.front()) << "the window should change the loss";
+  expect_bitwise_equal(run_streaming(m, make_plan(request(m), "megatrain"), dir_), mref, "mistral megatrain");
+  expect_bitwise_equal(run_streaming(m, offloading_milp_plan(m), dir_, make_emu_backend(5, 5)), mref,
+                       "mistral emu milp offload");
+}
+
 }  // namespace
 }  // namespace lt

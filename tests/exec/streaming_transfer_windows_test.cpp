@@ -164,10 +164,10 @@ PlanRequest rated_request(const ModelConfig& c, double h2d_f, double d2h_f, doub
   PlanRequest req = request(c);
   req.hardware.act_bytes = 4;  // the executor's activations are fp32: the plan counts what it holds
   const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
-  const double F = cm.forward_s;
-  req.hardware.h2d_bw = cm.weight_bytes / (h2d_f * F);
-  req.hardware.d2h_bw = cm.grad_bytes / (d2h_f * F);
-  req.hardware.nvme_read_bw = act_f > 0 ? cm.boundary_bytes / (act_f * F) : cm.layer_state_bytes / (state_f * F);
+  const double F = cm.layer(0).forward_s;
+  req.hardware.h2d_bw = cm.layer(0).weight_bytes / (h2d_f * F);
+  req.hardware.d2h_bw = cm.layer(0).grad_bytes / (d2h_f * F);
+  req.hardware.nvme_read_bw = act_f > 0 ? cm.boundary_bytes / (act_f * F) : cm.layer(0).state_bytes / (state_f * F);
   req.hardware.nvme_write_bw = act_f > 0 ? cm.boundary_bytes / (0.1 * F) : req.hardware.nvme_read_bw;
   req.hardware.host_optimizer_params_per_s = 1e30;  // updates cost no time: windows decide
   req.cpu_act_budget_bytes = 0;
@@ -220,7 +220,7 @@ TEST(StreamingTransferWindows, MilpPlansWithMovedWindowsTrainBitwiseLikeInMemory
   {
     Case k{"paging", rated_request(c, 0.5, 0.5, 0, 0.6), all_gpu_decisions(L, "structure")};
     const CostModel cm = build_cost_model(c, k.req.hardware, k.req.batch, k.req.seq);
-    k.req.hardware.host_memory_bytes = (cm.host_state_bytes - 0.75 * cm.layer_state_bytes) / kHostStateShare;
+    k.req.hardware.host_memory_bytes = (cm.host_state_bytes - 0.75 * cm.layer(0).state_bytes) / kHostStateShare;
     cases.push_back(k);
   }
   ModelParameters params(c), grads(c);

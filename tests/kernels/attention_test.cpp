@@ -79,8 +79,10 @@ struct ErrorBounds {
 };
 // extra_tiles: key tiles the kernel's rows may span beyond ceil(S / 64) (a document packed
 // at an offset into a row spans one more).
+// doc_start, window: as attention.h; the sums run over the keys each query sees.
 ErrorBounds error_bounds(const Shape& s, const Inputs& in, const std::vector<double>& o,
-                         const std::vector<double>& lse, double scale, double extra_tiles = 0) {
+                         const std::vector<double>& lse, double scale, double extra_tiles = 0,
+                         const int32_t* doc_start = nullptr, int64_t window = 0) {
   const double u = std::ldexp(1.0, -24);
   auto gamma = [&](double n) { return n * u / (1 - n * u); };
   const int64_t G = s.Hq / s.Hkv, D = s.D, S = s.S;
@@ -101,7 +103,8 @@ ErrorBounds error_bounds(const Shape& s, const Inputs& in, const std::vector<dou
           delta_abs += std::fabs(double(in.dout[qo + d]) * o[qo + d]);
         }
         double es_max = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        const int64_t j0 = ref::first_key(doc_start, window, b, S, i);
+        for (int64_t j = j0; j <= i; ++j) {
           const int64_t ko = ((b * S + j) * s.Hkv + hk) * D;
           double sc = 0, sabs = 0, dp = 0, dpabs = 0;
           for (int64_t d = 0; d < D; ++d) {
@@ -122,7 +125,7 @@ ErrorBounds error_bounds(const Shape& s, const Inputs& in, const std::vector<dou
         }
         const double E = es_max + 2 * gamma(S + 6 * ntiles) + 10 * u;
         e.lse[(b * s.Hq + h) * S + i] = E + u * std::fabs(l);
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = j0; j <= i; ++j) {
           const int64_t ko = ((b * S + j) * s.Hkv + hk) * D;
           for (int64_t d = 0; d < D; ++d) {
             e.o[qo + d] += p[j] * std::fabs(in.v[ko + d]) * (es[j] + E);
@@ -639,6 +642,165 @@ TEST(AttentionDocuments, ValidDocStarts) {
   EXPECT_TRUE(valid_doc_starts(two.data(), 2, 5));
   const std::vector<int32_t> back = {0, 1, 0};  // returns to an earlier document
   EXPECT_FALSE(valid_doc_starts(back.data(), 1, 3));
+}
+
+// Sliding windows (attention.h's window): query i sees keys max(doc_start, i - W + 1)..i.
+// The reference is ref:: in double with the same window (plain loops over each row's
+// keys, no tiles), the bounds the derivation above over exactly those keys, with one key
+// tile more (a window edge inside a tile). Windows: 1 (each query sees itself only),
+// short, on and off the 64-key tile edge, and >= S (full causal); with and without
+// documents.
+struct WindowCase {
+  Shape s;
+  std::vector<int64_t> windows;
+};
+const WindowCase kWindowCases[] = {
+    {{1, 200, 6, 2, 64}, {1, 5, 63, 64, 65, 130, 199, 200, 500}},
+    {{2, 65, 4, 4, 16}, {1, 2, 64, 65}},
+    {{2, 7, 8, 2, 80}, {1, 3, 7}},
+    {{1, 130, 3, 1, 37}, {17, 100}},
+};
+// Documents of lengths 50, 1, 90, rest (or fewer when S is short) in every row.
+std::vector<int32_t> some_documents(const Shape& s) {
+  std::vector<int32_t> ds(s.B * s.S);
+  for (int64_t b = 0; b < s.B; ++b) {
+    const int64_t cuts[] = {50, 51, 141};
+    int64_t start = 0;
+    int ci = 0;
+    for (int64_t i = 0; i < s.S; ++i) {
+      if (ci < 3 && i == cuts[ci]) start = i, ++ci;
+      ds[b * s.S + i] = int32_t(start);
+    }
+  }
+  return ds;
+}
+
+void check_window(const Shape& s, int64_t window, const int32_t* ds, uint64_t seed) {
+  const Inputs in = make_inputs(s, seed);
+  const float scale = 0.8f / std::sqrt(float(s.D));
+  const auto q = to_double(in.q), k = to_double(in.k), v = to_double(in.v), dout = to_double(in.dout);
+  std::vector<double> ro(s.nq()), rl(s.nl());
+  ref::attention_forward<double>(ro.data(), rl.data(), q.data(), k.data(), v.data(), s.B, s.S, s.Hq,
+                                 s.Hkv, s.D, scale, ds, window);
+  const ErrorBounds ef = error_bounds(s, in, ro, rl, scale, 1, ds, window);
+  // The backward from the forward's fp32 outputs, the same values for both sides.
+  const std::vector<float> of = to_float(ro), lf = to_float(rl);
+  const auto o = to_double(of), l = to_double(lf);
+  std::vector<double> rdq(s.nq()), rdk(s.nk()), rdv(s.nk());
+  ref::attention_backward<double>(rdq.data(), rdk.data(), rdv.data(), dout.data(), q.data(), k.data(),
+                                  v.data(), o.data(), l.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale, ds,
+                                  window);
+  const ErrorBounds eb = error_bounds(s, in, o, l, scale, 1, ds, window);
+  test::for_each_isa([&](Isa) {
+    SCOPED_TRACE("window " + std::to_string(window) + (ds ? " with documents" : ""));
+    std::vector<float> fo(s.nq(), NAN), flse(s.nl(), NAN);
+    attention_forward(fo.data(), flse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                      s.Hkv, s.D, scale, ds, window);
+    EXPECT_WITHIN_BOUND("o", fo, ro, ef.o);
+    EXPECT_WITHIN_BOUND("lse", flse, rl, ef.lse);
+    std::vector<float> dq(s.nq(), NAN), dk(s.nk(), NAN), dv(s.nk(), NAN);
+    attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                       in.v.data(), of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale, ds, window);
+    EXPECT_WITHIN_BOUND("dq", dq, rdq, eb.dq);
+    EXPECT_WITHIN_BOUND("dk", dk, rdk, eb.dk);
+    EXPECT_WITHIN_BOUND("dv", dv, rdv, eb.dv);
+  });
+}
+
+TEST(AttentionWindow, MatchesReference) {
+  for (const WindowCase& c : kWindowCases)
+    for (int64_t w : c.windows) check_window(c.s, w, nullptr, 3000 + c.s.S + w);
+}
+
+TEST(AttentionWindow, WithDocumentsMatchesReference) {
+  for (const WindowCase& c : kWindowCases) {
+    const std::vector<int32_t> ds = some_documents(c.s);
+    for (int64_t w : c.windows) check_window(c.s, w, ds.data(), 4000 + c.s.S + w);
+  }
+}
+
+// The reference itself: a window of 1 makes each output its own value row, and lse its
+// own scaled score (an independent closed form, no softmax code).
+TEST(AttentionWindow, ReferenceWindowOneIsTheValueRow) {
+  const Shape s{1, 9, 4, 2, 8};
+  const Inputs in = make_inputs(s, 91);
+  const auto q = to_double(in.q), k = to_double(in.k), v = to_double(in.v);
+  std::vector<double> o(s.nq()), l(s.nl());
+  ref::attention_forward<double>(o.data(), l.data(), q.data(), k.data(), v.data(), s.B, s.S, s.Hq, s.Hkv,
+                                 s.D, 0.5, nullptr, 1);
+  for (int64_t i = 0; i < s.S; ++i)
+    for (int64_t h = 0; h < s.Hq; ++h) {
+      const int64_t hk = h / (s.Hq / s.Hkv);
+      double sc = 0;
+      for (int64_t d = 0; d < s.D; ++d) {
+        EXPECT_EQ(o[(i * s.Hq + h) * s.D + d], v[(i * s.Hkv + hk) * s.D + d]);
+        sc += q[(i * s.Hq + h) * s.D + d] * k[(i * s.Hkv + hk) * s.D + d];
+      }
+      EXPECT_NEAR(l[h * s.S + i], 0.5 * sc, 1e-12);
+    }
+}
+
+// A window >= S cuts nothing: the very calls of plain causal attention, bit for bit;
+// and keys before a query's window do not change its outputs by a bit, even with huge
+// values (finite: masked probabilities are exact zeros, and 0 * v is 0 for finite v, the
+// micro-kernels' contract, attention_tiles.h).
+TEST(AttentionWindow, WideWindowIsBitwiseCausalAndOutsideKeysAreIgnored) {
+  const Shape s{2, 130, 4, 2, 32};
+  test::for_each_isa([&](Isa) {
+    Inputs in = make_inputs(s, 17);
+    const float scale = 1.0f / std::sqrt(float(s.D));
+    std::vector<float> o1(s.nq()), l1(s.nl()), o2(s.nq()), l2(s.nl());
+    attention_forward(o1.data(), l1.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq, s.Hkv,
+                      s.D, scale);
+    attention_forward(o2.data(), l2.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq, s.Hkv,
+                      s.D, scale, nullptr, s.S);
+    EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(l1.data(), l2.data(), l1.size() * sizeof(float)));
+    // Window 10: the last query of each row sees keys S-10..S-1; replace keys 0..S-11 of
+    // row 0 (the edge tile's masked keys among them) by junk.
+    const int64_t W = 10;
+    std::vector<float> o(s.nq()), l(s.nl());
+    attention_forward(o.data(), l.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq, s.Hkv, s.D,
+                      scale, nullptr, W);
+    Inputs bad = in;
+    for (int64_t j = 0; j + W < s.S; ++j)
+      for (int64_t x = 0; x < s.Hkv * s.D; ++x) bad.k[j * s.Hkv * s.D + x] = bad.v[j * s.Hkv * s.D + x] = 1e20f;
+    std::vector<float> ob(s.nq()), lb(s.nl());
+    attention_forward(ob.data(), lb.data(), bad.q.data(), bad.k.data(), bad.v.data(), s.B, s.S, s.Hq, s.Hkv,
+                      s.D, scale, nullptr, W);
+    const int64_t last = (s.S - 1) * s.Hq * s.D;  // row 0, token S-1, all heads
+    EXPECT_EQ(0, std::memcmp(o.data() + last, ob.data() + last, s.Hq * s.D * sizeof(float)));
+  });
+}
+
+TEST(AttentionWindow, BitwiseIdenticalAcrossThreadCounts) {
+  const int saved = omp_get_max_threads();
+  const Shape s{2, 200, 4, 2, 32};
+  test::for_each_isa([&](Isa) {
+    const Inputs in = make_inputs(s, 23);
+    const float scale = 1.0f / std::sqrt(float(s.D));
+    const std::vector<int32_t> ds = some_documents(s);
+    for (const int32_t* doc : {static_cast<const int32_t*>(nullptr), ds.data()}) {
+      std::vector<std::vector<float>> first;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        std::vector<float> o(s.nq()), lse(s.nl()), dq(s.nq()), dk(s.nk()), dv(s.nk());
+        attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq,
+                          s.Hkv, s.D, scale, doc, 70);
+        attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(),
+                           in.v.data(), o.data(), lse.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale, doc, 70);
+        std::vector<std::vector<float>> all{o, lse, dq, dk, dv};
+        if (first.empty()) {
+          first = all;
+          continue;
+        }
+        for (size_t t = 0; t < all.size(); ++t)
+          EXPECT_EQ(0, std::memcmp(all[t].data(), first[t].data(), all[t].size() * sizeof(float)))
+              << "output " << t << " differs between 1 and " << threads << " threads";
+      }
+    }
+  });
+  omp_set_num_threads(saved);
 }
 
 }  // namespace

@@ -136,6 +136,18 @@ TEST(ModelConfig, TransformersLoadsWhatWeWrite) {
   qwen3["head_dim"] = 16;
   qwen3["dtype"] = "bfloat16";
   configs.push_back(parse_model_config(qwen3, "qwen3"));
+  // Qwen3.5 hybrid: linear-attention and gated full-attention layers, partial RoPE.
+  json qwen3_5 = tiny("qwen3_5_text");
+  qwen3_5["num_hidden_layers"] = 4;
+  qwen3_5["head_dim"] = 16;
+  qwen3_5["layer_types"] = {"linear_attention", "full_attention", "linear_attention", "linear_attention"};
+  qwen3_5["linear_num_key_heads"] = 2;
+  qwen3_5["linear_num_value_heads"] = 4;
+  qwen3_5["linear_key_head_dim"] = 8;
+  qwen3_5["linear_value_head_dim"] = 12;
+  qwen3_5["linear_conv_kernel_dim"] = 3;
+  qwen3_5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}, {"partial_rotary_factor", 0.5}};
+  configs.push_back(parse_model_config(qwen3_5, "qwen3_5_text"));
 
   std::string args;
   for (size_t i = 0; i < configs.size(); ++i) {

@@ -59,7 +59,7 @@ TEST(Baselines, KeepAllAndRecomputeAll) {
   ASSERT_EQ(rc.blocks.size(), 1u);
   // Recomputing every layer once costs (L - 1) forwards, or weight loads when those are slower.
   CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
-  double rc_window = std::max(cm.forward_s, cm.weight_bytes / cm.h2d_bw);
+  double rc_window = std::max(cm.layer(0).forward_s, cm.layer(0).weight_bytes / cm.h2d_bw);
   EXPECT_NEAR(rc.predicted_step_s - keep.predicted_step_s, (keep.num_layers - 1) * rc_window, 1e-9);
 }
 

@@ -24,36 +24,63 @@ TEST(ModelPresets, AllResolve) {
 }
 
 TEST(CostModel, PaperShapeOf27B) {
+  // Qwen3.6-27B: 48 Gated DeltaNet layers and 16 gated full-attention layers (every 4th).
   PlanRequest req = test::preset_request("qwen3.6-27b", "h800", 72);
   CostModel cm = build_cost_model(req.model, req.hardware, 72, 1024);
   // The paper: 0.703 GiB per boundary at batch 72, seq 1024 (bf16, hidden 5120).
   EXPECT_NEAR(cm.boundary_bytes / (1024.0 * 1024 * 1024), 0.703, 0.0005);
-  // Weights stream in bf16; a decoder layer of this shape has ~340.8M parameters.
-  EXPECT_NEAR(cm.layer_params / 1e6, 340.8, 0.1);
-  EXPECT_DOUBLE_EQ(cm.weight_bytes, 2 * cm.layer_params);
-  // Forward FLOPs: 2 per MAC on every weight, plus attention (a few percent at seq 1024).
-  double matmul = 2 * cm.layer_params * cm.tokens;
-  EXPECT_GT(cm.layer_forward_flops, matmul);
-  EXPECT_LT(cm.layer_forward_flops, 1.1 * matmul);
-  EXPECT_DOUBLE_EQ(cm.backward_s, 2 * cm.forward_s);
-  EXPECT_NEAR(cm.forward_s, cm.layer_forward_flops / req.hardware.effective_flops(), 1e-12);
-  // Untied head; 24.35B trainable parameters under the assumed head_dim and vocabulary.
+  ASSERT_EQ(cm.layers.size(), 64u);
+  // Parameters, counted here from transformers' module shapes (C 5120, I 17408; DeltaNet:
+  // key dim 16*128 = 2048, value dim 48*128 = 6144, conv over 2*2048 + 6144 = 10240).
+  const double C = 5120, I = 17408, mlp = 3 * C * I, norms = 2 * C;
+  const double linear = 10240 * C + 6144 * C + 2 * 48 * C + 10240 * 4 + 48 + 48 + 128 + C * 6144 + mlp + norms;
+  const double full = 2 * 6144 * C + 2 * 1024 * C + C * 6144 + 2 * 256 + mlp + norms;
+  for (int j = 0; j < 64; ++j) {
+    SCOPED_TRACE(j);
+    const LayerCost& l = cm.layer(j);
+    const bool attention = j % 4 == 3;
+    EXPECT_EQ(l.kind, attention ? LayerKind::Attention : LayerKind::LinearAttention);
+    EXPECT_EQ(l.params, attention ? full : linear);
+    EXPECT_DOUBLE_EQ(l.weight_bytes, 2 * l.params);  // weights stream in bf16
+    // Forward FLOPs: 2 per MAC on every weight, plus attention or the delta rule (a few
+    // percent at seq 1024).
+    const double matmul = 2 * l.params * cm.tokens;
+    EXPECT_GT(l.forward_flops, matmul);
+    EXPECT_LT(l.forward_flops, 1.1 * matmul);
+    EXPECT_DOUBLE_EQ(l.backward_s, 2 * l.forward_s);
+    EXPECT_NEAR(l.forward_s, l.forward_flops / req.hardware.effective_flops(), 1e-12);
+    EXPECT_GT(l.workspace_backward, l.internals_bytes);
+  }
+  // A DeltaNet layer keeps the recurrent state entering each 64-token chunk, fp32:
+  // 72 sequences * 48 heads * 16 chunks * 128 * 128 * 4 bytes, more than a boundary.
+  const double states = 72.0 * 48 * 16 * 128 * 128 * 4;
+  EXPECT_GT(cm.layer(0).internals_bytes, states + cm.boundary_bytes);
+  // The slots hold the largest layer (a DeltaNet one).
+  EXPECT_DOUBLE_EQ(cm.slot_weight_bytes(), 2 * linear);
+  // Untied head: 26.90B trainable parameters (the vision tower and MTP layer are not trained).
   EXPECT_FALSE(cm.tied_embeddings);
-  EXPECT_NEAR(cm.total_params / 1e9, 24.35, 0.01);
-  EXPECT_GT(cm.workspace_backward, cm.internals_bytes);
+  EXPECT_EQ(cm.total_params, 48 * linear + 16 * full + 2 * 248320 * C + C);
+  EXPECT_NEAR(cm.total_params / 1e9, 26.896, 0.001);
+}
+
+TEST(CostModel, MeasuredLayerTimesNeedUniformLayers) {
+  PlanRequest req = test::preset_request("qwen3.6-27b", "h800", 8);
+  MeasuredLayerTimes mt;
+  mt.forward_s = 0.01;
+  EXPECT_THROW(build_cost_model(req.model, req.hardware, 8, 1024, mt), Error);
 }
 
 TEST(CostModel, WeightAndGradientBytesFollowTheProfile) {
   PlanRequest req = test::preset_request("qwen2.5-3b", "h800", 8);
   const CostModel bf16 = build_cost_model(req.model, req.hardware, 8, 512);
-  EXPECT_DOUBLE_EQ(bf16.weight_bytes, 2 * bf16.layer_params);
-  EXPECT_DOUBLE_EQ(bf16.grad_bytes, 2 * bf16.layer_params);
+  EXPECT_DOUBLE_EQ(bf16.layer(0).weight_bytes, 2 * bf16.layer(0).params);
+  EXPECT_DOUBLE_EQ(bf16.layer(0).grad_bytes, 2 * bf16.layer(0).params);
   HardwareProfile fp32 = req.hardware;
   fp32.weight_bytes = 4;
   fp32.grad_bytes = 4;
   const CostModel cm = build_cost_model(req.model, fp32, 8, 512);
-  EXPECT_DOUBLE_EQ(cm.weight_bytes, 2 * bf16.weight_bytes);
-  EXPECT_DOUBLE_EQ(cm.grad_bytes, 2 * bf16.grad_bytes);
+  EXPECT_DOUBLE_EQ(cm.layer(0).weight_bytes, 2 * bf16.layer(0).weight_bytes);
+  EXPECT_DOUBLE_EQ(cm.layer(0).grad_bytes, 2 * bf16.layer(0).grad_bytes);
   EXPECT_DOUBLE_EQ(cm.head_weight_bytes, 2 * bf16.head_weight_bytes);
   EXPECT_DOUBLE_EQ(cm.head_grad_bytes, 2 * bf16.head_grad_bytes);
   EXPECT_DOUBLE_EQ(cm.boundary_bytes, bf16.boundary_bytes);  // activations follow act_bytes
@@ -66,8 +93,8 @@ TEST(CostModel, MeasuredLayerTimesOverrideFlops) {
   mt.backward_s = 0.025;
   mt.head_s = 0.05;
   CostModel cm = build_cost_model(req.model, req.hardware, 4, 1024, mt);
-  EXPECT_DOUBLE_EQ(cm.forward_s, 0.01);
-  EXPECT_DOUBLE_EQ(cm.backward_s, 0.025);
+  EXPECT_DOUBLE_EQ(cm.layer(0).forward_s, 0.01);
+  EXPECT_DOUBLE_EQ(cm.layer(0).backward_s, 0.025);
   EXPECT_DOUBLE_EQ(cm.head_s, 0.05);
   // Tied embeddings: the head streams the embedding matrix, its own update is the norm's.
   EXPECT_TRUE(cm.tied_embeddings);

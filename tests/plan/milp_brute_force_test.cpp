@@ -24,10 +24,12 @@ struct BruteForceCase {
   const char* hardware;
   int64_t batch;
   bool enumerate_keep_internals;
+  bool hybrid = false;  // Qwen3.5-style: Gated DeltaNet layers with every 4th full attention
 };
 
 void run_case(const BruteForceCase& bc) {
   PlanRequest req = test::tiny_request(bc.layers, bc.hardware, bc.batch);
+  if (bc.hybrid) req.model = test::tiny_hybrid_config(bc.layers);
   CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
   // Budgets that force choices: the compute tier holds the fixed slots, the workspace and
   // about two boundaries beyond keep-all's minimum; host and NVMe hold one or two each.
@@ -96,6 +98,10 @@ void run_case(const BruteForceCase& bc) {
 TEST(MilpBruteForce, FourLayersWithKeptInternals) { run_case({4, "h800", 8, true}); }
 TEST(MilpBruteForce, FiveLayersRtx3090) { run_case({5, "rtx3090", 16, false}); }
 TEST(MilpBruteForce, SixLayers) { run_case({6, "h800", 32, false}); }
+// Layers that differ (DeltaNet layers are larger and save more than attention ones): the
+// MILP's per-layer costs, slots sized for the largest layer.
+TEST(MilpBruteForce, FiveHybridLayersWithKeptInternals) { run_case({5, "h800", 16, true, true}); }
+TEST(MilpBruteForce, SixHybridLayersRtx3090) { run_case({6, "rtx3090", 8, false, true}); }
 
 }  // namespace
 }  // namespace lt

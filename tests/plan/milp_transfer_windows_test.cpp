@@ -73,10 +73,10 @@ PlanRequest request(int layers, const Rates& r) {
   req.batch = 4;
   req.seq = 256;
   const CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
-  const double F = cm.forward_s;
-  req.hardware.h2d_bw = cm.weight_bytes / (r.h2d_f * F);
-  req.hardware.d2h_bw = cm.grad_bytes / (r.d2h_f * F);
-  req.hardware.nvme_read_bw = cm.layer_state_bytes / (r.state_f * F);
+  const double F = cm.layer(0).forward_s;
+  req.hardware.h2d_bw = cm.layer(0).weight_bytes / (r.h2d_f * F);
+  req.hardware.d2h_bw = cm.layer(0).grad_bytes / (r.d2h_f * F);
+  req.hardware.nvme_read_bw = cm.layer(0).state_bytes / (r.state_f * F);
   req.hardware.nvme_write_bw = req.hardware.nvme_read_bw;
   if (r.act_read_f != Rates{}.act_read_f) {  // activations only: a slow read, a fast write
     req.hardware.nvme_read_bw = cm.boundary_bytes / (r.act_read_f * F);
@@ -320,7 +320,7 @@ TEST(MilpTransferWindows, ExtraSlotsCountInMemory) {
   const CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
   Plan rule = build_plan(req, cm, all_kept(c.layers));
   evaluate_plan(rule);
-  req.gpu_cap_bytes = rule.predicted_peak.gpu + 0.5 * cm.weight_bytes;
+  req.gpu_cap_bytes = rule.predicted_peak.gpu + 0.5 * cm.layer(0).weight_bytes;
   run_case(c, req, all_kept(c.layers));
 }
 
@@ -346,7 +346,7 @@ TEST(MilpTransferWindows, PagingChoosesLayersAndWindows) {
   const Case c{"paging", 6, {.state_f = 0.6}, {.state = 2}};
   PlanRequest req = request(c.layers, c.rates);
   const CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
-  req.hardware.host_memory_bytes = (cm.host_state_bytes - 0.75 * cm.layer_state_bytes) / kHostStateShare;
+  req.hardware.host_memory_bytes = (cm.host_state_bytes - 0.75 * cm.layer(0).state_bytes) / kHostStateShare;
   ASSERT_EQ(plan_state_paging(req, cm, true).count, 4);
   run_case(c, req, all_gpu_decisions(c.layers, "structure"));
 }

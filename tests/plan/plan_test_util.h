@@ -38,6 +38,20 @@ inline ModelConfig tiny_config(int layers) {
   return c;
 }
 
+// tiny_config as a Qwen3.5 hybrid: Gated DeltaNet layers, every 4th (1-based) gated full
+// attention, partial RoPE; its DeltaNet layers are larger than its attention ones.
+inline ModelConfig tiny_hybrid_config(int layers) {
+  ModelConfig c = tiny_config(layers);
+  c.model_type = "qwen3_5_text";
+  c.qk_norm = true;
+  c.attn_output_gate = true;
+  c.partial_rotary_factor = 0.25;
+  c.linear = {4, 8, 64, 96, 4};
+  for (int j = 0; j < layers; ++j)
+    c.layer_kinds.push_back((j + 1) % 4 == 0 ? LayerKind::Attention : LayerKind::LinearAttention);
+  return c;
+}
+
 inline PlanRequest tiny_request(int layers, const std::string& hardware, int64_t batch, int64_t seq = 512) {
   PlanRequest req;
   req.model_name = "tiny" + std::to_string(layers);

@@ -34,7 +34,7 @@ CostModel costs(const PlanRequest& req) { return build_cost_model(req.model, req
 // leave, min(k, 3) staging slots stay (reads run one window before the update, writes one
 // after, so three consecutive layers overlap).
 double host_state_with(const CostModel& cm, int k) {
-  return cm.host_state_bytes - (k - std::min(k, 3)) * cm.layer_state_bytes;
+  return cm.host_state_bytes - (k - std::min(k, 3)) * cm.layer(0).state_bytes;
 }
 
 // Host memory whose 90% (what the planner gives state and activations) falls `short_by`
@@ -42,7 +42,7 @@ double host_state_with(const CostModel& cm, int k) {
 PlanRequest short_host(double short_by) {
   PlanRequest req = request();
   const CostModel cm = costs(req);
-  req.hardware.host_memory_bytes = (cm.host_state_bytes - short_by * cm.layer_state_bytes) / 0.9;
+  req.hardware.host_memory_bytes = (cm.host_state_bytes - short_by * cm.layer(0).state_bytes) / 0.9;
   return req;
 }
 
@@ -100,7 +100,7 @@ TEST(StatePaging, MilpPlanMovesStatesAroundTheirUpdates) {
   ASSERT_FALSE(p.nvme_state_layers.empty());
   EXPECT_LE(p.nvme_state_layers.size(), static_cast<size_t>(plan_state_paging(req, cm, true).count));
   EXPECT_TRUE(validate_plan(p).empty()) << validate_plan(p).front();
-  EXPECT_DOUBLE_EQ(p.state_bytes_per_layer, cm.layer_state_bytes);
+  EXPECT_DOUBLE_EQ(p.state_bytes_per_layer, cm.layer(0).state_bytes);
   EXPECT_LE(p.host_state_bytes, 0.9 * req.hardware.host_memory_bytes);
   for (int j : p.nvme_state_layers) {
     const std::string os = "os." + std::to_string(j), target = "layer." + std::to_string(j);
@@ -108,7 +108,7 @@ TEST(StatePaging, MilpPlanMovesStatesAroundTheirUpdates) {
     for (int w = 0; w < static_cast<int>(p.windows.size()); ++w) {
       for (const Transfer& t : p.windows[w].transfers) {
         if (t.tensor != os) continue;
-        EXPECT_DOUBLE_EQ(t.bytes, cm.layer_state_bytes);
+        EXPECT_DOUBLE_EQ(t.bytes, cm.layer(0).state_bytes);
         (t.link == Link::NvmeRead ? read : write) = w;
       }
       for (const HostTask& h : p.windows[w].host)
@@ -141,7 +141,7 @@ TEST(StatePaging, SlowDiskMakesPagingCost) {
   req.nvme_state_layers = 4;
   const Plan paged = make_plan(req, "milp");
   ASSERT_TRUE(unpaged.feasible && paged.feasible);
-  const double read_s = costs(req).layer_state_bytes / 1e6;
+  const double read_s = costs(req).layer(0).state_bytes / 1e6;
   EXPECT_GT(paged.predicted_step_s, unpaged.predicted_step_s + read_s);
   EXPECT_TRUE(simulate_plan(paged).violations.empty());
 }

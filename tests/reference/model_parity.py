@@ -8,7 +8,8 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config,
+                          Qwen3Config)
 
 COMMON = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=96, vocab_size=101,
               max_position_embeddings=128, rms_norm_eps=1e-5, initializer_range=0.2)
@@ -28,12 +29,33 @@ CASES = {
     "mistral_gqa4_tied": lambda: MistralConfig(
         **COMMON, num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True,
         sliding_window=None),
+    # Mistral with a window shorter than SEQ: real sliding-window attention on every layer.
+    "mistral_window_untied": lambda: MistralConfig(
+        **COMMON, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+        sliding_window=4),
     "qwen2_bias_gqa3": lambda: Qwen2Config(
         **{**COMMON, "hidden_size": 96}, num_attention_heads=6, num_key_value_heads=2,
         tie_word_embeddings=True),
     "qwen3_qknorm_untied": lambda: Qwen3Config(
         **COMMON, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
         tie_word_embeddings=False),
+    # Gemma 3: sliding and global layers (window 4 < SEQ), each with its own RoPE (linear
+    # scaling on the global ones), query_pre_attn_scalar != head_dim, tied embeddings, a
+    # padding token in the batch (its embedding row gets no gradient from the lookup).
+    "gemma3_sliding_tied": lambda: Gemma3TextConfig(
+        **{**COMMON, "num_hidden_layers": 3}, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=24, query_pre_attn_scalar=20, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                            "rope_theta": 1000000.0}},
+        tie_word_embeddings=True),
+    # Gemma 3 through the legacy fields: sliding_window_pattern 2, rope_local_base_freq,
+    # an untied head, GQA 4, and MHA-sized heads; window 6 < SEQ.
+    "gemma3_pattern_untied": lambda: Gemma3TextConfig(
+        **{**COMMON, "num_hidden_layers": 4}, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=16, query_pre_attn_scalar=16, sliding_window=6, sliding_window_pattern=2,
+        rope_local_base_freq=500.0, rope_theta=20000.0, tie_word_embeddings=False),
 }
 
 BATCH, SEQ = 2, 11
@@ -57,6 +79,9 @@ def main():
     labels = ids.clone()
     labels[0, :3] = -100  # ignored positions
     labels[1, 5] = -100
+    if config.model_type == "gemma3_text":
+        ids[1, 2] = config.pad_token_id
+        labels[1, 2] = config.pad_token_id
     out = model(input_ids=ids, labels=labels)
     out.loss.backward()
 

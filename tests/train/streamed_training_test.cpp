@@ -48,7 +48,7 @@ Plan out_of_core_plan(const std::string& checkpoint, const TrainConfig& c) {
   req.batch = c.batch;
   req.seq = c.seq_len;
   const CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
-  req.hardware.host_memory_bytes = (cm.host_state_bytes - 1.5 * cm.layer_state_bytes) / 0.9;
+  req.hardware.host_memory_bytes = (cm.host_state_bytes - 1.5 * cm.layer(0).state_bytes) / 0.9;
   req.cpu_act_budget_bytes = 0.5 * cm.boundary_bytes;
   const Plan keep = make_plan(req, "keep-all");
   for (double f = 0.5; f <= 1.0; f += 0.05) {

@@ -18,18 +18,20 @@ bool valid_doc_starts(const int32_t* doc_start, int64_t B, int64_t S) {
 
 void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
                        int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
-                       const int32_t* doc_start) {
+                       const int32_t* doc_start, int64_t window) {
   LT_ASSERT(!doc_start || valid_doc_starts(doc_start, B, S), "attention: doc_start is not a run of documents");
-  LT_ISA_PICK(kAttentionKernels).forward(o, lse, q, k, v, B, S, Hq, Hkv, D, scale, doc_start);
+  LT_ASSERT(window >= 0, "attention: negative window");
+  LT_ISA_PICK(kAttentionKernels).forward(o, lse, q, k, v, B, S, Hq, Hkv, D, scale, doc_start, window);
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                         const float* k, const float* v, const float* o, const float* lse, int64_t B,
                         int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
-                        const int32_t* doc_start) {
+                        const int32_t* doc_start, int64_t window) {
   LT_ASSERT(!doc_start || valid_doc_starts(doc_start, B, S), "attention: doc_start is not a run of documents");
+  LT_ASSERT(window >= 0, "attention: negative window");
   LT_ISA_PICK(kAttentionKernels)
-      .backward(dq, dk, dv, dout, q, k, v, o, lse, B, S, Hq, Hkv, D, scale, doc_start);
+      .backward(dq, dk, dv, dout, q, k, v, o, lse, B, S, Hq, Hkv, D, scale, doc_start, window);
 }
 
 }  // namespace lt

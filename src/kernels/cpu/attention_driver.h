@@ -24,7 +24,8 @@
 // Documents (doc_start): a query tile visits key tiles first_key_tile(qt) .. qt, a key
 // tile query tiles kt .. last_query_tile(kt): the same (query tile, key tile) pairs in
 // both, and each pair works on the rows_seeing prefix of the query tile's rows, so the
-// orders above hold with the masked pairs and rows left out.
+// orders above hold with the masked pairs and rows left out. A sliding window is folded
+// into those starts first (attention_tiles.h KeyStarts), so it takes the same paths.
 #if !defined(LT_ISA_NS)
 #error "include core/isa_target.h (after kernels/cpu/attention_tiles.h) before this file"
 #endif
@@ -175,8 +176,10 @@ void backward_kv_tile(const Shape& sh, Scratch& w, const BwdArgs& a, int64_t b, 
 
 template <class Micro>
 void forward(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
-             int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start) {
-  const Shape sh = make_shape(B, S, Hq, Hkv, D, doc_start);
+             int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
+             int64_t window) {
+  const KeyStarts starts(doc_start, B, S, window);
+  const Shape sh = make_shape(B, S, Hq, Hkv, D, starts.get());
   const int64_t heads = B * Hkv, items = heads * sh.ntiles;
   if (items == 0) return;
 #pragma omp parallel
@@ -201,8 +204,9 @@ void forward(float* o, float* lse, const float* q, const float* k, const float* 
 template <class Micro>
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
               const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
-              int64_t Hkv, int64_t D, float scale, const int32_t* doc_start) {
-  const Shape sh = make_shape(B, S, Hq, Hkv, D, doc_start);
+              int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window) {
+  const KeyStarts starts(doc_start, B, S, window);
+  const Shape sh = make_shape(B, S, Hq, Hkv, D, starts.get());
   const int64_t heads = B * Hkv;
   if (heads * S == 0) return;
   // delta[b, h, i] = sum_d dO * O, one fixed-order dot per row.

@@ -13,6 +13,11 @@
 // hands a micro-kernel again has at least one live key, whose range is [lo, hi) of the
 // tile (lo > 0 only where the row's document starts inside the tile). Without
 // doc_start, lo = 0, every row, every key tile from 0: the calls the kernels made before.
+// Sliding windows (attention.h's window): query i's first key becomes max(doc_start[i],
+// i - window + 1), again non-decreasing along a row and <= i, so the driver folds the
+// window into one array of first keys (KeyStarts) and Docs runs unchanged over it: key
+// tiles wholly before a query tile's window are skipped like other documents' tiles, and
+// the edge tile's lo masks the keys before the window.
 // Scores are kept in the log2 domain (scale * log2(e) folded in) so exp is exp2.
 //
 // Micro-kernels: a level supplies a struct `Micro` of static functions (the driver,
@@ -53,6 +58,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
@@ -95,6 +101,29 @@ inline Shape make_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D
             "attention: need Hq a multiple of Hkv and D > 0");
   return Shape{B, S, Hq, Hkv, D, Hq / Hkv, Hq * D, Hkv * D, (S + kTile - 1) / kTile, doc_start};
 }
+
+// Each token's first visible key, max(doc_start[i], i - window + 1), when a window cuts
+// anything (0 < window < S); otherwise it only forwards doc_start, so that attention
+// without a window is the same calls as before windows existed.
+class KeyStarts {
+ public:
+  KeyStarts(const int32_t* doc_start, int64_t B, int64_t S, int64_t window) : ptr_(doc_start) {
+    if (window <= 0 || window >= S) return;
+    starts_.resize(static_cast<size_t>(B * S));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t t = b * S + i;
+        const int64_t from = std::max<int64_t>(doc_start ? doc_start[t] : 0, i - window + 1);
+        starts_[static_cast<size_t>(t)] = static_cast<int32_t>(from);
+      }
+    ptr_ = starts_.data();
+  }
+  const int32_t* get() const { return ptr_; }
+
+ private:
+  const int32_t* ptr_;
+  std::vector<int32_t> starts_;
+};
 
 // Where the documents of batch row b cut the tiles (all trivial without doc_start).
 struct Docs {

@@ -1,0 +1,149 @@
+// Qwen3.5/3.6 text configs (transformers' Qwen3_5TextConfig, model_type "qwen3_5_text",
+// or the "text_config" of a "qwen3_5" checkpoint). The fields the family shares with
+// qwen3 (sizes, heads, RoPE theta, q/k norms, biases, dtype) are read by the qwen3 parser
+// on a copy of the config without the hybrid fields, so both families validate them the
+// same way; this file reads what is Qwen3.5's own: layer_types (or
+// full_attention_interval), the Gated DeltaNet shape, the attention output gate, and
+// partial RoPE.
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/config_qwen3_5.h"
+
+namespace lt {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kFix = "fix config.json or use the model's original one";
+constexpr int64_t kMaxCount = int64_t{1} << 14;  // heads and head dims, as config.cpp bounds them
+
+int64_t positive_int(const json& j, const std::string& key, int64_t def, const std::string& where) {
+  if (!j.contains(key) || j.at(key).is_null()) return def;
+  const json& v = j.at(key);
+  const std::string at = where + ", field \"" + key + "\"";
+  if (!v.is_number_integer()) throw Error("must be an integer, got " + v.dump(), at, kFix);
+  const int64_t n = v.get<int64_t>();
+  if (n <= 0) throw Error("must be positive, got " + std::to_string(n), at, kFix);
+  if (n > kMaxCount)
+    throw Error("is " + std::to_string(n) + ", more than lazytrain supports (" + std::to_string(kMaxCount) + ")", at,
+                kFix);
+  return n;
+}
+
+// partial_rotary_factor: top level (4.x checkpoints) or inside rope_parameters (5.x);
+// Qwen3_5TextConfig defaults it to 0.25.
+double partial_rotary(const json& j, const std::string& where) {
+  double f = 0.25;
+  std::string at = where + ", field \"partial_rotary_factor\"";
+  const json* src = nullptr;
+  if (j.contains("partial_rotary_factor") && !j.at("partial_rotary_factor").is_null()) src = &j.at("partial_rotary_factor");
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (j.contains(key) && j.at(key).is_object() && j.at(key).contains("partial_rotary_factor")) {
+      src = &j.at(key).at("partial_rotary_factor");
+      at = where + ", field \"" + key + "\", entry \"partial_rotary_factor\"";
+    }
+  if (src) {
+    if (!src->is_number()) throw Error("must be a number, got " + src->dump(), at, kFix);
+    f = src->get<double>();
+  }
+  if (!(f > 0 && f <= 1)) throw Error("must be in (0, 1], got " + std::to_string(f), at, kFix);
+  return f;
+}
+
+std::vector<LayerKind> layer_kinds(const json& j, int64_t layers, const std::string& where) {
+  std::vector<LayerKind> kinds;
+  if (j.contains("layer_types") && !j.at("layer_types").is_null()) {
+    const json& lt = j.at("layer_types");
+    const std::string at = where + ", field \"layer_types\"";
+    if (!lt.is_array() || static_cast<int64_t>(lt.size()) != layers)
+      throw Error("must be a list of " + std::to_string(layers) + " layer types (num_hidden_layers)", at, kFix);
+    for (const json& t : lt) {
+      if (t == "linear_attention") kinds.push_back(LayerKind::LinearAttention);
+      else if (t == "full_attention") kinds.push_back(LayerKind::Attention);
+      else throw Error("layer type " + t.dump() + " is not a Qwen3.5 layer", at, "use linear_attention or full_attention");
+    }
+    return kinds;
+  }
+  // transformers: every full_attention_interval-th layer (1-based) is full attention.
+  const int64_t interval = positive_int(j, "full_attention_interval", 4, where);
+  for (int64_t i = 0; i < layers; ++i)
+    kinds.push_back((i + 1) % interval == 0 ? LayerKind::Attention : LayerKind::LinearAttention);
+  return kinds;
+}
+
+}  // namespace
+
+bool is_qwen3_5_type(const std::string& model_type) {
+  return model_type == "qwen3_5_text" || model_type == "qwen3_5";
+}
+
+ModelConfig parse_qwen3_5_config(const json& top, const std::string& top_where) {
+  // A qwen3_5 (vision-language) checkpoint keeps the language model in text_config.
+  const bool multimodal = top.value("model_type", "") == "qwen3_5";
+  if (multimodal && !(top.contains("text_config") && top.at("text_config").is_object()))
+    throw Error("a qwen3_5 config without a \"text_config\" object", top_where,
+                "use the checkpoint's original config.json");
+  const json& j = multimodal ? top.at("text_config") : top;
+  const std::string where = multimodal ? top_where + ", field \"text_config\"" : top_where;
+
+  json shared = j;
+  shared["model_type"] = "qwen3";
+  for (const char* key : {"layer_types", "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
+                          "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+                          "attn_output_gate", "partial_rotary_factor", "use_sliding_window"})
+    shared.erase(key);
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (shared.contains(key) && shared[key].is_object())
+      for (const char* k : {"partial_rotary_factor", "mrope_section", "mrope_interleaved"}) shared[key].erase(k);
+  if (!shared.contains("head_dim") || shared["head_dim"].is_null()) shared["head_dim"] = 256;  // Qwen3_5TextConfig's
+  if (!shared.contains("vocab_size")) shared["vocab_size"] = 248320;
+  ModelConfig c = parse_model_config(shared, where);
+  c.model_type = "qwen3_5_text";
+  c.qk_norm = true;
+  c.layer_kinds = layer_kinds(j, c.num_layers, where);
+  c.linear.key_heads = positive_int(j, "linear_num_key_heads", 16, where);
+  c.linear.value_heads = positive_int(j, "linear_num_value_heads", 32, where);
+  c.linear.key_head_dim = positive_int(j, "linear_key_head_dim", 128, where);
+  c.linear.value_head_dim = positive_int(j, "linear_value_head_dim", 128, where);
+  c.linear.conv_kernel = positive_int(j, "linear_conv_kernel_dim", 4, where);
+  if (c.linear.value_heads % c.linear.key_heads != 0)
+    throw Error("linear_num_value_heads " + std::to_string(c.linear.value_heads) +
+                    " is not a multiple of linear_num_key_heads " + std::to_string(c.linear.key_heads),
+                where + ", field \"linear_num_value_heads\"", "each key head serves whole groups of value heads");
+  // transformers gates every full-attention layer's output whatever the key says.
+  if (j.contains("attn_output_gate") && j.at("attn_output_gate") == false)
+    throw Error("attn_output_gate is false, but Qwen3.5's attention always gates its output (transformers "
+                "ignores the key)",
+                where + ", field \"attn_output_gate\"", "remove the key or set it to true");
+  c.attn_output_gate = true;
+  c.partial_rotary_factor = partial_rotary(j, where);
+  const double rotary = c.partial_rotary_factor * static_cast<double>(c.head_dim);
+  if (std::floor(rotary) != rotary || static_cast<int64_t>(rotary) % 2 != 0)
+    throw Error("partial_rotary_factor " + std::to_string(c.partial_rotary_factor) + " of head_dim " +
+                    std::to_string(c.head_dim) + " is not an even number of channels",
+                where, "RoPE rotates channel pairs; use a factor that gives an even count");
+  return c;
+}
+
+json qwen3_5_config_to_json(const ModelConfig& c, json qwen3_fields) {
+  qwen3_fields["architectures"] = {"Qwen3_5ForCausalLM"};
+  qwen3_fields["model_type"] = "qwen3_5_text";
+  qwen3_fields.erase("use_sliding_window");
+  json types = json::array();
+  for (LayerKind k : c.layer_kinds) types.push_back(k == LayerKind::Attention ? "full_attention" : "linear_attention");
+  qwen3_fields["layer_types"] = types;
+  qwen3_fields["linear_num_key_heads"] = c.linear.key_heads;
+  qwen3_fields["linear_num_value_heads"] = c.linear.value_heads;
+  qwen3_fields["linear_key_head_dim"] = c.linear.key_head_dim;
+  qwen3_fields["linear_value_head_dim"] = c.linear.value_head_dim;
+  qwen3_fields["linear_conv_kernel_dim"] = c.linear.conv_kernel;
+  qwen3_fields["attn_output_gate"] = true;
+  qwen3_fields["rope_parameters"]["partial_rotary_factor"] = c.partial_rotary_factor;
+  return qwen3_fields;
+}
+
+}  // namespace lt

@@ -1,0 +1,133 @@
+#include "model/hybrid_layers.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace lt {
+namespace {
+
+constexpr int64_t kStatBytes = 4;  // norm statistics, gates and recurrent states stay fp32
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+std::vector<WeightSpec> hybrid_block_weight_specs(const ModelConfig& c, int64_t layer) {
+  LT_ASSERT(layer >= 0 && layer < c.num_layers, "layer index out of range");
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const int64_t C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
+  std::vector<WeightSpec> w;
+  auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias) {
+    w.push_back({p + name + ".weight", {out, in}});
+    if (bias) w.push_back({p + name + ".bias", {out}});
+  };
+  w.push_back({p + "input_layernorm.weight", {C}});
+  if (c.layer_kind(layer) == LayerKind::LinearAttention) {
+    const LinearAttentionShape& s = c.linear;
+    linear("linear_attn.in_proj_qkv", s.conv_dim(), C, false);
+    linear("linear_attn.in_proj_z", s.value_dim(), C, false);
+    linear("linear_attn.in_proj_b", s.value_heads, C, false);
+    linear("linear_attn.in_proj_a", s.value_heads, C, false);
+    w.push_back({p + "linear_attn.conv1d.weight", {s.conv_dim(), 1, s.conv_kernel}});
+    w.push_back({p + "linear_attn.dt_bias", {s.value_heads}});
+    w.push_back({p + "linear_attn.A_log", {s.value_heads}});
+    w.push_back({p + "linear_attn.norm.weight", {s.value_head_dim}});
+    linear("linear_attn.out_proj", C, s.value_dim(), false);
+  } else {
+    // With the output gate, q_proj yields each head's query and its gate side by side.
+    linear("self_attn.q_proj", c.attn_output_gate ? 2 * Q : Q, C, c.qkv_bias);
+    linear("self_attn.k_proj", KV, C, c.qkv_bias);
+    linear("self_attn.v_proj", KV, C, c.qkv_bias);
+    linear("self_attn.o_proj", C, Q, c.o_bias);
+    if (c.qk_norm) {
+      w.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      w.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
+  }
+  w.push_back({p + "post_attention_layernorm.weight", {C}});
+  linear("mlp.gate_proj", I, C, c.mlp_bias);
+  linear("mlp.up_proj", I, C, c.mlp_bias);
+  linear("mlp.down_proj", C, I, c.mlp_bias);
+  return w;
+}
+
+int64_t layer_params(const ModelConfig& c, int64_t layer) {
+  int64_t n = 0;
+  for (const WeightSpec& w : block_weight_specs(c, layer)) n += w.numel();
+  return n;
+}
+
+std::vector<ActivationSpec> layer_saved_activations(const ModelConfig& c, int64_t layer, RecomputeOption opt,
+                                                    int64_t batch, int64_t seq, int act_bytes) {
+  // The uniform block's list (its norms, attention and MLP); a hybrid layer swaps the
+  // token mixer's part, between the input norm and the residual, for its own.
+  std::vector<ActivationSpec> a = block_saved_activations(c, opt, batch, seq, act_bytes);
+  if (!c.hybrid() || a.empty()) return a;
+  const int64_t T = batch * seq;
+  auto named = [&](const char* name) {
+    return std::find_if(a.begin(), a.end(), [&](const ActivationSpec& s) { return s.name == name; });
+  };
+  auto act = [&](const std::string& name, Shape shape) {
+    return ActivationSpec{name, shape, shape_numel(shape) * act_bytes};
+  };
+  auto stat = [&](const std::string& name, Shape shape) {
+    return ActivationSpec{name, shape, shape_numel(shape) * kStatBytes};
+  };
+  if (c.layer_kind(layer) == LayerKind::Attention) {
+    // Pre-sigmoid; o_proj's input (gate * attention output) is recomputed in backward.
+    if (c.attn_output_gate) a.insert(named("attn_out"), act("attn_gate", {T, c.q_dim()}));
+    return a;
+  }
+  const LinearAttentionShape& s = c.linear;
+  const std::vector<ActivationSpec> mixer = {
+      act("conv_in", {T, s.conv_dim()}),             // in_proj_qkv's output: the convolution's backward reads it
+      act("conv_out", {T, s.conv_dim()}),            // q, k, v after the convolution and SiLU
+      stat("qk_inv_norm", {T, 2 * s.key_heads}),    // the in-kernel L2 normalization of q and k
+      act("z", {T, s.value_dim()}),                  // the output gate of the gated norm
+      stat("beta", {T, s.value_heads}),
+      stat("decay", {T, s.value_heads}),            // g = -exp(A_log) * softplus(a + dt_bias)
+      // The recurrent state entering each chunk: backward reruns one chunk at a time from it.
+      stat("chunk_states", {batch, s.value_heads, ceil_div(seq, kDeltaRuleChunk), s.key_head_dim, s.value_head_dim}),
+      act("delta_out", {T, s.value_dim()}),          // the delta rule's output, before the gated norm
+      stat("delta_norm_rstd", {T * s.value_heads}),
+      act("delta_gated", {T, s.value_dim()}),        // out_proj's input
+  };
+  const auto from = named("attn_norm_out") + 1;
+  const auto pos = a.erase(from, named("resid_mid"));
+  a.insert(pos, mixer.begin(), mixer.end());
+  return a;
+}
+
+int64_t layer_saved_bytes(const ModelConfig& c, int64_t layer, RecomputeOption opt, int64_t batch, int64_t seq,
+                          int act_bytes) {
+  int64_t n = 0;
+  for (const auto& s : layer_saved_activations(c, layer, opt, batch, seq, act_bytes)) n += s.bytes;
+  return n;
+}
+
+double layer_forward_flops(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq) {
+  if (!c.hybrid()) return block_forward_flops(c, batch, seq, layer);  // a sliding layer counts its window
+  const double T = static_cast<double>(batch) * static_cast<double>(seq);
+  const double C = c.hidden_size, I = c.intermediate_size;
+  const double mlp = 3 * C * I;
+  if (c.layer_kind(layer) == LayerKind::Attention) {
+    // block_forward_flops, with q_proj twice as wide when it also yields the gate.
+    const double gate = c.attn_output_gate ? C * static_cast<double>(c.q_dim()) : 0;
+    return block_forward_flops(c, batch, seq, layer) + 2.0 * T * gate;
+  }
+  const LinearAttentionShape& s = c.linear;
+  const double Dk = s.key_head_dim, Dv = s.value_head_dim;
+  const double projections = C * (s.conv_dim() + s.value_dim() + 2.0 * s.value_heads) + s.value_dim() * C;
+  // The chunked delta rule, per token and value head, in MACs: within a chunk of c tokens
+  // the k·k^T and q·k^T products (c·Dk each, full squares), the triangular solve (c²/2),
+  // w and u (c·Dk, c·Dv), the intra-chunk output (c·Dv); against the state, q·S and w·S
+  // and the state update k^T·v (Dk·Dv each).
+  const double ch = static_cast<double>(std::min(kDeltaRuleChunk, seq));
+  const double delta = s.value_heads * (3 * Dk * Dv + ch * (3 * Dk + 2 * Dv) + ch * ch / 2);
+  const double conv = static_cast<double>(s.conv_kernel * s.conv_dim());
+  return 2.0 * T * (projections + mlp + delta + conv);
+}
+
+}  // namespace lt
