@@ -61,6 +61,12 @@ def config_seeds():
     put(t, "mistral.json", MistralConfig(**small, sliding_window=128).to_json_string())
     put(t, "qwen2.json", Qwen2Config(**small, tie_word_embeddings=True).to_json_string())
     put(t, "qwen3.json", Qwen3Config(**small, head_dim=32).to_json_string())
+    from transformers import Gemma3TextConfig, Qwen3_5TextConfig
+    put(t, "qwen3_5_text.json", Qwen3_5TextConfig(**dict(small, num_hidden_layers=4), head_dim=32,
+                                                  linear_num_key_heads=2, linear_num_value_heads=4,
+                                                  linear_key_head_dim=16, linear_value_head_dim=16).to_json_string())
+    put(t, "gemma3_text.json", Gemma3TextConfig(**dict(small, num_hidden_layers=3), head_dim=32,
+                                                sliding_window=64, sliding_window_pattern=2).to_json_string())
     put(t, "lazytrain_checkpoint.json", open(os.path.join(ROOT, "fuzz", "seed_sources", "config.json")).read())
 
 

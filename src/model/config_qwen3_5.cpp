@@ -120,6 +120,18 @@ ModelConfig parse_qwen3_5_config(const json& top, const std::string& top_where) 
                 "ignores the key)",
                 where + ", field \"attn_output_gate\"", "remove the key or set it to true");
   c.attn_output_gate = true;
+  {
+    // As config.cpp bounds the uniform families: every size product stays inside int64.
+    const double C = static_cast<double>(c.hidden_size), L = static_cast<double>(c.num_layers);
+    const double mixer = C * (static_cast<double>(c.linear.conv_dim()) + 2.0 * static_cast<double>(c.linear.value_dim()) +
+                              2.0 * static_cast<double>(c.linear.value_heads)) +
+                         static_cast<double>(c.linear.conv_dim() * c.linear.conv_kernel);
+    const double params = L * (mixer + 3 * C * static_cast<double>(c.intermediate_size)) +
+                          2 * static_cast<double>(c.vocab_size) * C;
+    if (params > 1e15)
+      throw Error("the model would have " + std::to_string(params) + " parameters, more than lazytrain supports (1e15)",
+                  where, kFix);
+  }
   c.partial_rotary_factor = partial_rotary(j, where);
   const double rotary = c.partial_rotary_factor * static_cast<double>(c.head_dim);
   if (std::floor(rotary) != rotary || static_cast<int64_t>(rotary) % 2 != 0)

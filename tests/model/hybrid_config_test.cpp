@@ -94,6 +94,11 @@ TEST(HybridConfig, RefusesWhatItCannotMean) {
   j["rope_parameters"]["partial_rotary_factor"] = 1.5;
   EXPECT_NE(error_of(j).find("must be in (0, 1]"), std::string::npos);
   j = tiny_hybrid();
+  j["hidden_size"] = 1 << 20;
+  j["linear_num_value_heads"] = 16384;
+  j["linear_value_head_dim"] = 16384;  // 4.5e15 parameters: past int64-safe sizes
+  EXPECT_NE(error_of(j).find("more than lazytrain supports"), std::string::npos);
+  j = tiny_hybrid();
   j["hidden_size"] = -1;  // the shared fields are checked as for qwen3
   EXPECT_NE(error_of(j).find("must be positive"), std::string::npos);
 }
