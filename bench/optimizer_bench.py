@@ -16,6 +16,12 @@ for the peers, their clip passes (norm: read g; scale: read + write g = 12 B/par
   fp32 AdamW (ours32, DeepSpeed, torch): p, m, v r/w 24 + g 4 = 28 (+12 clip for peers)
   torchao AdamW8bit: p r/w 8 + g 4 + codes r/w 4 + absmax ~0.06 = 16.06 (+12 clip)
 
+Bandwidth: ours8_bw_frac divides ours8's GB/s by the triad's, a[i] = b[i] + s * c[i] with
+non-temporal stores on the same threads (12 B/element, counted as STREAM counts). The
+ordinary-store triad (triad_cached, printed beside it) also reads every line of a before
+writing it, so 16 bytes move per 12 counted and it understates the attainable bandwidth
+(ours32, which moves no uncounted bytes, outran it by ~1.8x on a 2-vCPU EPYC).
+
 ISA: LT_CPU=scalar|avx2|avx512|native caps our kernels (the binary prints the level and
 kernel variant it ran). For a fair comparison the peers get the same cap: torch through
 ATEN_CPU_CAPABILITY (default / avx2), DeepSpeed by building its CPUAdam with -march=x86-64-v3
@@ -171,7 +177,7 @@ def main():
     for line in info:
         print(line)
     print(f"{'system':<16}{'s/step':>10}{'Mparams/s':>12}{'GB/s':>8}")
-    for name in ["ours8", "ours8_bf16g", "ours32"] + PEERS + ["triad"]:
+    for name in ["ours8", "ours8_bf16g", "ours32"] + PEERS + ["triad", "triad_cached"]:
         if name not in results:
             print(f"{name:<16} did not run: {failed.get(name, 'no result')}")
             continue
@@ -188,6 +194,9 @@ def main():
     for peer in ["torch_foreach", "torch_fused", "torchao8"]:
         if peer in med:
             print(f"ours8 vs {peer}: {med['ours8'][1] / med[peer][1]:.2f}x params/s")
+    if "ours32" in med and "triad_cached" in med:
+        print(f"ours32 moved {med['ours32'][2]:.1f} GB/s: {med['ours32'][2] / med['triad'][2]:.2f} of the triad, "
+              f"{med['ours32'][2] / med['triad_cached'][2]:.2f} of triad_cached")
     if "ours32" in med and "deepspeed" in med:
         print(f"ours32 vs deepspeed: {med['ours32'][1] / med['deepspeed'][1]:.2f}x params/s")
     fused = med["ours8"][1] / med["torch_fused"][1] if "torch_fused" in med else float("nan")

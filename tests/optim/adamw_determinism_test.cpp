@@ -7,6 +7,7 @@
 
 #include "adamw_kernel_variants.h"
 #include "adamw_test_util.h"
+#include "core/aligned_buffer.h"
 #include "optim/adamw.h"
 
 namespace lt {
@@ -106,6 +107,38 @@ TEST(AdamWDeterminism, Bf16CopyOfAwkwardParamsEqualsScalar) {
   EXPECT_EQ(want[7 * 8], 0x7f80);  // +inf stays +inf
   EXPECT_EQ(want[7 * 10] & 0x7fc0, 0x7fc0);  // NaN stays a quiet NaN
   test::for_each_kernel_variant([&](AdamWKernel kernel) { EXPECT_EQ(run(kernel), want); });
+}
+
+// A tensor larger than the caches (2M parameters, a partial last block), with NaN
+// parameters scattered through it, its bf16 copy aligned or one element off alignment
+// (a kernel may store an aligned copy differently): every variant gives the scalar
+// kernel's bits.
+TEST(AdamWDeterminism, LargeTensorCopyEqualsScalarAlignedOrNot) {
+  const int64_t n = (int64_t{1} << 21) + 4096 + 200;  // a partial last block too
+  std::vector<float> p0 = test::normal_vector(n, 0.3f, 21);
+  for (int64_t i = 5; i < n; i += 100003) p0[i] = NAN;
+  auto run = [&](AdamWKernel kernel, int64_t offset) {
+    AdamWConfig cfg;
+    cfg.kernel = kernel;
+    cfg.num_threads = 2;
+    AdamW opt(cfg);
+    opt.add_tensor("w", n);
+    std::vector<float> p = p0;
+    AlignedBuffer<bf16> out(n + 1);
+    for (int64_t step = 1; step <= 2; ++step)
+      opt.step_tensor(0, p.data(), test::spread_gradient(n, 40 + step).data(), out.data() + offset, 1e-3f, 0.9f,
+                      step);
+    RunResult r{p, std::vector<bf16>(out.data() + offset, out.data() + offset + n), test::snapshot(opt, 0)};
+    return r;
+  };
+  const RunResult want = run(AdamWKernel::Scalar, 0);
+  EXPECT_TRUE(std::isnan(want.p[5]));
+  test::for_each_kernel_variant([&](AdamWKernel kernel) {
+    for (int64_t offset : {0, 1}) {
+      SCOPED_TRACE("copy offset " + std::to_string(offset));
+      expect_same(want, run(kernel, offset));
+    }
+  });
 }
 
 }  // namespace

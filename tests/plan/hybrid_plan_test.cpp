@@ -1,0 +1,56 @@
+// Plans of a Qwen3.5 hybrid model: they survive plan.json, and the plan's windows carry
+// each layer's own costs (a DeltaNet layer's weights and compute differ from an attention
+// layer's). The MILP against brute force on hybrid layers is in milp_brute_force_test.cpp.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/cost_model.h"
+#include "plan/plan_json.h"
+#include "plan/planner.h"
+#include "plan_test_util.h"
+#include "sim/event_simulator.h"
+
+namespace lt {
+namespace {
+
+TEST(HybridPlan, WindowsCarryEachLayersOwnCosts) {
+  PlanRequest req = test::tiny_request(8, "h800", 8);
+  req.model = test::tiny_hybrid_config(8);
+  const CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
+  ASSERT_NE(cm.layer(0).weight_bytes, cm.layer(3).weight_bytes);
+  ASSERT_NE(cm.layer(0).forward_s, cm.layer(3).forward_s);
+  for (const char* policy : {"keep-all", "megatrain", "milp"}) {
+    SCOPED_TRACE(policy);
+    const Plan p = make_plan(req, policy);
+    ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+    for (const Window& w : p.windows) {
+      if (w.kind != WindowKind::Forward) continue;
+      EXPECT_DOUBLE_EQ(w.compute_s, cm.layer(w.layer).forward_s) << w.name;
+      for (const Transfer& t : w.transfers)
+        if (t.tensor == "w." + std::to_string(w.layer + 1))
+          EXPECT_DOUBLE_EQ(t.bytes, cm.layer(w.layer + 1).weight_bytes) << w.name;
+    }
+    // The two fixed weight and gradient slots hold the largest layer.
+    EXPECT_DOUBLE_EQ(p.fixed_gpu_bytes, 2 * cm.slot_weight_bytes() + 2 * cm.slot_grad_bytes());
+    // An independent check of the step: the event-driven simulation.
+    const EventSimResult ev = simulate_events(p);
+    EXPECT_TRUE(ev.violations.empty()) << ev.violations.front();
+    EXPECT_NEAR(ev.step_s, p.predicted_step_s, 0.05 * p.predicted_step_s);
+  }
+}
+
+TEST(HybridPlan, SurvivesPlanJson) {
+  PlanRequest req = test::tiny_request(8, "rtx3090", 4);
+  req.model = test::tiny_hybrid_config(8);
+  const Plan p = make_plan(req, "milp");
+  ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+  const Plan back = plan_from_json(plan_to_json(p), "round trip");
+  EXPECT_EQ(back.model.layer_kinds, p.model.layer_kinds);
+  EXPECT_EQ(back.model.linear.value_dim(), p.model.linear.value_dim());
+  EXPECT_EQ(back.predicted_step_s, p.predicted_step_s);
+  EXPECT_EQ(plan_to_json(back), plan_to_json(p));
+}
+
+}  // namespace
+}  // namespace lt
