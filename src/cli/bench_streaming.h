@@ -28,6 +28,7 @@ struct StreamingBenchArgs {
   bool windows = false;  // print each row's per-window measured vs planned times
   bool events = false;   // ... and each window's events (copies, waits, compute)
   bool step_times = false;  // print every run's warm-up and measured step times
+  bool probe_each = true;   // bench predict: re-measure the profile right before each row
   // The executor's matmul precision in run_plan (and so in measure_layer_times' probe):
   // BF16 reads a bf16 compute copy of the weights, refreshed from the fp32 parameters.
   Precision precision = Precision::F32;

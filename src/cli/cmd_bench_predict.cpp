@@ -6,6 +6,11 @@
 // predicted vs measured step time and planned vs measured compute-tier peak, for the cpu
 // backend (with the NVMe tier) and the emu backend with throttled links, in fp32 and in
 // bf16 (matmuls reading a bf16 copy of the weights; its own probe gives its layer times).
+// Before each row runs, the profile is measured again and the row re-planned from it
+// (same policy and caps; --probe-once plans every row from the first profile): on a shared
+// machine the speed drifts over the bench's minute, and a profile taken long before a row
+// makes its prediction err by that drift (issue 13: 6-26% on a 2-core AVX2 machine, two
+// back-to-back runs 22% and 7%). --step-times prints every run's steps to show it.
 // Each row also gives the event-driven simulation's step on the same profile
 // (sim/event_simulator.h: no window barriers) and its error against the measured step.
 // The last line is
@@ -18,6 +23,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/bench_streaming.h"
@@ -91,6 +97,10 @@ struct Row {
   Plan plan;
   double emu = -1;  // the emu rows' link rate in GB/s; -1: the cpu backend
   Precision precision = Precision::F32;
+  // How the plan was made (its request, caps included, and policy), so that it can be
+  // made again from a profile measured just before the row runs (--probe each).
+  PlanRequest req;
+  std::string policy;
 };
 
 // The rows of one precision, planned with `req` (its layer times measured at that
@@ -101,33 +111,40 @@ void add_rows(std::vector<Row>& rows, const PlanRequest& req, const StreamingBen
               bool all) {
   const HardwareProfile& hw = req.hardware;
   const std::string tag = precision == Precision::BF16 ? " bf16" : "";
-  std::vector<Plan> plans;
-  const Plan keep = make_plan(req, "keep-all");
-  plans.push_back(keep);
+  // Each plan with the request and policy that made it.
+  std::vector<std::tuple<Plan, PlanRequest, std::string>> plans;
+  auto add = [&](const PlanRequest& r, const std::string& policy) {
+    plans.emplace_back(make_plan(r, policy), r, policy);
+    return std::get<0>(plans.back()).feasible;
+  };
+  add(req, "keep-all");
+  const double keep_peak = std::get<0>(plans.front()).predicted_peak.gpu;
   if (all)
-    for (const char* policy : {"recompute-all", "megatrain"}) plans.push_back(make_plan(req, policy));
+    for (const char* policy : {"recompute-all", "megatrain"}) add(req, policy);
   {  // MILP under a tight compute cap and a small host budget, so that NVMe is in play:
      // the tightest cap (in 5% steps of keep-all's peak) that is feasible.
     PlanRequest tight = req;
     const double boundary = static_cast<double>(a.batch) * a.seq * a.hidden * hw.act_bytes;
     tight.cpu_act_budget_bytes = 0.5 * boundary;
     for (double f = 0.5; f <= 1.0; f += 0.05) {
-      tight.gpu_cap_bytes = keep.predicted_peak.gpu * f;
-      Plan p = make_plan(tight, "milp");
-      if (p.feasible) {
-        plans.push_back(std::move(p));
-        if (!all) break;
-        // The same, with layers 2..L-1's optimizer states paging through NVMe (read and
-        // written each step; the bench runs no optimizer, so the bytes are the zero state).
-        tight.nvme_state_layers = a.layers - 2;
-        Plan paged = make_plan(tight, "milp");
-        paged.policy = "milp-paged";
-        if (paged.feasible) plans.push_back(std::move(paged));
-        break;
+      tight.gpu_cap_bytes = keep_peak * f;
+      if (!add(tight, "milp")) {
+        plans.pop_back();
+        continue;
       }
+      if (!all) break;
+      // The same, with layers 2..L-1's optimizer states paging through NVMe (read and
+      // written each step; the bench runs no optimizer, so the bytes are the zero state).
+      tight.nvme_state_layers = a.layers - 2;
+      if (!add(tight, "milp")) plans.pop_back();
+      break;
     }
   }
-  for (const Plan& p : plans) rows.push_back({"cpu" + tag + " " + p.policy, p, -1, precision});
+  for (auto& [p, r, policy] : plans) {
+    const std::string label = r.nvme_state_layers > 0 ? "milp-paged" : p.policy;
+    if (r.nvme_state_layers > 0) p.policy = label;
+    rows.push_back({"cpu" + tag + " " + label, p, -1, precision, r, policy});
+  }
   // emu rows: the same plans re-made for links throttled to emu_gbps (the profile counts
   // the weights, gradients and activations the emu moves).
   PlanRequest emu_req = req;
@@ -136,7 +153,7 @@ void add_rows(std::vector<Row>& rows, const PlanRequest& req, const StreamingBen
   const std::vector<const char*> emu_policies = all ? std::vector<const char*>{"keep-all", "megatrain", "milp"}
                                                     : std::vector<const char*>{"milp"};
   for (const char* policy : emu_policies)
-    rows.push_back({"emu" + tag + " " + policy, make_plan(emu_req, policy), a.emu_gbps, precision});
+    rows.push_back({"emu" + tag + " " + policy, make_plan(emu_req, policy), a.emu_gbps, precision, emu_req, policy});
 }
 
 void run_predict(const StreamingBenchArgs& a) {
@@ -168,14 +185,28 @@ void run_predict(const StreamingBenchArgs& a) {
               "ev_error", "planned_peak", "measured_peak");
   double max_err = 0, events_max_err = 0;
   bool peak_ok = true;
-  for (const Row& row : rows) {
-    const Plan& p = row.plan;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    const bool bf16 = row.precision == Precision::BF16;
+    Plan p = row.plan;
+    if (a.probe_each) {
+      // The profile measured again just before the row runs, and the row planned from it:
+      // the machine's speed drifts over a bench (neighbours, clocks), and a prediction from
+      // a profile taken many seconds earlier errs by that drift, not by the cost model.
+      PlanRequest probe = bf16 ? req16 : req;
+      const Measured fresh = measure_layer_times(probe, bf16 ? a16 : a);
+      if (a.step_times) print_step_times("probe", fresh);
+      PlanRequest r = row.req;
+      r.measured = probe.measured;
+      p = make_plan(r, row.policy);
+      p.policy = row.plan.policy;
+    }
     if (!p.feasible) {
       std::printf("%-22s infeasible: %s\n", row.label.c_str(), p.infeasible_reason.c_str());
       continue;
     }
     const EventSimResult ev = simulate_events(p);
-    const Measured m = run_plan(p, row.precision == Precision::BF16 ? a16 : a, row.emu);
+    const Measured m = run_plan(p, bf16 ? a16 : a, row.emu);
     const double err = std::abs(m.step_s - p.predicted_step_s) / m.step_s;
     const double ev_err = std::abs(m.step_s - ev.step_s) / m.step_s;
     max_err = std::max(max_err, err);
@@ -188,7 +219,7 @@ void run_predict(const StreamingBenchArgs& a) {
                 ev.violations.empty() ? "" : ("  event violations: " + ev.violations.front()).c_str());
     if (a.step_times) print_step_times(row.label.c_str(), m);
     if (a.windows || a.events) print_windows(m.fastest, p, a.events);
-    if (!a.trace.empty() && &row == &rows.back()) write_chrome_trace(to_sim(m.fastest), p, a.trace);
+    if (!a.trace.empty() && i + 1 == rows.size()) write_chrome_trace(to_sim(m.fastest), p, a.trace);
   }
   std::printf("RESULT predict max_err=%.3f peak_ok=%s events_max_err=%.3f\n", max_err, peak_ok ? "true" : "false",
               events_max_err);
@@ -213,6 +244,8 @@ void add_bench_predict_command(CLI::App& app) {
   cmd->add_flag("--windows", a->windows, "per-window measured vs planned times of every row");
   cmd->add_flag("--events", a->events, "--windows, with each window's events");
   cmd->add_flag("--step-times", a->step_times, "every run's warm-up and measured step times");
+  cmd->add_flag("!--probe-once", a->probe_each,
+                "plan every row from the first profile (default: measure it again before each row)");
   cmd->callback([a] { run_predict(*a); });
 }
 
