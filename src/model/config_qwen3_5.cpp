@@ -11,46 +11,35 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/config_fields.h"
 #include "model/config_qwen3_5.h"
 
 namespace lt {
 namespace {
 
 using nlohmann::json;
+using namespace config_fields;
 
-constexpr const char* kFix = "fix config.json or use the model's original one";
-constexpr int64_t kMaxCount = int64_t{1} << 14;  // heads and head dims, as config.cpp bounds them
-
-int64_t positive_int(const json& j, const std::string& key, int64_t def, const std::string& where) {
-  if (!j.contains(key) || j.at(key).is_null()) return def;
-  const json& v = j.at(key);
-  const std::string at = where + ", field \"" + key + "\"";
-  if (!v.is_number_integer()) throw Error("must be an integer, got " + v.dump(), at, kFix);
-  const int64_t n = v.get<int64_t>();
-  if (n <= 0) throw Error("must be positive, got " + std::to_string(n), at, kFix);
-  if (n > kMaxCount)
-    throw Error("is " + std::to_string(n) + ", more than lazytrain supports (" + std::to_string(kMaxCount) + ")", at,
-                kFix);
+// A positive count bounded as config.cpp bounds heads and head dims.
+int64_t positive_int(const Fields& f, const std::string& key, int64_t def) {
+  const int64_t n = f.opt_int(key, def);
+  require_positive(n, f, key);
+  require_at_most(n, kMaxCount, f, key);
   return n;
 }
 
 // partial_rotary_factor: top level (4.x checkpoints) or inside rope_parameters (5.x);
 // Qwen3_5TextConfig defaults it to 0.25.
 double partial_rotary(const json& j, const std::string& where) {
-  double f = 0.25;
+  double f = Fields(j, where).opt_num("partial_rotary_factor", 0.25);
   std::string at = where + ", field \"partial_rotary_factor\"";
-  const json* src = nullptr;
-  if (j.contains("partial_rotary_factor") && !j.at("partial_rotary_factor").is_null()) src = &j.at("partial_rotary_factor");
   for (const char* key : {"rope_parameters", "rope_scaling"})
     if (j.contains(key) && j.at(key).is_object() && j.at(key).contains("partial_rotary_factor")) {
-      src = &j.at(key).at("partial_rotary_factor");
-      at = where + ", field \"" + key + "\", entry \"partial_rotary_factor\"";
+      const std::string obj = where + ", field \"" + key + "\"";
+      f = Fields(j.at(key), obj).opt_num("partial_rotary_factor", f);
+      at = obj + ", entry \"partial_rotary_factor\"";
     }
-  if (src) {
-    if (!src->is_number()) throw Error("must be a number, got " + src->dump(), at, kFix);
-    f = src->get<double>();
-  }
-  if (!(f > 0 && f <= 1)) throw Error("must be in (0, 1], got " + std::to_string(f), at, kFix);
+  if (!(f > 0 && f <= 1)) throw Error("must be in (0, 1], got " + std::to_string(f), at, kFixConfig);
   return f;
 }
 
@@ -60,7 +49,7 @@ std::vector<LayerKind> layer_kinds(const json& j, int64_t layers, const std::str
     const json& lt = j.at("layer_types");
     const std::string at = where + ", field \"layer_types\"";
     if (!lt.is_array() || static_cast<int64_t>(lt.size()) != layers)
-      throw Error("must be a list of " + std::to_string(layers) + " layer types (num_hidden_layers)", at, kFix);
+      throw Error("must be a list of " + std::to_string(layers) + " layer types (num_hidden_layers)", at, kFixConfig);
     for (const json& t : lt) {
       if (t == "linear_attention") kinds.push_back(LayerKind::LinearAttention);
       else if (t == "full_attention") kinds.push_back(LayerKind::Attention);
@@ -69,7 +58,7 @@ std::vector<LayerKind> layer_kinds(const json& j, int64_t layers, const std::str
     return kinds;
   }
   // transformers: every full_attention_interval-th layer (1-based) is full attention.
-  const int64_t interval = positive_int(j, "full_attention_interval", 4, where);
+  const int64_t interval = positive_int(Fields(j, where), "full_attention_interval", 4);
   for (int64_t i = 0; i < layers; ++i)
     kinds.push_back((i + 1) % interval == 0 ? LayerKind::Attention : LayerKind::LinearAttention);
   return kinds;
@@ -105,11 +94,12 @@ ModelConfig parse_qwen3_5_config(const json& top, const std::string& top_where) 
   c.model_type = "qwen3_5_text";
   c.qk_norm = true;
   c.layer_kinds = layer_kinds(j, c.num_layers, where);
-  c.linear.key_heads = positive_int(j, "linear_num_key_heads", 16, where);
-  c.linear.value_heads = positive_int(j, "linear_num_value_heads", 32, where);
-  c.linear.key_head_dim = positive_int(j, "linear_key_head_dim", 128, where);
-  c.linear.value_head_dim = positive_int(j, "linear_value_head_dim", 128, where);
-  c.linear.conv_kernel = positive_int(j, "linear_conv_kernel_dim", 4, where);
+  const Fields f(j, where);
+  c.linear.key_heads = positive_int(f, "linear_num_key_heads", 16);
+  c.linear.value_heads = positive_int(f, "linear_num_value_heads", 32);
+  c.linear.key_head_dim = positive_int(f, "linear_key_head_dim", 128);
+  c.linear.value_head_dim = positive_int(f, "linear_value_head_dim", 128);
+  c.linear.conv_kernel = positive_int(f, "linear_conv_kernel_dim", 4);
   if (c.linear.value_heads % c.linear.key_heads != 0)
     throw Error("linear_num_value_heads " + std::to_string(c.linear.value_heads) +
                     " is not a multiple of linear_num_key_heads " + std::to_string(c.linear.key_heads),
@@ -128,9 +118,9 @@ ModelConfig parse_qwen3_5_config(const json& top, const std::string& top_where) 
                          static_cast<double>(c.linear.conv_dim() * c.linear.conv_kernel);
     const double params = L * (mixer + 3 * C * static_cast<double>(c.intermediate_size)) +
                           2 * static_cast<double>(c.vocab_size) * C;
-    if (params > 1e15)
+    if (params > kMaxParams)
       throw Error("the model would have " + std::to_string(params) + " parameters, more than lazytrain supports (1e15)",
-                  where, kFix);
+                  where, kFixConfig);
   }
   c.partial_rotary_factor = partial_rotary(j, where);
   const double rotary = c.partial_rotary_factor * static_cast<double>(c.head_dim);

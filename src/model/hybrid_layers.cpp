@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string>
 
-#include "core/error.h"
 
 namespace lt {
 namespace {
@@ -14,43 +13,19 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-std::vector<WeightSpec> hybrid_block_weight_specs(const ModelConfig& c, int64_t layer) {
-  LT_ASSERT(layer >= 0 && layer < c.num_layers, "layer index out of range");
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
-  const int64_t C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
-  std::vector<WeightSpec> w;
-  auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias) {
-    w.push_back({p + name + ".weight", {out, in}});
-    if (bias) w.push_back({p + name + ".bias", {out}});
-  };
-  w.push_back({p + "input_layernorm.weight", {C}});
-  if (c.layer_kind(layer) == LayerKind::LinearAttention) {
-    const LinearAttentionShape& s = c.linear;
-    linear("linear_attn.in_proj_qkv", s.conv_dim(), C, false);
-    linear("linear_attn.in_proj_z", s.value_dim(), C, false);
-    linear("linear_attn.in_proj_b", s.value_heads, C, false);
-    linear("linear_attn.in_proj_a", s.value_heads, C, false);
-    w.push_back({p + "linear_attn.conv1d.weight", {s.conv_dim(), 1, s.conv_kernel}});
-    w.push_back({p + "linear_attn.dt_bias", {s.value_heads}});
-    w.push_back({p + "linear_attn.A_log", {s.value_heads}});
-    w.push_back({p + "linear_attn.norm.weight", {s.value_head_dim}});
-    linear("linear_attn.out_proj", C, s.value_dim(), false);
-  } else {
-    // With the output gate, q_proj yields each head's query and its gate side by side.
-    linear("self_attn.q_proj", c.attn_output_gate ? 2 * Q : Q, C, c.qkv_bias);
-    linear("self_attn.k_proj", KV, C, c.qkv_bias);
-    linear("self_attn.v_proj", KV, C, c.qkv_bias);
-    linear("self_attn.o_proj", C, Q, c.o_bias);
-    if (c.qk_norm) {
-      w.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
-      w.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
-    }
-  }
-  w.push_back({p + "post_attention_layernorm.weight", {C}});
-  linear("mlp.gate_proj", I, C, c.mlp_bias);
-  linear("mlp.up_proj", I, C, c.mlp_bias);
-  linear("mlp.down_proj", C, I, c.mlp_bias);
-  return w;
+void append_linear_attention_weights(std::vector<WeightSpec>& w, const ModelConfig& c, const std::string& prefix) {
+  const std::string p = prefix + "linear_attn.";
+  const LinearAttentionShape& s = c.linear;
+  const int64_t C = c.hidden_size;
+  w.push_back({p + "in_proj_qkv.weight", {s.conv_dim(), C}});
+  w.push_back({p + "in_proj_z.weight", {s.value_dim(), C}});
+  w.push_back({p + "in_proj_b.weight", {s.value_heads, C}});
+  w.push_back({p + "in_proj_a.weight", {s.value_heads, C}});
+  w.push_back({p + "conv1d.weight", {s.conv_dim(), 1, s.conv_kernel}});
+  w.push_back({p + "dt_bias", {s.value_heads}});
+  w.push_back({p + "A_log", {s.value_heads}});
+  w.push_back({p + "norm.weight", {s.value_head_dim}});
+  w.push_back({p + "out_proj.weight", {C, s.value_dim()}});
 }
 
 int64_t layer_params(const ModelConfig& c, int64_t layer) {

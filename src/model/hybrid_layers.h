@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -19,8 +20,9 @@ namespace lt {
 // The chunk length of the chunked delta rule (transformers' and FLA's default).
 constexpr int64_t kDeltaRuleChunk = 64;
 
-// Weights of decoder layer `layer` of a hybrid model (c.hybrid()), in a fixed order.
-std::vector<WeightSpec> hybrid_block_weight_specs(const ModelConfig& c, int64_t layer);
+// The Gated DeltaNet mixer's weights of a linear-attention layer, named under `prefix`
+// ("model.layers.<j>."); block_weight_specs puts them where attention's would be.
+void append_linear_attention_weights(std::vector<WeightSpec>& w, const ModelConfig& c, const std::string& prefix);
 
 int64_t layer_params(const ModelConfig& c, int64_t layer);
 std::vector<ActivationSpec> layer_saved_activations(const ModelConfig& c, int64_t layer, RecomputeOption opt,

@@ -7,7 +7,6 @@ namespace lt {
 
 std::vector<WeightSpec> block_weight_specs(const ModelConfig& c, int64_t layer) {
   LT_ASSERT(layer >= 0 && layer < c.num_layers, "layer index out of range");
-  if (c.hybrid()) return hybrid_block_weight_specs(c, layer);
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   const int64_t C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
   std::vector<WeightSpec> w;
@@ -17,14 +16,19 @@ std::vector<WeightSpec> block_weight_specs(const ModelConfig& c, int64_t layer) 
     if (bias) w.push_back({p + name + ".bias", {out}});
   };
   w.push_back({p + "input_layernorm.weight", {C}});
-  linear("self_attn.q_proj", Q, C, c.qkv_bias);
-  linear("self_attn.k_proj", KV, C, c.qkv_bias);
-  linear("self_attn.v_proj", KV, C, c.qkv_bias);
-  if (c.qk_norm) {
-    w.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
-    w.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+  if (c.layer_kind(layer) == LayerKind::LinearAttention) {
+    append_linear_attention_weights(w, c, p);  // Qwen3.5's Gated DeltaNet
+  } else {
+    // With the output gate (Qwen3.5), q_proj yields each head's query and its gate.
+    linear("self_attn.q_proj", c.attn_output_gate ? 2 * Q : Q, C, c.qkv_bias);
+    linear("self_attn.k_proj", KV, C, c.qkv_bias);
+    linear("self_attn.v_proj", KV, C, c.qkv_bias);
+    if (c.qk_norm) {
+      w.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      w.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
+    linear("self_attn.o_proj", C, Q, c.o_bias);
   }
-  linear("self_attn.o_proj", C, Q, c.o_bias);
   // The MLP's input norm; under Gemma 3's sandwich norms, the attention output's norm,
   // and pre_feedforward_layernorm is the MLP's input norm.
   w.push_back({p + "post_attention_layernorm.weight", {C}});
