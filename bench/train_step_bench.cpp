@@ -20,6 +20,7 @@
 #include "kernels/cpu/matmul.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/hybrid_layers.h"
 
 namespace {
 
@@ -75,8 +76,9 @@ int main(int argc, char** argv) {
       loss = step.forward_backward(params, grads, ids.data(), ids.data()).loss;
       if (s > 0) times.push_back(now_s() - t0);
     }
-    const double flops = 3.0 * (c.num_layers * lt::block_forward_flops(c, batch, seq) +
-                                lt::head_forward_flops(c, batch, seq));
+    double layer_flops = 0;  // each layer's own (a hybrid model's layers differ)
+    for (int64_t j = 0; j < c.num_layers; ++j) layer_flops += lt::layer_forward_flops(c, j, batch, seq);
+    const double flops = 3.0 * (layer_flops + lt::head_forward_flops(c, batch, seq));
     std::printf("{\"step_s\": %.6f, \"tokens_per_s\": %.2f, \"peak_rss\": %.0f, \"loss\": %.6f, "
                 "\"model_flops_per_step\": %.6g, \"threads\": %d}\n",
                 lt::median(times), batch * seq / lt::median(times), static_cast<double>(lt::peak_rss_bytes()), loss, flops,

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Benchmark (not a test): one whole training step (forward + backward, no optimizer) of a
-~110M-parameter Llama shape, lazytrain against PyTorch on the same transformers model,
-in fp32 and in bf16 (PyTorch: CPU autocast), with the same thread count, in one run.
+~110M-parameter Llama shape (or, with --family qwen3_5, a ~100M Qwen3.5 hybrid: three
+Gated DeltaNet layers to each gated full-attention one), lazytrain against PyTorch on the
+same transformers model, in fp32 and in bf16 (PyTorch: CPU autocast), with the same thread
+count, in one run. PyTorch runs transformers' own Qwen3.5 code; without the
+flash-linear-attention and causal-conv1d packages (CUDA-only) that is its torch fallback,
+the chunked delta rule in plain torch ops, which the ratio line names.
 
 Each configuration runs in its own process (so peak RSS is its own), and the rounds are
 interleaved, ours then PyTorch's, because this machine is shared and noisy: figures are
 medians over rounds, and the comparison is a ratio measured side by side.
 
-usage: .venv/bin/python bench/train_step_bench.py [--build build] [--rounds 3] [--steps 3]
-Last line: RESULT train_step bf16_ratio=... fp32_ratio=... mfu=... rss_ratio=... isa=...
+usage: .venv/bin/python bench/train_step_bench.py [--build build] [--rounds 3] [--steps 3] [--family qwen3_5]
+Last line: RESULT train_step bf16_ratio=... fp32_ratio=... mfu=... rss_ratio=... isa=... family=...
 
 LT_CPU=avx2 (or scalar) caps our kernels and oneDNN at that level; PyTorch is capped the
 same way in the same run (ATEN_CPU_CAPABILITY; its oneDNN through ONEDNN_MAX_CPU_ISA), so
@@ -27,6 +31,15 @@ import time
 SHAPE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
              num_key_value_heads=4, intermediate_size=2048, vocab_size=32000,
              max_position_embeddings=1024)
+# Qwen3.6-27B's proportions at ~100M: layer pattern 3 DeltaNet : 1 attention, 16 key heads
+# of 128 shared by 2x value heads in the DeltaNet (here 4 key / 8 value heads of 64), head_dim
+# 256 with a quarter rotated (here 128), 4 KV heads.
+QWEN3_5_SHAPE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=6, num_key_value_heads=2,
+                     head_dim=128, intermediate_size=2048, vocab_size=32000, max_position_embeddings=1024,
+                     linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
+                     linear_value_head_dim=64, linear_conv_kernel_dim=4, full_attention_interval=4,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                                      "partial_rotary_factor": 0.25})
 
 
 def torch_worker(model_dir, mode, batch, seq, steps, threads):
@@ -84,23 +97,27 @@ def main():
     ap.add_argument("--worker", choices=["torch"])
     ap.add_argument("--mode", choices=["f32", "bf16"])
     ap.add_argument("--model-dir")
+    ap.add_argument("--family", choices=["llama", "qwen3_5"], default="llama")
     a = ap.parse_args()
     if a.worker == "torch":
         return torch_worker(a.model_dir, a.mode, a.batch, a.seq, a.steps, a.threads)
 
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig
     ours_bin = os.path.join(a.build, "bench", "train_step_bench")
     if not os.path.exists(ours_bin):
         sys.exit(f"{ours_bin} not found: build first (bash scripts/setup.sh)")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), LT_THREADS=str(a.threads))
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)
-        model = LlamaForCausalLM(LlamaConfig(**SHAPE))
+        if a.family == "qwen3_5":
+            shape, model = QWEN3_5_SHAPE, Qwen3_5ForCausalLM(Qwen3_5TextConfig(**QWEN3_5_SHAPE))
+        else:
+            shape, model = SHAPE, LlamaForCausalLM(LlamaConfig(**SHAPE))
         n_params = sum(p.numel() for p in model.parameters())
         model.save_pretrained(tmp, safe_serialization=True)
         del model
-        print(f"model: Llama {SHAPE}, {n_params / 1e6:.1f}M parameters; batch {a.batch}, "
+        print(f"model: {a.family} {shape}, {n_params / 1e6:.1f}M parameters; batch {a.batch}, "
               f"seq {a.seq}; {a.threads} threads; {a.rounds} rounds x {a.steps} steps")
         results = {(who, mode): [] for who in ("lazytrain", "pytorch") for mode in ("f32", "bf16")}
         gemm = []
@@ -131,7 +148,7 @@ def main():
           f"model FLOPs per step (3 x forward, attention included): {flops / 1e9:.1f} GFLOP")
     print(f"ours: {gemm[0]['cpu']}; PyTorch: {peer_env({}) or 'no cap'}")
     print(f"RESULT train_step bf16_ratio={bf16_ratio:.3f} fp32_ratio={fp32_ratio:.3f} "
-          f"mfu={mfu:.3f} rss_ratio={rss_ratio:.3f} isa={gemm[0]['isa']}")
+          f"mfu={mfu:.3f} rss_ratio={rss_ratio:.3f} isa={gemm[0]['isa']} family={a.family}")
 
 
 if __name__ == "__main__":

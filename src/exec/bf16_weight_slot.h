@@ -4,7 +4,8 @@
 // fp32 block over the link and on the compute tier, less the small fp32 tail.
 //
 // Layout: matrices in block order, each at a 64-byte offset, then the small tensors in
-// block order, each at a 64-byte offset.
+// block order, each at a 64-byte offset. Each layer has its own layout (a hybrid model's
+// layers differ); bytes() is the largest, the size of every slot.
 #pragma once
 
 #include <cstddef>
@@ -25,15 +26,16 @@ class Bf16WeightSlot {
   // (ModelParameters' layout), norms and biases from the fp32 parameters.
   void copy_in(Backend& backend, std::byte* slot, const ModelParameters& params, const bf16* compute_copy,
                int layer) const;
-  // Views of a filled slot: bf16 matrices, fp32 norms and biases (fp32 matrix views null).
-  std::pair<BlockTensors, BlockTensorsBf16> bind(std::byte* slot) const;
+  // Views of a slot filled with layer `layer`: bf16 matrices, fp32 norms and biases (fp32
+  // matrix views null).
+  std::pair<BlockTensors, BlockTensorsBf16> bind(std::byte* slot, int layer) const;
 
  private:
   struct Part {
     BlockField field;
     size_t offset;  // in the slot
   };
-  std::vector<Part> parts_;
+  std::vector<std::vector<Part>> parts_;  // per layer
   size_t bytes_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "exec/linear_attention_mixer.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/geglu.h"
@@ -14,6 +15,7 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
+#include "model/hybrid_layers.h"
 #include "model/layer_specs.h"
 #include "model/rope_frequencies.h"
 
@@ -31,6 +33,52 @@ void add_inplace(float* y, const float* x, int64_t n) {
 void add_into(float* y, const float* a, const float* b, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// Gated attention's q_proj output is [T, H, 2D]: per head its query, then its gate
+// (transformers' chunk of view(..., H, 2D) into two). These move the halves between that
+// layout and two [T, H, D] arrays (the gradient goes back the same way).
+void split_query_gate(float* query, float* gate, const float* qg, int64_t T, int64_t H, int64_t D) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < T * H; ++r) {
+    std::copy_n(qg + r * 2 * D, D, query + r * D);
+    std::copy_n(qg + r * 2 * D + D, D, gate + r * D);
+  }
+}
+// Writes [T, H, D] into the query (gate = false) or gate half of each head of qg.
+void put_head_half(float* qg, const float* src, int64_t T, int64_t H, int64_t D, bool gate) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < T * H; ++r) std::copy_n(src + r * D, D, qg + r * 2 * D + (gate ? D : 0));
+}
+
+// o_proj's input under the output gate: attention's output times sigmoid(gate).
+void gate_output(float* gated, const float* attn, const float* gate, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) gated[i] = attn[i] * sigmoid(gate[i]);
+}
+
+// The Gated DeltaNet carries its state (and its convolution) from one token to the next
+// across the whole row; documents packed into a row would leak into each other.
+void refuse_packed_documents(const int32_t* doc_start, int64_t T) {
+  for (int64_t t = 0; t < T; ++t)
+    if (doc_start[t] != 0)
+      throw Error("a row holds packed documents (token " + std::to_string(t) + " starts a new one), which "
+                  "the Gated DeltaNet layers cannot separate",
+                  "training batch of a Qwen3.5 (linear-attention) model",
+                  "train this model with one document per row (no packing)");
+}
+
+LinearMixerShape mixer_shape(const BlockShape& s) {
+  LinearMixerShape m;
+  m.batch = s.batch;
+  m.seq = s.seq;
+  m.hidden = s.hidden;
+  m.la = s.linear;
+  m.norm_eps = s.eps;
+  m.chunk = kDeltaRuleChunk;
+  return m;
 }
 
 }  // namespace
@@ -76,6 +124,7 @@ void embed_backward(float* dtable, const int32_t* ids, float* dx, int64_t T, con
 
 BlockContext layer_context(const BlockContext& step, const ModelConfig& c, int64_t layer) {
   BlockContext ctx = step;
+  ctx.kind = c.layer_kind(layer);
   ctx.window = c.layer_window(layer);
   if (c.layer_is_sliding(layer) && step.local_rope_cos) {
     ctx.rope_cos = step.local_rope_cos;
@@ -86,7 +135,7 @@ BlockContext layer_context(const BlockContext& step, const ModelConfig& c, int64
 
 void set_rope_tables(BlockContext& ctx, AlignedBuffer<float>& cos, AlignedBuffer<float>& sin, const ModelConfig& c,
                      int64_t seq) {
-  const int64_t n = seq * (c.head_dim / 2);
+  const int64_t n = seq * (rotary_dim(c) / 2);
   const bool local = c.local_rope;
   cos.resize(local ? 2 * n : n);
   sin.resize(local ? 2 * n : n);
@@ -132,14 +181,23 @@ BlockShape block_shape(const ModelConfig& c, int64_t batch, int64_t seq) {
   s.norm_offset = static_cast<float>(c.norm_weight_offset);
   s.sandwich_norms = c.sandwich_norms;
   s.act = c.mlp_activation;
+  s.output_gate = c.attn_output_gate;
+  s.rotary = rotary_dim(c);
+  s.linear = c.linear;
   return s;
 }
 
-int64_t block_saved_numel(const ModelConfig& c, int64_t batch, int64_t seq) {
-  return block_saved_bytes(c, RecomputeOption::KeepInternals, batch, seq, 4) / 4;
+int64_t block_saved_numel(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq) {
+  return layer_saved_bytes(c, layer, RecomputeOption::KeepInternals, batch, seq, 4) / 4;
 }
 
-BlockSaved bind_block_saved(const ModelConfig& c, int64_t batch, int64_t seq, float* base) {
+int64_t max_block_saved_numel(const ModelConfig& c, int64_t batch, int64_t seq) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) n = std::max(n, block_saved_numel(c, l, batch, seq));
+  return n;
+}
+
+BlockSaved bind_block_saved(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, float* base) {
   BlockSaved s;
   const std::unordered_map<std::string, float**> slots = {
       {"attn_norm_rstd", &s.attn_norm_rstd}, {"attn_norm_out", &s.attn_norm_out},
@@ -153,23 +211,43 @@ BlockSaved bind_block_saved(const ModelConfig& c, int64_t batch, int64_t seq, fl
       {"mlp_act", &s.mlp_act},
       {"attn_proj_out", &s.attn_proj_out},   {"post_attn_norm_rstd", &s.post_attn_norm_rstd},
       {"mlp_down_out", &s.mlp_down_out},     {"post_mlp_norm_rstd", &s.post_mlp_norm_rstd},
+      {"attn_gate", &s.attn_gate},           {"conv_in", &s.conv_in},
+      {"conv_q", &s.conv_q},                 {"conv_k", &s.conv_k},
+      {"conv_v", &s.conv_v},                 {"z", &s.z},
+      {"beta", &s.beta},                     {"decay", &s.decay},
+      {"chunk_states", &s.chunk_states},     {"delta_out", &s.delta_out},
+      {"delta_norm_rstd", &s.delta_norm_rstd}, {"delta_gated", &s.delta_gated},
   };
-  for (const auto& spec : block_saved_activations(c, RecomputeOption::KeepInternals, batch, seq, 4)) {
+  for (const auto& spec : layer_saved_activations(c, layer, RecomputeOption::KeepInternals, batch, seq, 4)) {
     auto it = slots.find(spec.name);
     LT_ASSERT(it != slots.end(), "activation spec '" + spec.name + "' has no slot in BlockSaved");
     LT_ASSERT(spec.bytes % 4 == 0);
     *it->second = base;
     base += spec.bytes / 4;
   }
-  LT_ASSERT(s.q && s.k && s.v && s.attn_out && s.attn_lse && s.mlp_act && s.resid_mid);
+  LT_ASSERT(s.mlp_act && s.resid_mid);
+  if (c.layer_kind(layer) == LayerKind::LinearAttention) {
+    LT_ASSERT(s.conv_in && s.chunk_states && s.delta_gated);
+    return s;
+  }
+  LT_ASSERT(s.q && s.k && s.v && s.attn_out && s.attn_lse);
   LT_ASSERT(!c.qk_norm || (s.q_pre_norm && s.k_norm_rstd));
+  LT_ASSERT(!c.attn_output_gate || s.attn_gate);
   LT_ASSERT(!c.sandwich_norms || (s.attn_proj_out && s.mlp_down_out));
   return s;
 }
 
-BlockWorkspace::BlockWorkspace(const BlockShape& s) {
+BlockWorkspace::BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq) {
+  const BlockShape s = block_shape(c, batch, seq);
   const int64_t T = s.tokens(), I = s.inter, C = s.hidden, QD = s.q_dim(), KD = s.kv_dim();
-  buf_.resize(static_cast<size_t>(3 * T * I + 2 * T * C + 3 * T * QD + 3 * T * KD));
+  bool attention = false, linear = false;
+  for (int64_t l = 0; l < c.num_layers; ++l) (c.layer_kind(l) == LayerKind::Attention ? attention : linear) = true;
+  // The attention scratch and the mixer's are never live together (a layer is one kind),
+  // so they share one region.
+  const int64_t gate = s.output_gate ? 3 * T * QD : 0;
+  const int64_t attention_floats = attention ? 3 * T * QD + 3 * T * KD + gate : 0;
+  const int64_t mixer_floats = linear ? static_cast<int64_t>(linear_mixer_workspace_floats(mixer_shape(s))) : 0;
+  buf_.resize(static_cast<size_t>(3 * T * I + 2 * T * C + std::max(attention_floats, mixer_floats)));
   float* p = buf_.data();
   auto take = [&](int64_t n) {
     float* r = p;
@@ -181,42 +259,127 @@ BlockWorkspace::BlockWorkspace(const BlockShape& s) {
   d_up = take(T * I);
   d_norm_out = take(T * C);
   d_norm_in = take(T * C);
-  d_attn_out = take(T * QD);
-  dq = take(T * QD);
-  dq_pre = take(T * QD);
-  dk = take(T * KD);
-  dv = take(T * KD);
-  dk_pre = take(T * KD);
+  float* const shared = p;
+  if (linear) mixer = shared;
+  if (attention) {
+    d_attn_out = take(T * QD);
+    dq = take(T * QD);
+    dq_pre = take(T * QD);
+    dk = take(T * KD);
+    dv = take(T * KD);
+    dk_pre = take(T * KD);
+    if (s.output_gate) {
+      q_and_gate = take(2 * T * QD);
+      gated = take(T * QD);
+    }
+  }
 }
 
-void block_forward(float* x_out, BlockSaved& sv, const float* x_in, const BlockTensors& w,
-                   const BlockTensorsBf16& wb, const BlockContext& ctx) {
+namespace {
+
+// Attention as a token mixer: out = o_proj(attention(rope(q), rope(k), v) [* sigmoid(gate)])
+// from h1 = the input norm's output. out is [T, C], before any sandwich norm.
+void attention_mixer_forward(float* out, BlockSaved& sv, BlockWorkspace& ws, const float* h1, const BlockTensors& w,
+                             const BlockTensorsBf16& wb, const BlockContext& ctx) {
   const BlockShape& s = ctx.shape;
-  const int64_t T = s.tokens(), C = s.hidden, QD = s.q_dim(), KD = s.kv_dim(), I = s.inter;
+  const int64_t T = s.tokens(), C = s.hidden, QD = s.q_dim(), KD = s.kv_dim();
   const Precision p = ctx.precision;
   const float off = s.norm_offset;
-
-  norm_forward(sv.attn_norm_out, sv.attn_norm_rstd, x_in, w.attn_norm, T, C, s.eps, off);
-  const float* h1 = sv.attn_norm_out;
   float* q_proj = s.qk_norm ? sv.q_pre_norm : sv.q;
+  if (s.output_gate) {
+    linear_forward(ws.q_and_gate, h1, w.wq, wb.wq, w.bq, T, C, 2 * QD, p);
+    split_query_gate(q_proj, sv.attn_gate, ws.q_and_gate, T, s.heads, s.head_dim);
+  } else {
+    linear_forward(q_proj, h1, w.wq, wb.wq, w.bq, T, C, QD, p);
+  }
   float* k_proj = s.qk_norm ? sv.k_pre_norm : sv.k;
-  linear_forward(q_proj, h1, w.wq, wb.wq, w.bq, T, C, QD, p);
   linear_forward(k_proj, h1, w.wk, wb.wk, w.bk, T, C, KD, p);
   linear_forward(sv.v, h1, w.wv, wb.wv, w.bv, T, C, KD, p);
   if (s.qk_norm) {
     norm_forward(sv.q, sv.q_norm_rstd, sv.q_pre_norm, w.q_norm, T * s.heads, s.head_dim, s.eps, off);
     norm_forward(sv.k, sv.k_norm_rstd, sv.k_pre_norm, w.k_norm, T * s.kv_heads, s.head_dim, s.eps, off);
   }
-  rope_forward(sv.q, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions);
-  rope_forward(sv.k, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions);
+  rope_forward(sv.q, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions, s.rotary);
+  rope_forward(sv.k, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions, s.rotary);
   attention_forward(sv.attn_out, sv.attn_lse, sv.q, sv.k, sv.v, s.batch, s.seq, s.heads,
                     s.kv_heads, s.head_dim, s.attn_scale, ctx.doc_start, ctx.window);
+  const float* o_in = sv.attn_out;
+  if (s.output_gate) {
+    gate_output(ws.gated, sv.attn_out, sv.attn_gate, T * QD);
+    o_in = ws.gated;
+  }
+  linear_forward(out, o_in, w.wo, wb.wo, w.bo, T, QD, C, p);
+}
 
-  if (s.sandwich_norms) {  // x_mid = x_in + norm(o_proj(attn))
-    linear_forward(sv.attn_proj_out, sv.attn_out, w.wo, wb.wo, w.bo, T, QD, C, p);
+// Its backward: d_out is the gradient of out; leaves dh1 in ws.d_norm_out.
+void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* d_out, const float* h1,
+                              const BlockTensors& w, const BlockTensorsBf16& wb, const BlockSaved& sv,
+                              const BlockContext& ctx) {
+  const BlockShape& s = ctx.shape;
+  const int64_t T = s.tokens(), C = s.hidden, QD = s.q_dim(), KD = s.kv_dim();
+  const Precision p = ctx.precision;
+  const float off = s.norm_offset;
+  const float* o_in = sv.attn_out;
+  if (s.output_gate) {  // o_proj's input again, for its weight gradient
+    gate_output(ws.gated, sv.attn_out, sv.attn_gate, T * QD);
+    o_in = ws.gated;
+  }
+  linear_backward(ws.d_attn_out, g.wo, g.bo, d_out, o_in, w.wo, wb.wo, T, QD, C, false, p);
+  float* d_gate = ws.dq_pre;  // free until the q norm's backward; joined into q_and_gate before it
+  if (s.output_gate) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < T * QD; ++i) {
+      const float sg = sigmoid(sv.attn_gate[i]);
+      d_gate[i] = ws.d_attn_out[i] * sv.attn_out[i] * sg * (1.0f - sg);
+      ws.d_attn_out[i] *= sg;
+    }
+  }
+  attention_backward(ws.dq, ws.dk, ws.dv, ws.d_attn_out, sv.q, sv.k, sv.v, sv.attn_out,
+                     sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.attn_scale,
+                     ctx.doc_start, ctx.window);
+  rope_backward(ws.dq, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions, s.rotary);
+  rope_backward(ws.dk, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions, s.rotary);
+  const float* dq_proj = ws.dq;
+  const float* dk_proj = ws.dk;
+  // The gate's gradient into q_proj's gradient now, before the q norm overwrites dq_pre.
+  if (s.output_gate) put_head_half(ws.q_and_gate, d_gate, T, s.heads, s.head_dim, true);
+  if (s.qk_norm) {
+    norm_backward(ws.dq_pre, g.q_norm, ws.dq, sv.q_pre_norm, w.q_norm, sv.q_norm_rstd,
+                  T * s.heads, s.head_dim, off);
+    norm_backward(ws.dk_pre, g.k_norm, ws.dk, sv.k_pre_norm, w.k_norm, sv.k_norm_rstd,
+                  T * s.kv_heads, s.head_dim, off);
+    dq_proj = ws.dq_pre;
+    dk_proj = ws.dk_pre;
+  }
+  if (s.output_gate) {
+    put_head_half(ws.q_and_gate, dq_proj, T, s.heads, s.head_dim, false);
+    linear_backward(ws.d_norm_out, g.wq, g.bq, ws.q_and_gate, h1, w.wq, wb.wq, T, C, 2 * QD, false, p);
+  } else {
+    linear_backward(ws.d_norm_out, g.wq, g.bq, dq_proj, h1, w.wq, wb.wq, T, C, QD, false, p);
+  }
+  linear_backward(ws.d_norm_out, g.wk, g.bk, dk_proj, h1, w.wk, wb.wk, T, C, KD, true, p);
+  linear_backward(ws.d_norm_out, g.wv, g.bv, ws.dv, h1, w.wv, wb.wv, T, C, KD, true, p);
+}
+
+}  // namespace
+
+void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float* x_in, const BlockTensors& w,
+                   const BlockTensorsBf16& wb, const BlockContext& ctx) {
+  const BlockShape& s = ctx.shape;
+  const int64_t T = s.tokens(), C = s.hidden, I = s.inter;
+  const Precision p = ctx.precision;
+  const float off = s.norm_offset;
+
+  norm_forward(sv.attn_norm_out, sv.attn_norm_rstd, x_in, w.attn_norm, T, C, s.eps, off);
+  const float* h1 = sv.attn_norm_out;
+  if (ctx.kind == LayerKind::LinearAttention) {
+    if (ctx.doc_start) refuse_packed_documents(ctx.doc_start, T);
+    linear_mixer_forward(sv.resid_mid, sv, h1, w, wb, mixer_shape(s), p, ws.mixer);
+  } else if (s.sandwich_norms) {  // x_mid = x_in + norm(o_proj(attn))
+    attention_mixer_forward(sv.attn_proj_out, sv, ws, h1, w, wb, ctx);
     norm_forward(sv.resid_mid, sv.post_attn_norm_rstd, sv.attn_proj_out, w.post_attn_norm, T, C, s.eps, off);
   } else {
-    linear_forward(sv.resid_mid, sv.attn_out, w.wo, wb.wo, w.bo, T, QD, C, p);
+    attention_mixer_forward(sv.resid_mid, sv, ws, h1, w, wb, ctx);
   }
   add_inplace(sv.resid_mid, x_in, T * C);
 
@@ -238,7 +401,7 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
                     const float* x_in, const BlockTensors& w, const BlockTensorsBf16& wb,
                     const BlockSaved& sv, const BlockContext& ctx) {
   const BlockShape& s = ctx.shape;
-  const int64_t T = s.tokens(), C = s.hidden, QD = s.q_dim(), KD = s.kv_dim(), I = s.inter;
+  const int64_t T = s.tokens(), C = s.hidden, I = s.inter;
   const Precision p = ctx.precision;
   const float off = s.norm_offset;
 
@@ -260,33 +423,19 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
   float* dx_mid = dx_in;  // dx_in accumulates the residual path from here on
   add_into(dx_mid, dx_out, ws.d_norm_in, T * C);
 
-  // Attention: x_mid = x_in + o_proj(attention(rope(q), rope(k), v)) [Gemma: norm(o_proj(...))].
-  const float* d_proj = dx_mid;
-  if (s.sandwich_norms) {  // d_norm_out is free until the q/k/v projections write it
-    norm_backward(ws.d_norm_out, g.post_attn_norm, dx_mid, sv.attn_proj_out, w.post_attn_norm,
-                  sv.post_attn_norm_rstd, T, C, off);
-    d_proj = ws.d_norm_out;
-  }
-  linear_backward(ws.d_attn_out, g.wo, g.bo, d_proj, sv.attn_out, w.wo, wb.wo, T, QD, C, false, p);
-  attention_backward(ws.dq, ws.dk, ws.dv, ws.d_attn_out, sv.q, sv.k, sv.v, sv.attn_out,
-                     sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.attn_scale,
-                     ctx.doc_start, ctx.window);
-  rope_backward(ws.dq, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions);
-  rope_backward(ws.dk, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions);
-  const float* dq_proj = ws.dq;
-  const float* dk_proj = ws.dk;
-  if (s.qk_norm) {
-    norm_backward(ws.dq_pre, g.q_norm, ws.dq, sv.q_pre_norm, w.q_norm, sv.q_norm_rstd,
-                  T * s.heads, s.head_dim, off);
-    norm_backward(ws.dk_pre, g.k_norm, ws.dk, sv.k_pre_norm, w.k_norm, sv.k_norm_rstd,
-                  T * s.kv_heads, s.head_dim, off);
-    dq_proj = ws.dq_pre;
-    dk_proj = ws.dk_pre;
-  }
+  // Token mixer: x_mid = x_in + mixer(h1) [Gemma: norm(o_proj(...))]; dh1 into d_norm_out.
   const float* h1 = sv.attn_norm_out;
-  linear_backward(ws.d_norm_out, g.wq, g.bq, dq_proj, h1, w.wq, wb.wq, T, C, QD, false, p);
-  linear_backward(ws.d_norm_out, g.wk, g.bk, dk_proj, h1, w.wk, wb.wk, T, C, KD, true, p);
-  linear_backward(ws.d_norm_out, g.wv, g.bv, ws.dv, h1, w.wv, wb.wv, T, C, KD, true, p);
+  if (ctx.kind == LayerKind::LinearAttention) {
+    linear_mixer_backward(ws.d_norm_out, g, dx_mid, h1, w, wb, sv, mixer_shape(s), p, ws.mixer);
+  } else {
+    const float* d_proj = dx_mid;
+    if (s.sandwich_norms) {  // d_norm_out is free until the q/k/v projections write it
+      norm_backward(ws.d_norm_out, g.post_attn_norm, dx_mid, sv.attn_proj_out, w.post_attn_norm,
+                    sv.post_attn_norm_rstd, T, C, off);
+      d_proj = ws.d_norm_out;
+    }
+    attention_mixer_backward(g, ws, d_proj, h1, w, wb, sv, ctx);
+  }
   norm_backward(ws.d_norm_in, g.attn_norm, ws.d_norm_out, x_in, w.attn_norm, sv.attn_norm_rstd, T, C, off);
   add_inplace(dx_in, ws.d_norm_in, T * C);
 }

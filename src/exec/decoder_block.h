@@ -13,6 +13,11 @@
 //   x_mid = x_in + rmsnorm(o·Wo^T), x_out = x_mid + rmsnorm(m·Wd^T); m uses gelu (tanh)
 //   instead of silu; the attention scale is query_pre_attn_scalar^-1/2.
 //
+// Qwen3.5 (hybrid): a linear-attention layer runs the Gated DeltaNet mixer
+//   (exec/linear_attention_mixer.h) on h1 in place of attention, x_mid = x_in + mixer(h1);
+//   a full-attention layer's q_proj yields each head's query and a gate, with 1 + w q/k
+//   norms and partial RoPE, and o = attention(...) * sigmoid(gate) before o_proj.
+//
 // Backward overwrites dx_in and accumulates (+=) into the weight gradients.
 #pragma once
 
@@ -34,6 +39,9 @@ struct BlockShape {
   float norm_offset = 0;        // RMSNorm scales by (norm_offset + w)
   bool sandwich_norms = false;  // norms on the attention and MLP outputs (Gemma 3)
   MlpActivation act = MlpActivation::Silu;
+  bool output_gate = false;  // Qwen3.5: attention's output times sigmoid(gate from q_proj)
+  int64_t rotary = 0;        // channels of each head that RoPE rotates (head_dim unless partial)
+  LinearAttentionShape linear;  // the Gated DeltaNet layers' (hybrid models)
   int64_t tokens() const { return batch * seq; }
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
@@ -41,7 +49,7 @@ struct BlockShape {
 BlockShape block_shape(const ModelConfig& c, int64_t batch, int64_t seq);
 
 // Views of the tensors a block saves for backward, bound onto one buffer laid out as
-// block_saved_activations(KeepInternals) says (the planner's spec table, fp32 here).
+// layer_saved_activations(KeepInternals) says (the planner's spec table, fp32 here).
 struct BlockSaved {
   float *attn_norm_rstd = nullptr, *attn_norm_out = nullptr;
   float *q_pre_norm = nullptr, *k_pre_norm = nullptr, *q_norm_rstd = nullptr,
@@ -52,19 +60,32 @@ struct BlockSaved {
   // Gemma 3's sandwich norms: the projections' outputs and their norms' rstd.
   float *attn_proj_out = nullptr, *post_attn_norm_rstd = nullptr;
   float *mlp_down_out = nullptr, *post_mlp_norm_rstd = nullptr;
+  // Qwen3.5 gated attention: the gate half of q_proj's output, before its sigmoid.
+  float* attn_gate = nullptr;
+  // Qwen3.5 Gated DeltaNet (exec/linear_attention_mixer.h says what each holds).
+  float *conv_in = nullptr, *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr, *z = nullptr;
+  float *beta = nullptr, *decay = nullptr, *chunk_states = nullptr;
+  float *delta_out = nullptr, *delta_norm_rstd = nullptr, *delta_gated = nullptr;
 };
-int64_t block_saved_numel(const ModelConfig& c, int64_t batch, int64_t seq);
-BlockSaved bind_block_saved(const ModelConfig& c, int64_t batch, int64_t seq, float* base);
+int64_t block_saved_numel(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq);
+// The largest layer's (one scratch buffer serves every recomputed layer).
+int64_t max_block_saved_numel(const ModelConfig& c, int64_t batch, int64_t seq);
+BlockSaved bind_block_saved(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, float* base);
 
-// Scratch for one backward pass, reused layer after layer.
+// Scratch for one layer's forward or backward, reused layer after layer; sized for every
+// kind of layer the model has.
 class BlockWorkspace {
  public:
-  explicit BlockWorkspace(const BlockShape& s);
+  BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq);
   size_t bytes() const { return buf_.size() * sizeof(float); }
   float *d_act, *d_gate, *d_up;   // [T, I]
   float *d_norm_out, *d_norm_in;  // [T, C]
   float *d_attn_out, *dq, *dq_pre;  // [T, Hq*D]
   float *dk, *dv, *dk_pre;          // [T, Hkv*D]
+  // Gated attention (null without it): q_proj's output (forward) or its gradient
+  // (backward) [T, Hq*2D], and o_proj's input, the gated attention output [T, Hq*D].
+  float *q_and_gate = nullptr, *gated = nullptr;
+  float* mixer = nullptr;  // the Gated DeltaNet mixer's workspace (null without one)
 
  private:
   AlignedBuffer<float> buf_;
@@ -76,7 +97,7 @@ class BlockWorkspace {
 // positions 0..seq-1) or both set: a row of packed documents (document_positions).
 // window: this layer's sliding attention window (0: full causal attention); the step's
 // context has 0 and the sliding layers' RoPE tables in local_rope_* (null when they use
-// the global ones); layer_context() makes one layer's context from it.
+// the global ones); layer_context() makes one layer's context from it, and its kind.
 struct BlockContext {
   BlockShape shape;
   const float* rope_cos = nullptr;
@@ -87,6 +108,7 @@ struct BlockContext {
   int64_t window = 0;
   const float* local_rope_cos = nullptr;
   const float* local_rope_sin = nullptr;
+  LayerKind kind = LayerKind::Attention;
 };
 
 // The context of decoder layer `layer`: its window, and its RoPE table (the local one on
@@ -121,7 +143,7 @@ void norm_backward(float* dx, float* dw, const float* dy, const float* x, const 
 // document, what RoPE reads). Throws lt::Error naming the first bad token otherwise.
 void document_positions(int32_t* positions, const int32_t* doc_start, int64_t batch, int64_t seq);
 
-void block_forward(float* x_out, BlockSaved& saved, const float* x_in, const BlockTensors& w,
+void block_forward(float* x_out, BlockSaved& saved, BlockWorkspace& ws, const float* x_in, const BlockTensors& w,
                    const BlockTensorsBf16& w_bf16, const BlockContext& ctx);
 void block_backward(float* dx_in, BlockTensors& grads, BlockWorkspace& ws, const float* dx_out,
                     const float* x_in, const BlockTensors& w, const BlockTensorsBf16& w_bf16,

@@ -78,15 +78,54 @@ Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
   lse_.resize(c.num_heads * n);
   scores_.resize(n);
   logits_.resize(c.vocab_size);
+  if (c.attn_output_gate) {
+    q_and_gate_.resize(2 * n * QD);
+    attn_gate_.resize(n * QD);
+  }
+  if (c.hybrid())
+    for (int64_t l = 0; l < c.num_layers; ++l) linear_.emplace_back(c);
 }
 
+namespace {
+
+// Rows of [n, H, 2D] split into the query halves and the gate halves ([n, H, D] each).
+void split_heads(float* query, float* gate, const float* qg, int64_t rows, int64_t D) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(qg + r * 2 * D, D, query + r * D);
+    std::copy_n(qg + r * 2 * D + D, D, gate + r * D);
+  }
+}
+
+}  // namespace
+
 void Generator::refresh_compute_copy(const ModelParameters& params) { compute_copy_.refresh(params); }
+
+// The MLP half of a layer on n rows of x_ (residual included).
+void Generator::mlp(ModelParameters& params, const BlockTensors& w, int64_t n) {
+  const ModelConfig& c = config_;
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float off = static_cast<float>(c.norm_weight_offset);
+  const Precision p = precision_;
+  norm_forward(h_.data(), rstd_.data(), x_.data(), w.mlp_norm, n, C, eps, off);
+  linear_forward(gate_.data(), h_.data(), w.wg, compute_copy_.of(params, w.wg), w.bg, n, C, I, p);
+  linear_forward(up_.data(), h_.data(), w.wu, compute_copy_.of(params, w.wu), w.bu, n, C, I, p);
+  if (c.mlp_activation == MlpActivation::GeluTanh) geglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
+  else swiglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
+  linear_forward(tmp_.data(), act_.data(), w.wd, compute_copy_.of(params, w.wd), w.bd, n, I, C, p);
+  if (c.sandwich_norms) {
+    norm_forward(h_.data(), rstd_.data(), tmp_.data(), w.post_mlp_norm, n, C, eps, off);
+    add_inplace(x_.data(), h_.data(), n * C);
+  } else {
+    add_inplace(x_.data(), tmp_.data(), n * C);
+  }
+}
 
 void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64_t n, int64_t pos) {
   ModelParameters& params = const_cast<ModelParameters&>(cparams);  // views only; nothing is written
   const ModelConfig& c = config_;
   const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
-  const int64_t D = c.head_dim, half = D / 2;
+  const int64_t D = c.head_dim, rotary = rotary_dim(c), half = rotary / 2;  // tables are [len, half]
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = c.attention_scale();
   const float off = static_cast<float>(c.norm_weight_offset);  // Gemma's (1 + w) norms
@@ -103,6 +142,17 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
   embed_forward(x_.data(), tokens, params.embedding(), n, c);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const BlockTensors w = params.block(l);
+    if (c.layer_kind(l) == LayerKind::LinearAttention) {
+      BlockTensorsBf16 wb;
+      for (const BlockField& f : block_fields(c, l))
+        if (f.matrix) wb.*bf16_member(f.member) = compute_copy_.of(params, w.*f.member);
+      norm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps, off);
+      if (pos == 0) linear_[l].reset();
+      for (int64_t t = 0; t < n; ++t) linear_[l].step(tmp_.data() + t * C, h_.data() + t * C, w, wb, p);
+      add_inplace(x_.data(), tmp_.data(), n * C);
+      mlp(params, w, n);
+      continue;
+    }
     const int64_t window = c.layer_window(l);
     const int64_t table = c.local_rope && c.layer_is_sliding(l) ? max_len_ * half : 0;
     const float* cos = rope_cos_.data() + table + pos * half;
@@ -110,7 +160,12 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
     norm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps, off);
     float* qp = c.qk_norm ? q_pre_.data() : q_.data();
     float* kp = c.qk_norm ? k_pre_.data() : k_.data();
-    linear_forward(qp, h_.data(), w.wq, compute_copy_.of(params, w.wq), w.bq, n, C, QD, p);
+    if (c.attn_output_gate) {  // q_proj yields each head's query and its output gate
+      linear_forward(q_and_gate_.data(), h_.data(), w.wq, compute_copy_.of(params, w.wq), w.bq, n, C, 2 * QD, p);
+      split_heads(qp, attn_gate_.data(), q_and_gate_.data(), n * c.num_heads, D);
+    } else {
+      linear_forward(qp, h_.data(), w.wq, compute_copy_.of(params, w.wq), w.bq, n, C, QD, p);
+    }
     linear_forward(kp, h_.data(), w.wk, compute_copy_.of(params, w.wk), w.bk, n, C, KD, p);
     linear_forward(v_.data(), h_.data(), w.wv, compute_copy_.of(params, w.wv), w.bv, n, C, KD, p);
     if (c.qk_norm) {
@@ -118,8 +173,8 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
       norm_forward(k_.data(), head_rstd_.data(), k_pre_.data(), w.k_norm, n * c.num_kv_heads, D, eps, off);
     }
     // Positions pos..pos+n-1: offset the tables so that row 0 is position pos.
-    rope_forward(q_.data(), cos, sin, 1, n, c.num_heads, D);
-    rope_forward(k_.data(), cos, sin, 1, n, c.num_kv_heads, D);
+    rope_forward(q_.data(), cos, sin, 1, n, c.num_heads, D, nullptr, rotary);
+    rope_forward(k_.data(), cos, sin, 1, n, c.num_kv_heads, D, nullptr, rotary);
     float* kc = k_cache_.data() + l * max_len_ * KD;
     float* vc = v_cache_.data() + l * max_len_ * KD;
     std::memcpy(kc + pos * KD, k_.data(), n * KD * sizeof(float));
@@ -132,6 +187,8 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
       decode_attention(att_.data(), scores_.data(), q_.data(), kc + from * KD, vc + from * KD, pos - from,
                        c.num_heads, c.num_kv_heads, D, scale);
     }
+    if (c.attn_output_gate)
+      for (int64_t i = 0; i < n * QD; ++i) att_.data()[i] *= 1.0f / (1.0f + std::exp(-attn_gate_.data()[i]));
     linear_forward(tmp_.data(), att_.data(), w.wo, compute_copy_.of(params, w.wo), w.bo, n, QD, C, p);
     if (c.sandwich_norms) {  // Gemma 3: the attention output is normed before the residual add
       norm_forward(h_.data(), rstd_.data(), tmp_.data(), w.post_attn_norm, n, C, eps, off);
@@ -139,18 +196,7 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
     } else {
       add_inplace(x_.data(), tmp_.data(), n * C);
     }
-    norm_forward(h_.data(), rstd_.data(), x_.data(), w.mlp_norm, n, C, eps, off);
-    linear_forward(gate_.data(), h_.data(), w.wg, compute_copy_.of(params, w.wg), w.bg, n, C, I, p);
-    linear_forward(up_.data(), h_.data(), w.wu, compute_copy_.of(params, w.wu), w.bu, n, C, I, p);
-    if (c.mlp_activation == MlpActivation::GeluTanh) geglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
-    else swiglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
-    linear_forward(tmp_.data(), act_.data(), w.wd, compute_copy_.of(params, w.wd), w.bd, n, I, C, p);
-    if (c.sandwich_norms) {
-      norm_forward(h_.data(), rstd_.data(), tmp_.data(), w.post_mlp_norm, n, C, eps, off);
-      add_inplace(x_.data(), h_.data(), n * C);
-    } else {
-      add_inplace(x_.data(), tmp_.data(), n * C);
-    }
+    mlp(params, w, n);
   }
   // Only the last position's logits are needed.
   const float* last = x_.data() + (n - 1) * C;

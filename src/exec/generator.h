@@ -2,7 +2,8 @@
 // Prefill runs the prompt through each layer at once; each new token then runs one
 // position through every layer, attending to the cached keys and values.
 // The math is the training forward's (same kernels, same precision), one sequence at a
-// time.
+// time. A Qwen3.5 model's Gated DeltaNet layers carry their recurrent state instead of a
+// cache (exec/linear_attention_decode.h), prefill included, one token at a time.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "core/aligned_buffer.h"
 #include "exec/compute_copy.h"
+#include "exec/linear_attention_decode.h"
 #include "kernels/cpu/matmul.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -37,6 +39,7 @@ class Generator {
   // Runs tokens[0..n) at positions pos..pos+n, filling the caches; leaves the final
   // hidden state of the last position in hidden_last_.
   void run(const ModelParameters& params, const int32_t* tokens, int64_t n, int64_t pos);
+  void mlp(ModelParameters& params, const BlockTensors& w, int64_t n);
 
   ModelConfig config_;
   int64_t max_len_;
@@ -47,6 +50,8 @@ class Generator {
   // Per-call scratch, sized for max_len positions.
   AlignedBuffer<float> x_, h_, q_pre_, k_pre_, q_, k_, v_, att_, tmp_, gate_, up_, act_;
   AlignedBuffer<float> rstd_, head_rstd_, lse_, scores_, logits_;
+  AlignedBuffer<float> q_and_gate_, attn_gate_;  // gated attention (Qwen3.5)
+  std::vector<LinearAttentionDecoder> linear_;   // per layer; used by linear-attention layers only
 };
 
 }  // namespace lt

@@ -16,7 +16,7 @@ ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision
       tokens_(batch * seq),
       precision_(precision),
       compute_copy_(precision),
-      workspace_(block_shape(c, batch, seq)) {
+      workspace_(c, batch, seq) {
   if (batch <= 0 || seq <= 0)
     throw Error("batch and seq must be positive (got batch " + std::to_string(batch) + ", seq " +
                     std::to_string(seq) + ")",
@@ -58,15 +58,10 @@ bf16* ModelStep::compute_copy(const ModelParameters& params) { return compute_co
 void ModelStep::refresh_compute_copy(const ModelParameters& params) { compute_copy_.refresh(params); }
 
 BlockTensorsBf16 ModelStep::block_bf16(const ModelParameters& params, int64_t layer) const {
-  BlockTensors w = const_cast<ModelParameters&>(params).block(layer);
+  const BlockTensors w = const_cast<ModelParameters&>(params).block(layer);
   BlockTensorsBf16 b;
-  b.wq = compute_copy_.of(params, w.wq);
-  b.wk = compute_copy_.of(params, w.wk);
-  b.wv = compute_copy_.of(params, w.wv);
-  b.wo = compute_copy_.of(params, w.wo);
-  b.wg = compute_copy_.of(params, w.wg);
-  b.wu = compute_copy_.of(params, w.wu);
-  b.wd = compute_copy_.of(params, w.wd);
+  for (const BlockField& f : block_fields(config_, layer))
+    if (f.matrix) b.*bf16_member(f.member) = compute_copy_.of(params, w.*f.member);
   return b;
 }
 
@@ -90,16 +85,19 @@ void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids
                     std::to_string(c.num_layers),
                 "model step", "give one option per layer");
   embed_forward(boundary(0), input_ids, params.embedding(), tokens_, c);
-  const int64_t saved_numel = block_saved_numel(c, batch_, seq_);
+  const size_t scratch_numel = static_cast<size_t>(max_block_saved_numel(c, batch_, seq_));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
     // A kept layer owns its saved tensors until backward; a recomputed one writes them
-    // into the shared scratch, where backward's rerun will write them again.
+    // into the shared scratch (sized for the largest layer), where backward's rerun will
+    // write them again.
     if (!keep) saved_[l] = AlignedBuffer<float>();
     AlignedBuffer<float>& store = keep ? saved_[l] : recompute_saved_;
-    if (store.size() != static_cast<size_t>(saved_numel)) store.resize(saved_numel);
-    BlockSaved sv = bind_block_saved(c, batch_, seq_, store.data());
-    block_forward(boundary(l + 1), sv, boundary(l), params.block(l), block_bf16(params, l), layer_context(ctx_, c, l));
+    const size_t numel = keep ? static_cast<size_t>(block_saved_numel(c, l, batch_, seq_)) : scratch_numel;
+    if (store.size() != numel) store.resize(numel);
+    BlockSaved sv = bind_block_saved(c, l, batch_, seq_, store.data());
+    block_forward(boundary(l + 1), sv, workspace_, boundary(l), params.block(l), block_bf16(params, l),
+                  layer_context(ctx_, c, l));
   }
 }
 
@@ -151,12 +149,12 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
     const BlockContext ctx = layer_context(ctx_, c, l);
     BlockSaved sv;
     if (keep) {
-      sv = bind_block_saved(c, batch_, seq_, saved_[l].data());
+      sv = bind_block_saved(c, l, batch_, seq_, saved_[l].data());
     } else {
       // Rerun the block from its input boundary; its output is discarded (boundary l+1
       // already holds it), so write it into the spare gradient buffer.
-      sv = bind_block_saved(c, batch_, seq_, recompute_saved_.data());
-      block_forward(d_in, sv, boundary(l), w, wb, ctx);
+      sv = bind_block_saved(c, l, batch_, seq_, recompute_saved_.data());
+      block_forward(d_in, sv, workspace_, boundary(l), w, wb, ctx);
     }
     BlockTensors gw = grads.block(l);
     block_backward(d_in, gw, workspace_, d_out, boundary(l), w, wb, sv, ctx);

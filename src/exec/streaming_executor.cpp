@@ -25,6 +25,12 @@ namespace {
 // same bits whatever the plan or thread count.
 double sq_sum(const float* x, int64_t n, double acc) { return acc + sum_of_squares_f64(x, n); }
 
+std::vector<int64_t> saved_numel_per_layer(const ModelConfig& c, int64_t batch, int64_t seq) {
+  std::vector<int64_t> n;
+  for (int64_t j = 0; j < c.num_layers; ++j) n.push_back(block_saved_numel(c, j, batch, seq));
+  return n;
+}
+
 bool tied(const ModelParameters& p) {
   return const_cast<ModelParameters&>(p).lm_head() == const_cast<ModelParameters&>(p).embedding();
 }
@@ -34,7 +40,7 @@ ComputeTierWeights compute_tier_weights(const Plan& plan, const Backend& backend
   ComputeTierWeights cw;
   if (backend.host_is_compute()) return cw;
   const bool bf16_compute = precision == Precision::BF16;
-  const size_t block = static_cast<size_t>(block_numel(plan.model));
+  const size_t block = static_cast<size_t>(max_block_numel(plan.model));  // a slot holds any layer
   cw.on_compute = true;
   cw.layer_bytes = bf16_compute ? Bf16WeightSlot(plan.model).bytes() : block * sizeof(float);
   cw.layer_grad_bytes = block * sizeof(float);
@@ -53,7 +59,7 @@ std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& pa
   const auto off = [&](const float* x) { return static_cast<int64_t>(x - p.data()); };
   switch (t.kind) {
     case UpdateTarget::Kind::Embed: return {{0, c.vocab_size * c.hidden_size}};
-    case UpdateTarget::Kind::Layer: return {{off(p.block_base(t.layer)), block_numel(c)}};
+    case UpdateTarget::Kind::Layer: return {{off(p.block_base(t.layer)), block_numel(c, t.layer)}};
     case UpdateTarget::Kind::Head: {
       std::vector<std::pair<int64_t, int64_t>> r{{off(p.final_norm()), c.hidden_size}};
       if (!tied(p)) r.push_back({off(p.lm_head()), c.vocab_size * c.hidden_size});
@@ -83,16 +89,16 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
       seq_(plan.seq),
       T_(plan.batch * plan.seq),
       C_(plan.model.hidden_size),
-      sched_(make_stream_schedule(plan, block_saved_numel(plan.model, plan.batch, plan.seq),
+      sched_(make_stream_schedule(plan, saved_numel_per_layer(plan.model, plan.batch, plan.seq),
                                   compute_tier_weights(plan, backend, options.precision))),
       host_("host activations"),
-      workspace_(block_shape(plan.model, plan.batch, plan.seq)) {
+      workspace_(plan.model, plan.batch, plan.seq) {
   if (!backend_.host_is_compute()) {  // host ends of the embedding and of gradient slots
     const int64_t V = config_.vocab_size;
     in0_ = host_.allocate(T_ * C_ * sizeof(float), "in.0");
     dx0_ = host_.allocate(T_ * C_ * sizeof(float), "dx.0");
     const int64_t head_rows = sched_.head_chunk_rows > 0 ? sched_.head_chunk_rows : V;  // one lm_head slot
-    grad_stage_ = host_.allocate(std::max(block_numel(config_), head_rows * C_) * sizeof(float), "gradient staging");
+    grad_stage_ = host_.allocate(std::max(max_block_numel(config_), head_rows * C_) * sizeof(float), "gradient staging");
   }
   if (sched_.head_chunk_rows > 0) {  // a streamed head sums as the whole one only on whole sub-chunks
     const int64_t sub = cross_entropy_chunks(T_, config_.vocab_size, {}, options.precision).vocab_chunk;
@@ -229,12 +235,12 @@ void StreamingExecutor::run_update(size_t t, ModelParameters& params, ModelParam
 
 std::pair<BlockTensors, BlockTensorsBf16> StreamingExecutor::weights(ModelParameters& params, int j,
                                                                      const char* slot, const StepOptions& o) {
-  if (bf16_slot_) return bf16_slot_->bind(reinterpret_cast<std::byte*>(buf(slot + std::to_string(j))));
-  BlockTensors w = backend_.host_is_compute() ? params.block(j) : bind_block_tensors(config_, buf(slot + std::to_string(j)));
+  if (bf16_slot_) return bf16_slot_->bind(reinterpret_cast<std::byte*>(buf(slot + std::to_string(j))), j);
+  BlockTensors w = backend_.host_is_compute() ? params.block(j) : bind_block_tensors(config_, j, buf(slot + std::to_string(j)));
   BlockTensorsBf16 b;
   if (ctx_.precision == Precision::BF16) {  // the cpu backend: views of the host's compute copy
     const BlockTensors h = params.block(j);
-    for (const BlockField& f : block_fields(config_))
+    for (const BlockField& f : block_fields(config_, j))
       if (f.matrix) b.*bf16_member(f.member) = o.compute_copy + (h.*f.member - params.data());
   }
   return {w, b};
@@ -243,7 +249,6 @@ std::pair<BlockTensors, BlockTensorsBf16> StreamingExecutor::weights(ModelParame
 // Copies the weights planned to arrive in window w onto the compute tier; waits for them
 // only when this window's own compute reads them (a prefetch runs under the compute).
 void StreamingExecutor::load_weights(int w, ModelParameters& params, const bf16* compute_copy, int which) {
-  const size_t bytes = static_cast<size_t>(block_numel(config_)) * sizeof(float);
   const double t = now();
   // What this window's compute reads goes first on the link, and only that is waited
   // for; prefetches for later windows queue behind it and run under the compute.
@@ -251,7 +256,7 @@ void StreamingExecutor::load_weights(int w, ModelParameters& params, const bf16*
     if (bf16_slot_)
       bf16_slot_->copy_in(backend_, reinterpret_cast<std::byte*>(buf(slot)), params, compute_copy, j);
     else
-      backend_.copy_to_compute(buf(slot), params.block_base(j), bytes);
+      backend_.copy_to_compute(buf(slot), params.block_base(j), static_cast<size_t>(block_numel(config_, j)) * sizeof(float));
   };
   auto issue = [&](bool for_this_window) {
     if (sched_.head_load_w == w && (sched_.head == w) == for_this_window && sched_.head_chunk_rows > 0) {
@@ -436,9 +441,9 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
       case WindowKind::Forward: {
         const std::string in = std::to_string(j), out = std::to_string(j + 1);
         float* saved = sched_.keep_internals[j] ? buf("int." + in) : buf("int.scratch");
-        BlockSaved sv = bind_block_saved(c, batch_, seq_, saved);
+        BlockSaved sv = bind_block_saved(c, j, batch_, seq_, saved);
         const auto [wj, bj] = weights(params, j, "w.", options);
-        block_forward(buf("x." + out), sv, buf("x." + in), wj, bj, layer_context(ctx_, c, j));
+        block_forward(buf("x." + out), sv, workspace_, buf("x." + in), wj, bj, layer_context(ctx_, c, j));
         if (j + 1 < L) store_boundary(j + 1);
         break;
       }
@@ -451,13 +456,13 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
       }
       case WindowKind::Recompute: {
         LT_ASSERT(d_in != nullptr, "recompute window before HEAD");
-        BlockSaved sv = bind_block_saved(c, batch_, seq_, buf("int.scratch"));
+        BlockSaved sv = bind_block_saved(c, j, batch_, seq_, buf("int.scratch"));
         // A plan may recompute a block's top layer too (megatrain-code does, for its
         // internals); its output is a stored boundary, so it goes to the spare gradient.
         const bool stored = j + 1 == L || sched_.boundaries[j + 1].stored;
         float* out = stored ? d_in : buf("rc." + std::to_string(j + 1));
         const auto [wj, bj] = weights(params, j, "wr.", options);
-        block_forward(out, sv, boundary_input(j), wj, bj, layer_context(ctx_, c, j));
+        block_forward(out, sv, workspace_, boundary_input(j), wj, bj, layer_context(ctx_, c, j));
         break;
       }
       case WindowKind::Backward: {
@@ -466,19 +471,20 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         const auto [wj, bj] = weights(params, j, "wb.", options);
         BlockSaved sv;
         if (sched_.keep_internals[j]) {
-          sv = bind_block_saved(c, batch_, seq_, buf("int." + std::to_string(j)));
+          sv = bind_block_saved(c, j, batch_, seq_, buf("int." + std::to_string(j)));
         } else {
           // Rerun the block; its output is not needed, so it goes to the spare gradient.
-          sv = bind_block_saved(c, batch_, seq_, buf("int.scratch"));
-          block_forward(d_in, sv, x_in, wj, bj, layer_context(ctx_, c, j));
+          sv = bind_block_saved(c, j, batch_, seq_, buf("int.scratch"));
+          block_forward(d_in, sv, workspace_, x_in, wj, bj, layer_context(ctx_, c, j));
         }
         const bool host = backend_.host_is_compute();
+        const int64_t numel = block_numel(c, j);
         float* g = host ? grads.block_base(j) : buf("g." + std::to_string(j));
-        if (!host) std::memset(g, 0, block_numel(c) * sizeof(float));
-        BlockTensors gj = bind_block_tensors(c, g);
+        if (!host) std::memset(g, 0, numel * sizeof(float));
+        BlockTensors gj = bind_block_tensors(c, j, g);
         block_backward(d_in, gj, workspace_, d_out, x_in, wj, bj, sv, layer_context(ctx_, c, j));
-        if (host) sq = sq_sum(grads.block_base(j), block_numel(c), sq);
-        else pending_grads_.push_back({grads.block_base(j), g, block_numel(c), sched_.grad_drain_w[j]});
+        if (host) sq = sq_sum(grads.block_base(j), numel, sq);
+        else pending_grads_.push_back({grads.block_base(j), g, numel, sched_.grad_drain_w[j]});
         std::swap(d_in, d_out);
         break;
       }

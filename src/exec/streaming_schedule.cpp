@@ -65,7 +65,8 @@ void schedule_state_paging(StreamSchedule& s, const Plan& plan) {
 
 }  // namespace
 
-StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, const ComputeTierWeights& cw) {
+StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>& saved_numel,
+                                    const ComputeTierWeights& cw) {
   const bool weights_on_compute = cw.on_compute;
   if (!plan.feasible) bad_plan("the plan is infeasible: " + plan.infeasible_reason);
   StreamSchedule s;
@@ -232,14 +233,20 @@ StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel, const
     }
     if (b < L && !bs.stored && b > 0) req("rc." + id, full, s.recompute_w[b - 1], bs.backward_last_w);
   }
-  const size_t saved_bytes = static_cast<size_t>(saved_numel) * sizeof(float);
+  LT_ASSERT(static_cast<int>(saved_numel.size()) == L, "one saved size per layer");
+  const auto saved_bytes = [&](int j) { return static_cast<size_t>(saved_numel[j]) * sizeof(float); };
+  size_t scratch_bytes = 0;  // the largest recomputed layer's
   bool any_scratch = false;
   for (int j = 0; j < L; ++j) {
-    if (s.keep_internals[j]) req("int." + std::to_string(j), saved_bytes, s.forward_w[j], s.backward_w[j]);
-    else any_scratch = true;
+    if (s.keep_internals[j]) {
+      req("int." + std::to_string(j), saved_bytes(j), s.forward_w[j], s.backward_w[j]);
+    } else {
+      any_scratch = true;
+      scratch_bytes = std::max(scratch_bytes, saved_bytes(j));
+    }
   }
   const int first = std::min(s.p0, s.p1);
-  if (any_scratch) req("int.scratch", saved_bytes, first, s.epilogue);
+  if (any_scratch) req("int.scratch", scratch_bytes, first, s.epilogue);
   req("head.norm_out", full, s.head, s.head);
   req("head.rstd", static_cast<size_t>(T) * sizeof(float), s.head, s.head);
   req("head.d_hidden", full, s.head, s.head);

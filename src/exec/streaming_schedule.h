@@ -85,7 +85,9 @@ struct ComputeTierWeights {
 
 // Throws lt::Error for a plan the executor cannot run (infeasible, wrong model shape,
 // a backward window whose input is neither stored nor recomputed, ...).
-StreamSchedule make_stream_schedule(const Plan& plan, int64_t saved_numel_per_layer,
+// saved_numel: each layer's saved tensors (KeepInternals), in floats; int.scratch, where
+// recomputed layers write theirs, holds the largest.
+StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>& saved_numel,
                                     const ComputeTierWeights& weights = {});
 
 }  // namespace lt

@@ -348,6 +348,8 @@ json model_config_to_json(const ModelConfig& c) {
     ModelConfig twin = c;
     twin.model_type = "qwen3";
     twin.layer_kinds.clear();
+    twin.norm_weight_offset = 0;  // Qwen3.5's (1 + w) norms are its own, not a qwen3 field
+    twin.padding_idx = -1;        // written by qwen3_5_config_to_json
     return qwen3_5_config_to_json(c, model_config_to_json(twin));
   }
   const Family* fam = find_family(c.model_type);

@@ -93,6 +93,17 @@ ModelConfig parse_qwen3_5_config(const json& top, const std::string& top_where) 
   ModelConfig c = parse_model_config(shared, where);
   c.model_type = "qwen3_5_text";
   c.qk_norm = true;
+  // Qwen3_5RMSNorm (every norm but the DeltaNet's gated one) scales by 1 + w, in fp32.
+  c.norm_weight_offset = 1.0;
+  // Qwen3_5TextModel's nn.Embedding takes pad_token_id as padding_idx (the class default
+  // is None: no padding row).
+  {
+    const Fields pf(j, where);
+    c.padding_idx = pf.opt_int("pad_token_id", -1);
+    if (c.padding_idx >= c.vocab_size || c.padding_idx < -1)
+      throw Error("is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")", pf.at("pad_token_id"),
+                  kFixConfig);
+  }
   c.layer_kinds = layer_kinds(j, c.num_layers, where);
   const Fields f(j, where);
   c.linear.key_heads = positive_int(f, "linear_num_key_heads", 16);
@@ -145,6 +156,7 @@ json qwen3_5_config_to_json(const ModelConfig& c, json qwen3_fields) {
   qwen3_fields["linear_conv_kernel_dim"] = c.linear.conv_kernel;
   qwen3_fields["attn_output_gate"] = true;
   qwen3_fields["rope_parameters"]["partial_rotary_factor"] = c.partial_rotary_factor;
+  qwen3_fields["pad_token_id"] = c.padding_idx >= 0 ? json(c.padding_idx) : json(nullptr);
   return qwen3_fields;
 }
 

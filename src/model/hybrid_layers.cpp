@@ -57,9 +57,12 @@ std::vector<ActivationSpec> layer_saved_activations(const ModelConfig& c, int64_
   }
   const LinearAttentionShape& s = c.linear;
   const std::vector<ActivationSpec> mixer = {
-      act("conv_in", {T, s.conv_dim()}),             // in_proj_qkv's output: the convolution's backward reads it
-      act("conv_out", {T, s.conv_dim()}),            // q, k, v after the convolution and SiLU
-      stat("qk_inv_norm", {T, 2 * s.key_heads}),    // the in-kernel L2 normalization of q and k
+      act("conv_in", {T, s.conv_dim()}),  // in_proj_qkv's output: the convolution's backward reads it
+      // q, k, v after the convolution and SiLU, each its own array (the delta rule's
+      // inputs; it normalizes q and k itself, and its backward recomputes that)
+      act("conv_q", {T, s.key_dim()}),
+      act("conv_k", {T, s.key_dim()}),
+      act("conv_v", {T, s.value_dim()}),
       act("z", {T, s.value_dim()}),                  // the output gate of the gated norm
       stat("beta", {T, s.value_heads}),
       stat("decay", {T, s.value_heads}),            // g = -exp(A_log) * softplus(a + dt_bias)

@@ -15,10 +15,11 @@
 namespace lt {
 
 // Views of one decoder layer's tensors (weights, or their gradients). Optional tensors
-// (biases, q/k norms) are null when the config has none.
+// (biases, q/k norms) are null when the config has none; a Qwen3.5 layer has either the
+// attention's (wq..bo) or the Gated DeltaNet mixer's (la_*) tensors, per its LayerKind.
 struct BlockTensors {
   float* attn_norm = nullptr;  // [C]
-  float* wq = nullptr;         // [Hq*D, C]
+  float* wq = nullptr;         // [Hq*D, C]; [Hq*2D, C] with the output gate (each head's query, then its gate)
   float* bq = nullptr;         // [Hq*D]
   float* wk = nullptr;         // [Hkv*D, C]
   float* bk = nullptr;
@@ -29,6 +30,16 @@ struct BlockTensors {
   float* wo = nullptr;      // [C, Hq*D]
   float* bo = nullptr;      // [C]
   float* post_attn_norm = nullptr;  // [C] Gemma 3 (sandwich norms): on o_proj's output
+  // Qwen3.5 Gated DeltaNet (transformers' linear_attn.*), Hk/Hv key/value heads of dk/dv:
+  float* la_in_proj_qkv = nullptr;  // [2*Hk*dk + Hv*dv, C]: q, k, v before the convolution
+  float* la_in_proj_z = nullptr;    // [Hv*dv, C]: the gated norm's gate
+  float* la_in_proj_b = nullptr;    // [Hv, C]: beta = sigmoid(b)
+  float* la_in_proj_a = nullptr;    // [Hv, C]: decay g = -exp(A_log) * softplus(a + dt_bias)
+  float* la_conv1d = nullptr;       // [2*Hk*dk + Hv*dv, K] (HF [conv_dim, 1, K])
+  float* la_dt_bias = nullptr;      // [Hv]
+  float* la_A_log = nullptr;        // [Hv]
+  float* la_norm = nullptr;         // [dv]: Qwen3_5RMSNormGated's weight (used as is, not 1 + w)
+  float* la_out_proj = nullptr;     // [C, Hv*dv]
   float* mlp_norm = nullptr;  // [C]
   float* wg = nullptr;        // [I, C]
   float* bg = nullptr;
@@ -43,24 +54,29 @@ struct BlockTensors {
 struct BlockTensorsBf16 {
   const bf16 *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
   const bf16 *wg = nullptr, *wu = nullptr, *wd = nullptr;
+  const bf16 *la_in_proj_qkv = nullptr, *la_in_proj_z = nullptr, *la_in_proj_b = nullptr,
+             *la_in_proj_a = nullptr, *la_out_proj = nullptr;
 };
 
 // One view of a decoder layer in block_weight_specs() order: which member, how many
-// elements, and whether it is one of the seven projection matrices (the tensors matmuls
-// read, in bf16 under Precision::BF16; the rest are norms and biases).
+// elements, and whether it is a projection matrix (the tensors matmuls read, in bf16
+// under Precision::BF16; the rest are norms, biases, and the DeltaNet's convolution and
+// gate parameters, read in fp32).
 struct BlockField {
   float* BlockTensors::*member;
   int64_t numel;
   bool matrix;
 };
-std::vector<BlockField> block_fields(const ModelConfig& c);
+std::vector<BlockField> block_fields(const ModelConfig& c, int64_t layer);
 // The BlockTensorsBf16 member of a projection matrix's BlockTensors member.
 const bf16* BlockTensorsBf16::*bf16_member(float* BlockTensors::*matrix);
 
 // Binds the views of decoder layer `layer` onto a buffer laid out in block_weight_specs()
 // order starting at `base`. The executor uses this to bind a layer template to a slot.
-BlockTensors bind_block_tensors(const ModelConfig& c, float* base);
-int64_t block_numel(const ModelConfig& c);
+BlockTensors bind_block_tensors(const ModelConfig& c, int64_t layer, float* base);
+int64_t block_numel(const ModelConfig& c, int64_t layer);
+// The largest layer (a weight slot holds any layer; hybrid layers differ in size).
+int64_t max_block_numel(const ModelConfig& c);
 
 class ModelParameters {
  public:
@@ -80,7 +96,7 @@ class ModelParameters {
 
   float* embedding() { return data_.data(); }
   float* block_base(int64_t layer) { return data_.data() + block_offset_[layer]; }
-  BlockTensors block(int64_t layer) { return bind_block_tensors(config_, block_base(layer)); }
+  BlockTensors block(int64_t layer) { return bind_block_tensors(config_, layer, block_base(layer)); }
   float* final_norm();
   float* lm_head();  // the embedding when tied
 

@@ -25,6 +25,10 @@ double llama3_scale(double inv_freq, const RopeScaling& s) {
 
 }  // namespace
 
+int64_t rotary_dim(const ModelConfig& c) {
+  return static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
+}
+
 std::vector<double> rope_inv_freq(const ModelConfig& c, bool local) {
   LT_ASSERT(c.head_dim > 0 && c.head_dim % 2 == 0, "RoPE needs an even head_dim");
   const bool own = local && c.local_rope;
@@ -32,7 +36,7 @@ std::vector<double> rope_inv_freq(const ModelConfig& c, bool local) {
   const RopeScaling& scaling = own ? c.local_rope_scaling : c.rope_scaling;
   // Partial RoPE (Qwen3.5): only the first partial_rotary_factor of each head's channels
   // rotate, with frequencies over that many channels (transformers' rotary dim).
-  const int64_t rotary = static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
+  const int64_t rotary = rotary_dim(c);
   const int64_t half = rotary / 2;
   std::vector<double> inv(half);
   for (int64_t j = 0; j < half; ++j) {

@@ -17,7 +17,10 @@ namespace lt {
 // (Gemma 3); otherwise, and for local = false, rope_theta/rope_scaling.
 std::vector<double> rope_inv_freq(const ModelConfig& c, bool local = false);
 
-// cos/sin: [seq, head_dim/2] row-major, for positions 0..seq-1. Angles are computed in
+// The channels of each head that RoPE rotates: head_dim, or its partial_rotary_factor.
+int64_t rotary_dim(const ModelConfig& c);
+
+// cos/sin: [seq, rotary_dim/2] row-major, for positions 0..seq-1. Angles are computed in
 // double and rounded once to float, so large positions lose no accuracy.
 void rope_tables(float* cos, float* sin, const ModelConfig& c, int64_t seq, bool local = false);
 

@@ -211,8 +211,15 @@ TrainSummary run_training(const TrainConfig& cfg) {
   lo.seed = cfg.seed;
   data::PackedLoader loader(*data.train, lo);
   // Block-diagonal attention over the packed documents (train_config.h, document_mask).
-  const bool document_mask = cfg.document_mask == "on" ||
-                             (cfg.document_mask == "auto" && data.train->stats().format != data::DatasetFormat::kText);
+  // A Gated DeltaNet layer's state runs through the whole row, so a hybrid model cannot
+  // keep packed documents apart: auto turns the mask off for it, and on is an error.
+  if (mc.hybrid() && cfg.document_mask == "on")
+    throw Error("document_mask on: the Gated DeltaNet layers of " + mc.model_type +
+                    " carry their state across the whole row and cannot keep packed documents apart",
+                "train config (document_mask)", "use document_mask auto or off for this model");
+  const bool document_mask =
+      !mc.hybrid() && (cfg.document_mask == "on" ||
+                       (cfg.document_mask == "auto" && data.train->stats().format != data::DatasetFormat::kText));
 
   int64_t start_step = 0;
   double tokens_seen = 0;
@@ -251,7 +258,8 @@ TrainSummary run_training(const TrainConfig& cfg) {
   std::printf("data: %zu training documents (%zu tokens, %zu trained), %zu evaluation problems\n", data.train->size(),
               data.train->stats().tokens, data.train->stats().trained_tokens, data.eval.size());
   std::printf("packing: %s\n", document_mask ? "each document attends only to itself, positions from its start (document_mask on)"
-                                             : "documents in a row attend to each other, positions 0..seq_len-1 (document_mask off)");
+                                             : mc.hybrid() ? "documents in a row attend to each other, positions 0..seq_len-1 (document_mask off: the Gated DeltaNet state spans the row)"
+                                                           : "documents in a row attend to each other, positions 0..seq_len-1 (document_mask off)");
   if (streamed) {
     const Plan& p = streamed->plan();
     const Plan::TierCounts tc = p.tier_counts();

@@ -16,9 +16,15 @@
 namespace lt {
 
 namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+// Tensors without weight decay: norms and biases, and the Gated DeltaNet's per-head decay
+// parameters (A_log, dt_bias), which decay would pull toward a fixed decay rate rather
+// than toward zero weight (FLA's layers mark both no-weight-decay too).
 bool is_norm_or_bias(const std::string& name) {
-  return name.find("norm") != std::string::npos ||
-         (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
+  return name.find("norm") != std::string::npos || ends_with(name, ".bias") || ends_with(name, ".dt_bias") ||
+         ends_with(name, ".A_log");
 }
 }  // namespace
 
@@ -44,7 +50,7 @@ Updater::Updater(const TrainConfig& cfg, const ModelParameters& params, const st
     const int64_t offset = p.tensor(s.hf_name) - p.data();
     int layer = -1;
     for (int j = 0; j < params.config().num_layers && layer < 0; ++j)
-      if (offset >= p.block_base(j) - p.data() && offset < p.block_base(j) - p.data() + block_numel(params.config()))
+      if (offset >= p.block_base(j) - p.data() && offset < p.block_base(j) - p.data() + block_numel(params.config(), j))
         layer = j;
     o.paged = layer >= 0 && std::find(paged_layers.begin(), paged_layers.end(), layer) != paged_layers.end();
     adamw_->add_tensor(s.hf_name, s.numel(), o);

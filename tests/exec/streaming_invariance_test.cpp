@@ -185,5 +185,42 @@ TEST_F(StreamingInvariance, Gemma3AndMistralWindowsMatchBitwise) {
                        "mistral emu milp offload");
 }
 
+// Qwen3.5 hybrid (Gated DeltaNet layers with their per-chunk states, and a gated
+// full-attention layer with partial RoPE): layers of two sizes in one set of weight and
+// gradient slots, each layer's own saved tensors, one scratch for the largest. The
+// streamed executor gives the in-memory step's bits under every kind of plan, both
+// backends, fp32 and bf16.
+ModelConfig qwen3_5_tiny_config() {
+  ModelConfig c = test::streaming_tiny_config(4);
+  c.model_type = "qwen3_5_text";
+  c.qk_norm = true;
+  c.norm_weight_offset = 1.0;
+  c.attn_output_gate = true;
+  c.partial_rotary_factor = 0.25;
+  c.linear = {2, 4, 8, 12, 4};
+  c.layer_kinds = {LayerKind::LinearAttention, LayerKind::Attention, LayerKind::LinearAttention,
+                   LayerKind::LinearAttention};
+  return c;
+}
+
+TEST_F(StreamingInvariance, Qwen35HybridLayersMatchBitwise) {
+  const ModelConfig h = qwen3_5_tiny_config();
+  const Trajectory ref = run_reference(h);
+  EXPECT_NE(ref.loss.front(), ref.loss.back());
+  for (const char* policy : {"keep-all", "recompute-all", "megatrain", "megatrain-code", "milp"})
+    expect_bitwise_equal(run_streaming(h, make_plan(request(h), policy), dir_), ref, std::string("qwen3.5 ") + policy);
+  expect_bitwise_equal(run_streaming(h, offloading_milp_plan(h), dir_), ref, "qwen3.5 milp offload");
+  expect_bitwise_equal(run_streaming(h, make_plan(request(h), "megatrain"), dir_, make_emu_backend(2, 2)), ref,
+                       "qwen3.5 emu megatrain");
+  expect_bitwise_equal(run_streaming(h, offloading_milp_plan(h), dir_, make_emu_backend(5, 5)), ref,
+                       "qwen3.5 emu milp offload");
+  const RunOptions bf16{.eight_bit = true, .precision = Precision::BF16};
+  const Trajectory ref16 = run_reference(h, bf16);
+  expect_bitwise_equal(run_streaming(h, make_plan(request(h), "recompute-all"), dir_, make_cpu_backend(), bf16), ref16,
+                       "qwen3.5 bf16 recompute-all");
+  expect_bitwise_equal(run_streaming(h, make_plan(request(h), "megatrain"), dir_, make_emu_backend(), bf16), ref16,
+                       "qwen3.5 bf16 emu megatrain");
+}
+
 }  // namespace
 }  // namespace lt

@@ -72,6 +72,35 @@ TEST(Rope, MatchesReference) {
   });
 }
 
+// Partial RoPE (Qwen3.5): the first R of each head's D channels rotate over [S, R/2]
+// tables, the other D - R pass through bit for bit.
+TEST(Rope, PartialRotaryRotatesOnlyTheLeadingChannels) {
+  test::for_each_isa([](Isa) {
+    for (bool bw : {false, true})
+      for (int64_t R : {2, 8, 32}) {
+        const int64_t B = 2, S = 9, H = 3, D = 48, half = R / 2;
+        const Tables tb = make_tables(S, R);
+        const size_t n = size_t(B * S * H * D);
+        auto x = test::random_floats(n, uint64_t(77 + R), -3, 3);
+        auto want = test::to_double(x);
+        auto cd = test::to_double(tb.cos), sd = test::to_double(tb.sin);
+        ref::rope_apply<double>(want.data(), cd.data(), sd.data(), B, S, H, D, bw ? -1.0 : 1.0, nullptr, R);
+        std::vector<double> bound(n, 1e-300);  // untouched channels: exact (any change fails)
+        for (size_t r = 0; r < n / size_t(D); ++r) {
+          const int64_t s = int64_t(r / size_t(H)) % S;
+          for (int64_t i = 0; i < half; ++i) {
+            const double c = cd[s * half + i], sn = sd[s * half + i];
+            const double a = x[r * D + i], b = x[r * D + i + half];
+            bound[r * D + i] = 3 * kU32 * (std::fabs(a * c) + std::fabs(b * sn)) + 1e-30;
+            bound[r * D + i + half] = 3 * kU32 * (std::fabs(b * c) + std::fabs(a * sn)) + 1e-30;
+          }
+        }
+        (bw ? rope_backward : rope_forward)(x.data(), tb.cos.data(), tb.sin.data(), B, S, H, D, nullptr, R);
+        EXPECT_TRUE(test::within_bound(x, want, bound)) << "R=" << R << " backward=" << bw;
+      }
+  });
+}
+
 TEST(Rope, BackwardInvertsForward) {
   // The rotation is orthogonal, so backward (its transpose) undoes forward.
   const int64_t B = 2, S = 9, H = 3, D = 16;
@@ -118,12 +147,12 @@ TEST(Rope, PositionsRestartPerDocument) {
   test::for_each_isa([&](Isa) {
     for (bool bw : {false, true}) {
       auto got = x;
-      (bw ? rope_backward : rope_forward)(got.data(), tb.cos.data(), tb.sin.data(), 1, S, H, D, pos.data());
+      (bw ? rope_backward : rope_forward)(got.data(), tb.cos.data(), tb.sin.data(), 1, S, H, D, pos.data(), 0);
       auto alone = x;
       int64_t at = 0;
       for (int64_t len : lengths) {  // tables of the document's own length: rows 0..len-1
         (bw ? rope_backward : rope_forward)(alone.data() + at * H * D, tb.cos.data(), tb.sin.data(), 1, len, H,
-                                            D, nullptr);
+                                            D, nullptr, 0);
         at += len;
       }
       EXPECT_EQ(0, std::memcmp(got.data(), alone.data(), got.size() * sizeof(float))) << "backward=" << bw;

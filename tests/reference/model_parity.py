@@ -2,14 +2,24 @@
 saves it with save_pretrained, runs one forward + backward in float32 (eager attention),
 and dumps the inputs, logits, loss and every parameter's gradient to ref.safetensors.
 
+Qwen3.5 cases run the forward + backward in float64 instead: the Gated DeltaNet's
+gradients (A_log, dt_bias, and through them the layers below) are sensitive enough that
+transformers' own float32 run is off by up to ~5e-5 from float64, too close to the 1e-4
+bound to judge lazytrain's float32 against. transformers' Qwen3.5 code casts to float32
+itself (.float(), .to(torch.float32)); for the reference run the modeling module's
+`torch` is a view in which float32 is float64, and Tensor.float casts to float64, both
+restored right after. The weights saved are the float32 ones both sides start from.
+
 usage: model_parity.py CASE OUT_DIR
 """
+import contextlib
 import sys
+import types
 
 import torch
 from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config,
-                          Qwen3Config)
+                          Qwen3_5TextConfig, Qwen3Config)
 
 COMMON = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=96, vocab_size=101,
               max_position_embeddings=128, rms_norm_eps=1e-5, initializer_range=0.2)
@@ -56,9 +66,47 @@ CASES = {
         **{**COMMON, "num_hidden_layers": 4}, num_attention_heads=4, num_key_value_heads=1,
         head_dim=16, query_pre_attn_scalar=16, sliding_window=6, sliding_window_pattern=2,
         rope_local_base_freq=500.0, rope_theta=20000.0, tie_word_embeddings=False),
+    # Qwen3.5: Gated DeltaNet and gated full-attention layers (layer_types), 2 key heads
+    # serving 4 value heads, partial RoPE (a quarter of head_dim 16), (1 + w) norms, a
+    # padding token in the batch; 70 tokens so that the delta rule runs two chunks (64 + 6).
+    "qwen3_5_hybrid_untied": lambda: Qwen3_5TextConfig(
+        **{**COMMON, "num_hidden_layers": 4}, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12,
+        linear_conv_kernel_dim=4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                   "partial_rotary_factor": 0.25},
+        tie_word_embeddings=False, pad_token_id=3),
+    # Qwen3.5 through full_attention_interval, tied, equal key and value heads, 11 tokens.
+    "qwen3_5_interval_tied": lambda: Qwen3_5TextConfig(
+        **{**COMMON, "num_hidden_layers": 3}, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+        full_attention_interval=2, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+        linear_value_head_dim=8, linear_conv_kernel_dim=3, tie_word_embeddings=True),
 }
 
 BATCH, SEQ = 2, 11
+
+
+class _Float64Torch(types.ModuleType):
+    def __init__(self):
+        super().__init__("torch")
+
+    def __getattr__(self, name):
+        return torch.float64 if name in ("float32", "float") else getattr(torch, name)
+
+
+@contextlib.contextmanager
+def qwen3_5_in_float64(model):
+    """Runs transformers' Qwen3.5 modeling code in float64 (see the module docstring)."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as m
+    saved_torch, saved_float = m.torch, torch.Tensor.float
+    m.torch = _Float64Torch()
+    torch.Tensor.float = lambda self, *a, **k: self.to(torch.float64)
+    model.double()
+    try:
+        yield
+    finally:
+        m.torch, torch.Tensor.float = saved_torch, saved_float
+SEQ_OF = {"qwen3_5_hybrid_untied": 70}
 
 
 def main():
@@ -75,15 +123,18 @@ def main():
                 p.add_(0.1 * torch.randn_like(p))
     model.save_pretrained(out_dir, safe_serialization=True)
 
-    ids = torch.randint(0, config.vocab_size, (BATCH, SEQ))
+    ids = torch.randint(0, config.vocab_size, (BATCH, SEQ_OF.get(case, SEQ)))
     labels = ids.clone()
     labels[0, :3] = -100  # ignored positions
     labels[1, 5] = -100
-    if config.model_type == "gemma3_text":
+    if config.pad_token_id is not None:
         ids[1, 2] = config.pad_token_id
         labels[1, 2] = config.pad_token_id
-    out = model(input_ids=ids, labels=labels)
-    out.loss.backward()
+    f64 = qwen3_5_in_float64(model) if config.model_type == "qwen3_5_text" else contextlib.nullcontext()
+    with f64:
+        out = model(input_ids=ids, labels=labels)
+        out.loss.backward()
+    model.float()
 
     # Greedy continuation of a short prompt, for the generator's parity test.
     model.eval()

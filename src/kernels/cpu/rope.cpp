@@ -16,17 +16,19 @@ bool positions_in_table(const int32_t* positions, int64_t B, int64_t S) {
 }  // namespace
 
 void rope_forward(float* x, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H,
-                  int64_t D, const int32_t* positions) {
-  LT_ASSERT(D % 2 == 0, "rope needs an even head dimension");
+                  int64_t D, const int32_t* positions, int64_t rotary) {
+  if (rotary == 0) rotary = D;
+  LT_ASSERT(rotary % 2 == 0 && rotary <= D, "rope needs an even rotary dimension within the head");
   LT_ASSERT(!positions || positions_in_table(positions, B, S), "rope: a position outside [0, S)");
-  LT_ISA_PICK(kRopeKernels).forward(x, cos, sin, B, S, H, D, positions);
+  LT_ISA_PICK(kRopeKernels).forward(x, cos, sin, B, S, H, D, rotary, positions);
 }
 
 void rope_backward(float* dx, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H,
-                   int64_t D, const int32_t* positions) {
-  LT_ASSERT(D % 2 == 0, "rope needs an even head dimension");
+                   int64_t D, const int32_t* positions, int64_t rotary) {
+  if (rotary == 0) rotary = D;
+  LT_ASSERT(rotary % 2 == 0 && rotary <= D, "rope needs an even rotary dimension within the head");
   LT_ASSERT(!positions || positions_in_table(positions, B, S), "rope: a position outside [0, S)");
-  LT_ISA_PICK(kRopeKernels).backward(dx, cos, sin, B, S, H, D, positions);
+  LT_ISA_PICK(kRopeKernels).backward(dx, cos, sin, B, S, H, D, rotary, positions);
 }
 
 }  // namespace lt

@@ -1,5 +1,5 @@
 // Rotary embedding kernels, compiled once per ISA level (core/isa_target.h): threaded over
-// (token, head) rows, vectorized over the half-dimension. In place; backward is the same
+// (token, head) rows, vectorized over the half of the rotated channels. In place; backward is the same
 // rotation with sin negated.
 #include "kernels/cpu/rope.h"
 
@@ -11,10 +11,10 @@ namespace {
 
 template <bool kInverse>
 void rotate(float* x, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H,
-            int64_t D, const int32_t* positions) {
-  const int64_t half = D / 2;
+            int64_t D, int64_t rotary, const int32_t* positions) {
+  const int64_t half = rotary / 2;
   const int64_t rows = B * S * H;
-#pragma omp parallel for schedule(static) if (rows * D >= (1 << 14))
+#pragma omp parallel for schedule(static) if (rows * rotary >= (1 << 14))
   for (int64_t r = 0; r < rows; ++r) {
     // Row r is token r/H = b*S + s, at position s or positions[b*S + s].
     const int64_t s = positions ? positions[r / H] : (r / H) % S;

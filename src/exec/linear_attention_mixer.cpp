@@ -1,0 +1,236 @@
+// The Gated DeltaNet token mixer: glue between the dispatched kernels (linear, causal conv,
+// gated delta rule, gated RMSNorm). What is computed here: the q | k | v split of the
+// convolution's output (and the reverse interleave of their gradients), beta, the decay g,
+// and their gradients into in_proj_b, in_proj_a, dt_bias and A_log.
+//
+// Determinism: the elementwise loops are split over tokens with no cross-iteration state,
+// and the two per-head sums (dt_bias, A_log) run over tokens in a fixed order in one
+// thread each, so nothing depends on the thread count.
+#include "exec/linear_attention_mixer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/cpu/causal_conv1d.h"
+#include "kernels/cpu/gated_delta_rule.h"
+#include "kernels/cpu/gated_rmsnorm.h"
+#include "kernels/cpu/linear.h"
+#include "model/hybrid_layers.h"
+
+namespace lt {
+
+namespace {
+
+// torch's F.softplus with its defaults (beta 1, threshold 20): x itself above the
+// threshold, where log1p(exp(x)) equals x in fp32 anyway but exp would overflow later.
+constexpr float kSoftplusThreshold = 20.0f;
+float softplus(float x) { return x > kSoftplusThreshold ? x : std::log1p(std::exp(x)); }
+// Its derivative as torch's backward takes it: 1 above the threshold, else sigmoid(x).
+float softplus_grad(float x) { return x > kSoftplusThreshold ? 1.0f : 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+void check_shape(const LinearMixerShape& s) {
+  const std::string where = "Gated DeltaNet token mixer";
+  auto positive = [&](int64_t v, const char* name) {
+    if (v <= 0)
+      throw Error(std::string(name) + " is " + std::to_string(v), where,
+                  std::string("pass a positive ") + name + " (for the la_* sizes, check the config's linear_* fields)");
+  };
+  positive(s.batch, "batch");
+  positive(s.seq, "seq");
+  positive(s.hidden, "hidden");
+  positive(s.la.key_heads, "linear_num_key_heads");
+  positive(s.la.value_heads, "linear_num_value_heads");
+  positive(s.la.key_head_dim, "linear_key_head_dim");
+  positive(s.la.value_head_dim, "linear_value_head_dim");
+  positive(s.la.conv_kernel, "linear_conv_kernel_dim");
+  positive(s.chunk, "chunk");
+  if (!(s.norm_eps > 0))
+    throw Error("norm_eps is " + std::to_string(s.norm_eps), where, "pass the config's rms_norm_eps (> 0)");
+  // The kernels check the rest (value heads a multiple of key heads, the conv kernel's
+  // upper limit) and name the field.
+}
+
+GatedDeltaShape delta_shape(const LinearMixerShape& s) {
+  return GatedDeltaShape{s.batch, s.seq, s.la.key_heads, s.la.value_heads, s.la.key_head_dim,
+                         s.la.value_head_dim, s.chunk};
+}
+CausalConvShape conv_shape(const LinearMixerShape& s) {
+  return CausalConvShape{s.batch, s.seq, s.la.conv_dim(), s.la.conv_kernel};
+}
+
+// The backward workspace, in this order (sizes in floats):
+//   dz [T*Vd], dg, dbeta, a [T*Hv each]   live to the end (the input projections' backward)
+//   dqkv [T*Cc]  first dq | dk | dv from the delta rule (three arrays), then, after they
+//                are interleaved into dconv, the convolution's input gradient
+//   shared: first d_o [T*Vd] + max(dy [T*Vd] + the norm's scratch, the delta rule's
+//           scratch); once the delta rule is done, dconv [T*Cc]
+struct BackwardLayout {
+  size_t dz, dg, dbeta, a, dqkv, shared, d_o, dy, norm_ws, rule_ws, dconv, total;
+};
+BackwardLayout backward_layout(const LinearMixerShape& s) {
+  const size_t T = size_t(s.tokens()), Vd = size_t(s.la.value_dim()), Hv = size_t(s.la.value_heads),
+               Cc = size_t(s.la.conv_dim());
+  const size_t norm_ws = gated_rmsnorm_backward_workspace_floats(int64_t(T * Hv), s.la.value_head_dim);
+  const size_t rule_ws = gated_delta_rule_backward_workspace_floats(delta_shape(s));
+  BackwardLayout l{};
+  l.dz = 0;
+  l.dg = l.dz + T * Vd;
+  l.dbeta = l.dg + T * Hv;
+  l.a = l.dbeta + T * Hv;
+  l.dqkv = l.a + T * Hv;
+  l.shared = l.dqkv + T * Cc;
+  l.d_o = l.shared;
+  l.dy = l.d_o + T * Vd;
+  l.norm_ws = l.dy + T * Vd;
+  l.rule_ws = l.d_o + T * Vd;
+  l.dconv = l.shared;
+  const size_t shared = std::max(T * Vd + std::max(T * Vd + norm_ws, rule_ws), T * Cc);
+  l.total = l.shared + shared;
+  return l;
+}
+
+// The forward workspace: the convolution's output [T*Cc] until it is split, then the delta
+// rule's scratch (the two are never live together).
+size_t forward_workspace(const LinearMixerShape& s) {
+  return std::max(size_t(s.tokens() * s.la.conv_dim()), gated_delta_rule_forward_workspace_floats(delta_shape(s)));
+}
+
+// The small tensors are always fp32; a projection matrix may come as fp32, as bf16 (a bf16
+// weight slot holds only that), or both.
+void check_weights(const BlockTensors& w, const BlockTensorsBf16& wb, const char* what) {
+  LT_ASSERT((w.la_in_proj_qkv || wb.la_in_proj_qkv) && (w.la_in_proj_z || wb.la_in_proj_z) &&
+                (w.la_in_proj_b || wb.la_in_proj_b) && (w.la_in_proj_a || wb.la_in_proj_a) &&
+                (w.la_out_proj || wb.la_out_proj) && w.la_conv1d && w.la_dt_bias && w.la_A_log && w.la_norm,
+            std::string(what) + ": a Gated DeltaNet layer without its la_* tensors");
+}
+
+}  // namespace
+
+LinearMixerShape linear_mixer_shape(const ModelConfig& c, int64_t batch, int64_t seq) {
+  LinearMixerShape s;
+  s.batch = batch;
+  s.seq = seq;
+  s.hidden = c.hidden_size;
+  s.la = c.linear;
+  s.norm_eps = static_cast<float>(c.rms_norm_eps);
+  s.chunk = kDeltaRuleChunk;
+  return s;
+}
+
+size_t linear_mixer_workspace_floats(const LinearMixerShape& s) {
+  check_shape(s);
+  return std::max(forward_workspace(s), backward_layout(s).total);
+}
+
+void linear_mixer_forward(float* out, BlockSaved& saved, const float* h, const BlockTensors& w,
+                          const BlockTensorsBf16& wb, const LinearMixerShape& s, Precision p,
+                          float* workspace) {
+  check_shape(s);
+  check_weights(w, wb, "linear_mixer_forward");
+  LT_ASSERT(out && h && workspace && saved.conv_in && saved.conv_q && saved.conv_k && saved.conv_v &&
+            saved.z && saved.beta && saved.decay && saved.chunk_states && saved.delta_out &&
+            saved.delta_norm_rstd && saved.delta_gated);
+  const int64_t T = s.tokens(), C = s.hidden, Kd = s.la.key_dim(), Vd = s.la.value_dim(),
+                Hv = s.la.value_heads, Cc = s.la.conv_dim();
+
+  linear_forward(saved.conv_in, h, w.la_in_proj_qkv, wb.la_in_proj_qkv, nullptr, T, C, Cc, p);
+  float* conv_out = workspace;
+  causal_conv1d_silu_forward(conv_out, saved.conv_in, w.la_conv1d, conv_shape(s));
+  // Per token the channels are q | k | v (transformers' torch.split of the conv output).
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = conv_out + t * Cc;
+    std::copy_n(row, Kd, saved.conv_q + t * Kd);
+    std::copy_n(row + Kd, Kd, saved.conv_k + t * Kd);
+    std::copy_n(row + 2 * Kd, Vd, saved.conv_v + t * Vd);
+  }
+
+  linear_forward(saved.z, h, w.la_in_proj_z, wb.la_in_proj_z, nullptr, T, C, Vd, p);
+  // b and a land in the saved beta and decay, which are then mapped in place.
+  linear_forward(saved.beta, h, w.la_in_proj_b, wb.la_in_proj_b, nullptr, T, C, Hv, p);
+  linear_forward(saved.decay, h, w.la_in_proj_a, wb.la_in_proj_a, nullptr, T, C, Hv, p);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < Hv; ++j) {
+      const int64_t i = t * Hv + j;
+      saved.beta[i] = sigmoid(saved.beta[i]);
+      saved.decay[i] = -std::exp(w.la_A_log[j]) * softplus(saved.decay[i] + w.la_dt_bias[j]);
+    }
+
+  gated_delta_rule_forward(saved.delta_out, nullptr, saved.chunk_states, saved.conv_q, saved.conv_k,
+                           saved.conv_v, saved.decay, saved.beta, nullptr, delta_shape(s), workspace);
+  gated_rmsnorm_forward(saved.delta_gated, saved.delta_norm_rstd, saved.delta_out, saved.z, w.la_norm,
+                        T * Hv, s.la.value_head_dim, s.norm_eps);
+  linear_forward(out, saved.delta_gated, w.la_out_proj, wb.la_out_proj, nullptr, T, Vd, C, p);
+}
+
+void linear_mixer_backward(float* dh, BlockTensors& g, const float* d_out, const float* h,
+                           const BlockTensors& w, const BlockTensorsBf16& wb, const BlockSaved& saved,
+                           const LinearMixerShape& s, Precision p, float* workspace) {
+  check_shape(s);
+  check_weights(w, wb, "linear_mixer_backward");
+  check_weights(g, BlockTensorsBf16{}, "linear_mixer_backward (gradients)");
+  LT_ASSERT(dh && d_out && h && workspace);
+  const int64_t T = s.tokens(), C = s.hidden, Kd = s.la.key_dim(), Vd = s.la.value_dim(),
+                Hv = s.la.value_heads, Cc = s.la.conv_dim(), dv = s.la.value_head_dim;
+  const BackwardLayout l = backward_layout(s);
+  float *dz = workspace + l.dz, *dg = workspace + l.dg, *dbeta = workspace + l.dbeta,
+        *a = workspace + l.a, *dqkv = workspace + l.dqkv, *d_o = workspace + l.d_o, *dy = workspace + l.dy,
+        *dconv = workspace + l.dconv;
+  float *dq = dqkv, *dk = dqkv + T * Kd, *dvv = dqkv + 2 * T * Kd;
+
+  // out = y · out_proj^T
+  linear_backward(dy, g.la_out_proj, nullptr, d_out, saved.delta_gated, w.la_out_proj, wb.la_out_proj, T,
+                  Vd, C, false, p);
+  gated_rmsnorm_backward(d_o, dz, g.la_norm, dy, saved.delta_out, saved.z, w.la_norm, saved.delta_norm_rstd,
+                         T * Hv, dv, workspace + l.norm_ws);
+  gated_delta_rule_backward(dq, dk, dvv, dg, dbeta, nullptr, d_o, nullptr, saved.conv_q, saved.conv_k,
+                            saved.conv_v, saved.decay, saved.beta, saved.chunk_states, delta_shape(s),
+                            workspace + l.rule_ws);
+  // dconv overlays d_o and the delta rule's scratch, both dead now.
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = dconv + t * Cc;
+    std::copy_n(dq + t * Kd, Kd, row);
+    std::copy_n(dk + t * Kd, Kd, row + Kd);
+    std::copy_n(dvv + t * Vd, Vd, row + 2 * Kd);
+  }
+  // dq | dk | dv are consumed: dqkv now takes the gradient of in_proj_qkv's output.
+  causal_conv1d_silu_backward(dqkv, g.la_conv1d, dconv, saved.conv_in, w.la_conv1d, conv_shape(s));
+
+  // a = h · in_proj_a^T is recomputed (T*Hv floats; cheaper than saving it) for the
+  // softplus derivative. In the same pass: db = dbeta * beta (1 - beta) into dbeta, and
+  // da = dg * dg/da = dg * (-exp(A_log)) * softplus'(a + dt_bias) into a.
+  linear_forward(a, h, w.la_in_proj_a, wb.la_in_proj_a, nullptr, T, C, Hv, p);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < Hv; ++j) {
+      const int64_t i = t * Hv + j;
+      const float beta = saved.beta[i];
+      dbeta[i] *= beta * (1.0f - beta);
+      a[i] = dg[i] * -std::exp(w.la_A_log[j]) * softplus_grad(a[i] + w.la_dt_bias[j]);
+    }
+  // d dt_bias = sum_t da; d A_log = sum_t dg * g (dg/dA_log = -exp(A_log) softplus(.) = g).
+  // One thread per head, tokens in order, double accumulators: a fixed summation.
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < Hv; ++j) {
+    double sum_da = 0, sum_dA = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      sum_da += a[t * Hv + j];
+      sum_dA += double(dg[t * Hv + j]) * saved.decay[t * Hv + j];
+    }
+    g.la_dt_bias[j] += static_cast<float>(sum_da);
+    g.la_A_log[j] += static_cast<float>(sum_dA);
+  }
+
+  linear_backward(dh, g.la_in_proj_qkv, nullptr, dqkv, h, w.la_in_proj_qkv, wb.la_in_proj_qkv, T, C, Cc,
+                  false, p);
+  linear_backward(dh, g.la_in_proj_z, nullptr, dz, h, w.la_in_proj_z, wb.la_in_proj_z, T, C, Vd, true, p);
+  linear_backward(dh, g.la_in_proj_b, nullptr, dbeta, h, w.la_in_proj_b, wb.la_in_proj_b, T, C, Hv, true, p);
+  linear_backward(dh, g.la_in_proj_a, nullptr, a, h, w.la_in_proj_a, wb.la_in_proj_a, T, C, Hv, true, p);
+}
+
+}  // namespace lt

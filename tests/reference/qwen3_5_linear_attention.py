@@ -1,0 +1,125 @@
+"""Reference for the Gated DeltaNet token mixer test (tests/exec/linear_attention_mixer_test.cpp):
+transformers' own Qwen3_5GatedDeltaNet (models/qwen3_5/modeling_qwen3_5.py), built from a
+Qwen3_5TextConfig, loaded with the test's fp32 weights, run forward and backward with
+autograd in float64 (no cache, no padding mask: the torch-only chunked path).
+
+Float64: the layer's forward and the functions it calls (causal_conv1d_fn,
+torch_chunk_gated_delta_rule, Qwen3_5RMSNormGated.forward) are run through copies whose
+global `torch` is a view of the torch module in which `torch.float32` is float64 (as
+gated_deltanet_ops.py does). The forward also calls `.float()` on A_log and a, which would
+round them to fp32; for the duration of the call Tensor.float keeps float64 tensors
+float64. The script checks that the output is float64 and that each function it runs is
+the code in modeling_qwen3_5.py (the hub-kernel wrappers unwrapped to their torch path).
+
+Inputs (raw little-endian float32, lazytrain's layouts): h.bin, dout.bin [B,S,C];
+in_proj_qkv [2*Hk*dk + Hv*dv, C], in_proj_z [Hv*dv, C], in_proj_b, in_proj_a [Hv, C],
+conv1d [conv_dim, K], dt_bias, A_log [Hv], norm [dv], out_proj [C, Hv*dv].
+Outputs (raw float64): out [B,S,C], dh [B,S,C] and d_<name> for every weight above
+(for L = sum dout . out).
+
+usage: qwen3_5_linear_attention.py DIR B S C Hk Hv dk dv K EPS
+"""
+import contextlib
+import sys
+import types
+
+import numpy as np
+import torch
+
+from transformers import Qwen3_5TextConfig
+from transformers.models.qwen3_5 import modeling_qwen3_5 as m
+
+d = sys.argv[1]
+B, S, C, Hk, Hv, dk, dv, K = map(int, sys.argv[2:10])
+eps = float(sys.argv[10])
+conv_dim = 2 * Hk * dk + Hv * dv
+
+
+class _Float64Torch(types.ModuleType):
+    def __init__(self):
+        super().__init__("torch")
+
+    def __getattr__(self, name):
+        return torch.float64 if name == "float32" else getattr(torch, name)
+
+
+def unwrap(fn):
+    while fn.__code__.co_filename != m.__file__ and hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__  # hub-kernel / deprecation / hook wrappers around the torch code
+    assert fn.__code__.co_filename == m.__file__, f"{fn.__name__} is not transformers' torch path"
+    return fn
+
+
+def in_float64(fn, **overrides):
+    fn = unwrap(fn)
+    g = dict(fn.__globals__)
+    g["torch"] = _Float64Torch()
+    g.update(overrides)
+    return types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+@contextlib.contextmanager
+def float_keeps_float64():
+    original = torch.Tensor.float
+
+    def keep(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else original(self, *args, **kwargs)
+
+    torch.Tensor.float = keep
+    try:
+        yield
+    finally:
+        torch.Tensor.float = original
+
+
+def load(name, *shape):
+    x = np.fromfile(f"{d}/{name}.bin", dtype=np.float32)
+    assert x.size == int(np.prod(shape)), f"{name}.bin has {x.size} floats, want {shape}"
+    return torch.from_numpy(x.reshape(*shape)).double()
+
+
+def save(name, t):
+    t.detach().contiguous().numpy().astype(np.float64).tofile(f"{d}/{name}.bin")
+
+
+config = Qwen3_5TextConfig(hidden_size=C, num_hidden_layers=1, layer_types=["linear_attention"],
+                           linear_num_key_heads=Hk, linear_num_value_heads=Hv, linear_key_head_dim=dk,
+                           linear_value_head_dim=dv, linear_conv_kernel_dim=K, rms_norm_eps=eps,
+                           hidden_act="silu")
+layer = m.Qwen3_5GatedDeltaNet(config, 0).double()
+assert layer.activation == "silu" and layer.layer_norm_epsilon == eps
+
+params = {
+    "in_proj_qkv": (layer.in_proj_qkv.weight, (conv_dim, C)),
+    "in_proj_z": (layer.in_proj_z.weight, (Hv * dv, C)),
+    "in_proj_b": (layer.in_proj_b.weight, (Hv, C)),
+    "in_proj_a": (layer.in_proj_a.weight, (Hv, C)),
+    "conv1d": (layer.conv1d.weight, (conv_dim, 1, K)),
+    "dt_bias": (layer.dt_bias, (Hv,)),
+    "A_log": (layer.A_log, (Hv,)),
+    "norm": (layer.norm.weight, (dv,)),
+    "out_proj": (layer.out_proj.weight, (C, Hv * dv)),
+}
+with torch.no_grad():
+    for name, (p, shape) in params.items():
+        assert tuple(p.shape) == shape, f"{name}: transformers has {tuple(p.shape)}, the test {shape}"
+        p.copy_(load(name, *shape))
+
+h = load("h", B, S, C).requires_grad_()
+dout = load("dout", B, S, C)
+
+conv_fn = in_float64(m.causal_conv1d_fn)
+rule_fn = in_float64(m.torch_chunk_gated_delta_rule)
+norm_forward = in_float64(m.Qwen3_5RMSNormGated.forward)
+layer.norm.forward = types.MethodType(norm_forward, layer.norm)
+forward = in_float64(m.Qwen3_5GatedDeltaNet.forward, causal_conv1d_fn=conv_fn,
+                     torch_chunk_gated_delta_rule=rule_fn)
+with float_keeps_float64():
+    out = forward(layer, h)
+assert out.dtype == torch.float64 and tuple(out.shape) == (B, S, C)
+(out * dout).sum().backward()
+
+save("out", out)
+save("dh", h.grad)
+for name, (p, _) in params.items():
+    save("d_" + name, p.grad)
