@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark (not a test): one whole training step (forward + backward, no optimizer) of a
-~110M-parameter Llama shape (or, with --family qwen3_5, a ~100M Qwen3.5 hybrid: three
+~110M-parameter Llama shape (or, with --family qwen3_5, a ~127M Qwen3.5 hybrid: three
 Gated DeltaNet layers to each gated full-attention one), lazytrain against PyTorch on the
 same transformers model, in fp32 and in bf16 (PyTorch: CPU autocast), with the same thread
 count, in one run. PyTorch runs transformers' own Qwen3.5 code; without the
@@ -31,7 +31,8 @@ import time
 SHAPE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
              num_key_value_heads=4, intermediate_size=2048, vocab_size=32000,
              max_position_embeddings=1024)
-# Qwen3.6-27B's proportions at ~100M: layer pattern 3 DeltaNet : 1 attention, 16 key heads
+# Qwen3.6-27B's proportions at ~127M (126.6M; the 32000 x 768 embedding and head are
+# untied): layer pattern 3 DeltaNet : 1 attention, 16 key heads
 # of 128 shared by 2x value heads in the DeltaNet (here 4 key / 8 value heads of 64), head_dim
 # 256 with a quarter rotated (here 128), 4 KV heads.
 QWEN3_5_SHAPE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=6, num_key_value_heads=2,

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <sys/wait.h>
@@ -101,6 +102,19 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+void write_raw_f32(const std::string& path, const std::vector<float>& v) {
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+}
+
+std::vector<double> read_raw_f64(const std::string& path, size_t n) {
+  std::vector<double> v(n);
+  std::ifstream f(path, std::ios::binary);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(double)));
+  if (f.gcount() != std::streamsize(n * sizeof(double))) v.clear();
+  return v;
 }
 
 }  // namespace lt::test

@@ -39,6 +39,12 @@ struct PythonResult {
 // the test instead of skipping the rest.
 PythonResult run_reference_script(const std::string& script, const std::string& args);
 
+// The raw files the reference scripts exchange: our fp32 inputs written as little-endian
+// float32, their float64 results read back. read_raw_f64 returns an empty vector when the
+// file holds fewer than n doubles (a script that stopped early).
+void write_raw_f32(const std::string& path, const std::vector<float>& v);
+std::vector<double> read_raw_f64(const std::string& path, size_t n);
+
 // The message of the lt::Error that f throws; empty when it throws none.
 std::string error_of(const std::function<void()>& f);
 

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "plan/plan_json.h"
+#include "plan/plan_validate.h"
 #include "sim/chrome_trace.h"
 #include "sim/event_simulator.h"
 #include "sim/simulator.h"
@@ -32,6 +33,7 @@ double relative_to(double x, double predicted) { return predicted > 0 ? (x - pre
 
 void run_simulate(const SimulateArgs& a) {
   Plan p = load_plan(a.plan);
+  require_valid_plan(p, a.plan);  // the simulators assume the plan's invariants
   HardwareProfile hw = a.hardware.empty() ? p.hardware : load_hardware_profile(a.hardware);
   const EventSimResult events = simulate_events(p, hw);
   const SimResult windows = simulate_plan(p, hw);

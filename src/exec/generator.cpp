@@ -67,8 +67,17 @@ Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
   // The global table, then the sliding layers' own when it differs (Gemma 3).
   BlockContext tables;
   set_rope_tables(tables, rope_cos_, rope_sin_, c, n);
-  k_cache_.resize(c.num_layers * n * KD);
-  v_cache_.resize(c.num_layers * n * KD);
+  int64_t attention_layers = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.layer_kind(l) == LayerKind::LinearAttention) {
+      state_slot_.push_back(static_cast<int64_t>(linear_.size()));
+      linear_.emplace_back(c);
+    } else {
+      state_slot_.push_back(attention_layers++);
+    }
+  }
+  k_cache_.resize(attention_layers * n * KD);
+  v_cache_.resize(attention_layers * n * KD);
   for (auto* b : {&x_, &h_, &tmp_}) b->resize(n * C);
   for (auto* b : {&q_pre_, &q_, &att_}) b->resize(n * QD);
   for (auto* b : {&k_pre_, &k_, &v_}) b->resize(n * KD);
@@ -82,8 +91,6 @@ Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
     q_and_gate_.resize(2 * n * QD);
     attn_gate_.resize(n * QD);
   }
-  if (c.hybrid())
-    for (int64_t l = 0; l < c.num_layers; ++l) linear_.emplace_back(c);
 }
 
 namespace {
@@ -147,8 +154,9 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
       for (const BlockField& f : block_fields(c, l))
         if (f.matrix) wb.*bf16_member(f.member) = compute_copy_.of(params, w.*f.member);
       norm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps, off);
-      if (pos == 0) linear_[l].reset();
-      for (int64_t t = 0; t < n; ++t) linear_[l].step(tmp_.data() + t * C, h_.data() + t * C, w, wb, p);
+      LinearAttentionDecoder& decoder = linear_[state_slot_[l]];
+      if (pos == 0) decoder.reset();
+      for (int64_t t = 0; t < n; ++t) decoder.step(tmp_.data() + t * C, h_.data() + t * C, w, wb, p);
       add_inplace(x_.data(), tmp_.data(), n * C);
       mlp(params, w, n);
       continue;
@@ -175,8 +183,8 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
     // Positions pos..pos+n-1: offset the tables so that row 0 is position pos.
     rope_forward(q_.data(), cos, sin, 1, n, c.num_heads, D, nullptr, rotary);
     rope_forward(k_.data(), cos, sin, 1, n, c.num_kv_heads, D, nullptr, rotary);
-    float* kc = k_cache_.data() + l * max_len_ * KD;
-    float* vc = v_cache_.data() + l * max_len_ * KD;
+    float* kc = k_cache_.data() + state_slot_[l] * max_len_ * KD;
+    float* vc = v_cache_.data() + state_slot_[l] * max_len_ * KD;
     std::memcpy(kc + pos * KD, k_.data(), n * KD * sizeof(float));
     std::memcpy(vc + pos * KD, v_.data(), n * KD * sizeof(float));
     if (pos == 0)

@@ -35,6 +35,13 @@ class Generator {
   // Logits of the last position after running `tokens` from position 0 (for tests).
   std::vector<float> last_logits(const ModelParameters& params, const std::vector<int32_t>& tokens);
 
+  // Bytes held by the key and value caches: only the softmax-attention layers have one.
+  int64_t kv_cache_bytes() const {
+    return static_cast<int64_t>((k_cache_.size() + v_cache_.size()) * sizeof(float));
+  }
+  // How many layers carry a Gated DeltaNet recurrent state (the linear-attention ones).
+  int64_t recurrent_state_layers() const { return static_cast<int64_t>(linear_.size()); }
+
  private:
   // Runs tokens[0..n) at positions pos..pos+n, filling the caches; leaves the final
   // hidden state of the last position in hidden_last_.
@@ -45,13 +52,18 @@ class Generator {
   int64_t max_len_;
   Precision precision_;
   AlignedBuffer<float> rope_cos_, rope_sin_;
-  AlignedBuffer<float> k_cache_, v_cache_;  // [L, max_len, Hkv*D]
+  // Layer l's row in k_cache_/v_cache_ (attention layers) or its index in linear_
+  // (linear-attention layers): each kind of layer keeps only its own kind of state. A
+  // hybrid model is mostly linear layers (48 of the 64 in Qwen3.6-27B), whose KV cache
+  // would otherwise be max_len * 2 * Hkv*D floats each, never read.
+  std::vector<int64_t> state_slot_;
+  AlignedBuffer<float> k_cache_, v_cache_;  // [attention layers, max_len, Hkv*D]
   ComputeCopy compute_copy_;
   // Per-call scratch, sized for max_len positions.
   AlignedBuffer<float> x_, h_, q_pre_, k_pre_, q_, k_, v_, att_, tmp_, gate_, up_, act_;
   AlignedBuffer<float> rstd_, head_rstd_, lse_, scores_, logits_;
   AlignedBuffer<float> q_and_gate_, attn_gate_;  // gated attention (Qwen3.5)
-  std::vector<LinearAttentionDecoder> linear_;   // per layer; used by linear-attention layers only
+  std::vector<LinearAttentionDecoder> linear_;   // one per linear-attention layer
 };
 
 }  // namespace lt

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "model/config_fields.h"
+#include "model/config_moe.h"
 #include "model/config_qwen3_5.h"
 #include "model/layer_specs.h"
 
@@ -209,7 +210,7 @@ void reject_qwen_sliding_window(const Fields& f, int64_t num_layers, const std::
 std::string supported_model_types() {
   std::string out;
   for (const auto& f : kFamilies) out += (out.empty() ? "" : ", ") + std::string(f.model_type);
-  return out + ", qwen3_5_text";
+  return out + ", qwen3_5_text, qwen3_moe, mixtral";
 }
 
 ModelConfig parse_model_config(const json& j, const std::string& where) {
@@ -234,6 +235,7 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
     throw Error("required field \"model_type\" is missing", where, "supported: " + supported_model_types());
   c.model_type = f.opt_str("model_type", "");
   if (is_qwen3_5_type(c.model_type)) return parse_qwen3_5_config(j, where);
+  if (is_moe_type(c.model_type)) return parse_moe_config(j, where);
   const Family* fam = find_family(c.model_type);
   if (!fam)
     throw Error("model_type \"" + c.model_type + "\" is not supported", f.at("model_type"),
@@ -352,6 +354,13 @@ json model_config_to_json(const ModelConfig& c) {
     twin.padding_idx = -1;        // written by qwen3_5_config_to_json
     return qwen3_5_config_to_json(c, model_config_to_json(twin));
   }
+  if (is_moe_type(c.model_type)) {  // its shared fields, written as its dense twin's
+    ModelConfig twin = c;
+    twin.model_type = moe_dense_twin(c.model_type);
+    twin.moe = MoeConfig{};
+    if (c.model_type == "qwen3_moe") twin.sliding_window = 0;  // written by moe_config_to_json
+    return moe_config_to_json(c, model_config_to_json(twin));
+  }
   const Family* fam = find_family(c.model_type);
   const std::string where = "model config (" + c.model_type + ")";
   if (!fam)
@@ -366,6 +375,7 @@ json model_config_to_json(const ModelConfig& c) {
   if (!fam->attention_bias_field && !fam->fixed_qkv_bias && (c.qkv_bias || c.o_bias)) unrepresentable("attention bias");
   if (!fam->mlp_bias_field && c.mlp_bias) unrepresentable("MLP bias");
   if (c.qk_norm != fam->qk_norm) unrepresentable(c.qk_norm ? "q/k norm" : "no q/k norm");
+  if (c.has_moe()) unrepresentable("a mixture-of-experts MLP");
   const bool gemma3 = c.model_type == "gemma3_text";
   if (c.sliding_window > 0 && c.model_type != "mistral" && !gemma3) unrepresentable("a sliding window");
   if (!gemma3 && (c.mlp_activation != MlpActivation::Silu || c.norm_weight_offset != 0 || c.sandwich_norms ||
@@ -437,15 +447,6 @@ float ModelConfig::attention_scale() const {
   // The other families' expression exactly as the block computed it before Gemma.
   if (query_pre_attn_scalar <= 0) return 1.0f / std::sqrt(static_cast<float>(head_dim));
   return static_cast<float>(1.0 / std::sqrt(query_pre_attn_scalar));
-}
-
-void check_sequence_length(const ModelConfig& c, int64_t seq) {
-  if (c.sliding_window > 0 && seq > c.sliding_window)
-    throw Error("sequence length " + std::to_string(seq) + " exceeds the model's sliding attention window " +
-                    std::to_string(c.sliding_window),
-                "model config (" + c.model_type + ")",
-                "the KV-cache generator computes full attention, which matches the model only up to the window; use "
-                "--seq-len <= " + std::to_string(c.sliding_window));
 }
 
 int64_t ModelConfig::num_params() const {

@@ -1,9 +1,12 @@
 // Model shape and options, read from a Hugging Face config.json. Families: llama,
 // mistral, qwen2, qwen3 (decoder-only, RMSNorm, RoPE, GQA attention, SwiGLU MLP) and
 // gemma3_text (the same block with Gemma's (1 + w) norms, a norm after attention and
-// after the MLP, GeGLU, scaled embeddings, and sliding-window and global layers).
+// after the MLP, GeGLU, scaled embeddings, and sliding-window and global layers);
+// qwen3_5_text (hybrid, model/config_qwen3_5.h); qwen3_moe and mixtral (sparse MoE MLP,
+// model/config_moe.h: parsed, not yet run).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,6 +46,21 @@ enum class LayerAttention { Full, Sliding };
 // The MLP's gate activation: silu (SwiGLU) or the tanh approximation of GELU (GeGLU,
 // transformers' gelu_pytorch_tanh).
 enum class MlpActivation { Silu, GeluTanh };
+
+// The sparse mixture-of-experts MLP of qwen3_moe and mixtral (exec/moe_mlp.h): which
+// layers have it and its shape. Parsed (model/config_moe.cpp); not yet run.
+struct MoeConfig {
+  int64_t num_experts = 0;            // 0: no sparse layers (every other family)
+  int64_t experts_per_token = 0;      // num_experts_per_tok
+  int64_t expert_intermediate = 0;    // moe_intermediate_size (qwen3_moe); intermediate_size (mixtral)
+  bool norm_topk_prob = false;        // renormalize the chosen probabilities (always, for mixtral)
+  // qwen3_moe: layer j is sparse when (j + 1) % decoder_sparse_step == 0 and j is not in
+  // mlp_only_layers; the others run the dense MLP of intermediate_size. Mixtral: every layer.
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  double router_aux_loss_coef = 0.001;  // the load-balancing loss's weight, when it is added
+  bool output_router_logits = false;    // transformers adds that loss to the loss only then
+};
 
 struct ModelConfig {
   std::string model_type;  // "llama", "mistral", "qwen2", "qwen3", "gemma3_text"
@@ -96,6 +114,14 @@ struct ModelConfig {
   bool attn_output_gate = false;        // q_proj also yields a sigmoid gate on attention's output
   double partial_rotary_factor = 1.0;   // RoPE rotates this share of each head's channels
 
+  MoeConfig moe;
+  bool has_moe() const { return moe.num_experts > 0; }
+  // Layer `layer` runs the sparse MoE MLP.
+  bool layer_is_sparse(int64_t layer) const {
+    if (!has_moe() || (layer + 1) % moe.decoder_sparse_step != 0) return false;
+    return std::find(moe.mlp_only_layers.begin(), moe.mlp_only_layers.end(), layer) == moe.mlp_only_layers.end();
+  }
+
   LayerKind layer_kind(int64_t layer) const {
     return layer_kinds.empty() ? LayerKind::Attention : layer_kinds[static_cast<size_t>(layer)];
   }
@@ -123,10 +149,5 @@ nlohmann::json model_config_to_json(const ModelConfig& c);
 
 // The model types parse_model_config accepts, e.g. "llama, mistral, qwen2, qwen3".
 std::string supported_model_types();
-// Throws lt::Error when full causal attention would differ from the model's at this
-// sequence length (a sliding window shorter than seq). Training and the generator compute
-// the windows, so lazytrain itself no longer calls it; kept for callers (and tools) that
-// run a full-attention path.
-void check_sequence_length(const ModelConfig& c, int64_t seq);
 
 }  // namespace lt

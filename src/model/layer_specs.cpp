@@ -1,11 +1,13 @@
 #include "model/layer_specs.h"
 
 #include "core/error.h"
+#include "model/config_moe.h"
 #include "model/hybrid_layers.h"
 
 namespace lt {
 
 std::vector<WeightSpec> block_weight_specs(const ModelConfig& c, int64_t layer) {
+  reject_unwired_moe(c, "the planner's layer specs");
   LT_ASSERT(layer >= 0 && layer < c.num_layers, "layer index out of range");
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   const int64_t C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();

@@ -3,10 +3,12 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/config_moe.h"
 
 namespace lt {
 
 std::vector<BlockField> block_fields(const ModelConfig& c, int64_t layer) {
+  reject_unwired_moe(c, "the executor's block tensors");
   // The order here is block_weight_specs()'s order; ModelParameters checks the total.
   const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
   using T = BlockTensors;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "core/error.h"
 #include "plan/plan_evaluate.h"
 
 namespace lt {
@@ -347,6 +348,21 @@ std::vector<std::string> validate_plan(const Plan& p) {
   auto caps = capacity_problems(p);
   out.insert(out.end(), caps.begin(), caps.end());
   return out;
+}
+
+void require_valid_plan(const Plan& p, const std::string& source) {
+  const std::vector<std::string> problems = validate_plan(p);
+  if (problems.empty()) return;
+  // The first few are enough to see what is wrong; one damage often breaks many rules.
+  constexpr size_t kShown = 5;
+  std::string what = "the plan is not valid (" + std::to_string(problems.size()) + " problem" +
+                     (problems.size() == 1 ? "" : "s") + "):";
+  for (size_t i = 0; i < problems.size() && i < kShown; ++i) what += " " + problems[i] + ";";
+  if (problems.size() > kShown) what += " and " + std::to_string(problems.size() - kShown) + " more;";
+  what.pop_back();
+  throw Error(what, "plan file " + source,
+              "the file was edited or written by another version; re-run `lazytrain plan ... --out " + source +
+                  "` to write a fresh plan");
 }
 
 }  // namespace lt

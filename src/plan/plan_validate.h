@@ -18,4 +18,10 @@ std::vector<std::string> validate_plan(const Plan& p);
 // budget and the shortfall in GB.
 std::vector<std::string> capacity_problems(const Plan& p);
 
+// For a plan read from a file (`train --plan`, `simulate`): throws an Error naming `source`
+// and the first problems validate_plan finds, telling the user to re-run `lazytrain plan`.
+// A plan file may be hand-edited or written for an older version of these rules; the
+// executor trusts the plan it runs, so it is checked once, where it enters.
+void require_valid_plan(const Plan& p, const std::string& source);
+
 }  // namespace lt

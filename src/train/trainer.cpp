@@ -27,6 +27,7 @@
 #include "optim/adamw.h"
 #include "plan/hardware_profile.h"
 #include "plan/plan_json.h"
+#include "plan/plan_validate.h"
 #include "train/checkpoints.h"
 #include "train/evaluate.h"
 #include "train/hf_metadata.h"
@@ -184,7 +185,8 @@ TrainSummary run_training(const TrainConfig& cfg) {
   StreamedTraining::Options streamed_options;  // the request the run planned with, for re-plans
   if (!cfg.plan.empty()) {
     plan = load_plan(cfg.plan);
-    check_plan_fits(*plan, mc, cfg, cfg.plan);
+    check_plan_fits(*plan, mc, cfg, cfg.plan);  // first: "another model / batch" says more than a broken rule
+    require_valid_plan(*plan, cfg.plan);
   } else if (cfg.compute_budget_gb > 0) {
     plan = plan_this_run(cfg, mc);
     streamed_options.request = run_plan_request(cfg, mc);

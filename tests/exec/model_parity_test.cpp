@@ -2,6 +2,7 @@
 // logits, loss and every parameter's gradient, for tiny random models of each family.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -98,18 +99,26 @@ constexpr double kF32LogitTol = 1e-5, kF32GradTol = 1e-4;
 // bound (4L + 1) * 2u. A gradient's path runs forward then back through the same stages:
 // bound 2 * (4L + 1) * 2u.
 constexpr double kBf16Unit = 0x1p-8;
-// Qwen3.5 (a known gap, issue 12): against a float64 reference, the Gated DeltaNet
-// gradients of these random models (A = exp(A_log) up to 16, transformers' init: strong
-// decay) are off by up to 3.0e-4 in fp32 (layer 0's dt_bias, in_proj_qkv), where
-// transformers' own fp32 run is off by 4.4e-5; in bf16 by up to 1.4 (transformers' bf16
-// autocast: 0.37). Until the delta rule's backward is made as accurate under strong decay,
-// the fp32 gradients are held to this measured level, not the issue's 1e-4, and the bf16
-// gradients are reported and the test skipped after its logits and loss checks.
-constexpr double kQwen35F32GradTol = 5e-4;
-// The same gap in the forward, row by row: the generator's recurrent decode (state in
-// double) and the chunked training forward differ by up to 3.1e-5 on single rows of the
-// 70-token case (the whole logits tensor is within 4.6e-6 of float64 transformers).
-constexpr double kQwen35RowLogitTol = 5e-5;
+// Qwen3.5: some gradients of these random models are ill-conditioned at fp32 and bf16, for
+// any implementation. A_log and dt_bias get sums over every token of terms that largely
+// cancel, and what flows below a Gated DeltaNet layer mixes them in: transformers' own
+// fp32 run is off from float64 by up to 2e-4 (embed_tokens, layer 0's in_proj_qkv in the
+// 70-token case; with initializer_range 0.02 its A_log is off by 1e-2). So in fp32 each
+// Qwen3.5 gradient is held to the issue's bound, or, where the problem itself allows less,
+// to kPeerFactor times transformers' own fp32 error (the reference saves that run as
+// f32grad.*). That error measures the gradient's conditioning: a backward-stable
+// implementation at unit roundoff u errs by about cond * u * c, c a constant of its
+// summation lengths; ours and torch's sum the same terms in different orders and
+// blockings, and a factor 4 covers the ratio of their constants (measured: ours /
+// transformers' at most 2.4).
+// In bf16 that scaling does not hold: where rounding enters differs more (autocast rounds
+// every linear's output to bf16, we round the weights and keep fp32 outputs), and for a
+// gradient that is ill-conditioned at fp32 (transformers' fp32 error above 1e-4 / 4, cond
+// above ~400) the bf16 error is cond * 2^-8 = O(1) for either: ours reached 1.6 where
+// transformers' bf16 autocast (bf16grad.*) reached 1.5, and 0.95 where it gave 0.06.
+// Those bf16 gradients are printed, not bounded, and the test reports itself skipped,
+// naming them; every other gradient gets the derived bf16 bound.
+constexpr double kPeerFactor = 4;
 
 class ModelParity : public ::testing::TestWithParam<std::tuple<std::string, Precision>> {};
 
@@ -135,9 +144,7 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
   const double L = static_cast<double>(config.num_layers);
   const double logit_tol = precision == Precision::F32 ? kF32LogitTol : (4 * L + 1) * 2 * kBf16Unit;
   const bool qwen3_5 = config.model_type == "qwen3_5_text";
-  const double grad_tol = precision == Precision::F32 ? (qwen3_5 ? kQwen35F32GradTol : kF32GradTol)
-                                                      : 2 * (4 * L + 1) * 2 * kBf16Unit;
-  const bool bound_grads = !(qwen3_5 && precision == Precision::BF16);
+  const double grad_tol = precision == Precision::F32 ? kF32GradTol : 2 * (4 * L + 1) * 2 * kBf16Unit;
 
   std::vector<float> logits(batch * seq * config.vocab_size);
   step.forward_logits(logits.data(), params, ids.data());
@@ -151,16 +158,38 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
   const float loss = static_cast<float>(res.loss);
   EXPECT_LE(rel_error(&loss, &ref_loss, 1), logit_tol) << "loss " << res.loss << " vs " << ref_loss;
 
-  double worst = 0;
-  std::string worst_name;
-  int checked = 0;
+  double worst = 0, worst_ratio = 0;
+  std::string worst_name, worst_ratio_name;
+  int checked = 0, peer_bounded = 0;
+  std::string unbounded;  // bf16 gradients too ill-conditioned to bound (see kPeerFactor)
   for (const auto& spec : params.specs()) {
     const std::string key = "grad." + spec.hf_name;
     ASSERT_TRUE(r.ref->contains(key)) << key;
     const std::vector<float> ref_grad = to_f32(r.ref->tensor(key));
     ASSERT_EQ(static_cast<int64_t>(ref_grad.size()), spec.numel()) << key;
     const double err = rel_error(grads.tensor(spec.hf_name), ref_grad.data(), spec.numel());
-    if (bound_grads) EXPECT_LE(err, grad_tol) << spec.hf_name;
+    double tol = grad_tol;
+    bool bounded = true;
+    if (qwen3_5) {
+      auto peer_error = [&](const char* prefix) {
+        const std::string key = prefix + spec.hf_name;
+        EXPECT_TRUE(r.ref->contains(key)) << key;
+        if (!r.ref->contains(key)) return 0.0;
+        const std::vector<float> peer = to_f32(r.ref->tensor(key));
+        return rel_error(peer.data(), ref_grad.data(), spec.numel());
+      };
+      const double f32_err = peer_error("f32grad."), peer_err = precision == Precision::F32 ? f32_err : peer_error("bf16grad.");
+      const bool ill_conditioned = kPeerFactor * f32_err > kF32GradTol;
+      if (precision == Precision::F32 && ill_conditioned) tol = kPeerFactor * f32_err, ++peer_bounded;
+      if (precision == Precision::BF16 && ill_conditioned) {
+        bounded = false;
+        char line[160];
+        std::snprintf(line, sizeof line, " %s %.3g (transformers bf16 %.3g);", spec.hf_name.c_str(), err, peer_err);
+        unbounded += line;
+      }
+      if (err / peer_err > worst_ratio) worst_ratio = err / peer_err, worst_ratio_name = spec.hf_name;
+    }
+    if (bounded) EXPECT_LE(err, tol) << spec.hf_name << " (the issue's bound " << grad_tol << ")";
     if (err > worst) worst = err, worst_name = spec.hf_name;
     ++checked;
   }
@@ -169,9 +198,13 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
               name.c_str(), precision == Precision::F32 ? "f32" : "bf16", logit_err,
               std::fabs(loss - ref_loss) / std::fabs(ref_loss), ref_loss, worst, worst_name.c_str(),
               checked);
-  if (!bound_grads)
-    GTEST_SKIP() << "logits and loss checked; the bf16 gradients of Qwen3.5's Gated DeltaNet layers are not "
-                    "bounded yet (worst " << worst << ", " << worst_name << "; see kQwen35F32GradTol)";
+  if (qwen3_5 && precision == Precision::F32)
+    std::printf("  %d tensors held to %g x transformers' own fp32 error instead; largest ratio to transformers' "
+                "error %.2f (%s)\n",
+                peer_bounded, kPeerFactor, worst_ratio, worst_ratio_name.c_str());
+  if (!unbounded.empty())
+    GTEST_SKIP() << "every other gradient checked; these bf16 gradients are ill-conditioned (see kPeerFactor) "
+                    "and not bounded:" << unbounded;
 }
 
 TEST_P(ModelParity, RecomputeGivesBitwiseIdenticalGradients) {
@@ -233,12 +266,27 @@ TEST_P(GeneratorParity, MatchesTrainingForwardAndTransformersGenerate) {
   std::vector<float> logits(seq * config.vocab_size);
   step.forward_logits(logits.data(), params, ids.data());
   // Prefill of every prefix length: the last row must match the training forward's row.
+  // Qwen3.5's reference ran in float64, so there both our rows are held against its row
+  // instead (the recurrent decode and the chunked forward are two different fp32
+  // algorithms, each close to the exact row, not to each other): to the issue's bound, or,
+  // for a row that transformers' own fp32 forward misses by more than 1e-5 / 4, to
+  // kPeerFactor times that miss (the row's conditioning, as for the gradients above).
+  const bool exact_reference = config.model_type == "qwen3_5_text";
+  const std::vector<float> ref_logits = to_f32(r.ref->tensor("logits"));  // batch row 0 first
+  const std::vector<float> peer_logits = exact_reference ? to_f32(r.ref->tensor("f32logits")) : std::vector<float>{};
   for (int64_t n = 1; n <= seq; ++n) {
     std::vector<int32_t> prefix(ids.begin(), ids.begin() + n);
     std::vector<float> last = gen.last_logits(params, prefix);
-    EXPECT_LE(rel_error(last.data(), logits.data() + (n - 1) * config.vocab_size, config.vocab_size),
-              config.model_type == "qwen3_5_text" ? kQwen35RowLogitTol : kF32LogitTol)
-        << "prefix " << n;
+    const float* train_row = logits.data() + (n - 1) * config.vocab_size;
+    const float* ref_row = ref_logits.data() + (n - 1) * config.vocab_size;
+    if (exact_reference) {
+      const double peer_err = rel_error(peer_logits.data() + (n - 1) * config.vocab_size, ref_row, config.vocab_size);
+      const double tol = std::max(kF32LogitTol, kPeerFactor * peer_err);
+      EXPECT_LE(rel_error(last.data(), ref_row, config.vocab_size), tol) << "generator, prefix " << n;
+      EXPECT_LE(rel_error(train_row, ref_row, config.vocab_size), tol) << "forward, prefix " << n;
+    } else {
+      EXPECT_LE(rel_error(last.data(), train_row, config.vocab_size), kF32LogitTol) << "prefix " << n;
+    }
   }
   const std::vector<int32_t> expected = to_i32(r.ref->tensor("generated"));
   std::vector<int32_t> prompt(ids.begin(), ids.begin() + 5);

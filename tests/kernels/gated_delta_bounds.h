@@ -5,9 +5,10 @@
 // Forward (first order in u, componentwise), chunk by chunk from the exact start state S0:
 //  - normalized rows qc, kc: each element within eq = (dk/2 + 8) u relative (a dk-term sum
 //    of squares, then eps add, sqrt, divide, scale);
-//  - G_r (a float cumulative sum): |dG_r| <= (r + 1) u sum_{t<=r} |g_t|; a decay
-//    exp(G_r - G_s) is then within dG_r + dG_s + u |G_r - G_s| + 5u relative (exp_approx
-//    within 4u, vec_math.h);
+//  - G_r: the bound is that of a float cumulative sum, |dG_r| <= (r + 1) u sum_{t<=r} |g_t|;
+//    a decay exp(G_r - G_s) is then within dG_r + dG_s + u |G_r - G_s| + 5u relative
+//    (exp_approx within 4u, vec_math.h). The kernel sums in double and keeps G as hi + lo
+//    floats (its LogDecay), which is far more accurate; the looser bound is kept;
 //  - P, KKD (dk-term dots times a decay), the reads y = S0^T kc_r, S0^T qc_r (dk-term
 //    sums): the usual (dk + 1) u sum|terms| plus the relative errors of their factors;
 //  - Delta, the forward substitution (I + L) Delta = R: the computed one solves

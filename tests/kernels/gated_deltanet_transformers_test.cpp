@@ -31,17 +31,8 @@ namespace {
 
 constexpr double kRescale = 0x1p-29;  // 2^-53 / 2^-24
 
-void write_raw(const std::string& path, const std::vector<float>& v) {
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
-}
-std::vector<double> read_raw(const std::string& path, size_t n) {
-  std::vector<double> v(n);
-  std::ifstream f(path, std::ios::binary);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(double)));
-  if (f.gcount() != std::streamsize(n * sizeof(double))) v.clear();
-  return v;
-}
+using test::read_raw_f64;
+using test::write_raw_f32;
 
 // bound + |want| * rescaled bound: the kernel against torch's float64 (itself within the
 // rescaled bound of the exact value).
@@ -76,14 +67,14 @@ TEST(GatedDeltaNet, MatchesTransformers) {
       {"q", &q},   {"k", &k},   {"v", &v},     {"dout", &dout}, {"g", &g},   {"beta", &beta},
       {"s0", &s0}, {"dfinal", &dfinal}, {"cx", &cx}, {"cw", &cw}, {"cdy", &cdy},
       {"nx", &nx}, {"nz", &nz}, {"ndy", &ndy}, {"nw", &nwt}};
-  for (const auto& [name, data] : files) write_raw(dir.str() + "/" + name + ".bin", *data);
+  for (const auto& [name, data] : files) write_raw_f32(dir.str() + "/" + name + ".bin", *data);
   std::ostringstream args;
   args << dir.str() << " " << s.batch << " " << s.seq << " " << s.k_heads << " " << s.v_heads << " "
        << s.k_dim << " " << s.v_dim << " " << s.chunk << " " << cs.channels << " " << cs.kernel << " "
        << T << " " << D << " " << eps;
   const auto r = test::run_reference_script("gated_deltanet_ops.py", args.str());
   ASSERT_PYTHON_OK(r);
-  auto rd = [&](const char* name, size_t n) { return read_raw(dir.str() + "/" + name + ".bin", n); };
+  auto rd = [&](const char* name, size_t n) { return read_raw_f64(dir.str() + "/" + name + ".bin", n); };
   const auto to = rd("o", nv), tfin = rd("fin", ns), tdq = rd("dq", nqk), tdk = rd("dk", nqk),
              tdv = rd("dv", nv), tdg = rd("dg", ng), tdb = rd("dbeta", ng), tds0 = rd("ds0", ns),
              tcy = rd("cy", nc), tcdx = rd("cdx", nc), tcdw = rd("cdw", nw), tny = rd("ny", nn),

@@ -227,15 +227,6 @@ TEST(ModelConfig, FamilyDefaults) {
   EXPECT_EQ(parse_model_config(m, "t").sliding_window, 0);
 }
 
-TEST(ModelConfig, SlidingWindowLimitsSequenceLength) {
-  json m = tiny("mistral");
-  m["sliding_window"] = 128;
-  const ModelConfig c = parse_model_config(m, "t");
-  EXPECT_NO_THROW(check_sequence_length(c, 128));
-  EXPECT_THROW(check_sequence_length(c, 129), Error);
-  EXPECT_NO_THROW(check_sequence_length(parse_model_config(tiny("llama"), "t"), 1 << 20));
-}
-
 // --- errors name the file, the field and the problem -------------------------------------
 
 // Writes `j` as config.json and expects load_model_config to fail with a message that

@@ -10,9 +10,17 @@ itself (.float(), .to(torch.float32)); for the reference run the modeling module
 `torch` is a view in which float32 is float64, and Tensor.float casts to float64, both
 restored right after. The weights saved are the float32 ones both sides start from.
 
+For those cases the script also runs transformers as users run it, on copies of the same
+float32 model and inputs: in float32, and under CPU autocast to bfloat16, and saves those
+gradients as f32grad.<name> and bf16grad.<name> (and the float32 logits as f32logits). Their distance from the float64 gradients
+measures how well conditioned each gradient of the random model is at that precision
+(A_log and dt_bias are sums over every token of terms that largely cancel); the test
+scales its bounds by it (see model_parity_test.cpp).
+
 usage: model_parity.py CASE OUT_DIR
 """
 import contextlib
+import copy
 import sys
 import types
 
@@ -130,6 +138,17 @@ def main():
     if config.pad_token_id is not None:
         ids[1, 2] = config.pad_token_id
         labels[1, 2] = config.pad_token_id
+    peer_grads = {}
+    if config.model_type == "qwen3_5_text":  # transformers' own float32 and bf16-autocast runs
+        for prefix, precision in (("f32grad.", None), ("bf16grad.", torch.bfloat16)):
+            peer = copy.deepcopy(model)
+            with torch.autocast("cpu", dtype=precision) if precision else contextlib.nullcontext():
+                peer_out = peer(input_ids=ids, labels=labels)
+            peer_out.loss.backward()
+            if precision is None:
+                peer_grads["f32logits"] = peer_out.logits.detach().float().contiguous()
+            for name, p in peer.named_parameters():
+                peer_grads[prefix + name] = p.grad.detach().float().contiguous()
     f64 = qwen3_5_in_float64(model) if config.model_type == "qwen3_5_text" else contextlib.nullcontext()
     with f64:
         out = model(input_ids=ids, labels=labels)
@@ -150,6 +169,7 @@ def main():
     }
     for name, p in model.named_parameters():
         tensors["grad." + name] = p.grad.detach().float().contiguous()
+    tensors.update(peer_grads)
     save_file(tensors, f"{out_dir}/ref.safetensors")
     print("cases:", case, "params:", sum(p.numel() for p in model.parameters()))
 

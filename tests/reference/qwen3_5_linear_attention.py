@@ -17,7 +17,12 @@ conv1d [conv_dim, K], dt_bias, A_log [Hv], norm [dv], out_proj [C, Hv*dv].
 Outputs (raw float64): out [B,S,C], dh [B,S,C] and d_<name> for every weight above
 (for L = sum dout . out).
 
-usage: qwen3_5_linear_attention.py DIR B S C Hk Hv dk dv K EPS
+With a last argument "fp32", the layer also runs as transformers runs it in fp32 (no
+float64 patching) on the same inputs, and its results are saved as f32_out, f32_dh and
+f32_d_<name> (float64 files holding the fp32 values): the tests print that error beside
+ours, for scale.
+
+usage: qwen3_5_linear_attention.py DIR B S C Hk Hv dk dv K EPS [fp32]
 """
 import contextlib
 import sys
@@ -32,6 +37,7 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as m
 d = sys.argv[1]
 B, S, C, Hk, Hv, dk, dv, K = map(int, sys.argv[2:10])
 eps = float(sys.argv[10])
+also_fp32 = len(sys.argv) > 11 and sys.argv[11] == "fp32"
 conv_dim = 2 * Hk * dk + Hv * dv
 
 
@@ -123,3 +129,29 @@ save("out", out)
 save("dh", h.grad)
 for name, (p, _) in params.items():
     save("d_" + name, p.grad)
+
+if also_fp32:  # transformers' own fp32 run of the same layer, for scale
+    layer32 = m.Qwen3_5GatedDeltaNet(config, 0)
+    params32 = {
+        "in_proj_qkv": layer32.in_proj_qkv.weight, "in_proj_z": layer32.in_proj_z.weight,
+        "in_proj_b": layer32.in_proj_b.weight, "in_proj_a": layer32.in_proj_a.weight,
+        "conv1d": layer32.conv1d.weight, "dt_bias": layer32.dt_bias, "A_log": layer32.A_log,
+        "norm": layer32.norm.weight, "out_proj": layer32.out_proj.weight,
+    }
+    with torch.no_grad():
+        for name, (_, shape) in params.items():
+            params32[name].copy_(load(name, *shape).float())
+    layer32.norm.forward = types.MethodType(unwrap(m.Qwen3_5RMSNormGated.forward), layer32.norm)
+    h32 = load("h", B, S, C).float().requires_grad_()
+    forward32 = unwrap(m.Qwen3_5GatedDeltaNet.forward)
+    forward32 = types.FunctionType(forward32.__code__,
+                                   dict(forward32.__globals__, causal_conv1d_fn=unwrap(m.causal_conv1d_fn),
+                                        torch_chunk_gated_delta_rule=unwrap(m.torch_chunk_gated_delta_rule)),
+                                   forward32.__name__, forward32.__defaults__, forward32.__closure__)
+    out32 = forward32(layer32, h32)
+    assert out32.dtype == torch.float32
+    (out32 * dout.float()).sum().backward()
+    save("f32_out", out32)
+    save("f32_dh", h32.grad)
+    for name, p in params32.items():
+        save("f32_d_" + name, p.grad)

@@ -88,8 +88,8 @@ LT_ISA_TABLE(GatedDeltaRuleKernels, kGatedDeltaRuleKernels)
 namespace gdr {
 inline int64_t forward_task_floats(const GatedDeltaShape& s) {
   const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
-  // q, k chunk (normalized), G, decays, L, P, Delta, state
-  return 2 * C * dk + C + 3 * C * C + C * dv + dk * dv;
+  // q, k chunk (normalized), G (hi and lo), decays, L, P, Delta, state
+  return 2 * C * dk + 2 * C + 3 * C * C + C * dv + dk * dv;
 }
 inline int64_t backward_task_floats(const GatedDeltaShape& s) {
   const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim, grp = s.v_heads / s.k_heads;

@@ -3,7 +3,7 @@
 // over (batch, head) tasks, each with its own slice of the caller's workspace.
 //
 // Notation inside a chunk of n tokens (rows r, s): qc, kc the normalized (and for q,
-// scaled) rows; G the cumulative g; e_r = exp(G_r); w_r = exp(G_last - G_r);
+// scaled) rows; G the cumulative g (a LogDecay); e_r = exp(G_r); w_r = exp(G_last - G_r);
 // D[r,s] = exp(G_r - G_s) (s <= r); P = (qc kc^T) .* D and KKD = (kc kc^T) .* D (lower
 // triangles); L[r,s] = beta_r KKD[r,s] (s < r); Delta solves (I + L) Delta = R with
 // R_r = beta_r (v_r - e_r S0^T kc_r).
@@ -56,6 +56,30 @@ inline void state_times(float* y, const float* S, const float* x, int64_t dk, in
   for (int64_t i = 0; i < dk; ++i) y[i] = dot(S + i * dv, x, dv);
 }
 
+// The in-chunk cumulative log decay G_r = sum_{t<=r} g_t, accumulated in double and kept
+// as the unevaluated sum hi + lo of two floats. Why: under strong decay (Qwen3.5 initialises
+// A = exp(A_log) up to 16, so g reaches -20 per token) G falls to about -1000 within a
+// 64-token chunk, where neighbouring floats are 6e-5 apart. Every decay the kernel takes is
+// exp(G_r - G_s); a difference of two rounded floats (or of a float running sum, whose
+// error grows with r) would put that absolute error into the exponent: a relative error of
+// |G| u or worse in a decay that may well be O(1). With the split, hi_r - hi_s is exact
+// whenever the decay is not negligible (then hi_r, hi_s are within a factor 2: Sterbenz),
+// and lo carries what hi dropped, so the exponent is as accurate as g itself.
+struct LogDecay {
+  float* hi;
+  float* lo;
+  void accumulate(const float* g, const Rows& at, int64_t b, int64_t h, int64_t t0, int64_t n) {
+    double acc = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      acc += g[at.gate(b, t0 + r, h)];
+      hi[r] = float(acc);
+      lo[r] = float(acc - double(hi[r]));
+    }
+  }
+  float at(int64_t r) const { return hi[r] + lo[r]; }
+  float minus(int64_t r, int64_t s) const { return (hi[r] - hi[s]) + (lo[r] - lo[s]); }
+};
+
 // The chunk's normalized rows: qc = l2norm(q) * scale, kc = l2norm(k); rq, rk (nullable)
 // get the inverse norms 1/sqrt(|x|^2 + eps).
 void load_qk(float* qc, float* kc, float* rq, float* rk, const float* q, const float* k,
@@ -77,16 +101,15 @@ void load_qk(float* qc, float* kc, float* rq, float* rk, const float* q, const f
 }
 
 // G (cumulative g), D, P, KKD for the chunk (lower triangles, row stride C).
-void chunk_matrices(float* G, float* D, float* P, float* KKD, const float* qc, const float* kc,
+void chunk_matrices(LogDecay& G, float* D, float* P, float* KKD, const float* qc, const float* kc,
                     const float* g, const Rows& at, int64_t b, int64_t h, int64_t t0, int64_t n) {
   const int64_t C = at.s.chunk, dk = at.s.k_dim;
-  float acc = 0;
-  for (int64_t r = 0; r < n; ++r) G[r] = acc += g[at.gate(b, t0 + r, h)];
+  G.accumulate(g, at, b, h, t0, n);
   for (int64_t r = 0; r < n; ++r) {
     float* Dr = D + r * C;
-    const float Gr = G[r];
+    const float hr = G.hi[r], lr = G.lo[r];
 #pragma omp simd
-    for (int64_t s = 0; s <= r; ++s) Dr[s] = vec::exp_approx(Gr - G[s]);
+    for (int64_t s = 0; s <= r; ++s) Dr[s] = vec::exp_approx((hr - G.hi[s]) + (lr - G.lo[s]));
     for (int64_t s = 0; s <= r; ++s) {
       P[r * C + s] = dot(qc + r * dk, kc + s * dk, dk) * Dr[s];
       KKD[r * C + s] = dot(kc + r * dk, kc + s * dk, dk) * Dr[s];
@@ -95,7 +118,7 @@ void chunk_matrices(float* G, float* D, float* P, float* KKD, const float* qc, c
 }
 
 // Delta (n x dv): (I + L) Delta = R, R_r = beta_r (v_r - e_r S0^T kc_r).
-void solve_delta(float* Dl, const float* KKD, const float* kc, const float* G, const float* S0,
+void solve_delta(float* Dl, const float* KKD, const float* kc, const LogDecay& G, const float* S0,
                  const float* v, const float* beta, const Rows& at, int64_t b, int64_t h,
                  int64_t t0, int64_t n) {
   const int64_t C = at.s.chunk, dk = at.s.k_dim, dv = at.s.v_dim;
@@ -103,7 +126,7 @@ void solve_delta(float* Dl, const float* KKD, const float* kc, const float* G, c
     float* dr = Dl + r * dv;
     state_t_times(dr, S0, kc + r * dk, dk, dv);
     const float br = beta[at.gate(b, t0 + r, h)];
-    const float er = vec::exp_approx(G[r]);
+    const float er = vec::exp_approx(G.at(r));
     const float* vr = v + at.v(b, t0 + r, h);
 #pragma omp simd
     for (int64_t j = 0; j < dv; ++j) dr[j] = br * (vr[j] - er * dr[j]);
@@ -112,12 +135,14 @@ void solve_delta(float* Dl, const float* KKD, const float* kc, const float* G, c
 }
 
 struct ForwardScratch {
-  float *qc, *kc, *G, *D, *P, *KKD, *Dl, *S;
+  float *qc, *kc, *D, *P, *KKD, *Dl, *S;
+  LogDecay G;
   ForwardScratch(float* w, const GatedDeltaShape& s) {
     const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
     qc = w, w += C * dk;
     kc = w, w += C * dk;
-    G = w, w += C;
+    G.hi = w, w += C;
+    G.lo = w, w += C;
     D = w, w += C * C;
     P = w, w += C * C;
     KKD = w, w += C * C;
@@ -151,17 +176,17 @@ void forward(float* out, float* final_state, float* chunk_states, const float* q
       for (int64_t r = 0; r < n; ++r) {  // o_r = e_r S0^T qc_r + sum_{s<=r} P[r,s] Delta_s
         float* o = out + at.v(b, t0 + r, h);
         state_t_times(o, w.S, w.qc + r * dk, dk, dv);
-        const float er = vec::exp_approx(w.G[r]);
+        const float er = vec::exp_approx(w.G.at(r));
 #pragma omp simd
         for (int64_t j = 0; j < dv; ++j) o[j] *= er;
         for (int64_t t = 0; t <= r; ++t) axpy(o, w.P[r * C + t], w.Dl + t * dv, dv);
       }
       // S1 = exp(G_last) S0 + sum_r w_r kc_r Delta_r^T
-      const float Glast = w.G[n - 1], E = vec::exp_approx(Glast);
+      const float E = vec::exp_approx(w.G.at(n - 1));
 #pragma omp simd
       for (int64_t i = 0; i < dk * dv; ++i) w.S[i] *= E;
       for (int64_t r = 0; r < n; ++r) {
-        const float wr = vec::exp_approx(Glast - w.G[r]);
+        const float wr = vec::exp_approx(w.G.minus(n - 1, r));
         const float* kr = w.kc + r * dk;
         for (int64_t i = 0; i < dk; ++i) axpy(w.S + i * dv, wr * kr[i], w.Dl + r * dv, dv);
       }
@@ -204,10 +229,10 @@ void backward_chunk_head(BackwardScratch& w, float* dS, float* dv_out, float* dg
   const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
   chunk_matrices(w.G, w.D, w.P, w.KKD, w.qc, w.kc, g, at, b, h, t0, n);
   solve_delta(w.Dl, w.KKD, w.kc, w.G, S0, v, beta, at, b, h, t0, n);
-  const float Glast = w.G[n - 1], E = vec::exp_approx(Glast);
+  const float E = vec::exp_approx(w.G.at(n - 1));
   for (int64_t r = 0; r < n; ++r) {
-    w.e[r] = vec::exp_approx(w.G[r]);
-    w.wl[r] = vec::exp_approx(Glast - w.G[r]);
+    w.e[r] = vec::exp_approx(w.G.at(r));
+    w.wl[r] = vec::exp_approx(w.G.minus(n - 1, r));
     w.dG[r] = 0;
   }
   auto dO = [&](int64_t r) { return d_out + at.v(b, t0 + r, h); };
@@ -306,8 +331,9 @@ void backward_chunk_head(BackwardScratch& w, float* dS, float* dv_out, float* dg
     }
   }
   // G_r = sum_{t<=r} g_t: dg_t = sum_{r>=t} dG_r
-  float acc = 0;
-  for (int64_t r = n - 1; r >= 0; --r) dg[at.gate(b, t0 + r, h)] = acc += w.dG[r];
+  // (in double: the pair terms enter dG in +/- pairs that cancel in this sum)
+  double acc = 0;
+  for (int64_t r = n - 1; r >= 0; --r) dg[at.gate(b, t0 + r, h)] = float(acc += w.dG[r]);
 }
 
 // Through x -> c x / sqrt(|x|^2 + eps): dx = c (inv dy - inv^3 x (x . dy)).

@@ -1,0 +1,28 @@
+// Sparse mixture-of-experts configs (model/config_moe.cpp): transformers' Qwen3MoeConfig
+// (model_type "qwen3_moe") and MixtralConfig ("mixtral"). parse_model_config and
+// model_config_to_json hand these model types here. The MoE block itself is
+// exec/moe_mlp.h; until the layer specs and the executor have it, such models are parsed
+// but refused by both (reject_unwired_moe).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+
+namespace lt {
+
+bool is_moe_type(const std::string& model_type);
+ModelConfig parse_moe_config(const nlohmann::json& j, const std::string& where);
+// The config.json of a qwen3_moe / mixtral model, from the fields its dense twin (qwen3 /
+// mistral) would write.
+nlohmann::json moe_config_to_json(const ModelConfig& c, nlohmann::json twin_fields);
+// The dense family whose fields a MoE family shares: "qwen3" or "mistral".
+std::string moe_dense_twin(const std::string& model_type);
+
+// Throws lt::Error when c has sparse MoE layers, which nothing past the parser computes
+// yet; `stage` names the caller ("the executor", "the planner's layer specs").
+void reject_unwired_moe(const ModelConfig& c, const std::string& stage);
+
+}  // namespace lt
