@@ -18,16 +18,9 @@ namespace {
 // A tiny Qwen3.5 hybrid: linear, attention, linear, linear, linear, linear, linear,
 // attention (two of eight layers keep a cache, as full_attention_interval 4 would give).
 ModelConfig tiny_hybrid() {
-  ModelConfig c = test::streaming_tiny_config(8);
-  c.model_type = "qwen3_5_text";
-  c.qk_norm = true;
-  c.norm_weight_offset = 1.0;
-  c.attn_output_gate = true;
-  c.partial_rotary_factor = 0.25;
-  c.linear = {2, 4, 8, 12, 4};
-  c.layer_kinds.assign(8, LayerKind::LinearAttention);
-  c.layer_kinds[1] = c.layer_kinds[7] = LayerKind::Attention;
-  return c;
+  std::vector<LayerKind> kinds(8, LayerKind::LinearAttention);
+  kinds[1] = kinds[7] = LayerKind::Attention;
+  return test::qwen3_5_tiny_config(kinds);
 }
 
 // Keys and values, fp32, max_len positions of kv_dim each, for `layers` layers.

@@ -191,16 +191,8 @@ TEST_F(StreamingInvariance, Gemma3AndMistralWindowsMatchBitwise) {
 // streamed executor gives the in-memory step's bits under every kind of plan, both
 // backends, fp32 and bf16.
 ModelConfig qwen3_5_tiny_config() {
-  ModelConfig c = test::streaming_tiny_config(4);
-  c.model_type = "qwen3_5_text";
-  c.qk_norm = true;
-  c.norm_weight_offset = 1.0;
-  c.attn_output_gate = true;
-  c.partial_rotary_factor = 0.25;
-  c.linear = {2, 4, 8, 12, 4};
-  c.layer_kinds = {LayerKind::LinearAttention, LayerKind::Attention, LayerKind::LinearAttention,
-                   LayerKind::LinearAttention};
-  return c;
+  return test::qwen3_5_tiny_config({LayerKind::LinearAttention, LayerKind::Attention, LayerKind::LinearAttention,
+                                    LayerKind::LinearAttention});
 }
 
 TEST_F(StreamingInvariance, Qwen35HybridLayersMatchBitwise) {

@@ -28,6 +28,21 @@ inline ModelConfig streaming_tiny_config(int layers = 4) {
   return c;
 }
 
+// streaming_tiny_config as a Qwen3.5 hybrid with these layer kinds: Gated DeltaNet layers
+// (2 key, 4 value heads of 8 and 12 channels, conv 4) and gated full-attention layers with
+// q/k norms and partial RoPE 0.25.
+inline ModelConfig qwen3_5_tiny_config(const std::vector<LayerKind>& kinds) {
+  ModelConfig c = streaming_tiny_config(static_cast<int>(kinds.size()));
+  c.model_type = "qwen3_5_text";
+  c.qk_norm = true;
+  c.norm_weight_offset = 1.0;
+  c.attn_output_gate = true;
+  c.partial_rotary_factor = 0.25;
+  c.linear = {2, 4, 8, 12, 4};
+  c.layer_kinds = kinds;
+  return c;
+}
+
 // Rates chosen so that every tier is worth using at this size: slow compute, fast links.
 inline HardwareProfile streaming_cpu_profile() {
   HardwareProfile p;

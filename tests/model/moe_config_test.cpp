@@ -27,13 +27,9 @@ json tiny(const std::string& type) {
           {"num_attention_heads", 8}, {"vocab_size", 128}};
 }
 
+// The error parse_model_config gives for j; empty when it accepts it.
 std::string error_of(const json& j) {
-  try {
-    parse_model_config(j, "test");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { parse_model_config(j, "test"); });
 }
 
 TEST(MoeConfig, Qwen3MoeDefaultsFollowQwen3MoeConfig) {
