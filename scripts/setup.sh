@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Does all set-up on a fresh Debian machine, then builds lazytrain into build/.
 #   scripts/setup.sh          system packages + build
-#   scripts/setup.sh --test   also the Python venv (.venv) the reference tests use
-#   scripts/setup.sh --bench  also the benchmark peers (deepspeed, torchao) in .venv
+#   scripts/setup.sh --test   also the Python venv (.venv) the reference tests use, exactly
+#                             as pinned in scripts/requirements/test.txt
+#   scripts/setup.sh --bench  also the benchmark peers (deepspeed, torchao) in .venv, as
+#                             pinned in scripts/requirements/bench.txt
 #   scripts/setup.sh --fuzz   also clang, libFuzzer and clang's OpenMP runtime, for the
 #                             sanitizer build and scripts/fuzz.sh (build-san/)
 #   --deps-only               install only; skip the build of build/
@@ -40,18 +42,48 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
+# The Python environment is exactly a lock of scripts/requirements/ (test.txt, or bench.txt
+# with the benchmark peers): an existing .venv that differs (other versions, a package the
+# locks do not pin) is brought to the lock, and made anew if that does not make it match.
 if [ $want_python -eq 1 ]; then
-  if ! .venv/bin/python -c "import torch, transformers, safetensors, tokenizers" 2>/dev/null; then
-    echo "setup: creating .venv with torch, transformers, safetensors, tokenizers (PyPI)"
+  req=scripts/requirements
+  lock=$req/test.txt
+  [ $want_bench -eq 1 ] && lock=$req/bench.txt
+  venv_matches() { .venv/bin/python scripts/venv_check.py "$lock" --allow $req/bench.txt "$@"; }
+  install_lock() {
+    .venv/bin/pip install -q --disable-pip-version-check -r $req/pip.txt &&
+      .venv/bin/pip install -q --disable-pip-version-check -r "$lock" || return 1
+    # Extras: what the locks do not pin at its installed version.
+    local extras
+    extras=$(venv_matches | sed -n 's/^venv_check: \([^:]*\): .* pinned nowhere$/\1/p' || true)
+    if [ -n "$extras" ]; then
+      echo "setup: removing from .venv what $lock does not pin: $(echo $extras)"
+      # shellcheck disable=SC2086
+      .venv/bin/pip uninstall -q -y $extras
+    fi
+  }
+  if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "" 2>/dev/null; then
+    echo "setup: creating .venv from $lock (PyPI)"
+    rm -rf .venv
     python3 -m venv .venv
-    .venv/bin/pip install -q --upgrade pip
-    .venv/bin/pip install -q torch transformers safetensors tokenizers numpy
+    install_lock
+  elif ! venv_matches >/dev/null; then
+    echo "setup: .venv does not match $lock:"
+    venv_matches | sed 's/^/  /' || true
+    install_lock || true
+    if ! venv_matches >/dev/null; then
+      echo "setup: still no match; making .venv anew"
+      rm -rf .venv
+      python3 -m venv .venv
+      install_lock
+    fi
   fi
-fi
-if [ $want_bench -eq 1 ]; then
-  .venv/bin/python -c "import deepspeed, torchao" 2>/dev/null ||
-    .venv/bin/pip install -q deepspeed torchao psutil ninja ||
-    echo "setup: warning: could not install the benchmark peers deepspeed/torchao" >&2
+  if ! report=$(venv_matches --print); then
+    echo "$report"
+    echo "setup: .venv does not match $lock after installing it" >&2
+    exit 1
+  fi
+  echo "setup: .venv matches $lock: $(head -1 <<<"$report")"
 fi
 
 if [ $want_build -eq 1 ]; then

@@ -18,7 +18,7 @@
 namespace lt {
 namespace {
 
-// CBC overran its wall-clock limit by ~30% in measurements; ask for 75% of the budget.
+// CBC overran its limit by ~30% in measurements; ask for 75% of the budget.
 constexpr double kTimeLimitShare = 0.75;
 // The restricted starts' share of the time left (MipModel::solve): each costs one LP
 // solve of about the full model's size, and the full branch-and-bound needs another.
@@ -206,8 +206,8 @@ MipResult MipModel::solve(double time_limit_s, double rel_gap, const std::vector
     return res;
   };
   auto done = [&](MipResult& r) { return r.has_solution && !r.proven_optimal && r.gap > rel_gap; };
-  // The restricted starts' budgets count CPU seconds, as CBC's limits do: the same split
-  // of the work on a busy machine as on an idle one (and the same plans).
+  // The phases' budgets count CPU seconds, as CBC's limits do: the same split of the work
+  // on a busy machine as on an idle one (and the same plans).
   auto cpu_left = [&] { return time_limit_s - (cpu_seconds() - c0); };
   auto trace = [&](const char* what, const MipResult& r) {  // LT_CBC_LOG=1: the phases
     if (log_level > 0)
@@ -242,7 +242,7 @@ MipResult MipModel::solve(double time_limit_s, double rel_gap, const std::vector
   MipResult res;
   if (restricted.empty()) {
     res = first_incumbent(clb, cub, time_limit_s, start);
-    const double left = time_limit_s - elapsed();
+    const double left = cpu_left();
     if ((done(res) || (!res.has_solution && !res.proven_infeasible)) && left > 0.5)
       res = branch_and_bound(clb, cub, left, std::move(res), true);
   } else if (restricted_first) {

@@ -23,7 +23,7 @@ struct PlanRequest {
   int nvme_state_layers = -1;        // layers whose optimizer states page from NVMe; < 0:
                                      // as few as host memory needs (plan/state_paging.h)
   MeasuredLayerTimes measured;
-  double time_limit_s = 10;          // MILP wall-clock limit
+  double time_limit_s = 10;          // MILP limit, in CPU seconds as CBC counts them
   double target_gap = 0.002;         // MILP relative gap to stop at
 
   // Budgets with defaults filled in (host budget depends on the policy's host state).

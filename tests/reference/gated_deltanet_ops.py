@@ -4,10 +4,11 @@ use_qk_l2norm_in_kernel=True, causal_conv1d_fn with activation "silu" and no bia
 Qwen3_5RMSNormGated), run with autograd in float64 on the test's fp32 inputs.
 
 Those functions cast their inputs to float32 themselves. To run them in float64 they are
-called through a copy whose global `torch` is a view of the torch module in which
-`torch.float32` is float64; nothing else in them changes. The torch-only paths are the
-ones checked: the hub-kernel wrappers are unwrapped to the torch function they wrap,
-and the script fails if that is not the code in modeling_qwen3_5.py.
+called through copies over the module's globals in which `torch.float32` is float64
+(transformers_torch_path.py); nothing else in them changes. The torch-only paths are the
+ones checked: they are found behind transformers' hub-kernel wrappers by their code, and
+the script fails, naming the transformers version, if that is not the code in
+modeling_qwen3_5.py.
 
 Inputs (raw little-endian float32, lazytrain's layouts):
   q.bin, k.bin [B,S,Hk,dk]; v.bin, dout.bin [B,S,Hv,dv]; g.bin, beta.bin [B,S,Hv];
@@ -19,32 +20,19 @@ rule, for L = sum dout . o + sum dfinal . fin); cy, cdx, cdw (conv); ny, ndx, nd
 usage: gated_deltanet_ops.py DIR B S Hk Hv dk dv CHUNK Cc K T D EPS
 """
 import sys
-import types
 
 import numpy as np
 import torch
 
 from transformers.models.qwen3_5 import modeling_qwen3_5 as m
+from transformers_torch_path import function, method, module_namespace
 
 d = sys.argv[1]
 B, S, Hk, Hv, dk, dv, chunk, Cc, K, T, D = map(int, sys.argv[2:13])
 eps = float(sys.argv[13])
 
 
-class _Float64Torch(types.ModuleType):
-    def __init__(self):
-        super().__init__("torch")
-
-    def __getattr__(self, name):
-        return torch.float64 if name == "float32" else getattr(torch, name)
-
-
-def in_float64(fn):
-    fn = getattr(fn, "__wrapped__", fn)  # the hub-kernel wrapper's torch function
-    assert fn.__code__.co_filename == m.__file__, f"{fn.__name__} is not transformers' torch path"
-    g = dict(fn.__globals__)
-    g["torch"] = _Float64Torch()
-    return types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+f64 = module_namespace(m, float64=True)
 
 
 def load(name, *shape):
@@ -61,7 +49,7 @@ q, k = load("q", B, S, Hk, dk), load("k", B, S, Hk, dk)
 v, dout = load("v", B, S, Hv, dv), load("dout", B, S, Hv, dv)
 g, beta = load("g", B, S, Hv), load("beta", B, S, Hv)
 s0, dfinal = load("s0", B, Hv, dk, dv), load("dfinal", B, Hv, dk, dv)
-chunk_rule = in_float64(m.torch_chunk_gated_delta_rule)
+chunk_rule = function(f64, m, "torch_chunk_gated_delta_rule")
 o, fin = chunk_rule(q, k, v, g=g, beta=beta, chunk_size=chunk, initial_state=s0,
                     output_final_state=True, use_qk_l2norm_in_kernel=True)
 assert o.dtype == torch.float64 and fin.dtype == torch.float64
@@ -72,7 +60,7 @@ for name, t in [("o", o), ("fin", fin), ("dq", q.grad), ("dk", k.grad), ("dv", v
 
 # The causal depthwise conv1d with SiLU: the layer's Conv1d has bias=False
 cx, cdy, cw = load("cx", B, S, Cc), load("cdy", B, S, Cc), load("cw", Cc, K)
-cy = in_float64(m.causal_conv1d_fn)(cx.transpose(1, 2), cw, None, activation="silu").transpose(1, 2)
+cy = function(f64, m, "causal_conv1d_fn")(cx.transpose(1, 2), cw, None, activation="silu").transpose(1, 2)
 (cy * cdy.detach()).sum().backward()
 save("cy", cy)
 save("cdx", cx.grad)
@@ -83,7 +71,7 @@ nx, nz, ndy, nw = load("nx", T, D), load("nz", T, D), load("ndy", T, D), load("n
 norm = m.Qwen3_5RMSNormGated(D, eps=eps).double()
 with torch.no_grad():
     norm.weight.copy_(nw)
-norm_forward = in_float64(m.Qwen3_5RMSNormGated.forward)
+norm_forward = method(f64, m, m.Qwen3_5RMSNormGated, "forward")
 ny = norm_forward(norm, nx, nz)
 (ny * ndy.detach()).sum().backward()
 save("ny", ny)

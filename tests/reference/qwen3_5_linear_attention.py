@@ -3,13 +3,14 @@ transformers' own Qwen3_5GatedDeltaNet (models/qwen3_5/modeling_qwen3_5.py), bui
 Qwen3_5TextConfig, loaded with the test's fp32 weights, run forward and backward with
 autograd in float64 (no cache, no padding mask: the torch-only chunked path).
 
-Float64: the layer's forward and the functions it calls (causal_conv1d_fn,
-torch_chunk_gated_delta_rule, Qwen3_5RMSNormGated.forward) are run through copies whose
-global `torch` is a view of the torch module in which `torch.float32` is float64 (as
-gated_deltanet_ops.py does). The forward also calls `.float()` on A_log and a, which would
-round them to fp32; for the duration of the call Tensor.float keeps float64 tensors
-float64. The script checks that the output is float64 and that each function it runs is
-the code in modeling_qwen3_5.py (the hub-kernel wrappers unwrapped to their torch path).
+Float64: the layer's forward and every function of modeling_qwen3_5.py it calls
+(causal_conv1d_fn, torch_chunk_gated_delta_rule, Qwen3_5RMSNormGated.forward, ...) run as
+copies over the module's globals in which `torch.float32` is float64
+(transformers_torch_path.py, as gated_deltanet_ops.py does). The forward also calls
+`.float()` on A_log and a, which would round them to fp32; for the duration of the call
+Tensor.float keeps float64 tensors float64. The script checks that the output is float64;
+each function it runs is found behind transformers' hub-kernel wrappers by its code in
+modeling_qwen3_5.py, or the script fails naming the transformers version.
 
 Inputs (raw little-endian float32, lazytrain's layouts): h.bin, dout.bin [B,S,C];
 in_proj_qkv [2*Hk*dk + Hv*dv, C], in_proj_z [Hv*dv, C], in_proj_b, in_proj_a [Hv, C],
@@ -24,7 +25,6 @@ ours, for scale.
 
 usage: qwen3_5_linear_attention.py DIR B S C Hk Hv dk dv K EPS [fp32]
 """
-import contextlib
 import sys
 import types
 
@@ -33,49 +33,13 @@ import torch
 
 from transformers import Qwen3_5TextConfig
 from transformers.models.qwen3_5 import modeling_qwen3_5 as m
+from transformers_torch_path import float_keeps_float64, method, module_namespace
 
 d = sys.argv[1]
 B, S, C, Hk, Hv, dk, dv, K = map(int, sys.argv[2:10])
 eps = float(sys.argv[10])
 also_fp32 = len(sys.argv) > 11 and sys.argv[11] == "fp32"
 conv_dim = 2 * Hk * dk + Hv * dv
-
-
-class _Float64Torch(types.ModuleType):
-    def __init__(self):
-        super().__init__("torch")
-
-    def __getattr__(self, name):
-        return torch.float64 if name == "float32" else getattr(torch, name)
-
-
-def unwrap(fn):
-    while fn.__code__.co_filename != m.__file__ and hasattr(fn, "__wrapped__"):
-        fn = fn.__wrapped__  # hub-kernel / deprecation / hook wrappers around the torch code
-    assert fn.__code__.co_filename == m.__file__, f"{fn.__name__} is not transformers' torch path"
-    return fn
-
-
-def in_float64(fn, **overrides):
-    fn = unwrap(fn)
-    g = dict(fn.__globals__)
-    g["torch"] = _Float64Torch()
-    g.update(overrides)
-    return types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
-
-
-@contextlib.contextmanager
-def float_keeps_float64():
-    original = torch.Tensor.float
-
-    def keep(self, *args, **kwargs):
-        return self if self.dtype == torch.float64 else original(self, *args, **kwargs)
-
-    torch.Tensor.float = keep
-    try:
-        yield
-    finally:
-        torch.Tensor.float = original
 
 
 def load(name, *shape):
@@ -114,12 +78,9 @@ with torch.no_grad():
 h = load("h", B, S, C).requires_grad_()
 dout = load("dout", B, S, C)
 
-conv_fn = in_float64(m.causal_conv1d_fn)
-rule_fn = in_float64(m.torch_chunk_gated_delta_rule)
-norm_forward = in_float64(m.Qwen3_5RMSNormGated.forward)
-layer.norm.forward = types.MethodType(norm_forward, layer.norm)
-forward = in_float64(m.Qwen3_5GatedDeltaNet.forward, causal_conv1d_fn=conv_fn,
-                     torch_chunk_gated_delta_rule=rule_fn)
+f64 = module_namespace(m, float64=True)
+layer.norm.forward = types.MethodType(method(f64, m, m.Qwen3_5RMSNormGated, "forward"), layer.norm)
+forward = method(f64, m, m.Qwen3_5GatedDeltaNet, "forward")
 with float_keeps_float64():
     out = forward(layer, h)
 assert out.dtype == torch.float64 and tuple(out.shape) == (B, S, C)
@@ -141,13 +102,10 @@ if also_fp32:  # transformers' own fp32 run of the same layer, for scale
     with torch.no_grad():
         for name, (_, shape) in params.items():
             params32[name].copy_(load(name, *shape).float())
-    layer32.norm.forward = types.MethodType(unwrap(m.Qwen3_5RMSNormGated.forward), layer32.norm)
+    f32 = module_namespace(m, float64=False)  # the same torch paths, as transformers runs them
+    layer32.norm.forward = types.MethodType(method(f32, m, m.Qwen3_5RMSNormGated, "forward"), layer32.norm)
     h32 = load("h", B, S, C).float().requires_grad_()
-    forward32 = unwrap(m.Qwen3_5GatedDeltaNet.forward)
-    forward32 = types.FunctionType(forward32.__code__,
-                                   dict(forward32.__globals__, causal_conv1d_fn=unwrap(m.causal_conv1d_fn),
-                                        torch_chunk_gated_delta_rule=unwrap(m.torch_chunk_gated_delta_rule)),
-                                   forward32.__name__, forward32.__defaults__, forward32.__closure__)
+    forward32 = method(f32, m, m.Qwen3_5GatedDeltaNet, "forward")
     out32 = forward32(layer32, h32)
     assert out32.dtype == torch.float32
     (out32 * dout.float()).sum().backward()

@@ -158,6 +158,11 @@ PlanRequest request(double gbps, const MeasuredLayerTimes& t) {
   return req;
 }
 
+// Layer times for the tests whose plans need not match this machine's speed: a fixed
+// profile keeps their plans (and so their verdicts) the same on an idle machine and a
+// loaded one under a sanitizer.
+const MeasuredLayerTimes kFixedLayerTimes{0.004, 0.008, 0.002};
+
 // Compute per layer on the emu backend at this slowdown: medians of three keep-all steps.
 MeasuredLayerTimes probe(double slowdown) {
   const PlanRequest req = request(1, {});
@@ -177,7 +182,7 @@ MeasuredLayerTimes probe(double slowdown) {
 }
 
 TEST(Replanner, PlanOnItsOwnProfilePredictsItself) {
-  const Plan p = make_plan(request(0.05, {0.004, 0.008, 0.002}), "milp");
+  const Plan p = make_plan(request(0.05, kFixedLayerTimes), "milp");
   ASSERT_TRUE(p.feasible) << p.infeasible_reason;
   EXPECT_NEAR(predict_on(p, assumed_measures(p)), p.predicted_step_s, 1e-12 * p.predicted_step_s);
   // Slower compute never makes a plan faster, and slower links never either.
@@ -192,7 +197,7 @@ TEST(Replanner, PlanOnItsOwnProfilePredictsItself) {
 // The emu lanes time their copies: each lasts at least bytes / rate, so the measured rate
 // never exceeds the throttle; the setters change it between steps.
 TEST(Replanner, EmuLinksTimeTheirCopies) {
-  const PlanRequest req = request(1, {0.004, 0.008, 0.002});
+  const PlanRequest req = request(1, kFixedLayerTimes);
   const Plan p = make_plan(req, "megatrain");
   auto emu = make_emu(0.2, 0.1);
   StreamingExecutor ex(p, *emu);
@@ -344,10 +349,10 @@ TEST(Replanner, SlowerLinksSwitchPlansAndKeepTheMath) {
 // part from the static run's at the first update after the switch if they did not).
 TEST(Replanner, ASwitchCarriesThePagedOptimizerStates) {
   test::TempDir dir("replan-paged");
-  const MeasuredLayerTimes t = probe(1);
   // The plan believes in links a thousand times slower than the emu's unthrottled copies,
   // so it recomputes what its cap cannot hold; the measured links make host memory free.
-  PlanRequest req = request(0.002, t);
+  // Its layer times are fixed: the plan, not this machine's speed, decides the cap.
+  PlanRequest req = request(0.002, kFixedLayerTimes);
   req.nvme_state_layers = 2;
   const ModelConfig c = model();
   const double boundary = 4.0 * 4 * 256 * c.hidden_size;
@@ -371,9 +376,8 @@ TEST(Replanner, ASwitchCarriesThePagedOptimizerStates) {
 // that runs, says why, and changes nothing of the math.
 TEST(Replanner, AnInfeasibleReplanKeepsThePlan) {
   test::TempDir dir("replan-infeasible");
-  const MeasuredLayerTimes t = probe(1);
   // The plan believes in links 100x faster than the emu's: drift from the first steps.
-  PlanRequest req = request(5, t);
+  PlanRequest req = request(5, kFixedLayerTimes);
   const Plan plan = make_plan(req, "milp");
   ASSERT_TRUE(plan.feasible) << plan.infeasible_reason;
   PlanRequest impossible = req;
@@ -394,7 +398,7 @@ TEST(Replanner, AnInfeasibleReplanKeepsThePlan) {
 
 // A solver that throws, a plan for another shape: the current plan stays, with a note.
 TEST(Replanner, FailedOrForeignReplansAreNotAdopted) {
-  const PlanRequest req = request(0.05, {0.004, 0.008, 0.002});
+  const PlanRequest req = request(0.05, kFixedLayerTimes);
   const Plan current = make_plan(req, "milp");
   ASSERT_TRUE(current.feasible);
   Drift drift;
