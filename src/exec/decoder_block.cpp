@@ -197,44 +197,59 @@ int64_t max_block_saved_numel(const ModelConfig& c, int64_t batch, int64_t seq) 
   return n;
 }
 
-BlockSaved bind_block_saved(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, float* base) {
-  BlockSaved s;
-  const std::unordered_map<std::string, float**> slots = {
-      {"attn_norm_rstd", &s.attn_norm_rstd}, {"attn_norm_out", &s.attn_norm_out},
-      {"q_pre_norm", &s.q_pre_norm},         {"k_pre_norm", &s.k_pre_norm},
-      {"q_norm_rstd", &s.q_norm_rstd},       {"k_norm_rstd", &s.k_norm_rstd},
-      {"q", &s.q},                           {"k", &s.k},
-      {"v", &s.v},                           {"attn_out", &s.attn_out},
-      {"attn_lse", &s.attn_lse},             {"resid_mid", &s.resid_mid},
-      {"mlp_norm_rstd", &s.mlp_norm_rstd},   {"mlp_norm_out", &s.mlp_norm_out},
-      {"mlp_gate", &s.mlp_gate},             {"mlp_up", &s.mlp_up},
-      {"mlp_act", &s.mlp_act},
-      {"attn_proj_out", &s.attn_proj_out},   {"post_attn_norm_rstd", &s.post_attn_norm_rstd},
-      {"mlp_down_out", &s.mlp_down_out},     {"post_mlp_norm_rstd", &s.post_mlp_norm_rstd},
-      {"attn_gate", &s.attn_gate},           {"conv_in", &s.conv_in},
-      {"conv_q", &s.conv_q},                 {"conv_k", &s.conv_k},
-      {"conv_v", &s.conv_v},                 {"z", &s.z},
-      {"beta", &s.beta},                     {"decay", &s.decay},
-      {"chunk_states", &s.chunk_states},     {"delta_out", &s.delta_out},
-      {"delta_norm_rstd", &s.delta_norm_rstd}, {"delta_gated", &s.delta_gated},
+BlockSavedLayout block_saved_layout(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq) {
+  using F = float* BlockSaved::*;
+  const std::unordered_map<std::string, F> members = {
+      {"attn_norm_rstd", &BlockSaved::attn_norm_rstd}, {"attn_norm_out", &BlockSaved::attn_norm_out},
+      {"q_pre_norm", &BlockSaved::q_pre_norm},         {"k_pre_norm", &BlockSaved::k_pre_norm},
+      {"q_norm_rstd", &BlockSaved::q_norm_rstd},       {"k_norm_rstd", &BlockSaved::k_norm_rstd},
+      {"q", &BlockSaved::q},                           {"k", &BlockSaved::k},
+      {"v", &BlockSaved::v},                           {"attn_out", &BlockSaved::attn_out},
+      {"attn_lse", &BlockSaved::attn_lse},             {"resid_mid", &BlockSaved::resid_mid},
+      {"mlp_norm_rstd", &BlockSaved::mlp_norm_rstd},   {"mlp_norm_out", &BlockSaved::mlp_norm_out},
+      {"mlp_gate", &BlockSaved::mlp_gate},             {"mlp_up", &BlockSaved::mlp_up},
+      {"mlp_act", &BlockSaved::mlp_act},
+      {"attn_proj_out", &BlockSaved::attn_proj_out},   {"post_attn_norm_rstd", &BlockSaved::post_attn_norm_rstd},
+      {"mlp_down_out", &BlockSaved::mlp_down_out},     {"post_mlp_norm_rstd", &BlockSaved::post_mlp_norm_rstd},
+      {"attn_gate", &BlockSaved::attn_gate},           {"conv_in", &BlockSaved::conv_in},
+      {"conv_q", &BlockSaved::conv_q},                 {"conv_k", &BlockSaved::conv_k},
+      {"conv_v", &BlockSaved::conv_v},                 {"z", &BlockSaved::z},
+      {"beta", &BlockSaved::beta},                     {"decay", &BlockSaved::decay},
+      {"chunk_states", &BlockSaved::chunk_states},     {"delta_out", &BlockSaved::delta_out},
+      {"delta_norm_rstd", &BlockSaved::delta_norm_rstd}, {"delta_gated", &BlockSaved::delta_gated},
   };
+  BlockSavedLayout layout;
   for (const auto& spec : layer_saved_activations(c, layer, RecomputeOption::KeepInternals, batch, seq, 4)) {
-    auto it = slots.find(spec.name);
-    LT_ASSERT(it != slots.end(), "activation spec '" + spec.name + "' has no slot in BlockSaved");
+    auto it = members.find(spec.name);
+    LT_ASSERT(it != members.end(), "activation spec '" + spec.name + "' has no slot in BlockSaved");
     LT_ASSERT(spec.bytes % 4 == 0);
-    *it->second = base;
-    base += spec.bytes / 4;
+    layout.fields.emplace_back(it->second, layout.numel);
+    layout.numel += static_cast<int64_t>(spec.bytes / 4);
   }
-  LT_ASSERT(s.mlp_act && s.resid_mid);
+  const auto has = [&](F m) {
+    return std::any_of(layout.fields.begin(), layout.fields.end(), [&](const auto& f) { return f.first == m; });
+  };
+  LT_ASSERT(has(&BlockSaved::mlp_act) && has(&BlockSaved::resid_mid));
   if (c.layer_kind(layer) == LayerKind::LinearAttention) {
-    LT_ASSERT(s.conv_in && s.chunk_states && s.delta_gated);
-    return s;
+    LT_ASSERT(has(&BlockSaved::conv_in) && has(&BlockSaved::chunk_states) && has(&BlockSaved::delta_gated));
+    return layout;
   }
-  LT_ASSERT(s.q && s.k && s.v && s.attn_out && s.attn_lse);
-  LT_ASSERT(!c.qk_norm || (s.q_pre_norm && s.k_norm_rstd));
-  LT_ASSERT(!c.attn_output_gate || s.attn_gate);
-  LT_ASSERT(!c.sandwich_norms || (s.attn_proj_out && s.mlp_down_out));
+  LT_ASSERT(has(&BlockSaved::q) && has(&BlockSaved::k) && has(&BlockSaved::v) && has(&BlockSaved::attn_out) &&
+            has(&BlockSaved::attn_lse));
+  LT_ASSERT(!c.qk_norm || (has(&BlockSaved::q_pre_norm) && has(&BlockSaved::k_norm_rstd)));
+  LT_ASSERT(!c.attn_output_gate || has(&BlockSaved::attn_gate));
+  LT_ASSERT(!c.sandwich_norms || (has(&BlockSaved::attn_proj_out) && has(&BlockSaved::mlp_down_out)));
+  return layout;
+}
+
+BlockSaved bind_block_saved(const BlockSavedLayout& layout, float* base) {
+  BlockSaved s;
+  for (const auto& [member, offset] : layout.fields) s.*member = base + offset;
   return s;
+}
+
+BlockSaved bind_block_saved(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, float* base) {
+  return bind_block_saved(block_saved_layout(c, layer, batch, seq), base);
 }
 
 BlockWorkspace::BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq) {

@@ -22,6 +22,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "core/aligned_buffer.h"
 #include "kernels/cpu/matmul.h"
@@ -71,6 +73,14 @@ int64_t block_saved_numel(const ModelConfig& c, int64_t layer, int64_t batch, in
 // The largest layer's (one scratch buffer serves every recomputed layer).
 int64_t max_block_saved_numel(const ModelConfig& c, int64_t batch, int64_t seq);
 BlockSaved bind_block_saved(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, float* base);
+// Where each of one layer's saved tensors lies in its buffer (offsets in floats), worked
+// out once per layer, so that binding a buffer to it in a step's loop looks nothing up.
+struct BlockSavedLayout {
+  std::vector<std::pair<float* BlockSaved::*, int64_t>> fields;
+  int64_t numel = 0;
+};
+BlockSavedLayout block_saved_layout(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq);
+BlockSaved bind_block_saved(const BlockSavedLayout& layout, float* base);
 
 // Scratch for one layer's forward or backward, reused layer after layer; sized for every
 // kind of layer the model has.

@@ -11,8 +11,14 @@ StatePager::StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPo
   slot_.assign(s.L, -1);
   read_.assign(s.L, {});
   write_.assign(s.L, {});
+  read_name_.assign(s.L, {});
+  write_name_.assign(s.L, {});
   for (int j = 0; j < s.L; ++j)
-    if (!s.state_read_w.empty() && s.state_read_w[j] >= 0) layers_.push_back(j);
+    if (!s.state_read_w.empty() && s.state_read_w[j] >= 0) {
+      layers_.push_back(j);
+      read_name_[j] = "os." + std::to_string(j) + " read";
+      write_name_[j] = "os." + std::to_string(j) + " write";
+    }
   if (layers_.empty()) return;
   if (bytes_ == 0)
     throw Error("the plan pages " + std::to_string(layers_.size()) +
@@ -42,7 +48,7 @@ std::span<std::byte> StatePager::acquire(int layer, const Done& done) {
   Request& r = read_[layer];
   LT_ASSERT(r.ticket != 0, "layer " + std::to_string(layer) + "'s state update before its read was issued");
   store_->wait(std::exchange(r.ticket, 0));
-  if (done) done("os." + std::to_string(layer) + " read", r.issued_s, static_cast<double>(bytes_));
+  if (done) done(read_name_[layer], r.issued_s, static_cast<double>(bytes_));
   return staging_[s_.state_slot[layer]].span().first(bytes_);
 }
 
@@ -58,7 +64,7 @@ void StatePager::finish_writes(int w, const Done& done) {
   for (int j : layers_)
     if (s_.state_write_w[j] == w && write_[j].ticket != 0) {
       store_->wait(std::exchange(write_[j].ticket, 0));
-      if (done) done("os." + std::to_string(j) + " write", write_[j].issued_s, static_cast<double>(bytes_));
+      if (done) done(write_name_[j], write_[j].issued_s, static_cast<double>(bytes_));
     }
 }
 

@@ -60,6 +60,7 @@ class StatePager {
   std::vector<int> slot_;              // per layer: NVMe slot index (-1: not paged)
   std::vector<HostBuffer> staging_;    // per staging slot
   std::vector<Request> read_, write_;  // per layer, in flight
+  std::vector<std::string> read_name_, write_name_;  // per layer: its requests' trace names
   NvmeStore* store_ = nullptr;
 };
 

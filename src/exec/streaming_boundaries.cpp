@@ -12,9 +12,8 @@ namespace lt {
 
 float* StreamingExecutor::boundary_input(int b) {
   const BoundarySchedule& bs = sched_.boundaries[b];
-  const std::string id = std::to_string(b);
-  if (!bs.stored) return buf("rc." + id);
-  return bs.offloaded() ? buf("r." + id) : buf("x." + id);
+  if (!bs.stored) return buf(ArenaTensor::Recomputed, b);
+  return buf(bs.offloaded() ? ArenaTensor::Refetched : ArenaTensor::Boundary, b);
 }
 
 // Right after boundary b is produced: copy its non-compute parts out (the compute part
@@ -23,15 +22,14 @@ void StreamingExecutor::store_boundary(int b) {
   const BoundarySchedule& bs = sched_.boundaries[b];
   if (!bs.offloaded()) return;
   Parked& p = *parked_[b];
-  const std::string id = std::to_string(b);
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
-  const std::byte* x = reinterpret_cast<const std::byte*>(buf("x." + id));
-  if (bs.gpu_tokens > 0) std::memcpy(buf("a." + id + ".gpu"), x, bs.gpu_tokens * row);
+  const std::byte* x = reinterpret_cast<const std::byte*>(buf(ArenaTensor::Boundary, b));
+  if (bs.gpu_tokens > 0) std::memcpy(buf(ArenaTensor::BoundaryGpuPart, b), x, bs.gpu_tokens * row);
   const double t = now();
   backend_.copy_to_host(p.host.data(), x + bs.gpu_tokens * row, bs.cpu_tokens * row);
   backend_.copy_to_host(p.staging.data(), x + (bs.gpu_tokens + bs.cpu_tokens) * row, bs.nvme_tokens * row);
   backend_.wait_to_host(backend_.to_host_fence());
-  event("a." + id + ".out", "d2h", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
+  event(p.out_event, "d2h", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
   if (bs.nvme_tokens > 0) {
     // The write runs on the store's thread; its event spans issue to the wait that retires it.
     p.write = nvme_->write(p.slot, 0, p.staging.data(), bs.nvme_tokens * row);
@@ -46,7 +44,7 @@ void StreamingExecutor::start_nvme_read(int b) {
   // The read lands in the buffer the write sends from: the write must be done first.
   if (p.write) {
     nvme_->wait(std::exchange(p.write, 0));
-    event("a." + std::to_string(b) + ".nvme write", "nvme", p.write_issued_s,
+    event(p.nvme_write_event, "nvme", p.write_issued_s,
           static_cast<double>(bs.nvme_tokens * C_ * sizeof(float)));
   }
   p.read_issued_s = now();
@@ -57,20 +55,19 @@ void StreamingExecutor::start_nvme_read(int b) {
 void StreamingExecutor::fetch_boundary(int b) {
   const BoundarySchedule& bs = sched_.boundaries[b];
   Parked& p = *parked_[b];
-  const std::string id = std::to_string(b);
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
-  std::byte* r = reinterpret_cast<std::byte*>(buf("r." + id));
-  if (bs.gpu_tokens > 0) std::memcpy(r, buf("a." + id + ".gpu"), bs.gpu_tokens * row);
+  std::byte* r = reinterpret_cast<std::byte*>(buf(ArenaTensor::Refetched, b));
+  if (bs.gpu_tokens > 0) std::memcpy(r, buf(ArenaTensor::BoundaryGpuPart, b), bs.gpu_tokens * row);
   if (bs.nvme_tokens > 0) {
     if (!p.read) start_nvme_read(b);
     nvme_->wait(std::exchange(p.read, 0));
-    event("a." + id + ".nvme read", "nvme", p.read_issued_s, static_cast<double>(bs.nvme_tokens * row));
+    event(p.nvme_read_event, "nvme", p.read_issued_s, static_cast<double>(bs.nvme_tokens * row));
   }
   const double t = now();
   backend_.copy_to_compute(r + bs.gpu_tokens * row, p.host.data(), bs.cpu_tokens * row);
   backend_.copy_to_compute(r + (bs.gpu_tokens + bs.cpu_tokens) * row, p.staging.data(), bs.nvme_tokens * row);
   backend_.wait_to_compute(backend_.to_compute_fence());
-  event("a." + id + ".in", "h2d", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
+  event(p.in_event, "h2d", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
 }
 
 }  // namespace lt

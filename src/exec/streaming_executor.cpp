@@ -128,10 +128,13 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   const size_t W = plan_.windows.size();
   acquire_at_.assign(W, {});
   release_at_.assign(W, {});
-  for (const ArenaRequest& r : sched_.arena) {
-    acquire_at_[r.first_window].push_back(r.name);
-    release_at_[r.last_window].push_back(r.name);
+  for (size_t i = 0; i < sched_.arena.size(); ++i) {
+    acquire_at_[sched_.arena[i].first_window].push_back(static_cast<int>(i));
+    release_at_[sched_.arena[i].last_window].push_back(static_cast<int>(i));
   }
+  live_.assign(sched_.arena.size(), nullptr);
+  for (int j = 0; j < sched_.L; ++j) saved_layout_.push_back(block_saved_layout(config_, j, batch_, seq_));
+  for (const UpdateTarget& t : sched_.targets) update_event_.push_back("optimizer " + t.name());
 
   // Host parts and NVMe slots of the offloaded boundaries.
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
@@ -142,6 +145,10 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
     if (!bs.offloaded()) continue;
     auto p = std::make_unique<Parked>();
     const std::string id = "a." + std::to_string(b);
+    p->out_event = id + ".out";
+    p->in_event = id + ".in";
+    p->nvme_write_event = id + ".nvme write";
+    p->nvme_read_event = id + ".nvme read";
     p->host = host_.allocate(bs.cpu_tokens * row, id + ".cpu");
     if (bs.nvme_tokens > 0) {
       p->staging = host_.allocate(bs.nvme_tokens * row, id + ".nvme staging");
@@ -195,7 +202,7 @@ void StreamingExecutor::abort_step() noexcept {
   pager_->abandon();
   landings_.clear();
   pending_grads_.clear();
-  live_.clear();
+  std::fill(live_.begin(), live_.end(), nullptr);
   peak_ = std::max(peak_, arena_->peak_live_bytes());
   arena_->reset();
   events_ = nullptr;
@@ -206,18 +213,20 @@ double StreamingExecutor::now() const {
 }
 
 void StreamingExecutor::event(const std::string& name, const char* lane, double start, double bytes) {
-  if (events_) events_->push_back({name, window_name_, lane, start, now(), bytes});
+  if (events_) events_->push_back({name, window_name_ ? *window_name_ : std::string(), lane, start, now(), bytes});
 }
 
-float* StreamingExecutor::buf(const std::string& name) {
-  auto it = live_.find(name);
-  LT_ASSERT(it != live_.end(), "compute-tier tensor " + name + " used outside its planned lifetime");
-  return it->second;
+float* StreamingExecutor::buf(ArenaTensor tensor, int index) {
+  const int k = sched_.arena_index(tensor, index);
+  LT_ASSERT(k >= 0, "compute-tier tensor (kind " + std::to_string(static_cast<int>(tensor)) + ", index " +
+                        std::to_string(index) + ") is not in the plan");
+  LT_ASSERT(live_[k] != nullptr, "compute-tier tensor " + sched_.arena[k].name + " used outside its planned lifetime");
+  return live_[k];
 }
 
-void StreamingExecutor::run_update(size_t t, ModelParameters& params, ModelParameters& grads,
+void StreamingExecutor::run_update(size_t t_index, ModelParameters& params, ModelParameters& grads,
                                    const StepOptions& o) {
-  const UpdateTarget& target = sched_.targets[t];
+  const UpdateTarget& target = sched_.targets[t_index];
   std::span<std::byte> state;
   if (target.kind == UpdateTarget::Kind::Layer && pager_->paged(target.layer))
     state = pager_->acquire(target.layer, [&](const std::string& n, double issued, double bytes) {
@@ -226,7 +235,7 @@ void StreamingExecutor::run_update(size_t t, ModelParameters& params, ModelParam
   if (o.update) {
     const double t = now();
     (*o.update)(target, state);
-    event("optimizer " + target.name(), "host", t);
+    event(update_event_[t_index], "host", t);
   }
   if (o.zero_grads)
     for (auto [off, n] : target_ranges(grads, target)) std::memset(grads.data() + off, 0, n * sizeof(float));
@@ -234,9 +243,9 @@ void StreamingExecutor::run_update(size_t t, ModelParameters& params, ModelParam
 }
 
 std::pair<BlockTensors, BlockTensorsBf16> StreamingExecutor::weights(ModelParameters& params, int j,
-                                                                     const char* slot, const StepOptions& o) {
-  if (bf16_slot_) return bf16_slot_->bind(reinterpret_cast<std::byte*>(buf(slot + std::to_string(j))), j);
-  BlockTensors w = backend_.host_is_compute() ? params.block(j) : bind_block_tensors(config_, j, buf(slot + std::to_string(j)));
+                                                                     ArenaTensor slot, const StepOptions& o) {
+  if (bf16_slot_) return bf16_slot_->bind(reinterpret_cast<std::byte*>(buf(slot, j)), j);
+  BlockTensors w = backend_.host_is_compute() ? params.block(j) : bind_block_tensors(config_, j, buf(slot, j));
   BlockTensorsBf16 b;
   if (ctx_.precision == Precision::BF16) {  // the cpu backend: views of the host's compute copy
     const BlockTensors h = params.block(j);
@@ -252,29 +261,31 @@ void StreamingExecutor::load_weights(int w, ModelParameters& params, const bf16*
   const double t = now();
   // What this window's compute reads goes first on the link, and only that is waited
   // for; prefetches for later windows queue behind it and run under the compute.
-  auto load_layer = [&](const std::string& slot, int j) {
+  auto load_layer = [&](ArenaTensor slot, int j) {
     if (bf16_slot_)
-      bf16_slot_->copy_in(backend_, reinterpret_cast<std::byte*>(buf(slot)), params, compute_copy, j);
+      bf16_slot_->copy_in(backend_, reinterpret_cast<std::byte*>(buf(slot, j)), params, compute_copy, j);
     else
-      backend_.copy_to_compute(buf(slot), params.block_base(j), static_cast<size_t>(block_numel(config_, j)) * sizeof(float));
+      backend_.copy_to_compute(buf(slot, j), params.block_base(j), static_cast<size_t>(block_numel(config_, j)) * sizeof(float));
   };
   auto issue = [&](bool for_this_window) {
     if (sched_.head_load_w == w && (sched_.head == w) == for_this_window && sched_.head_chunk_rows > 0) {
       load_head_chunk(0, params, compute_copy);  // with the final norm
     } else if (sched_.head_load_w == w && (sched_.head == w) == for_this_window) {
       const int64_t C = C_, V = config_.vocab_size;
-      backend_.copy_to_compute(buf("w.norm"), params.final_norm(), C * sizeof(float));
+      backend_.copy_to_compute(buf(ArenaTensor::NormWeights), params.final_norm(), C * sizeof(float));
       if (bf16_slot_)
-        backend_.copy_to_compute(buf("w.lm_head"), compute_copy + (params.lm_head() - params.data()),
+        backend_.copy_to_compute(buf(ArenaTensor::LmHead), compute_copy + (params.lm_head() - params.data()),
                                  V * C * sizeof(bf16));
       else
-        backend_.copy_to_compute(buf("w.lm_head"), params.lm_head(), V * C * sizeof(float));
+        backend_.copy_to_compute(buf(ArenaTensor::LmHead), params.lm_head(), V * C * sizeof(float));
     }
     for (int j = 0; j < sched_.L; ++j) {
-      const std::string id = std::to_string(j);
-      if (sched_.fwd_load_w[j] == w && (sched_.forward_w[j] == w) == for_this_window) load_layer("w." + id, j);
-      if (sched_.rc_load_w[j] == w && (sched_.recompute_w[j] == w) == for_this_window) load_layer("wr." + id, j);
-      if (sched_.bwd_load_w[j] == w && (sched_.backward_w[j] == w) == for_this_window) load_layer("wb." + id, j);
+      if (sched_.fwd_load_w[j] == w && (sched_.forward_w[j] == w) == for_this_window)
+        load_layer(ArenaTensor::Weights, j);
+      if (sched_.rc_load_w[j] == w && (sched_.recompute_w[j] == w) == for_this_window)
+        load_layer(ArenaTensor::RecomputeWeights, j);
+      if (sched_.bwd_load_w[j] == w && (sched_.backward_w[j] == w) == for_this_window)
+        load_layer(ArenaTensor::BackwardWeights, j);
     }
   };
   if (which & kOwnLoads) issue(true);
@@ -381,7 +392,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   result.predicted_tokens = predicted;
   if (arena_->current_window() >= 0) {  // a previous step walked this arena
     arena_->reset();
-    live_.clear();
+    std::fill(live_.begin(), live_.end(), nullptr);
   }
   t0_ = std::chrono::steady_clock::now();
   events_ = &result.events;
@@ -396,10 +407,10 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   for (int w = 0; w < static_cast<int>(plan_.windows.size()); ++w) {
     const Window& win = plan_.windows[w];
     const double start = since();
-    window_name_ = win.name;
+    window_name_ = &win.name;
     if (options.before_window) options.before_window(w);
     arena_->begin_window(w);
-    for (const std::string& n : acquire_at_[w]) live_[n] = reinterpret_cast<float*>(arena_->acquire(n).data());
+    for (int k : acquire_at_[w]) live_[k] = reinterpret_cast<float*>(arena_->acquire(static_cast<size_t>(k)).data());
     // Layer gradients the plan drains in this window go out first; they and the copies of
     // earlier windows are done at this window's barrier.
     drain_gradients(w, options);
@@ -430,56 +441,56 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         break;
       case WindowKind::Prologue1:
         if (backend_.host_is_compute()) {
-          embed_forward(buf("x.0"), input_ids, params.embedding(), T, c);
+          embed_forward(buf(ArenaTensor::Boundary, 0), input_ids, params.embedding(), T, c);
         } else {  // the host embeds, the link carries the boundary (the plan's in.0)
           embed_forward(in0_.as<float>(), input_ids, params.embedding(), T, c);
-          backend_.copy_to_compute(buf("x.0"), in0_.data(), T * C * sizeof(float));
+          backend_.copy_to_compute(buf(ArenaTensor::Boundary, 0), in0_.data(), T * C * sizeof(float));
           backend_.wait_to_compute(backend_.to_compute_fence());
         }
         store_boundary(0);
         break;
       case WindowKind::Forward: {
-        const std::string in = std::to_string(j), out = std::to_string(j + 1);
-        float* saved = sched_.keep_internals[j] ? buf("int." + in) : buf("int.scratch");
-        BlockSaved sv = bind_block_saved(c, j, batch_, seq_, saved);
-        const auto [wj, bj] = weights(params, j, "w.", options);
-        block_forward(buf("x." + out), sv, workspace_, buf("x." + in), wj, bj, layer_context(ctx_, c, j));
+        float* saved = sched_.keep_internals[j] ? buf(ArenaTensor::Internals, j) : buf(ArenaTensor::Scratch);
+        BlockSaved sv = bind_block_saved(saved_layout_[j], saved);
+        const auto [wj, bj] = weights(params, j, ArenaTensor::Weights, options);
+        block_forward(buf(ArenaTensor::Boundary, j + 1), sv, workspace_, buf(ArenaTensor::Boundary, j), wj, bj,
+                      layer_context(ctx_, c, j));
         if (j + 1 < L) store_boundary(j + 1);
         break;
       }
       case WindowKind::Head: {  // streaming_head.cpp
         const double loss_sum = run_head(w, params, grads, targets.data(), grad_scale, options, sq);
         result.loss = predicted > 0 ? loss_sum / static_cast<double>(predicted) : 0.0;
-        d_out = buf("dx.0");
-        d_in = buf("dx.1");
+        d_out = buf(ArenaTensor::Dx, 0);
+        d_in = buf(ArenaTensor::Dx, 1);
         break;
       }
       case WindowKind::Recompute: {
         LT_ASSERT(d_in != nullptr, "recompute window before HEAD");
-        BlockSaved sv = bind_block_saved(c, j, batch_, seq_, buf("int.scratch"));
+        BlockSaved sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Scratch));
         // A plan may recompute a block's top layer too (megatrain-code does, for its
         // internals); its output is a stored boundary, so it goes to the spare gradient.
         const bool stored = j + 1 == L || sched_.boundaries[j + 1].stored;
-        float* out = stored ? d_in : buf("rc." + std::to_string(j + 1));
-        const auto [wj, bj] = weights(params, j, "wr.", options);
+        float* out = stored ? d_in : buf(ArenaTensor::Recomputed, j + 1);
+        const auto [wj, bj] = weights(params, j, ArenaTensor::RecomputeWeights, options);
         block_forward(out, sv, workspace_, boundary_input(j), wj, bj, layer_context(ctx_, c, j));
         break;
       }
       case WindowKind::Backward: {
         LT_ASSERT(d_out != nullptr, "backward window before HEAD");
         const float* x_in = boundary_input(j);
-        const auto [wj, bj] = weights(params, j, "wb.", options);
+        const auto [wj, bj] = weights(params, j, ArenaTensor::BackwardWeights, options);
         BlockSaved sv;
         if (sched_.keep_internals[j]) {
-          sv = bind_block_saved(c, j, batch_, seq_, buf("int." + std::to_string(j)));
+          sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Internals, j));
         } else {
           // Rerun the block; its output is not needed, so it goes to the spare gradient.
-          sv = bind_block_saved(c, j, batch_, seq_, buf("int.scratch"));
+          sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Scratch));
           block_forward(d_in, sv, workspace_, x_in, wj, bj, layer_context(ctx_, c, j));
         }
         const bool host = backend_.host_is_compute();
         const int64_t numel = block_numel(c, j);
-        float* g = host ? grads.block_base(j) : buf("g." + std::to_string(j));
+        float* g = host ? grads.block_base(j) : buf(ArenaTensor::Gradients, j);
         if (!host) std::memset(g, 0, numel * sizeof(float));
         BlockTensors gj = bind_block_tensors(c, j, g);
         block_backward(d_in, gj, workspace_, d_out, x_in, wj, bj, sv, layer_context(ctx_, c, j));
@@ -525,9 +536,9 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
     pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, "nvme", issued, bytes); });
     if (win.kind == WindowKind::Epilogue) sq = sq_sum(grads.embedding(), V * C, sq);
     result.compute_bytes.push_back({since(), static_cast<double>(arena_->live_bytes())});
-    for (const std::string& n : release_at_[w]) {
-      arena_->release(n);
-      live_.erase(n);
+    for (int k : release_at_[w]) {
+      arena_->release(static_cast<size_t>(k));
+      live_[k] = nullptr;
     }
     result.windows.push_back({win.name, start, since()});
   }

@@ -48,7 +48,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -168,7 +167,9 @@ class StreamingExecutor {
   StreamingStepResult run_step(ModelParameters& params, ModelParameters& grads, const int32_t* input_ids,
                                const int32_t* labels, const StepOptions& options);
   void abort_step() noexcept;  // after a failed step: drain, forget tickets, reset the arena
-  float* buf(const std::string& name);
+  // A compute-tier tensor by its typed id (StreamSchedule::arena_index, resolved once):
+  // asserts it is live now.
+  float* buf(ArenaTensor tensor, int index = 0);
   float* boundary_input(int b);  // boundary b on the compute tier during backward
   void store_boundary(int b);
   void start_nvme_read(int b);
@@ -176,8 +177,9 @@ class StreamingExecutor {
   double now() const;
   void event(const std::string& name, const char* lane, double start, double bytes = 0);
   // Layer j's weights for a compute window: host views on the cpu backend (bf16 ones from
-  // the step's compute copy), else the arena slot's ("w.", "wr.", "wb." + j).
-  std::pair<BlockTensors, BlockTensorsBf16> weights(ModelParameters& params, int j, const char* slot,
+  // the step's compute copy), else the arena slot's (Weights, RecomputeWeights or
+  // BackwardWeights, j).
+  std::pair<BlockTensors, BlockTensorsBf16> weights(ModelParameters& params, int j, ArenaTensor slot,
                                                     const StepOptions& o);
   // which: kOwnLoads (what window w's compute reads, waited for) and/or kPrefetches (for
   // later windows, left running).
@@ -212,8 +214,10 @@ class StreamingExecutor {
   std::vector<ArenaAllocation> layout_;
   std::unique_ptr<ComputeArena> arena_;
   size_t peak_ = 0;
-  std::vector<std::vector<std::string>> acquire_at_, release_at_;  // per window
-  std::unordered_map<std::string, float*> live_;
+  std::vector<std::vector<int>> acquire_at_, release_at_;  // per window: arena request indices
+  std::vector<float*> live_;  // per arena request: its memory while live, else null
+  std::vector<BlockSavedLayout> saved_layout_;  // per layer
+  std::vector<std::string> update_event_;      // per update target: its trace name
   HostPool host_;
   std::vector<std::unique_ptr<Parked>> parked_;
   HostBuffer in0_, dx0_, grad_stage_;  // backends with a separate compute tier only
@@ -245,7 +249,7 @@ class StreamingExecutor {
   BlockWorkspace workspace_;
   // Per step: the clock origin, the window running, and the events so far.
   std::chrono::steady_clock::time_point t0_;
-  std::string window_name_;
+  const std::string* window_name_ = nullptr;
   std::vector<ExecEvent>* events_ = nullptr;
 };
 

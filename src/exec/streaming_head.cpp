@@ -37,8 +37,8 @@ void StreamingExecutor::load_head_chunk(int64_t i, ModelParameters& params, cons
   const int64_t n = sched_.head_chunks, R = sched_.head_chunk_rows, V = config_.vocab_size, C = C_;
   LT_ASSERT(i >= 0 && i < 2 * n, "head chunk load " + std::to_string(i));
   const int64_t v0 = (i % n) * R, rows = std::min(R, V - v0);
-  void* slot = buf("w.lm_head." + std::to_string(i % 2));
-  if (i == 0) backend_.copy_to_compute(buf("w.norm"), params.final_norm(), C * sizeof(float));
+  void* slot = buf(ArenaTensor::LmHead, static_cast<int>(i % 2));
+  if (i == 0) backend_.copy_to_compute(buf(ArenaTensor::NormWeights), params.final_norm(), C * sizeof(float));
   if (bf16_slot_)  // bf16 compute: the chunk of the bf16 compute copy
     backend_.copy_to_compute(slot, compute_copy + (params.lm_head() - params.data()) + v0 * C,
                              static_cast<size_t>(rows * C) * sizeof(bf16));
@@ -52,15 +52,15 @@ double StreamingExecutor::run_head(int w, ModelParameters& params, ModelParamete
   const ModelConfig& c = config_;
   const int64_t T = T_, C = C_, V = c.vocab_size;
   const int L = sched_.L;
-  float* x = buf("x." + std::to_string(L));
-  float* norm_out = buf("head.norm_out");
-  float* rstd = buf("head.rstd");
-  float* d_hidden = buf("head.d_hidden");
+  float* x = buf(ArenaTensor::Boundary, L);
+  float* norm_out = buf(ArenaTensor::HeadNormOut);
+  float* rstd = buf(ArenaTensor::HeadRstd);
+  float* d_hidden = buf(ArenaTensor::HeadDHidden);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float norm_offset = static_cast<float>(c.norm_weight_offset);  // Gemma's (1 + w)
   const bool host = backend_.host_is_compute();
-  const float* norm_w = host ? params.final_norm() : buf("w.norm");
-  float* norm_g = host ? grads.final_norm() : buf("g.norm");
+  const float* norm_w = host ? params.final_norm() : buf(ArenaTensor::NormWeights);
+  float* norm_g = host ? grads.final_norm() : buf(ArenaTensor::NormGradients);
   const bf16* host_bf16 =  // the lm_head in the step's bf16 compute copy (cpu backend views)
       ctx_.precision == Precision::BF16 && host ? o.compute_copy + (params.lm_head() - params.data()) : nullptr;
   if (!host) std::memset(norm_g, 0, C * sizeof(float));  // gradient slots start at zero
@@ -68,16 +68,16 @@ double StreamingExecutor::run_head(int w, ModelParameters& params, ModelParamete
 
   if (sched_.head_chunk_rows == 0) {
     // The lm_head: host views on the cpu backend, else the slot (bf16 under bf16 compute).
-    const float* head_w = host ? params.lm_head() : bf16_slot_ ? nullptr : buf("w.lm_head");
+    const float* head_w = host ? params.lm_head() : bf16_slot_ ? nullptr : buf(ArenaTensor::LmHead);
     const bf16* head_bf16 = host ? host_bf16
-                            : ctx_.precision == Precision::BF16 ? reinterpret_cast<const bf16*>(buf("w.lm_head"))
+                            : ctx_.precision == Precision::BF16 ? reinterpret_cast<const bf16*>(buf(ArenaTensor::LmHead))
                                                                 : nullptr;
-    float* head_g = host ? grads.lm_head() : buf("g.lm_head");
+    float* head_g = host ? grads.lm_head() : buf(ArenaTensor::LmHeadGradients);
     if (!host) std::memset(head_g, 0, V * C * sizeof(float));
     norm_forward(norm_out, rstd, x, norm_w, T, C, eps, norm_offset);
     loss_sum = head_cross_entropy(d_hidden, head_g, norm_out, head_w, head_bf16, targets, T, C, V, grad_scale,
                                   ctx_.precision);
-    norm_backward(buf("dx.0"), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
+    norm_backward(buf(ArenaTensor::Dx, 0), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
     // Norm order: final norm, then an untied head (a tied one counts as the embedding).
     if (host) {
       sq += sum_of_squares_f64(grads.final_norm(), C);
@@ -105,7 +105,7 @@ double StreamingExecutor::run_head(int w, ModelParameters& params, ModelParamete
       if (i + 1 < 2 * n) load_head_chunk(i + 1, params, o.compute_copy);
       if (i + 2 == 2 * n) load_weights(w, params, o.compute_copy, kPrefetches);  // behind the last chunk
       backend_.wait_to_compute(head_slot_fence_[i % 2]);
-      void* slot = buf("w.lm_head." + std::to_string(i % 2));
+      void* slot = buf(ArenaTensor::LmHead, static_cast<int>(i % 2));
       if (bf16_slot_) w16 = static_cast<const bf16*>(slot);
       else w32 = static_cast<const float*>(slot);
     }
@@ -117,7 +117,7 @@ double StreamingExecutor::run_head(int w, ModelParameters& params, ModelParamete
       ce.backward(d_hidden, grads.lm_head() + v0 * C, w32, w16, v0, rows);
       continue;
     }
-    float* g = buf("g.lm_head." + std::to_string(chunk % 2));
+    float* g = buf(ArenaTensor::LmHeadGradients, static_cast<int>(chunk % 2));
     if (chunk >= 2) backend_.wait_to_host(grad_fence[chunk % 2]);  // chunk - 2's copy out of this slot
     std::memset(g, 0, static_cast<size_t>(rows * C) * sizeof(float));
     ce.backward(d_hidden, g, w32, w16, v0, rows);
@@ -125,7 +125,7 @@ double StreamingExecutor::run_head(int w, ModelParameters& params, ModelParamete
     grad_fence[chunk % 2] = landings_.back().fence;
   }
   loss_sum = ce.loss();
-  norm_backward(buf("dx.0"), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
+  norm_backward(buf(ArenaTensor::Dx, 0), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
   if (host) {
     sq += sum_of_squares_f64(grads.final_norm(), C);
     if (!tied(params)) sq += sum_of_squares_f64(grads.lm_head(), V * C);

@@ -1,6 +1,8 @@
 // The executor's record of one offloaded boundary (private to exec/streaming_*.cpp).
 #pragma once
 
+#include <string>
+
 #include "exec/streaming_executor.h"
 #include "memory/host_pool.h"
 #include "memory/nvme_store.h"
@@ -15,6 +17,8 @@ struct StreamingExecutor::Parked {
   size_t slot = 0;
   NvmeStore::Ticket write = 0, read = 0;
   double write_issued_s = 0, read_issued_s = 0;
+  // Trace names: a.<b>.out, a.<b>.in, a.<b>.nvme write, a.<b>.nvme read.
+  std::string out_event, in_event, nvme_write_event, nvme_read_event;
 };
 
 }  // namespace lt

@@ -218,20 +218,28 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
   // Compute-tier allocations (fp32).
   const size_t row = static_cast<size_t>(s.hidden) * sizeof(float);
   const size_t full = static_cast<size_t>(T) * row;
-  auto req = [&](const std::string& name, size_t bytes, int first, int last) {
+  using A = ArenaTensor;
+  auto req = [&](A tensor, int index, const std::string& name, size_t bytes, int first, int last) {
     LT_ASSERT(first >= 0 && last >= first, "lifetime of " + name);
-    if (bytes > 0) s.arena.push_back({name, bytes, first, last});
+    if (bytes == 0) return;
+    std::vector<int>& at = s.arena_by_tensor[static_cast<int>(tensor)];
+    if (static_cast<int>(at.size()) <= index) at.resize(index + 1, -1);
+    LT_ASSERT(at[index] < 0, name + " placed twice");
+    at[index] = static_cast<int>(s.arena.size());
+    s.arena.push_back({name, bytes, first, last});
+    s.arena_keys.push_back({tensor, index});
   };
   for (int b = 0; b <= L; ++b) {
     const BoundarySchedule& bs = s.boundaries[b];
     const std::string id = std::to_string(b);
     const bool whole_kept = bs.stored && !bs.offloaded();
-    req("x." + id, full, bs.produce_w, whole_kept ? bs.backward_last_w : bs.forward_use_w);
+    req(A::Boundary, b, "x." + id, full, bs.produce_w, whole_kept ? bs.backward_last_w : bs.forward_use_w);
     if (bs.offloaded()) {
-      req("a." + id + ".gpu", static_cast<size_t>(bs.gpu_tokens) * row, bs.produce_w, bs.backward_last_w);
-      req("r." + id, full, bs.fetch_w, bs.backward_last_w);
+      req(A::BoundaryGpuPart, b, "a." + id + ".gpu", static_cast<size_t>(bs.gpu_tokens) * row, bs.produce_w,
+          bs.backward_last_w);
+      req(A::Refetched, b, "r." + id, full, bs.fetch_w, bs.backward_last_w);
     }
-    if (b < L && !bs.stored && b > 0) req("rc." + id, full, s.recompute_w[b - 1], bs.backward_last_w);
+    if (b < L && !bs.stored && b > 0) req(A::Recomputed, b, "rc." + id, full, s.recompute_w[b - 1], bs.backward_last_w);
   }
   LT_ASSERT(static_cast<int>(saved_numel.size()) == L, "one saved size per layer");
   const auto saved_bytes = [&](int j) { return static_cast<size_t>(saved_numel[j]) * sizeof(float); };
@@ -239,42 +247,42 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
   bool any_scratch = false;
   for (int j = 0; j < L; ++j) {
     if (s.keep_internals[j]) {
-      req("int." + std::to_string(j), saved_bytes(j), s.forward_w[j], s.backward_w[j]);
+      req(A::Internals, j, "int." + std::to_string(j), saved_bytes(j), s.forward_w[j], s.backward_w[j]);
     } else {
       any_scratch = true;
       scratch_bytes = std::max(scratch_bytes, saved_bytes(j));
     }
   }
   const int first = std::min(s.p0, s.p1);
-  if (any_scratch) req("int.scratch", scratch_bytes, first, s.epilogue);
-  req("head.norm_out", full, s.head, s.head);
-  req("head.rstd", static_cast<size_t>(T) * sizeof(float), s.head, s.head);
-  req("head.d_hidden", full, s.head, s.head);
+  if (any_scratch) req(A::Scratch, 0, "int.scratch", scratch_bytes, first, s.epilogue);
+  req(A::HeadNormOut, 0, "head.norm_out", full, s.head, s.head);
+  req(A::HeadRstd, 0, "head.rstd", static_cast<size_t>(T) * sizeof(float), s.head, s.head);
+  req(A::HeadDHidden, 0, "head.d_hidden", full, s.head, s.head);
   if (weights_on_compute) {
     const size_t wbytes = cw.layer_bytes, gbytes = cw.layer_grad_bytes;
     const size_t C = static_cast<size_t>(s.hidden);
     for (int j = 0; j < L; ++j) {
       const std::string id = std::to_string(j);
-      req("w." + id, wbytes, s.fwd_load_w[j], s.forward_w[j]);
-      if (s.recompute_w[j] >= 0) req("wr." + id, wbytes, s.rc_load_w[j], s.recompute_w[j]);
-      req("wb." + id, wbytes, s.bwd_load_w[j], s.backward_w[j]);
+      req(A::Weights, j, "w." + id, wbytes, s.fwd_load_w[j], s.forward_w[j]);
+      if (s.recompute_w[j] >= 0) req(A::RecomputeWeights, j, "wr." + id, wbytes, s.rc_load_w[j], s.recompute_w[j]);
+      req(A::BackwardWeights, j, "wb." + id, wbytes, s.bwd_load_w[j], s.backward_w[j]);
       // A gradient slot drains to the host under its drain window's compute.
-      req("g." + id, gbytes, s.backward_w[j], s.grad_drain_w[j]);
+      req(A::Gradients, j, "g." + id, gbytes, s.backward_w[j], s.grad_drain_w[j]);
     }
-    req("w.norm", C * sizeof(float), s.head_load_w, s.head);
-    req("g.norm", C * sizeof(float), s.head, s.head + 1);
+    req(A::NormWeights, 0, "w.norm", C * sizeof(float), s.head_load_w, s.head);
+    req(A::NormGradients, 0, "g.norm", C * sizeof(float), s.head, s.head + 1);
     if (s.head_chunk_rows == 0) {
-      req("w.lm_head", cw.lm_head_bytes, s.head_load_w, s.head);
-      req("g.lm_head", cw.lm_head_grad_bytes, s.head, s.head + 1);
+      req(A::LmHead, 0, "w.lm_head", cw.lm_head_bytes, s.head_load_w, s.head);
+      req(A::LmHeadGradients, 0, "g.lm_head", cw.lm_head_grad_bytes, s.head, s.head + 1);
     } else {  // chunk c+2 reuses chunk c's slots (streaming_head.cpp)
-      for (const char* k : {"0", "1"}) {
-        req(std::string("w.lm_head.") + k, cw.lm_head_bytes, s.head_load_w, s.head);
-        req(std::string("g.lm_head.") + k, cw.lm_head_grad_bytes, s.head, s.head + 1);
+      for (int k : {0, 1}) {
+        req(A::LmHead, k, "w.lm_head." + std::to_string(k), cw.lm_head_bytes, s.head_load_w, s.head);
+        req(A::LmHeadGradients, k, "g.lm_head." + std::to_string(k), cw.lm_head_grad_bytes, s.head, s.head + 1);
       }
     }
   }
-  req("dx.0", full, s.head, s.epilogue);
-  req("dx.1", full, s.head, s.epilogue);
+  req(A::Dx, 0, "dx.0", full, s.head, s.epilogue);
+  req(A::Dx, 1, "dx.1", full, s.head, s.epilogue);
   return s;
 }
 

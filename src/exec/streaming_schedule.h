@@ -32,6 +32,39 @@ struct BoundarySchedule {
   bool offloaded() const { return stored && gpu_tokens < gpu_tokens + cpu_tokens + nvme_tokens; }
 };
 
+// The compute-tier tensors the schedule places in the arena, each kind indexed by a
+// boundary b, a layer j or a slot k (0 where there is one). The executor resolves them to
+// arena indices once, at setup, so that its step does no name lookups; the names (in
+// ArenaRequest, for reports and errors) say the same: x.<b>, a.<b>.gpu, r.<b>, rc.<b>,
+// int.<j>, int.scratch, head.norm_out, head.rstd, head.d_hidden, w.<j>, wr.<j>, wb.<j>,
+// g.<j>, w.norm, g.norm, w.lm_head (or w.lm_head.<k>), g.lm_head (or g.lm_head.<k>), dx.<k>.
+enum class ArenaTensor : uint8_t {
+  Boundary,         // x.<b>: boundary b as produced (kept here when stored whole)
+  BoundaryGpuPart,  // a.<b>.gpu: an offloaded boundary's compute-tier tokens
+  Refetched,        // r.<b>: an offloaded boundary reassembled for its backward use
+  Recomputed,       // rc.<b>: a dropped boundary rebuilt by its RC window
+  Internals,        // int.<j>: layer j's saved tensors, kept from forward to backward
+  Scratch,          // int.scratch: where every recomputed layer writes its saved tensors
+  HeadNormOut,      // head.norm_out, head.rstd, head.d_hidden: the HEAD window's
+  HeadRstd,
+  HeadDHidden,
+  Weights,          // w.<j>, wr.<j>, wb.<j>: layer j's weight slot for F, RC and B
+  RecomputeWeights,
+  BackwardWeights,
+  Gradients,        // g.<j>: layer j's gradient slot
+  NormWeights,      // w.norm, g.norm: the final norm's
+  NormGradients,
+  LmHead,           // w.lm_head: whole (k = 0) or chunk slot k of a streamed head
+  LmHeadGradients,  // g.lm_head: likewise
+  Dx,               // dx.<k>, k = 0, 1: the two gradient buffers backward alternates
+};
+inline constexpr int kArenaTensorKinds = static_cast<int>(ArenaTensor::Dx) + 1;
+
+struct ArenaKey {
+  ArenaTensor tensor = ArenaTensor::Boundary;
+  int index = 0;
+};
+
 // Lazy-optimizer targets, in the order update_w lists them: embed, layer 0..L-1, head.
 struct UpdateTarget {
   enum class Kind { Embed, Layer, Head } kind = Kind::Layer;
@@ -72,6 +105,14 @@ struct StreamSchedule {
   std::vector<int> state_read_w, state_write_w, state_slot;
   int state_slots = 0;
   std::vector<ArenaRequest> arena;
+  std::vector<ArenaKey> arena_keys;  // what each arena request holds
+
+  // The arena request that holds (tensor, index), or -1 when the plan places none.
+  int arena_index(ArenaTensor tensor, int index = 0) const {
+    const std::vector<int>& v = arena_by_tensor[static_cast<int>(tensor)];
+    return index >= 0 && index < static_cast<int>(v.size()) ? v[index] : -1;
+  }
+  std::vector<int> arena_by_tensor[kArenaTensorKinds];  // per kind, per index: a request, or -1
 };
 
 // Backends whose compute tier is not the host's memory plan their weight and gradient

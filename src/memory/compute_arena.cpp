@@ -62,6 +62,7 @@ ComputeArena::~ComputeArena() = default;
 
 void ComputeArena::validate_and_index(size_t alignment) {
   LT_ASSERT(alignment > 0 && (alignment & (alignment - 1)) == 0, "alignment must be a power of two");
+  is_live_.assign(plan_.size(), 0);
   const std::string where = "compute arena '" + tier_ + "'";
   const std::string replan = "re-plan for this budget, or raise the compute budget";
   int min_w = 0, max_w = -1;
@@ -128,27 +129,37 @@ void ComputeArena::validate_and_index(size_t alignment) {
   }
 }
 
-const ArenaAllocation* ComputeArena::find_planned(const std::string& name, int window) const {
+long ComputeArena::find_planned(const std::string& name, int window) const {
   auto it = by_name_.find(name);
-  if (it == by_name_.end()) return nullptr;
+  if (it == by_name_.end()) return -1;
   for (size_t i : it->second)
-    if (plan_[i].first_window <= window && window <= plan_[i].last_window) return &plan_[i];
-  return nullptr;
+    if (plan_[i].first_window <= window && window <= plan_[i].last_window) return static_cast<long>(i);
+  return -1;
+}
+
+long ComputeArena::find_live(const std::string& name) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return -1;
+  for (size_t i : it->second)
+    if (is_live_[i]) return static_cast<long>(i);
+  return -1;
 }
 
 void ComputeArena::begin_window(int w) {
   std::lock_guard lock(mu_);
   LT_ASSERT(w >= window_, "windows must not go backwards: " + std::to_string(w) + " after " +
                               std::to_string(window_));
-  for (const auto& [name, a] : live_)
-    LT_ASSERT(a->last_window >= w, "'" + name + "' is still live in window " + std::to_string(w) +
-                                       " but the plan frees it after window " + std::to_string(a->last_window));
+  for (size_t i : live_)
+    LT_ASSERT(plan_[i].last_window >= w, "'" + plan_[i].name + "' is still live in window " + std::to_string(w) +
+                                             " but the plan frees it after window " +
+                                             std::to_string(plan_[i].last_window));
   window_ = w;
 }
 
 void ComputeArena::reset() {
   std::lock_guard lock(mu_);
   live_.clear();
+  is_live_.assign(plan_.size(), 0);
   live_bytes_ = 0;
   window_ = -1;
 }
@@ -158,16 +169,40 @@ int ComputeArena::current_window() const {
   return window_;
 }
 
+std::span<std::byte> ComputeArena::acquire_locked(size_t i) {
+  const ArenaAllocation& a = plan_[i];
+  LT_ASSERT(!is_live_[i], "'" + a.name + "' acquired twice in " + tier_);
+  is_live_[i] = 1;
+  live_.push_back(i);
+  live_bytes_ += a.bytes;
+  peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
+  return {base_ + a.offset, a.bytes};
+}
+
+void ComputeArena::release_locked(size_t i) {
+  is_live_[i] = 0;
+  live_.erase(std::find(live_.begin(), live_.end(), i));
+  live_bytes_ -= plan_[i].bytes;
+}
+
 std::span<std::byte> ComputeArena::acquire(const std::string& name) {
   std::lock_guard lock(mu_);
-  const ArenaAllocation* a = find_planned(name, window_);
-  LT_ASSERT(a != nullptr, "unplanned allocation: '" + name + "' is not in the plan of " + tier_ +
-                              " for window " + std::to_string(window_));
-  LT_ASSERT(live_.count(name) == 0, "'" + name + "' acquired twice in " + tier_);
-  live_.emplace(name, a);
-  live_bytes_ += a->bytes;
-  peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
-  return {base_ + a->offset, a->bytes};
+  const long i = find_planned(name, window_);
+  LT_ASSERT(i >= 0, "unplanned allocation: '" + name + "' is not in the plan of " + tier_ + " for window " +
+                        std::to_string(window_));
+  LT_ASSERT(find_live(name) < 0, "'" + name + "' acquired twice in " + tier_);
+  return acquire_locked(static_cast<size_t>(i));
+}
+
+std::span<std::byte> ComputeArena::acquire(size_t index) {
+  std::lock_guard lock(mu_);
+  LT_ASSERT(index < plan_.size(), "unplanned allocation: index " + std::to_string(index) + " of " +
+                                      std::to_string(plan_.size()) + " in " + tier_);
+  const ArenaAllocation& a = plan_[index];
+  LT_ASSERT(a.first_window <= window_ && window_ <= a.last_window,
+            "unplanned allocation: '" + a.name + "' is not in the plan of " + tier_ + " for window " +
+                std::to_string(window_));
+  return acquire_locked(index);
 }
 
 TensorView ComputeArena::acquire_view(const std::string& name, DType dtype, const Shape& shape) {
@@ -182,15 +217,21 @@ TensorView ComputeArena::acquire_view(const std::string& name, DType dtype, cons
 
 void ComputeArena::release(const std::string& name) {
   std::lock_guard lock(mu_);
-  auto it = live_.find(name);
-  LT_ASSERT(it != live_.end(), "release of '" + name + "', which is not live in " + tier_);
-  live_bytes_ -= it->second->bytes;
-  live_.erase(it);
+  const long i = find_live(name);
+  LT_ASSERT(i >= 0, "release of '" + name + "', which is not live in " + tier_);
+  release_locked(static_cast<size_t>(i));
+}
+
+void ComputeArena::release(size_t index) {
+  std::lock_guard lock(mu_);
+  LT_ASSERT(index < plan_.size() && is_live_[index],
+            "release of allocation " + std::to_string(index) + ", which is not live in " + tier_);
+  release_locked(index);
 }
 
 bool ComputeArena::is_live(const std::string& name) const {
   std::lock_guard lock(mu_);
-  return live_.count(name) != 0;
+  return find_live(name) >= 0;
 }
 
 size_t ComputeArena::live_bytes() const {

@@ -61,6 +61,10 @@ class ComputeArena {
   // The planned range of `name` for the current window. Asserts it is planned for this
   // window and not already live.
   std::span<std::byte> acquire(const std::string& name);
+  // The same by the allocation's index in the plan (the executor's hot path: no name
+  // lookup). Asserts the current window is within its lifetime and it is not live.
+  std::span<std::byte> acquire(size_t index);
+  void release(size_t index);  // asserts allocation `index` is live
   // The same range as a typed view; asserts the shape fits the planned bytes.
   TensorView acquire_view(const std::string& name, DType dtype, const Shape& shape);
   // Asserts `name` is live.
@@ -79,7 +83,11 @@ class ComputeArena {
 
  private:
   void validate_and_index(size_t alignment);
-  const ArenaAllocation* find_planned(const std::string& name, int window) const;
+  // The index of `name`'s allocation planned for `window`, or -1.
+  long find_planned(const std::string& name, int window) const;
+  long find_live(const std::string& name) const;  // under mu_; -1 when not live
+  std::span<std::byte> acquire_locked(size_t index);
+  void release_locked(size_t index);
 
   std::string tier_;
   size_t budget_ = 0;
@@ -91,7 +99,8 @@ class ComputeArena {
 
   mutable std::mutex mu_;
   int window_ = -1;
-  std::unordered_map<std::string, const ArenaAllocation*> live_;
+  std::vector<size_t> live_;   // indices into plan_, in acquisition order
+  std::vector<char> is_live_;  // per allocation of plan_
   size_t live_bytes_ = 0, peak_live_bytes_ = 0;
 };
 

@@ -24,6 +24,10 @@
 #include "exec/streaming_executor.h"
 #include "optim/adamw.h"
 #include "plan/cost_model.h"
+#include "plan/default_schedule.h"
+#include "plan/plan_builder.h"
+#include "plan/plan_evaluate.h"
+#include "plan/plan_validate.h"
 #include "plan/planner.h"
 #include "streaming_test_util.h"
 
@@ -286,6 +290,28 @@ inline Plan offloading_milp_plan(const ModelConfig& c, double host_memory_bytes 
     if (p.feasible && tc.cpu > 0 && tc.nvme > 0) return p;
   }
   return Plan{};
+}
+
+// A plan built from decisions: every boundary on the compute tier, or (mixed) a boundary
+// recomputed, one split over host and NVMe and a layer's internals kept; the head
+// streamed in chunks of `rows` (0: whole).
+inline Plan decided_plan(const ModelConfig& c, int64_t rows, bool mixed, double weight_bytes = 4) {
+  PlanRequest req = request(c);
+  req.hardware.weight_bytes = weight_bytes;
+  const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
+  Decisions d = all_gpu_decisions(static_cast<int>(c.num_layers), "decided");
+  if (mixed) {
+    d.boundaries[1] = BoundaryPlacement{true, 0, 0, 0};
+    d.boundaries[2] = BoundaryPlacement{false, 0.5, 0.25, 0.25};
+    d.keep_internals[c.num_layers - 1] = true;
+  }
+  d.head_chunk_rows = rows;
+  EXPECT_TRUE(assign_asap_traffic(d, cm));
+  Plan p = build_plan(req, cm, d);
+  evaluate_plan(p);
+  const auto problems = validate_plan(p);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  return p;
 }
 
 }  // namespace lt::streaming_test

@@ -48,6 +48,29 @@ TEST(ComputeArenaTest, HandsOutPlannedOffsetsAndTracksPeak) {
   EXPECT_LE(arena.peak_live_bytes(), arena.planned_peak_bytes());
 }
 
+// By index (the executor's way): the same ranges and the same accounting as by name, and
+// the two views agree on what is live.
+TEST(ComputeArenaTest, AcquiresByIndexAsByName) {
+  ComputeArena arena("gpu", 8192, {{"a", 0, 4096, 0, 1}, {"b", 4096, 2048, 1, 2}, {"a", 0, 1024, 2, 2}});
+  arena.begin_window(0);
+  EXPECT_EQ(arena.acquire(size_t{0}).data(), arena.base());
+  EXPECT_TRUE(arena.is_live("a"));
+  arena.begin_window(1);
+  auto b = arena.acquire(size_t{1});
+  EXPECT_EQ(b.data(), arena.base() + 4096);
+  EXPECT_EQ(b.size(), 2048u);
+  EXPECT_EQ(arena.live_bytes(), 6144u);
+  arena.release("a");  // the name finds the live allocation 0
+  arena.begin_window(2);
+  auto a_again = arena.acquire(size_t{2});
+  EXPECT_EQ(a_again.size(), 1024u);
+  arena.release(size_t{1});
+  arena.release(size_t{2});
+  EXPECT_FALSE(arena.is_live("a"));
+  EXPECT_EQ(arena.live_bytes(), 0u);
+  EXPECT_EQ(arena.peak_live_bytes(), 6144u);
+}
+
 TEST(ComputeArenaTest, SameNamePlannedTwiceWithDisjointLifetimes) {
   // A weight slot refilled later at another offset: acquire picks the one for the window.
   ComputeArena arena("gpu", 4096, {{"w.1", 0, 256, 0, 0}, {"w.1", 1024, 256, 3, 4}});
@@ -141,6 +164,18 @@ TEST_F(ComputeArenaDeathTest, ViewLargerThanPlannedAborts) {
   ComputeArena arena("gpu", 4096, {{"a", 0, 1024, 0, 0}});
   arena.begin_window(0);
   EXPECT_DEATH(arena.acquire_view("a", DType::F32, {257}), "needs 1028 bytes, planned 1024");
+}
+
+TEST_F(ComputeArenaDeathTest, IndexOutsideItsLifetimeOrTwiceAborts) {
+  ComputeArena arena("gpu", 4096, {{"a", 0, 1024, 2, 3}});
+  arena.begin_window(1);
+  EXPECT_DEATH(arena.acquire(size_t{0}), "unplanned allocation: 'a'.*window 1");
+  EXPECT_DEATH(arena.acquire(size_t{1}), "unplanned allocation: index 1 of 1");
+  arena.begin_window(2);
+  arena.acquire(size_t{0});
+  EXPECT_DEATH(arena.acquire(size_t{0}), "acquired twice");
+  arena.release(size_t{0});
+  EXPECT_DEATH(arena.release(size_t{0}), "not live");
 }
 
 TEST_F(ComputeArenaDeathTest, ReleaseOfSomethingNotLiveAborts) {
