@@ -35,22 +35,6 @@ bool tied(const ModelParameters& p) {
   return const_cast<ModelParameters&>(p).lm_head() == const_cast<ModelParameters&>(p).embedding();
 }
 
-// What the arena holds of the weights and gradients when the compute tier is separate.
-ComputeTierWeights compute_tier_weights(const Plan& plan, const Backend& backend, Precision precision) {
-  ComputeTierWeights cw;
-  if (backend.host_is_compute()) return cw;
-  const bool bf16_compute = precision == Precision::BF16;
-  const size_t block = static_cast<size_t>(max_block_numel(plan.model));  // a slot holds any layer
-  cw.on_compute = true;
-  cw.layer_bytes = bf16_compute ? Bf16WeightSlot(plan.model).bytes() : block * sizeof(float);
-  cw.layer_grad_bytes = block * sizeof(float);
-  // One lm_head slot: the whole matrix, or one chunk of a streamed head.
-  const int64_t rows = plan.head_chunk_rows > 0 ? plan.head_chunk_rows : plan.model.vocab_size;
-  cw.lm_head_bytes = static_cast<size_t>(rows * plan.model.hidden_size) * (bf16_compute ? sizeof(bf16) : sizeof(float));
-  cw.lm_head_grad_bytes = static_cast<size_t>(rows * plan.model.hidden_size) * sizeof(float);
-  return cw;
-}
-
 }  // namespace
 
 std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& params, const UpdateTarget& t) {
@@ -91,15 +75,13 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
       C_(plan.model.hidden_size),
       sched_(make_stream_schedule(plan, saved_numel_per_layer(plan.model, plan.batch, plan.seq),
                                   compute_tier_weights(plan, backend, options.precision))),
+      live_(sched_),
       host_("host activations"),
       workspace_(plan.model, plan.batch, plan.seq) {
-  if (!backend_.host_is_compute()) {  // host ends of the embedding and of gradient slots
-    const int64_t V = config_.vocab_size;
-    in0_ = host_.allocate(T_ * C_ * sizeof(float), "in.0");
-    dx0_ = host_.allocate(T_ * C_ * sizeof(float), "dx.0");
-    const int64_t head_rows = sched_.head_chunk_rows > 0 ? sched_.head_chunk_rows : V;  // one lm_head slot
-    grad_stage_ = host_.allocate(std::max(max_block_numel(config_), head_rows * C_) * sizeof(float), "gradient staging");
-  }
+  weights_ = make_weight_source(config_, sched_, backend_, live_, host_, options.precision);
+  grads_ = make_gradient_sink(
+      config_, sched_, backend_, live_, host_, [this] { return now(); },
+      [this](const std::string& name, const char* lane, double start, double bytes) { event(name, lane, start, bytes); });
   if (sched_.head_chunk_rows > 0) {  // a streamed head sums as the whole one only on whole sub-chunks
     const int64_t sub = cross_entropy_chunks(T_, config_.vocab_size, {}, options.precision).vocab_chunk;
     if (sched_.head_chunk_rows % sub != 0)
@@ -111,7 +93,6 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   ctx_.shape = block_shape(config_, batch_, seq_);
   set_rope_tables(ctx_, rope_cos_, rope_sin_, config_, seq_);  // per-layer tables: layer_context()
   ctx_.precision = options.precision;
-  if (options.precision == Precision::BF16 && !backend_.host_is_compute()) bf16_slot_.emplace(config_);
 
   // Compute tier: lay out every planned allocation, then hold exactly that many bytes.
   layout_ = lay_out_arena(sched_.arena);
@@ -132,7 +113,6 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
     acquire_at_[sched_.arena[i].first_window].push_back(static_cast<int>(i));
     release_at_[sched_.arena[i].last_window].push_back(static_cast<int>(i));
   }
-  live_.assign(sched_.arena.size(), nullptr);
   for (int j = 0; j < sched_.L; ++j) saved_layout_.push_back(block_saved_layout(config_, j, batch_, seq_));
   for (const UpdateTarget& t : sched_.targets) update_event_.push_back("optimizer " + t.name());
 
@@ -200,9 +180,8 @@ void StreamingExecutor::abort_step() noexcept {
   for (auto& p : parked_)
     if (p) p->write = p->read = 0;
   pager_->abandon();
-  landings_.clear();
-  pending_grads_.clear();
-  std::fill(live_.begin(), live_.end(), nullptr);
+  grads_->abandon();
+  live_.clear();
   peak_ = std::max(peak_, arena_->peak_live_bytes());
   arena_->reset();
   events_ = nullptr;
@@ -214,14 +193,6 @@ double StreamingExecutor::now() const {
 
 void StreamingExecutor::event(const std::string& name, const char* lane, double start, double bytes) {
   if (events_) events_->push_back({name, window_name_ ? *window_name_ : std::string(), lane, start, now(), bytes});
-}
-
-float* StreamingExecutor::buf(ArenaTensor tensor, int index) {
-  const int k = sched_.arena_index(tensor, index);
-  LT_ASSERT(k >= 0, "compute-tier tensor (kind " + std::to_string(static_cast<int>(tensor)) + ", index " +
-                        std::to_string(index) + ") is not in the plan");
-  LT_ASSERT(live_[k] != nullptr, "compute-tier tensor " + sched_.arena[k].name + " used outside its planned lifetime");
-  return live_[k];
 }
 
 void StreamingExecutor::run_update(size_t t_index, ModelParameters& params, ModelParameters& grads,
@@ -242,50 +213,24 @@ void StreamingExecutor::run_update(size_t t_index, ModelParameters& params, Mode
   (void)params;
 }
 
-std::pair<BlockTensors, BlockTensorsBf16> StreamingExecutor::weights(ModelParameters& params, int j,
-                                                                     ArenaTensor slot, const StepOptions& o) {
-  if (bf16_slot_) return bf16_slot_->bind(reinterpret_cast<std::byte*>(buf(slot, j)), j);
-  BlockTensors w = backend_.host_is_compute() ? params.block(j) : bind_block_tensors(config_, j, buf(slot, j));
-  BlockTensorsBf16 b;
-  if (ctx_.precision == Precision::BF16) {  // the cpu backend: views of the host's compute copy
-    const BlockTensors h = params.block(j);
-    for (const BlockField& f : block_fields(config_, j))
-      if (f.matrix) b.*bf16_member(f.member) = o.compute_copy + (h.*f.member - params.data());
-  }
-  return {w, b};
-}
-
-// Copies the weights planned to arrive in window w onto the compute tier; waits for them
-// only when this window's own compute reads them (a prefetch runs under the compute).
-void StreamingExecutor::load_weights(int w, ModelParameters& params, const bf16* compute_copy, int which) {
+// Queues the weight copies planned to arrive in window w (none on host views); waits for
+// them only when this window's own compute reads them (a prefetch runs under the compute).
+void StreamingExecutor::load_weights(int w, int which) {
   const double t = now();
   // What this window's compute reads goes first on the link, and only that is waited
   // for; prefetches for later windows queue behind it and run under the compute.
-  auto load_layer = [&](ArenaTensor slot, int j) {
-    if (bf16_slot_)
-      bf16_slot_->copy_in(backend_, reinterpret_cast<std::byte*>(buf(slot, j)), params, compute_copy, j);
-    else
-      backend_.copy_to_compute(buf(slot, j), params.block_base(j), static_cast<size_t>(block_numel(config_, j)) * sizeof(float));
-  };
   auto issue = [&](bool for_this_window) {
-    if (sched_.head_load_w == w && (sched_.head == w) == for_this_window && sched_.head_chunk_rows > 0) {
-      load_head_chunk(0, params, compute_copy);  // with the final norm
-    } else if (sched_.head_load_w == w && (sched_.head == w) == for_this_window) {
-      const int64_t C = C_, V = config_.vocab_size;
-      backend_.copy_to_compute(buf(ArenaTensor::NormWeights), params.final_norm(), C * sizeof(float));
-      if (bf16_slot_)
-        backend_.copy_to_compute(buf(ArenaTensor::LmHead), compute_copy + (params.lm_head() - params.data()),
-                                 V * C * sizeof(bf16));
-      else
-        backend_.copy_to_compute(buf(ArenaTensor::LmHead), params.lm_head(), V * C * sizeof(float));
+    if (sched_.head_load_w == w && (sched_.head == w) == for_this_window) {
+      if (sched_.head_chunk_rows > 0) weights_->load_head_chunk(0);  // with the final norm
+      else weights_->load_head();
     }
     for (int j = 0; j < sched_.L; ++j) {
       if (sched_.fwd_load_w[j] == w && (sched_.forward_w[j] == w) == for_this_window)
-        load_layer(ArenaTensor::Weights, j);
+        weights_->load_layer(ArenaTensor::Weights, j);
       if (sched_.rc_load_w[j] == w && (sched_.recompute_w[j] == w) == for_this_window)
-        load_layer(ArenaTensor::RecomputeWeights, j);
+        weights_->load_layer(ArenaTensor::RecomputeWeights, j);
       if (sched_.bwd_load_w[j] == w && (sched_.backward_w[j] == w) == for_this_window)
-        load_layer(ArenaTensor::BackwardWeights, j);
+        weights_->load_layer(ArenaTensor::BackwardWeights, j);
     }
   };
   if (which & kOwnLoads) issue(true);
@@ -296,47 +241,6 @@ void StreamingExecutor::load_weights(int w, ModelParameters& params, const bf16*
     backend_.wait_to_compute(needed);
     event("weights", "h2d", t);
   }
-}
-
-// A gradient slot's sum reaches the host block: copied over a block that was zeroed for
-// this step (bitwise what accumulating in place gives), else added through staging.
-// When zero_grads holds, the copy is left running under the next window (the slot lives
-// until that window's barrier, as the plan's g.<j> transfer does); finish_landings() then
-// counts it in the norm, in the order the gradients were produced.
-void StreamingExecutor::land_gradient(float* host, const float* slot, int64_t n, bool count, const StepOptions& o) {
-  landings_.push_back({host, n, count, now(), 0});
-  if (o.zero_grads) {
-    backend_.copy_to_host(host, slot, n * sizeof(float));
-    landings_.back().fence = backend_.to_host_fence();
-  } else {
-    float* stage = grad_stage_.as<float>();
-    backend_.copy_to_host(stage, slot, n * sizeof(float));
-    backend_.synchronize();
-    for (int64_t i = 0; i < n; ++i) host[i] += stage[i];
-  }
-}
-
-void StreamingExecutor::drain_gradients(int w, const StepOptions& o) {
-  size_t k = 0;
-  while (k < pending_grads_.size() && pending_grads_[k].window == w) {
-    const PendingGradient& g = pending_grads_[k++];
-    land_gradient(g.host, g.slot, g.n, true, o);
-  }
-  LT_ASSERT(k == pending_grads_.size() || pending_grads_[k].window > w, "a gradient drain the plan's window passed");
-  pending_grads_.erase(pending_grads_.begin(), pending_grads_.begin() + static_cast<std::ptrdiff_t>(k));
-}
-
-double StreamingExecutor::finish_landings(double sq, size_t n) {
-  LT_ASSERT(n <= landings_.size(), "finishing gradient copies never issued");
-  if (n == 0) return sq;
-  backend_.wait_to_host(landings_[n - 1].fence);
-  for (size_t i = 0; i < n; ++i) {
-    const Landing& l = landings_[i];
-    if (l.count) sq = sq_sum(l.host, l.n, sq);
-    if (l.copied) event("gradients", "d2h", l.issued_s, static_cast<double>(l.n * sizeof(float)));
-  }
-  landings_.erase(landings_.begin(), landings_.begin() + static_cast<std::ptrdiff_t>(n));
-  return sq;
 }
 
 StreamingStepResult StreamingExecutor::step(ModelParameters& params, ModelParameters& grads,
@@ -392,8 +296,10 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   result.predicted_tokens = predicted;
   if (arena_->current_window() >= 0) {  // a previous step walked this arena
     arena_->reset();
-    std::fill(live_.begin(), live_.end(), nullptr);
+    live_.clear();
   }
+  weights_->begin_step(params, options.compute_copy);
+  grads_->begin_step(grads, params, options.zero_grads);
   t0_ = std::chrono::steady_clock::now();
   events_ = &result.events;
   const auto since = [&] { return now(); };
@@ -410,11 +316,11 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
     window_name_ = &win.name;
     if (options.before_window) options.before_window(w);
     arena_->begin_window(w);
-    for (int k : acquire_at_[w]) live_[k] = reinterpret_cast<float*>(arena_->acquire(static_cast<size_t>(k)).data());
+    for (int k : acquire_at_[w]) live_.set(k, reinterpret_cast<float*>(arena_->acquire(static_cast<size_t>(k)).data()));
     // Layer gradients the plan drains in this window go out first; they and the copies of
     // earlier windows are done at this window's barrier.
-    drain_gradients(w, options);
-    const size_t earlier_landings = landings_.size();
+    grads_->drain(w);
+    const size_t earlier_landings = grads_->in_flight();
     for (int b = 0; b < L; ++b) {
       const BoundarySchedule& bs = sched_.boundaries[b];
       if (!bs.offloaded()) continue;
@@ -425,13 +331,11 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
     for (size_t t = 0; t < sched_.targets.size(); ++t)
       if (sched_.update_w[t] == w) run_update(t, params, grads, options);
     pager_->start_writes(w, since());
-    if (!backend_.host_is_compute()) {
-      fence_at_window_start_ = backend_.to_compute_fence();
-      // A streamed head's chunks go first on the link; run_head queues the prefetches
-      // behind its last chunk.
-      const bool streamed_head = win.kind == WindowKind::Head && sched_.head_chunk_rows > 0;
-      load_weights(w, params, options.compute_copy, streamed_head ? kOwnLoads : kOwnLoads | kPrefetches);
-    }
+    fence_at_window_start_ = backend_.to_compute_fence();
+    // A streamed head's chunks go first on the link; run_head queues the prefetches behind
+    // its last chunk.
+    const bool streamed_head = win.kind == WindowKind::Head && sched_.head_chunk_rows > 0;
+    load_weights(w, streamed_head ? kOwnLoads : kOwnLoads | kPrefetches);
 
     const int j = win.layer;
     const double compute_start = since();
@@ -440,26 +344,20 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
       case WindowKind::Load:
         break;
       case WindowKind::Prologue1:
-        if (backend_.host_is_compute()) {
-          embed_forward(buf(ArenaTensor::Boundary, 0), input_ids, params.embedding(), T, c);
-        } else {  // the host embeds, the link carries the boundary (the plan's in.0)
-          embed_forward(in0_.as<float>(), input_ids, params.embedding(), T, c);
-          backend_.copy_to_compute(buf(ArenaTensor::Boundary, 0), in0_.data(), T * C * sizeof(float));
-          backend_.wait_to_compute(backend_.to_compute_fence());
-        }
+        weights_->embed(buf(ArenaTensor::Boundary, 0), input_ids);
         store_boundary(0);
         break;
       case WindowKind::Forward: {
         float* saved = sched_.keep_internals[j] ? buf(ArenaTensor::Internals, j) : buf(ArenaTensor::Scratch);
         BlockSaved sv = bind_block_saved(saved_layout_[j], saved);
-        const auto [wj, bj] = weights(params, j, ArenaTensor::Weights, options);
+        const auto [wj, bj] = weights_->layer(ArenaTensor::Weights, j);
         block_forward(buf(ArenaTensor::Boundary, j + 1), sv, workspace_, buf(ArenaTensor::Boundary, j), wj, bj,
                       layer_context(ctx_, c, j));
         if (j + 1 < L) store_boundary(j + 1);
         break;
       }
       case WindowKind::Head: {  // streaming_head.cpp
-        const double loss_sum = run_head(w, params, grads, targets.data(), grad_scale, options, sq);
+        const double loss_sum = run_head(w, targets.data(), grad_scale, sq);
         result.loss = predicted > 0 ? loss_sum / static_cast<double>(predicted) : 0.0;
         d_out = buf(ArenaTensor::Dx, 0);
         d_in = buf(ArenaTensor::Dx, 1);
@@ -472,14 +370,14 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
         // internals); its output is a stored boundary, so it goes to the spare gradient.
         const bool stored = j + 1 == L || sched_.boundaries[j + 1].stored;
         float* out = stored ? d_in : buf(ArenaTensor::Recomputed, j + 1);
-        const auto [wj, bj] = weights(params, j, ArenaTensor::RecomputeWeights, options);
+        const auto [wj, bj] = weights_->layer(ArenaTensor::RecomputeWeights, j);
         block_forward(out, sv, workspace_, boundary_input(j), wj, bj, layer_context(ctx_, c, j));
         break;
       }
       case WindowKind::Backward: {
         LT_ASSERT(d_out != nullptr, "backward window before HEAD");
         const float* x_in = boundary_input(j);
-        const auto [wj, bj] = weights(params, j, ArenaTensor::BackwardWeights, options);
+        const auto [wj, bj] = weights_->layer(ArenaTensor::BackwardWeights, j);
         BlockSaved sv;
         if (sched_.keep_internals[j]) {
           sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Internals, j));
@@ -488,27 +386,16 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
           sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Scratch));
           block_forward(d_in, sv, workspace_, x_in, wj, bj, layer_context(ctx_, c, j));
         }
-        const bool host = backend_.host_is_compute();
-        const int64_t numel = block_numel(c, j);
-        float* g = host ? grads.block_base(j) : buf(ArenaTensor::Gradients, j);
-        if (!host) std::memset(g, 0, numel * sizeof(float));
-        BlockTensors gj = bind_block_tensors(c, j, g);
+        BlockTensors gj = bind_block_tensors(c, j, grads_->layer(j));
         block_backward(d_in, gj, workspace_, d_out, x_in, wj, bj, sv, layer_context(ctx_, c, j));
-        if (host) sq = sq_sum(grads.block_base(j), numel, sq);
-        else pending_grads_.push_back({grads.block_base(j), g, numel, sched_.grad_drain_w[j]});
+        grads_->layer_done(j, sq);
         std::swap(d_in, d_out);
         break;
       }
       case WindowKind::Epilogue:
         LT_ASSERT(d_out != nullptr, "epilogue before HEAD");
-        if (!backend_.host_is_compute()) {  // the host owns the embedding gradient (the plan's dx.0)
-          backend_.copy_to_host(dx0_.data(), d_out, T * C * sizeof(float));
-          backend_.synchronize();
-          d_out = dx0_.as<float>();
-        }
-        embed_backward(grads.embedding(), input_ids, d_out, T, c);
+        grads_->embedding(d_out, input_ids);
         break;  // its norm is summed after the barrier, behind layer 0's
-
     }
     if (win.kind == WindowKind::Forward || win.kind == WindowKind::Head || win.kind == WindowKind::Recompute ||
         win.kind == WindowKind::Backward) {
@@ -528,17 +415,17 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
     // the last window, waits for everything.
     if (win.kind == WindowKind::Epilogue || w + 1 == static_cast<int>(plan_.windows.size())) {
       backend_.synchronize();
-      sq = finish_landings(sq, landings_.size());
+      sq = grads_->finish(sq, grads_->in_flight());
     } else {
       backend_.wait_to_compute(backend_.to_compute_fence());
-      sq = finish_landings(sq, earlier_landings);
+      sq = grads_->finish(sq, earlier_landings);
     }
     pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, "nvme", issued, bytes); });
     if (win.kind == WindowKind::Epilogue) sq = sq_sum(grads.embedding(), V * C, sq);
     result.compute_bytes.push_back({since(), static_cast<double>(arena_->live_bytes())});
     for (int k : release_at_[w]) {
       arena_->release(static_cast<size_t>(k));
-      live_[k] = nullptr;
+      live_.set(k, nullptr);
     }
     result.windows.push_back({win.name, start, since()});
   }

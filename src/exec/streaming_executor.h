@@ -19,10 +19,12 @@
 //
 // Every compute-tier byte lives in a ComputeArena laid out at construction from the
 // plan (streaming_schedule.h); the host parts and NVMe slots are allocated there too.
-// Weights and gradients are host-tier views on the cpu backend (host_is_compute()); on
-// the others (emu) each layer's weights are copied into planned arena slots (w.<j> for
-// forward, wr.<j> for recompute, wb.<j> for backward) at the windows the plan loads them,
-// and gradients are summed in slots (g.<j>) and copied back.
+// Where compute reads weights and where gradients go is chosen once, at construction,
+// for the backend (exec/weight_source.h, exec/gradient_sink.h): host views and sums in
+// place on the cpu backend (host_is_compute()); on the others (emu) each layer's weights
+// are copied into planned arena slots (w.<j> for forward, wr.<j> for recompute, wb.<j> for
+// backward) at the windows the plan loads them, and gradients are summed in slots (g.<j>)
+// and drained to the host. The step itself never asks which (a test reads its source).
 //
 // Waits (the backend's per-direction fences, as CUDA events): a window waits only for the
 // weights its own compute reads (issued first on the link; prefetches queue behind them
@@ -45,7 +47,6 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -53,10 +54,12 @@
 
 #include "core/aligned_buffer.h"
 #include "exec/backend.h"
-#include "exec/bf16_weight_slot.h"
 #include "exec/decoder_block.h"
+#include "exec/gradient_sink.h"
+#include "exec/live_arena.h"
 #include "exec/state_pager.h"
 #include "exec/streaming_schedule.h"
+#include "exec/weight_source.h"
 #include "memory/compute_arena.h"
 #include "memory/host_pool.h"
 #include "memory/nvme_store.h"
@@ -169,35 +172,21 @@ class StreamingExecutor {
   void abort_step() noexcept;  // after a failed step: drain, forget tickets, reset the arena
   // A compute-tier tensor by its typed id (StreamSchedule::arena_index, resolved once):
   // asserts it is live now.
-  float* buf(ArenaTensor tensor, int index = 0);
+  float* buf(ArenaTensor tensor, int index = 0) const { return live_(tensor, index); }
   float* boundary_input(int b);  // boundary b on the compute tier during backward
   void store_boundary(int b);
   void start_nvme_read(int b);
   void fetch_boundary(int b);
   double now() const;
   void event(const std::string& name, const char* lane, double start, double bytes = 0);
-  // Layer j's weights for a compute window: host views on the cpu backend (bf16 ones from
-  // the step's compute copy), else the arena slot's (Weights, RecomputeWeights or
-  // BackwardWeights, j).
-  std::pair<BlockTensors, BlockTensorsBf16> weights(ModelParameters& params, int j, ArenaTensor slot,
-                                                    const StepOptions& o);
   // which: kOwnLoads (what window w's compute reads, waited for) and/or kPrefetches (for
-  // later windows, left running).
+  // later windows, left running). Queues the weight source's copies planned for window w.
   enum : int { kOwnLoads = 1, kPrefetches = 2 };
-  void load_weights(int w, ModelParameters& params, const bf16* compute_copy, int which = kOwnLoads | kPrefetches);
-  // Queues load i of a streamed head (chunk i % chunks into slot i % 2; load 0 also brings
-  // the final norm) and notes its fence. streaming_head.cpp.
-  void load_head_chunk(int64_t i, ModelParameters& params, const bf16* compute_copy);
-  // The HEAD window's compute: the loss sum over the predicted tokens; d_hidden gets the
-  // head's input gradient, dx.0 the final norm's; the head's gradients land (or, on the
-  // cpu backend, are summed in place) and their squares join `sq` in the norm order.
-  double run_head(int w, ModelParameters& params, ModelParameters& grads, const int32_t* targets, float grad_scale,
-                  const StepOptions& o, double& sq);
-  void land_gradient(float* host, const float* slot, int64_t n, bool count, const StepOptions& o);
-  // Lands the layer gradients the plan drains in window w (StreamSchedule::grad_drain_w).
-  void drain_gradients(int w, const StepOptions& o);
-  // Waits for the first n gradient copies in flight, then sums their norms (in order).
-  double finish_landings(double sq, size_t n);
+  void load_weights(int w, int which = kOwnLoads | kPrefetches);
+  // The HEAD window's compute (streaming_head.cpp): the loss sum over the predicted
+  // tokens; d_hidden gets the head's input gradient, dx.0 the final norm's; the head's
+  // gradients go to the sink, their squares into `sq` in the norm order.
+  double run_head(int w, const int32_t* targets, float grad_scale, double& sq);
   void run_update(size_t target, ModelParameters& params, ModelParameters& grads, const StepOptions& o);
 
   Plan plan_;
@@ -215,36 +204,18 @@ class StreamingExecutor {
   std::unique_ptr<ComputeArena> arena_;
   size_t peak_ = 0;
   std::vector<std::vector<int>> acquire_at_, release_at_;  // per window: arena request indices
-  std::vector<float*> live_;  // per arena request: its memory while live, else null
+  LiveArena live_;
   std::vector<BlockSavedLayout> saved_layout_;  // per layer
   std::vector<std::string> update_event_;      // per update target: its trace name
   HostPool host_;
+  // Chosen once for the backend: where compute reads weights, where gradients go.
+  std::unique_ptr<WeightSource> weights_;
+  std::unique_ptr<GradientSink> grads_;
   std::vector<std::unique_ptr<Parked>> parked_;
-  HostBuffer in0_, dx0_, grad_stage_;  // backends with a separate compute tier only
-  struct Landing {
-    float* host;
-    int64_t n;
-    bool count;  // in the norm (a tied head's gradient is counted as the embedding's)
-    double issued_s;
-    uint64_t fence;  // the backend's to-host fence once its copy is issued
-    bool copied = true;  // false: only counts `host` in the norm once the copies before it land
-  };
-  std::vector<Landing> landings_;  // gradient copies in flight, in production order
-  // Layer gradients computed, their slots waiting for the plan's drain window (in
-  // production order, which the plan's drains keep).
-  struct PendingGradient {
-    float* host;
-    const float* slot;
-    int64_t n;
-    int window;
-  };
-  std::vector<PendingGradient> pending_grads_;
   uint64_t fence_at_window_start_ = 0;  // to-compute copies issued before load_weights
-  uint64_t head_slot_fence_[2] = {0, 0};  // a streamed head's last load into each chunk slot
   // Declared before the store, so the store (which waits for requests in flight) goes
   // first and the pager's staging buffers outlive every request that uses them.
   std::unique_ptr<StatePager> pager_;
-  std::optional<Bf16WeightSlot> bf16_slot_;  // bf16 compute on a separate compute tier
   std::unique_ptr<NvmeStore> nvme_;
   BlockWorkspace workspace_;
   // Per step: the clock origin, the window running, and the events so far.

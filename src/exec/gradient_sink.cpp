@@ -1,0 +1,196 @@
+#include "exec/gradient_sink.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "exec/decoder_block.h"
+#include "kernels/cpu/sum_of_squares.h"
+
+namespace lt {
+
+namespace {
+
+// acc + the sum of x[i]^2 in float64, in the kernel's fixed chunks (the same bits for the
+// same range whatever the plan or thread count).
+double sq_sum(const float* x, int64_t n, double acc) { return acc + sum_of_squares_f64(x, n); }
+
+bool tied(ModelParameters& p) { return p.lm_head() == p.embedding(); }
+
+// The compute tier is host memory: kernels add into the host gradient block.
+class SumInPlace final : public GradientSink {
+ public:
+  SumInPlace(const ModelConfig& c, const StreamSchedule& s) : c_(c), s_(s) {}
+
+  float* layer(int j) override { return grads_->block_base(j); }
+  void layer_done(int j, double& sq) override { sq = sq_sum(grads_->block_base(j), block_numel(c_, j), sq); }
+  void drain(int) override {}
+  size_t in_flight() const override { return 0; }
+  double finish(double sq, size_t n) override {
+    LT_ASSERT(n == 0, "finishing gradient copies never issued");
+    return sq;
+  }
+
+  float* final_norm() override { return grads_->final_norm(); }
+  float* lm_head() override { return grads_->lm_head(); }
+  float* head_chunk(int64_t chunk) override { return grads_->lm_head() + chunk * s_.head_chunk_rows * c_.hidden_size; }
+  void head_chunk_done(int64_t) override {}
+  void head_done(double& sq) override {
+    sq = sq_sum(grads_->final_norm(), c_.hidden_size, sq);
+    if (!tied(*params_)) sq = sq_sum(grads_->lm_head(), c_.vocab_size * c_.hidden_size, sq);
+  }
+
+  void embedding(float* d_x0, const int32_t* ids) override {
+    embed_backward(grads_->embedding(), ids, d_x0, s_.tokens, c_);
+  }
+  void abandon() override {}
+
+ private:
+  const ModelConfig& c_;
+  const StreamSchedule& s_;
+};
+
+// A separate compute tier: kernels add into zeroed arena slots, drained to the host.
+class SlotAndDrain final : public GradientSink {
+ public:
+  SlotAndDrain(const ModelConfig& c, const StreamSchedule& s, Backend& backend, const LiveArena& arena, HostPool& host,
+               Now now, Trace trace)
+      : c_(c), s_(s), backend_(backend), arena_(arena), now_(std::move(now)), trace_(std::move(trace)) {
+    const int64_t T = s.tokens, C = s.hidden, V = c.vocab_size;
+    dx0_ = host.allocate(static_cast<size_t>(T * C) * sizeof(float), "dx.0");
+    const int64_t head_rows = s.head_chunk_rows > 0 ? s.head_chunk_rows : V;  // one lm_head slot
+    grad_stage_ = host.allocate(static_cast<size_t>(std::max(max_block_numel(c), head_rows * C)) * sizeof(float),
+                                "gradient staging");
+  }
+
+  float* layer(int j) override { return zeroed(arena_(ArenaTensor::Gradients, j), block_numel(c_, j)); }
+  void layer_done(int j, double&) override {
+    pending_.push_back({grads_->block_base(j), arena_(ArenaTensor::Gradients, j), block_numel(c_, j),
+                        s_.grad_drain_w[j]});
+  }
+  void drain(int w) override {
+    size_t k = 0;
+    while (k < pending_.size() && pending_[k].window == w) {
+      const Pending& g = pending_[k++];
+      land(g.host, g.slot, g.n, true);
+    }
+    LT_ASSERT(k == pending_.size() || pending_[k].window > w, "a gradient drain the plan's window passed");
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+  size_t in_flight() const override { return landings_.size(); }
+  double finish(double sq, size_t n) override {
+    LT_ASSERT(n <= landings_.size(), "finishing gradient copies never issued");
+    if (n == 0) return sq;
+    backend_.wait_to_host(landings_[n - 1].fence);
+    for (size_t i = 0; i < n; ++i) {
+      const Landing& l = landings_[i];
+      if (l.count) sq = sq_sum(l.host, l.n, sq);
+      if (l.copied) trace_("gradients", "d2h", l.issued_s, static_cast<double>(l.n * sizeof(float)));
+    }
+    landings_.erase(landings_.begin(), landings_.begin() + static_cast<std::ptrdiff_t>(n));
+    return sq;
+  }
+
+  float* final_norm() override { return zeroed(arena_(ArenaTensor::NormGradients), c_.hidden_size); }
+  float* lm_head() override {
+    return zeroed(arena_(ArenaTensor::LmHeadGradients), c_.vocab_size * c_.hidden_size);
+  }
+  float* head_chunk(int64_t chunk) override {
+    float* g = arena_(ArenaTensor::LmHeadGradients, static_cast<int>(chunk % 2));
+    if (chunk >= 2) backend_.wait_to_host(chunk_fence_[chunk % 2]);  // chunk - 2's copy out of this slot
+    return zeroed(g, rows(chunk) * c_.hidden_size);
+  }
+  void head_chunk_done(int64_t chunk) override {
+    const int64_t C = c_.hidden_size;
+    land(grads_->lm_head() + chunk * s_.head_chunk_rows * C,
+         arena_(ArenaTensor::LmHeadGradients, static_cast<int>(chunk % 2)), rows(chunk) * C, /*count=*/false);
+    chunk_fence_[chunk % 2] = landings_.back().fence;
+  }
+  void head_done(double&) override {
+    const int64_t C = c_.hidden_size, V = c_.vocab_size;
+    land(grads_->final_norm(), arena_(ArenaTensor::NormGradients), C, true);
+    if (s_.head_chunk_rows == 0) {
+      land(grads_->lm_head(), arena_(ArenaTensor::LmHeadGradients), V * C, !tied(*params_));
+    } else {
+      // The norm order as for the whole head: the lm_head over its whole host range, once
+      // the chunk copies before it have landed.
+      landings_.push_back({grads_->lm_head(), V * C, !tied(*params_), now_(), backend_.to_host_fence(),
+                           /*copied=*/false});
+    }
+  }
+
+  void embedding(float* d_x0, const int32_t* ids) override {  // the plan's dx.0 crosses to the host
+    backend_.copy_to_host(dx0_.data(), d_x0, static_cast<size_t>(s_.tokens * s_.hidden) * sizeof(float));
+    backend_.synchronize();
+    embed_backward(grads_->embedding(), ids, dx0_.as<float>(), s_.tokens, c_);
+  }
+  void abandon() override {
+    landings_.clear();
+    pending_.clear();
+  }
+
+ private:
+  static float* zeroed(float* g, int64_t n) {  // a slot's sum starts at zero
+    std::memset(g, 0, static_cast<size_t>(n) * sizeof(float));
+    return g;
+  }
+  int64_t rows(int64_t chunk) const {
+    return std::min(s_.head_chunk_rows, c_.vocab_size - chunk * s_.head_chunk_rows);
+  }
+
+  // A slot's sum reaches the host block: copied over a block zeroed for this step
+  // (bitwise what accumulating in place gives), else added through staging. The copy is
+  // left running (the slot lives until the barrier that waits for it, as the plan's
+  // g.<j> transfer does); finish() then counts it in the norm, in production order.
+  void land(float* host, const float* slot, int64_t n, bool count) {
+    landings_.push_back({host, n, count, now_(), 0});
+    if (zero_grads_) {
+      backend_.copy_to_host(host, slot, static_cast<size_t>(n) * sizeof(float));
+      landings_.back().fence = backend_.to_host_fence();
+    } else {
+      float* stage = grad_stage_.as<float>();
+      backend_.copy_to_host(stage, slot, static_cast<size_t>(n) * sizeof(float));
+      backend_.synchronize();
+      for (int64_t i = 0; i < n; ++i) host[i] += stage[i];
+    }
+  }
+
+  struct Landing {
+    float* host;
+    int64_t n;
+    bool count;  // in the norm (a tied head's gradient is counted as the embedding's)
+    double issued_s;
+    uint64_t fence;  // the backend's to-host fence once its copy is issued
+    bool copied = true;  // false: only counts `host` in the norm once the copies before it land
+  };
+  // A layer's gradients computed, its slot waiting for the plan's drain window (in
+  // production order, which the plan's drains keep).
+  struct Pending {
+    float* host;
+    const float* slot;
+    int64_t n;
+    int window;
+  };
+
+  const ModelConfig& c_;
+  const StreamSchedule& s_;
+  Backend& backend_;
+  const LiveArena& arena_;
+  Now now_;
+  Trace trace_;
+  HostBuffer dx0_, grad_stage_;
+  std::vector<Landing> landings_;  // gradient copies in flight, in production order
+  std::vector<Pending> pending_;
+  uint64_t chunk_fence_[2] = {0, 0};  // the copy out of each head-chunk gradient slot
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSink> make_gradient_sink(const ModelConfig& c, const StreamSchedule& s, Backend& backend,
+                                                 const LiveArena& arena, HostPool& host, GradientSink::Now now,
+                                                 GradientSink::Trace trace) {
+  if (backend.host_is_compute()) return std::make_unique<SumInPlace>(c, s);
+  return std::make_unique<SlotAndDrain>(c, s, backend, arena, host, std::move(now), std::move(trace));
+}
+
+}  // namespace lt

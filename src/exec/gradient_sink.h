@@ -1,0 +1,86 @@
+// Where the streaming executor's backward puts the weight gradients, chosen once when the
+// executor is built (streaming_executor.h), so that its step never asks where the compute
+// tier is:
+//  - sum in place (the compute tier is host memory, the cpu backend): kernels add straight
+//    into the host gradient block, and each target's squared norm is summed as soon as
+//    its gradients are complete;
+//  - slot and drain (a separate compute tier): kernels add into a zeroed arena slot, which
+//    is copied to the host block at the window the plan drains it in (the head's during
+//    HEAD, a streamed head's chunk by chunk through two slots), and its norm summed once
+//    the copy has landed, at the barrier of the window that waits for it.
+// Either way the squared norm is summed in one fixed order (head, layers L-1..0, then the
+// executor adds the embedding's): the same bits for every plan and both sinks.
+// The embedding's gradient is on the host in both: a separate tier sends it the input
+// gradient of layer 0 over the link (the plan's dx.0).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exec/backend.h"
+#include "exec/live_arena.h"
+#include "exec/streaming_schedule.h"
+#include "memory/host_pool.h"
+#include "model/parameters.h"
+
+namespace lt {
+
+class GradientSink {
+ public:
+  // The executor's clock (seconds since the step began) and its trace.
+  using Now = std::function<double()>;
+  using Trace = std::function<void(const std::string& name, const char* lane, double start_s, double bytes)>;
+
+  virtual ~GradientSink() = default;
+  // The step's gradient block; zero_grads: the step's targets were zeroed before their
+  // first gradients (a slot's sum may then be copied over the host's, else it is added).
+  void begin_step(ModelParameters& grads, ModelParameters& params, bool zero_grads) {
+    grads_ = &grads;
+    params_ = &params;
+    zero_grads_ = zero_grads;
+  }
+
+  // Layer j's backward adds its weight gradients here (a zeroed slot, or the host block).
+  virtual float* layer(int j) = 0;
+  // Layer j's gradients are complete: summed into sq now, or left for the plan's drain window.
+  virtual void layer_done(int j, double& sq) = 0;
+  // Start of window w: the layer gradients the plan drains in w go out.
+  virtual void drain(int w) = 0;
+  // Copies to the host in flight now, and: waits for the first n, then sums their norms
+  // into sq in the order they were produced.
+  virtual size_t in_flight() const = 0;
+  virtual double finish(double sq, size_t n) = 0;
+
+  // The head (HEAD window): the final norm's gradient and the whole lm_head's; a streamed
+  // head's chunk (rows from v0), then that chunk done; then the head done, its norms
+  // summed (or left to land) in the norm order: the final norm, then an untied lm_head.
+  virtual float* final_norm() = 0;
+  virtual float* lm_head() = 0;
+  virtual float* head_chunk(int64_t chunk) = 0;
+  virtual void head_chunk_done(int64_t chunk) = 0;
+  virtual void head_done(double& sq) = 0;
+
+  // The embedding's gradient from layer 0's input gradient d_x0 (changed in place first,
+  // as embed_backward does), added on the host.
+  virtual void embedding(float* d_x0, const int32_t* ids) = 0;
+
+  // After a failed step, once the backend is drained: nothing in flight or pending.
+  virtual void abandon() = 0;
+
+ protected:
+  ModelParameters* grads_ = nullptr;
+  ModelParameters* params_ = nullptr;
+  bool zero_grads_ = true;
+};
+
+// Sum in place when the backend computes on host memory, else slot and drain. `arena` and
+// `host` must outlive the sink; `host` provides the host ends of the copies.
+std::unique_ptr<GradientSink> make_gradient_sink(const ModelConfig& c, const StreamSchedule& s, Backend& backend,
+                                                 const LiveArena& arena, HostPool& host, GradientSink::Now now,
+                                                 GradientSink::Trace trace);
+
+}  // namespace lt
