@@ -65,18 +65,6 @@ BlockTensorsBf16 ModelStep::block_bf16(const ModelParameters& params, int64_t la
   return b;
 }
 
-void ModelStep::set_documents(const int32_t* doc_start) {
-  if (!doc_start) {
-    ctx_.doc_start = ctx_.positions = nullptr;
-    return;
-  }
-  doc_start_.assign(doc_start, doc_start + tokens_);
-  positions_.resize(tokens_);
-  document_positions(positions_.data(), doc_start_.data(), batch_, seq_);
-  ctx_.doc_start = doc_start_.data();
-  ctx_.positions = positions_.data();
-}
-
 void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids,
                                const std::vector<RecomputeOption>& recompute) {
   const ModelConfig& c = config_;
@@ -107,36 +95,20 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
                                        float grad_scale_override, const int32_t* doc_start) {
   const ModelConfig& c = config_;
   const int64_t T = tokens_, C = c.hidden_size, V = c.vocab_size, L = c.num_layers;
-  set_documents(doc_start);
+  documents_.bind(ctx_, doc_start, batch_, seq_);
   forward_blocks(params, input_ids, recompute);
 
-  // Head: position s predicts labels[s+1] of the same sequence (Hugging Face's shift).
-  std::vector<int32_t> targets(T, kIgnoreIndex);
-  int64_t predicted = 0;
-  for (int64_t b = 0; b < batch_; ++b)
-    for (int64_t s = 0; s + 1 < seq_; ++s) {
-      const int32_t y = labels[b * seq_ + s + 1];
-      if (y == kIgnoreIndex) continue;
-      if (y < 0 || y >= V)
-        throw Error("label " + std::to_string(y) + " at position " + std::to_string(b * seq_ + s + 1) +
-                        " is outside the vocabulary [0, " + std::to_string(V) + ")",
-                    "training batch", "labels must be token ids or -100");
-      targets[b * seq_ + s] = y;
-      ++predicted;
-    }
+  const StepTargets batch = step_targets(labels, batch_, seq_, V, grad_scale_override);
   StepResult result;
-  result.predicted_tokens = predicted;
+  result.predicted_tokens = batch.predicted;
 
   const float norm_offset = static_cast<float>(c.norm_weight_offset);
   norm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(L), params.final_norm(), T, C,
                static_cast<float>(c.rms_norm_eps), norm_offset);
-  const float grad_scale = grad_scale_override > 0 ? grad_scale_override
-                           : predicted > 0         ? 1.0f / static_cast<float>(predicted)
-                                                   : 0.0f;
   const double loss_sum = head_cross_entropy(d_hidden_.data(), grads.lm_head(), final_norm_out_.data(),
                                              params.lm_head(), compute_copy_.of(params, params.lm_head()),
-                                             targets.data(), T, C, V, grad_scale, precision_);
-  result.loss = predicted > 0 ? loss_sum / static_cast<double>(predicted) : 0.0;
+                                             batch.targets.data(), T, C, V, batch.grad_scale, precision_);
+  result.loss = batch.predicted > 0 ? loss_sum / static_cast<double>(batch.predicted) : 0.0;
 
   float* d_out = d_boundary_[0].data();
   float* d_in = d_boundary_[1].data();
@@ -167,7 +139,7 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
 void ModelStep::forward_logits(float* logits, ModelParameters& params, const int32_t* input_ids,
                                const int32_t* doc_start) {
   const ModelConfig& c = config_;
-  set_documents(doc_start);
+  documents_.bind(ctx_, doc_start, batch_, seq_);
   forward_blocks(params, input_ids, std::vector<RecomputeOption>(c.num_layers, RecomputeOption::RecomputeFromInput));
   norm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(c.num_layers), params.final_norm(),
                tokens_, c.hidden_size, static_cast<float>(c.rms_norm_eps), static_cast<float>(c.norm_weight_offset));

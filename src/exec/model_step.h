@@ -10,6 +10,7 @@
 #include "core/aligned_buffer.h"
 #include "exec/compute_copy.h"
 #include "exec/decoder_block.h"
+#include "exec/step_batch.h"
 #include "kernels/cpu/matmul.h"
 #include "model/config.h"
 #include "model/layer_specs.h"
@@ -71,8 +72,6 @@ class ModelStep {
   void forward_blocks(ModelParameters& params, const int32_t* input_ids,
                       const std::vector<RecomputeOption>& recompute);
   float* boundary(int64_t l) { return boundaries_.data() + l * tokens_ * config_.hidden_size; }
-  // Points ctx_ at this call's documents (or at none).
-  void set_documents(const int32_t* doc_start);
   BlockTensorsBf16 block_bf16(const ModelParameters& params, int64_t layer) const;
 
   ModelConfig config_;
@@ -80,7 +79,7 @@ class ModelStep {
   Precision precision_;
   BlockContext ctx_;
   AlignedBuffer<float> rope_cos_, rope_sin_;
-  std::vector<int32_t> doc_start_, positions_;  // [T]: this call's documents, when given
+  StepDocuments documents_;  // this call's, when given (ctx_ points into them)
   ComputeCopy compute_copy_;
   AlignedBuffer<float> boundaries_;         // [L+1, T, C]
   std::vector<AlignedBuffer<float>> saved_; // per layer; empty when recomputed

@@ -257,43 +257,18 @@ StreamingStepResult StreamingExecutor::step(ModelParameters& params, ModelParame
 StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelParameters& grads,
                                                 const int32_t* input_ids, const int32_t* labels,
                                                 const StepOptions& options) {
-  const ModelConfig& c = config_;
-  const int64_t T = T_, C = C_, V = c.vocab_size;
-  const int L = sched_.L;
   LT_ASSERT(params.numel() == grads.numel(), "parameter and gradient blocks differ");
-  if (params.config().hidden_size != C || params.config().num_layers != L)
+  if (params.config().hidden_size != C_ || params.config().num_layers != sched_.L)
     throw Error("the parameters are for a different model than the plan", "streaming executor",
                 "plan for the model you train");
-
-  // Targets as ModelStep builds them: position s predicts labels[s+1].
-  std::vector<int32_t> targets(T, kIgnoreIndex);
-  int64_t predicted = 0;
-  for (int64_t bi = 0; bi < batch_; ++bi)
-    for (int64_t s = 0; s + 1 < seq_; ++s) {
-      const int32_t y = labels[bi * seq_ + s + 1];
-      if (y == kIgnoreIndex) continue;
-      if (y < 0 || y >= V)
-        throw Error("label " + std::to_string(y) + " at position " + std::to_string(bi * seq_ + s + 1) +
-                        " is outside the vocabulary [0, " + std::to_string(V) + ")",
-                    "training batch", "labels must be token ids or -100");
-      targets[bi * seq_ + s] = y;
-      ++predicted;
-    }
-  const float grad_scale = options.grad_scale > 0 ? options.grad_scale
-                           : predicted > 0        ? 1.0f / static_cast<float>(predicted)
-                                                  : 0.0f;
-  if (options.doc_start) {
-    doc_start_.assign(options.doc_start, options.doc_start + T);
-    positions_.resize(T);
-    document_positions(positions_.data(), doc_start_.data(), batch_, seq_);
-    ctx_.doc_start = doc_start_.data();
-    ctx_.positions = positions_.data();
-  } else {
-    ctx_.doc_start = ctx_.positions = nullptr;
-  }
-
-  StreamingStepResult result;
-  result.predicted_tokens = predicted;
+  state_ = StepState{};
+  state_.params = &params;
+  state_.grads = &grads;
+  state_.input_ids = input_ids;
+  state_.options = &options;
+  state_.batch = step_targets(labels, batch_, seq_, config_.vocab_size, options.grad_scale);
+  documents_.bind(ctx_, options.doc_start, batch_, seq_);
+  state_.result.predicted_tokens = state_.batch.predicted;
   if (arena_->current_window() >= 0) {  // a previous step walked this arena
     arena_->reset();
     live_.clear();
@@ -301,141 +276,152 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   weights_->begin_step(params, options.compute_copy);
   grads_->begin_step(grads, params, options.zero_grads);
   t0_ = std::chrono::steady_clock::now();
-  events_ = &result.events;
-  const auto since = [&] { return now(); };
-  float* d_out = nullptr;
-  float* d_in = nullptr;
-  double sq = 0;
+  events_ = &state_.result.events;
   if (ctx_.precision == Precision::BF16 && options.compute_copy == nullptr)
     throw Error("a bf16 step without the bf16 compute copy", "streaming executor",
                 "pass StepOptions::compute_copy (and keep it current in the update hook)");
 
   for (int w = 0; w < static_cast<int>(plan_.windows.size()); ++w) {
     const Window& win = plan_.windows[w];
-    const double start = since();
-    window_name_ = &win.name;
-    if (options.before_window) options.before_window(w);
-    arena_->begin_window(w);
-    for (int k : acquire_at_[w]) live_.set(k, reinterpret_cast<float*>(arena_->acquire(static_cast<size_t>(k)).data()));
-    // Layer gradients the plan drains in this window go out first; they and the copies of
-    // earlier windows are done at this window's barrier.
-    grads_->drain(w);
-    const size_t earlier_landings = grads_->in_flight();
-    for (int b = 0; b < L; ++b) {
-      const BoundarySchedule& bs = sched_.boundaries[b];
-      if (!bs.offloaded()) continue;
-      if (bs.nvme_read_w == w && bs.nvme_tokens > 0) start_nvme_read(b);
-      if (bs.fetch_w == w) fetch_boundary(b);
-    }
-    pager_->start_reads(w, since());
-    for (size_t t = 0; t < sched_.targets.size(); ++t)
-      if (sched_.update_w[t] == w) run_update(t, params, grads, options);
-    pager_->start_writes(w, since());
-    fence_at_window_start_ = backend_.to_compute_fence();
-    // A streamed head's chunks go first on the link; run_head queues the prefetches behind
-    // its last chunk.
-    const bool streamed_head = win.kind == WindowKind::Head && sched_.head_chunk_rows > 0;
-    load_weights(w, streamed_head ? kOwnLoads : kOwnLoads | kPrefetches);
-
-    const int j = win.layer;
-    const double compute_start = since();
+    const double start = now();
+    begin_window(w);
+    const double compute_start = now();
     switch (win.kind) {
       case WindowKind::Prologue0:
-      case WindowKind::Load:
-        break;
-      case WindowKind::Prologue1:
-        weights_->embed(buf(ArenaTensor::Boundary, 0), input_ids);
-        store_boundary(0);
-        break;
-      case WindowKind::Forward: {
-        float* saved = sched_.keep_internals[j] ? buf(ArenaTensor::Internals, j) : buf(ArenaTensor::Scratch);
-        BlockSaved sv = bind_block_saved(saved_layout_[j], saved);
-        const auto [wj, bj] = weights_->layer(ArenaTensor::Weights, j);
-        block_forward(buf(ArenaTensor::Boundary, j + 1), sv, workspace_, buf(ArenaTensor::Boundary, j), wj, bj,
-                      layer_context(ctx_, c, j));
-        if (j + 1 < L) store_boundary(j + 1);
-        break;
-      }
-      case WindowKind::Head: {  // streaming_head.cpp
-        const double loss_sum = run_head(w, targets.data(), grad_scale, sq);
-        result.loss = predicted > 0 ? loss_sum / static_cast<double>(predicted) : 0.0;
-        d_out = buf(ArenaTensor::Dx, 0);
-        d_in = buf(ArenaTensor::Dx, 1);
-        break;
-      }
-      case WindowKind::Recompute: {
-        LT_ASSERT(d_in != nullptr, "recompute window before HEAD");
-        BlockSaved sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Scratch));
-        // A plan may recompute a block's top layer too (megatrain-code does, for its
-        // internals); its output is a stored boundary, so it goes to the spare gradient.
-        const bool stored = j + 1 == L || sched_.boundaries[j + 1].stored;
-        float* out = stored ? d_in : buf(ArenaTensor::Recomputed, j + 1);
-        const auto [wj, bj] = weights_->layer(ArenaTensor::RecomputeWeights, j);
-        block_forward(out, sv, workspace_, boundary_input(j), wj, bj, layer_context(ctx_, c, j));
-        break;
-      }
-      case WindowKind::Backward: {
-        LT_ASSERT(d_out != nullptr, "backward window before HEAD");
-        const float* x_in = boundary_input(j);
-        const auto [wj, bj] = weights_->layer(ArenaTensor::BackwardWeights, j);
-        BlockSaved sv;
-        if (sched_.keep_internals[j]) {
-          sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Internals, j));
-        } else {
-          // Rerun the block; its output is not needed, so it goes to the spare gradient.
-          sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Scratch));
-          block_forward(d_in, sv, workspace_, x_in, wj, bj, layer_context(ctx_, c, j));
-        }
-        BlockTensors gj = bind_block_tensors(c, j, grads_->layer(j));
-        block_backward(d_in, gj, workspace_, d_out, x_in, wj, bj, sv, layer_context(ctx_, c, j));
-        grads_->layer_done(j, sq);
-        std::swap(d_in, d_out);
-        break;
-      }
-      case WindowKind::Epilogue:
-        LT_ASSERT(d_out != nullptr, "epilogue before HEAD");
-        grads_->embedding(d_out, input_ids);
-        break;  // its norm is summed after the barrier, behind layer 0's
+      case WindowKind::Load: break;
+      case WindowKind::Prologue1: embed(); break;
+      case WindowKind::Forward: forward(win.layer); break;
+      case WindowKind::Head: head(w); break;  // streaming_head.cpp
+      case WindowKind::Recompute: recompute(win.layer); break;
+      case WindowKind::Backward: backward(win.layer); break;
+      case WindowKind::Epilogue: epilogue(); break;
     }
-    if (win.kind == WindowKind::Forward || win.kind == WindowKind::Head || win.kind == WindowKind::Recompute ||
-        win.kind == WindowKind::Backward) {
-      // A slower compute tier (emu) stretches the kernels' own time, not the waits for the
-      // boundary copies issued among them (store_boundary's, traced as their own events).
-      double kernels = since() - compute_start;
-      for (auto e = result.events.rbegin(); e != result.events.rend() && e->start_s >= compute_start; ++e)
-        kernels -= e->end_s - e->start_s;
-      backend_.compute_done(std::max(0.0, kernels));
-    }
-    if (win.kind != WindowKind::Prologue0 && win.kind != WindowKind::Load) event(win.name, "compute", compute_start);
-    // The window's barrier: its copies to the compute tier are done before its frees.
-    // A gradient copied out during this window's compute (the head's) drains under the
-    // next one (its slot lives through that window, as the plan's g.head transfer does);
-    // layer gradients drain in the window the plan's g.<j> transfer names, copied at its
-    // start; the copies issued before this window's compute are done now. The epilogue,
-    // the last window, waits for everything.
-    if (win.kind == WindowKind::Epilogue || w + 1 == static_cast<int>(plan_.windows.size())) {
-      backend_.synchronize();
-      sq = grads_->finish(sq, grads_->in_flight());
-    } else {
-      backend_.wait_to_compute(backend_.to_compute_fence());
-      sq = grads_->finish(sq, earlier_landings);
-    }
-    pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, "nvme", issued, bytes); });
-    if (win.kind == WindowKind::Epilogue) sq = sq_sum(grads.embedding(), V * C, sq);
-    result.compute_bytes.push_back({since(), static_cast<double>(arena_->live_bytes())});
-    for (int k : release_at_[w]) {
-      arena_->release(static_cast<size_t>(k));
-      live_.set(k, nullptr);
-    }
-    result.windows.push_back({win.name, start, since()});
+    end_window(w, start, compute_start);
   }
   if (nvme_) nvme_->wait_all();
   for (auto& p : parked_)
     if (p) p->write = p->read = 0;
   events_ = nullptr;
-  result.grad_sq_sum = sq;
-  result.step_s = since();
-  return result;
+  state_.result.grad_sq_sum = state_.sq;
+  state_.result.step_s = now();
+  return std::move(state_.result);
+}
+
+// Before window w's compute: its arena ranges, the gradient drains and boundary fetches
+// the plan puts at its start, the optimizer updates due, and its weight loads.
+void StreamingExecutor::begin_window(int w) {
+  const Window& win = plan_.windows[w];
+  window_name_ = &win.name;
+  if (state_.options->before_window) state_.options->before_window(w);
+  arena_->begin_window(w);
+  for (int k : acquire_at_[w]) live_.set(k, reinterpret_cast<float*>(arena_->acquire(static_cast<size_t>(k)).data()));
+  // Layer gradients the plan drains in this window go out first; they and the copies of
+  // earlier windows are done at this window's barrier.
+  grads_->drain(w);
+  state_.earlier_landings = grads_->in_flight();
+  for (int b = 0; b < sched_.L; ++b) {
+    const BoundarySchedule& bs = sched_.boundaries[b];
+    if (!bs.offloaded()) continue;
+    if (bs.nvme_read_w == w && bs.nvme_tokens > 0) start_nvme_read(b);
+    if (bs.fetch_w == w) fetch_boundary(b);
+  }
+  pager_->start_reads(w, now());
+  for (size_t t = 0; t < sched_.targets.size(); ++t)
+    if (sched_.update_w[t] == w) run_update(t, *state_.params, *state_.grads, *state_.options);
+  pager_->start_writes(w, now());
+  fence_at_window_start_ = backend_.to_compute_fence();
+  // A streamed head's chunks go first on the link; head() queues the prefetches behind
+  // its last chunk.
+  const bool streamed_head = win.kind == WindowKind::Head && sched_.head_chunk_rows > 0;
+  load_weights(w, streamed_head ? kOwnLoads : kOwnLoads | kPrefetches);
+}
+
+void StreamingExecutor::embed() {
+  weights_->embed(buf(ArenaTensor::Boundary, 0), state_.input_ids);
+  store_boundary(0);
+}
+
+void StreamingExecutor::forward(int j) {
+  float* saved = sched_.keep_internals[j] ? buf(ArenaTensor::Internals, j) : buf(ArenaTensor::Scratch);
+  BlockSaved sv = bind_block_saved(saved_layout_[j], saved);
+  const auto [wj, bj] = weights_->layer(ArenaTensor::Weights, j);
+  block_forward(buf(ArenaTensor::Boundary, j + 1), sv, workspace_, buf(ArenaTensor::Boundary, j), wj, bj,
+                layer_context(ctx_, config_, j));
+  if (j + 1 < sched_.L) store_boundary(j + 1);
+}
+
+void StreamingExecutor::recompute(int j) {
+  LT_ASSERT(state_.d_in != nullptr, "recompute window before HEAD");
+  BlockSaved sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Scratch));
+  // A plan may recompute a block's top layer too (megatrain-code does, for its
+  // internals); its output is a stored boundary, so it goes to the spare gradient.
+  const bool stored = j + 1 == sched_.L || sched_.boundaries[j + 1].stored;
+  float* out = stored ? state_.d_in : buf(ArenaTensor::Recomputed, j + 1);
+  const auto [wj, bj] = weights_->layer(ArenaTensor::RecomputeWeights, j);
+  block_forward(out, sv, workspace_, boundary_input(j), wj, bj, layer_context(ctx_, config_, j));
+}
+
+void StreamingExecutor::backward(int j) {
+  LT_ASSERT(state_.d_out != nullptr, "backward window before HEAD");
+  const float* x_in = boundary_input(j);
+  const auto [wj, bj] = weights_->layer(ArenaTensor::BackwardWeights, j);
+  const BlockContext ctx = layer_context(ctx_, config_, j);
+  BlockSaved sv;
+  if (sched_.keep_internals[j]) {
+    sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Internals, j));
+  } else {
+    // Rerun the block; its output is not needed, so it goes to the spare gradient.
+    sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Scratch));
+    block_forward(state_.d_in, sv, workspace_, x_in, wj, bj, ctx);
+  }
+  BlockTensors gj = bind_block_tensors(config_, j, grads_->layer(j));
+  block_backward(state_.d_in, gj, workspace_, state_.d_out, x_in, wj, bj, sv, ctx);
+  grads_->layer_done(j, state_.sq);
+  std::swap(state_.d_in, state_.d_out);
+}
+
+void StreamingExecutor::epilogue() {
+  LT_ASSERT(state_.d_out != nullptr, "epilogue before HEAD");
+  grads_->embedding(state_.d_out, state_.input_ids);  // its norm is summed after the barrier, behind layer 0's
+}
+
+// After window w's compute: the compute time a slower tier stretches, the window's
+// barrier and gradient norms, its NVMe write-backs, and its frees.
+void StreamingExecutor::end_window(int w, double start, double compute_start) {
+  const Window& win = plan_.windows[w];
+  StreamingStepResult& result = state_.result;
+  if (win.kind == WindowKind::Forward || win.kind == WindowKind::Head || win.kind == WindowKind::Recompute ||
+      win.kind == WindowKind::Backward) {
+    // A slower compute tier (emu) stretches the kernels' own time, not the waits for the
+    // boundary copies issued among them (store_boundary's, traced as their own events).
+    double kernels = now() - compute_start;
+    for (auto e = result.events.rbegin(); e != result.events.rend() && e->start_s >= compute_start; ++e)
+      kernels -= e->end_s - e->start_s;
+    backend_.compute_done(std::max(0.0, kernels));
+  }
+  if (win.kind != WindowKind::Prologue0 && win.kind != WindowKind::Load) event(win.name, "compute", compute_start);
+  // The window's barrier: its copies to the compute tier are done before its frees.
+  // A gradient copied out during this window's compute (the head's) drains under the
+  // next one (its slot lives through that window, as the plan's g.head transfer does);
+  // layer gradients drain in the window the plan's g.<j> transfer names, copied at its
+  // start; the copies issued before this window's compute are done now. The epilogue,
+  // the last window, waits for everything.
+  if (win.kind == WindowKind::Epilogue || w + 1 == static_cast<int>(plan_.windows.size())) {
+    backend_.synchronize();
+    state_.sq = grads_->finish(state_.sq, grads_->in_flight());
+  } else {
+    backend_.wait_to_compute(backend_.to_compute_fence());
+    state_.sq = grads_->finish(state_.sq, state_.earlier_landings);
+  }
+  pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, "nvme", issued, bytes); });
+  if (win.kind == WindowKind::Epilogue)
+    state_.sq = sq_sum(state_.grads->embedding(), config_.vocab_size * C_, state_.sq);
+  result.compute_bytes.push_back({now(), static_cast<double>(arena_->live_bytes())});
+  for (int k : release_at_[w]) {
+    arena_->release(static_cast<size_t>(k));
+    live_.set(k, nullptr);
+  }
+  result.windows.push_back({win.name, start, now()});
 }
 
 }  // namespace lt

@@ -58,6 +58,7 @@
 #include "exec/gradient_sink.h"
 #include "exec/live_arena.h"
 #include "exec/state_pager.h"
+#include "exec/step_batch.h"
 #include "exec/streaming_schedule.h"
 #include "exec/weight_source.h"
 #include "memory/compute_arena.h"
@@ -179,6 +180,16 @@ class StreamingExecutor {
   void fetch_boundary(int b);
   double now() const;
   void event(const std::string& name, const char* lane, double start, double bytes = 0);
+  // The step's phases, window by window (run_step walks the plan and calls them): before
+  // a window's compute, its compute by kind, and after it.
+  void begin_window(int w);
+  void embed();
+  void forward(int j);
+  void head(int w);  // streaming_head.cpp
+  void recompute(int j);
+  void backward(int j);
+  void epilogue();
+  void end_window(int w, double start_s, double compute_start_s);
   // which: kOwnLoads (what window w's compute reads, waited for) and/or kPrefetches (for
   // later windows, left running). Queues the weight source's copies planned for window w.
   enum : int { kOwnLoads = 1, kPrefetches = 2 };
@@ -196,7 +207,23 @@ class StreamingExecutor {
   StreamSchedule sched_;
   BlockContext ctx_;
   AlignedBuffer<float> rope_cos_, rope_sin_;
-  std::vector<int32_t> doc_start_, positions_;  // [T]: the step's documents, when given
+  StepDocuments documents_;  // the step's, when given (ctx_ points into them)
+  // One step, from its batch to its result: what its phases share.
+  struct StepState {
+    ModelParameters* params = nullptr;
+    ModelParameters* grads = nullptr;
+    const int32_t* input_ids = nullptr;
+    const StepOptions* options = nullptr;
+    StepTargets batch;
+    StreamingStepResult result;
+    // Backward's two gradient buffers (dx.0, dx.1): the gradient at the output of the
+    // layer that runs next, and the spare its input gradient goes to.
+    float* d_out = nullptr;
+    float* d_in = nullptr;
+    double sq = 0;                // the squared gradient norm so far, in the fixed order
+    size_t earlier_landings = 0;  // gradient copies issued before this window's compute
+  };
+  StepState state_;
   // The compute tier's memory, held for the executor's life; each step walks a fresh
   // ComputeArena over it, because an arena's windows only go forward.
   std::unique_ptr<std::byte, void (*)(void*)> memory_{nullptr, nullptr};

@@ -23,6 +23,14 @@
 
 namespace lt {
 
+void StreamingExecutor::head(int w) {
+  const StepTargets& batch = state_.batch;
+  const double loss_sum = run_head(w, batch.targets.data(), batch.grad_scale, state_.sq);
+  state_.result.loss = batch.predicted > 0 ? loss_sum / static_cast<double>(batch.predicted) : 0.0;
+  state_.d_out = buf(ArenaTensor::Dx, 0);  // the final norm's input gradient, for layer L-1's backward
+  state_.d_in = buf(ArenaTensor::Dx, 1);
+}
+
 double StreamingExecutor::run_head(int w, const int32_t* targets, float grad_scale, double& sq) {
   const ModelConfig& c = config_;
   const int64_t T = T_, C = C_, V = c.vocab_size;
