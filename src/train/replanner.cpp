@@ -341,4 +341,60 @@ std::optional<ReplanResult> BackgroundSolve::take() {
   return std::move(result_);
 }
 
+namespace {
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f s", s);
+  return buf;
+}
+
+}  // namespace
+
+std::string ReplanEvent::message() const {
+  const ReplanResult& r = result;
+  std::string m = (started ? "after step " : "before step ") + std::to_string(step) + ": re-plan: ";
+  if (started)
+    return m + r.drift.describe() + "; solving the MILP again with the measured profile in the background (the " +
+           "current plan: planned " + seconds_text(r.old_predicted_s) + ", " + seconds_text(r.old_on_measured_s) +
+           " on the measured profile)";
+  const std::string preds = "new plan " + (r.new_predicted_s > 0 ? seconds_text(r.new_predicted_s) : std::string("none")) +
+                            ", current plan " + seconds_text(r.old_on_measured_s) + " on the measured profile (planned " +
+                            seconds_text(r.old_predicted_s) + ")";
+  if (switched) {
+    const Plan::TierCounts tc = r.plan.tier_counts();
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; solved in %.2f s; boundaries gpu %.1f cpu %.1f nvme %.1f recomputed %.0f",
+                  r.solve_s, tc.gpu, tc.cpu, tc.nvme, tc.recompute);
+    return m + "switched to the new plan (" + r.drift.describe() + "): " + preds + buf;
+  }
+  return m + "kept the current plan: " + r.note + " (" + r.drift.describe() + "; " + preds + ")";
+}
+
+nlohmann::json ReplanEvent::record() const {
+  const ReplanResult& r = result;
+  nlohmann::json drift = nlohmann::json::array();
+  for (const DriftedMeasure& d : r.drift.measures)
+    drift.push_back({{"measure", measure_name(d.measure)},
+                     {"unit", is_rate(d.measure) ? "bytes/s" : "s"},
+                     {"assumed", d.assumed},
+                     {"measured", d.measured},
+                     {"drift", d.drift()}});
+  nlohmann::json j = {{"step", step},
+                      {"record", "replan"},
+                      {"switched", switched},
+                      {"why", r.drift.describe()},
+                      {"drift", drift},
+                      {"old_predicted_s", r.old_predicted_s},
+                      {"old_on_measured_s", r.old_on_measured_s},
+                      {"new_predicted_s", r.new_predicted_s},
+                      {"solve_s", r.solve_s}};
+  if (!r.note.empty()) j["note"] = r.note;
+  if (switched) {
+    const Plan::TierCounts tc = r.plan.tier_counts();
+    j["plan"] = {{"gpu", tc.gpu}, {"cpu", tc.cpu}, {"nvme", tc.nvme}, {"recomputed", tc.recompute}};
+  }
+  return j;
+}
+
 }  // namespace lt

@@ -33,6 +33,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "exec/streaming_executor.h"
 #include "plan/plan.h"
 #include "plan/plan_request.h"
@@ -136,6 +138,18 @@ class BackgroundSolve {
   std::thread thread_;
   std::atomic<bool> done_{false};
   ReplanResult result_;  // written by the thread before done_, read after it
+};
+
+// What happened to a re-plan, for the trainer to print and log.
+struct ReplanEvent {
+  // started: the step after which the solve starts; outcome: the step before which it
+  // was decided (the first step on the new plan when switched; the metrics record's step).
+  int64_t step = 0;
+  bool started = false;   // true: drift seen, the solve starts; false: the solve's outcome
+  bool switched = false;  // the run now uses result.plan
+  ReplanResult result;    // drift (both), predictions and note (outcome)
+  std::string message() const;  // one line for the log
+  nlohmann::json record() const;  // the metrics JSONL record (outcomes)
 };
 
 }  // namespace lt

@@ -9,6 +9,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "memory/compute_arena.h"
 #include "model/config.h"
 #include "plan/nvme_space.h"
 #include "plan/plan_json.h"
@@ -113,62 +114,6 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
                   100 * cfg.replan_threshold, static_cast<long long>(cfg.replan_steps), 100 * cfg.replan_margin);
     adaptive_note_ = buf;
   }
-}
-
-namespace {
-
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4f s", s);
-  return buf;
-}
-
-}  // namespace
-
-std::string ReplanEvent::message() const {
-  const ReplanResult& r = result;
-  std::string m = (started ? "after step " : "before step ") + std::to_string(step) + ": re-plan: ";
-  if (started)
-    return m + r.drift.describe() + "; solving the MILP again with the measured profile in the background (the " +
-           "current plan: planned " + seconds_text(r.old_predicted_s) + ", " + seconds_text(r.old_on_measured_s) +
-           " on the measured profile)";
-  const std::string preds = "new plan " + (r.new_predicted_s > 0 ? seconds_text(r.new_predicted_s) : std::string("none")) +
-                            ", current plan " + seconds_text(r.old_on_measured_s) + " on the measured profile (planned " +
-                            seconds_text(r.old_predicted_s) + ")";
-  if (switched) {
-    const Plan::TierCounts tc = r.plan.tier_counts();
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "; solved in %.2f s; boundaries gpu %.1f cpu %.1f nvme %.1f recomputed %.0f",
-                  r.solve_s, tc.gpu, tc.cpu, tc.nvme, tc.recompute);
-    return m + "switched to the new plan (" + r.drift.describe() + "): " + preds + buf;
-  }
-  return m + "kept the current plan: " + r.note + " (" + r.drift.describe() + "; " + preds + ")";
-}
-
-nlohmann::json ReplanEvent::record() const {
-  const ReplanResult& r = result;
-  nlohmann::json drift = nlohmann::json::array();
-  for (const DriftedMeasure& d : r.drift.measures)
-    drift.push_back({{"measure", measure_name(d.measure)},
-                     {"unit", is_rate(d.measure) ? "bytes/s" : "s"},
-                     {"assumed", d.assumed},
-                     {"measured", d.measured},
-                     {"drift", d.drift()}});
-  nlohmann::json j = {{"step", step},
-                      {"record", "replan"},
-                      {"switched", switched},
-                      {"why", r.drift.describe()},
-                      {"drift", drift},
-                      {"old_predicted_s", r.old_predicted_s},
-                      {"old_on_measured_s", r.old_on_measured_s},
-                      {"new_predicted_s", r.new_predicted_s},
-                      {"solve_s", r.solve_s}};
-  if (!r.note.empty()) j["note"] = r.note;
-  if (switched) {
-    const Plan::TierCounts tc = r.plan.tier_counts();
-    j["plan"] = {{"gpu", tc.gpu}, {"cpu", tc.cpu}, {"nvme", tc.nvme}, {"recomputed", tc.recompute}};
-  }
-  return j;
 }
 
 void StreamedTraining::at_step_boundary(int64_t step, std::vector<ReplanEvent>& events) {
@@ -333,6 +278,52 @@ void StreamedTraining::load_optimizer(const std::string& dir) {
       nullptr, [&](int layer, std::span<const std::byte> in) { executor_->write_paged_state(layer, in); }};
   updater_.load(dir, &paging);
   has_pending_ = false;
+}
+
+StepEngine::Memory StreamedTraining::memory() const {
+  const int64_t n = params_.numel();
+  Memory m;
+  m.compute = static_cast<int64_t>(executor_->arena_bytes());
+  m.host = 8 * n + static_cast<int64_t>(updater_.resident_state_bytes()) +
+           static_cast<int64_t>(executor_->host_peak_bytes()) + (cfg_.precision == "bf16" ? 2 * n : 0);
+  m.nvme = static_cast<int64_t>(executor_->nvme_bytes());
+  return m;
+}
+
+std::vector<std::string> StreamedTraining::describe() const {
+  const Plan& p = plan();
+  const Plan::TierCounts tc = p.tier_counts();
+  const Memory m = memory();
+  const int64_t n = params_.numel();
+  char plan_line[512], memory_line[512];
+  std::snprintf(plan_line, sizeof plan_line,
+                "plan: %s (%s policy, predicted %.4f s per micro-batch), %s backend, streaming; boundaries gpu %.1f "
+                "cpu %.1f nvme %.1f recomputed %.0f; optimizer states of %zu layers on NVMe; lazy optimizer; "
+                "batch %lld x seq %lld x accumulation %lld; %s matmuls",
+                cfg_.plan.empty() ? (cfg_.output_dir + "/plan.json").c_str() : cfg_.plan.c_str(), p.policy.c_str(),
+                p.predicted_step_s, cfg_.backend.c_str(), tc.gpu, tc.cpu, tc.nvme, tc.recompute,
+                p.nvme_state_layers.size(), static_cast<long long>(cfg_.batch), static_cast<long long>(cfg_.seq_len),
+                static_cast<long long>(cfg_.grad_accum), cfg_.precision.c_str());
+  std::snprintf(memory_line, sizeof memory_line,
+                "memory: compute tier %s (fp32 activations; the plan's peak %s), host %s (fp32 weights and gradients "
+                "%s,%s %s optimizer states %s held, offloaded activations %s), nvme %s",
+                format_bytes(m.compute).c_str(), format_bytes(static_cast<int64_t>(p.predicted_peak.gpu)).c_str(),
+                format_bytes(m.host).c_str(), format_bytes(8 * n).c_str(),
+                cfg_.precision == "bf16" ? (" bf16 weight copy " + format_bytes(2 * n) + ",").c_str() : "",
+                cfg_.optimizer.c_str(), format_bytes(updater_.resident_state_bytes()).c_str(),
+                format_bytes(executor_->host_peak_bytes()).c_str(), format_bytes(m.nvme).c_str());
+  return {plan_line, memory_line, "re-planning: " + adaptive_note_};
+}
+
+std::string StreamedTraining::step_time_note(double measured_s) const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "step time: measured %.4f s per micro-batch (mean over the run), the %s predicted %.4f s",
+                measured_s,
+                switches_ > 0 ? ("last plan (after " + std::to_string(switches_) +
+                                 (switches_ == 1 ? " re-plan)" : " re-plans)")).c_str()
+                              : "plan",
+                plan().predicted_step_s);
+  return buf;
 }
 
 }  // namespace lt

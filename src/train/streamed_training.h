@@ -37,8 +37,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "exec/backend.h"
 #include "exec/compute_copy.h"
 #include "exec/streaming_executor.h"
@@ -46,6 +44,7 @@
 #include "plan/plan.h"
 #include "plan/plan_request.h"
 #include "train/replanner.h"
+#include "train/step_engine.h"
 #include "train/train_config.h"
 #include "train/updater.h"
 
@@ -66,18 +65,6 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model);
 // The request plan_this_run solves (also what a re-plan of its plan solves again).
 PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model);
 
-// What happened to a re-plan, for the trainer to print and log.
-struct ReplanEvent {
-  // started: the step after which the solve starts; outcome: the step before which it
-  // was decided (the first step on the new plan when switched; the metrics record's step).
-  int64_t step = 0;
-  bool started = false;   // true: drift seen, the solve starts; false: the solve's outcome
-  bool switched = false;  // the run now uses result.plan
-  ReplanResult result;    // drift (both), predictions and note (outcome)
-  std::string message() const;  // one line for the log
-  nlohmann::json record() const;  // the metrics JSONL record (outcomes)
-};
-
 struct StreamedTrainingOptions {
   std::unique_ptr<Backend> backend;    // null: make_backend(cfg.backend)
   std::optional<PlanRequest> request;  // what made the plan (re-plans solve it again); none: request_of(plan)
@@ -86,27 +73,22 @@ struct StreamedTrainingOptions {
   bool wait_for_replans = false;
 };
 
-class StreamedTraining {
+class StreamedTraining final : public StepEngine {
  public:
   using Options = StreamedTrainingOptions;
   // `updater` must have been built with the plan's nvme_state_layers as its paged layers.
   StreamedTraining(const TrainConfig& cfg, const Plan& plan, ModelParameters& params, ModelParameters& grads,
                    Updater& updater, Options options = {});
 
-  struct Outcome {
-    double loss = 0;
-    UpdateResult update;  // this step's decision (applied in the next step, or by flush())
-    std::vector<ReplanEvent> replans;  // re-plans started or finished at this step
-  };
-  // One optimizer step over cfg.grad_accum micro-batches (ids and labels hold all of
-  // them, batch * seq_len tokens each); predicted: the tokens that carry a loss in all;
-  // doc_start: null, or as many entries as ids (StepOptions::doc_start per micro-batch).
+  // StepEngine: the update a step decides is applied in the next step, or by flush().
   Outcome step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
-               const int32_t* doc_start = nullptr);
-  void flush();
-
-  void save_optimizer(const std::string& dir);
-  void load_optimizer(const std::string& dir);
+               const int32_t* doc_start = nullptr) override;
+  void flush() override;
+  void save_optimizer(const std::string& dir) override;
+  void load_optimizer(const std::string& dir) override;
+  Memory memory() const override;
+  std::vector<std::string> describe() const override;
+  std::string step_time_note(double measured_s) const override;
 
   size_t compute_bytes() const { return executor_->arena_bytes(); }
   size_t host_activation_bytes() const { return executor_->host_peak_bytes(); }
@@ -119,7 +101,7 @@ class StreamedTraining {
   Backend& backend() { return *backend_; }
   // After the last step (`last_step`): waits for a re-plan in flight and reports it, not
   // switched (the run is over).
-  std::vector<ReplanEvent> finish(int64_t last_step);
+  std::vector<ReplanEvent> finish(int64_t last_step) override;
 
  private:
   void update_target(const UpdateTarget& t, std::span<std::byte> paged);

@@ -32,6 +32,7 @@
 #include "train/evaluate.h"
 #include "train/hf_metadata.h"
 #include "train/progress.h"
+#include "train/step_engine.h"
 #include "train/streamed_training.h"
 #include "train/updater.h"
 
@@ -179,17 +180,17 @@ TrainSummary run_training(const TrainConfig& cfg) {
     load_parameters(params, weights_dir);
   ModelParameters grads(mc);
   const Precision precision = cfg.precision == "bf16" ? Precision::BF16 : Precision::F32;
-  // Out of core: the streaming executor under the user's plan; otherwise the whole model
-  // in memory.
+  // Out of core: the streaming executor under the user's plan, or one made for the
+  // compute budget; otherwise the whole model in memory.
   std::optional<Plan> plan;
-  StreamedTraining::Options streamed_options;  // the request the run planned with, for re-plans
+  std::optional<PlanRequest> plan_request;  // the request the run planned with, for re-plans
   if (!cfg.plan.empty()) {
     plan = load_plan(cfg.plan);
     check_plan_fits(*plan, mc, cfg, cfg.plan);  // first: "another model / batch" says more than a broken rule
     require_valid_plan(*plan, cfg.plan);
   } else if (cfg.compute_budget_gb > 0) {
     plan = plan_this_run(cfg, mc);
-    streamed_options.request = run_plan_request(cfg, mc);
+    plan_request = run_plan_request(cfg, mc);
   }
   // The special tokens and chat template other tools must see (train/hf_metadata.h).
   const data::DatasetFormat trained_format = data.train->stats().format;
@@ -199,14 +200,8 @@ TrainSummary run_training(const TrainConfig& cfg) {
                                                        : std::nullopt,
       mc.max_position_embeddings);
   Updater updater(cfg, params, plan ? plan->nvme_state_layers : std::vector<int>{});
-  std::unique_ptr<ModelStep> step_engine;
-  std::unique_ptr<StreamedTraining> streamed;
-  if (plan) {
-    streamed = std::make_unique<StreamedTraining>(cfg, *plan, params, grads, updater, std::move(streamed_options));
-  } else {
-    step_engine = std::make_unique<ModelStep>(mc, cfg.batch, cfg.seq_len, precision);
-    step_engine->refresh_compute_copy(params);
-  }
+  const std::unique_ptr<StepEngine> engine =
+      make_step_engine(cfg, plan, std::move(plan_request), params, grads, updater);
 
   data::LoaderOptions lo;
   lo.seq_len = cfg.seq_len;
@@ -237,19 +232,11 @@ TrainSummary run_training(const TrainConfig& cfg) {
     } catch (const nlohmann::json::exception& e) {
       throw Error("malformed trainer state: " + std::string(e.what()), state_path, "use another checkpoint");
     }
-    if (streamed) streamed->load_optimizer(*resume_from);
-    else updater.load(*resume_from);
+    engine->load_optimizer(*resume_from);
   }
 
   const int64_t n_params = params.numel();
-  int64_t compute_bytes =
-      streamed ? static_cast<int64_t>(streamed->compute_bytes())
-               : step_engine->activation_bytes() + (precision == Precision::BF16 ? 2 * n_params : 0);
-  int64_t host_bytes = 8 * n_params + static_cast<int64_t>(updater.resident_state_bytes()) +
-                             (streamed ? static_cast<int64_t>(streamed->host_activation_bytes()) +
-                                             (precision == Precision::BF16 ? 2 * n_params : 0)
-                                       : 0);
-  int64_t nvme_bytes = streamed ? static_cast<int64_t>(streamed->nvme_bytes()) : 0;
+  StepEngine::Memory memory = engine->memory();
   std::printf("lazytrain train: %s model, %lld layers, hidden %lld, %.2fM parameters, vocab %lld; %d threads\n",
               weights_dir.empty() ? "from-scratch llama" : weights_dir.c_str(), static_cast<long long>(mc.num_layers),
               static_cast<long long>(mc.hidden_size), n_params / 1e6, static_cast<long long>(mc.vocab_size), num_threads());
@@ -262,36 +249,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
   std::printf("packing: %s\n", document_mask ? "each document attends only to itself, positions from its start (document_mask on)"
                                              : mc.hybrid() ? "documents in a row attend to each other, positions 0..seq_len-1 (document_mask off: the Gated DeltaNet state spans the row)"
                                                            : "documents in a row attend to each other, positions 0..seq_len-1 (document_mask off)");
-  if (streamed) {
-    const Plan& p = streamed->plan();
-    const Plan::TierCounts tc = p.tier_counts();
-    std::printf("plan: %s (%s policy, predicted %.4f s per micro-batch), %s backend, streaming; boundaries gpu %.1f "
-                "cpu %.1f nvme %.1f recomputed %.0f; optimizer states of %zu layers on NVMe; lazy optimizer; "
-                "batch %lld x seq %lld x accumulation %lld; %s matmuls\n",
-                cfg.plan.empty() ? (cfg.output_dir + "/plan.json").c_str() : cfg.plan.c_str(), p.policy.c_str(),
-                p.predicted_step_s, cfg.backend.c_str(), tc.gpu, tc.cpu, tc.nvme, tc.recompute,
-                p.nvme_state_layers.size(), static_cast<long long>(cfg.batch), static_cast<long long>(cfg.seq_len),
-                static_cast<long long>(cfg.grad_accum), cfg.precision.c_str());
-    std::printf("memory: compute tier %s (fp32 activations; the plan's peak %s), host %s (fp32 weights and gradients "
-                "%s,%s %s optimizer states %s held, offloaded activations %s), nvme %s\n",
-                format_bytes(compute_bytes).c_str(), format_bytes(static_cast<int64_t>(p.predicted_peak.gpu)).c_str(),
-                format_bytes(host_bytes).c_str(), format_bytes(8 * n_params).c_str(),
-                precision == Precision::BF16 ? (" bf16 weight copy " + format_bytes(2 * n_params) + ",").c_str() : "",
-                cfg.optimizer.c_str(), format_bytes(static_cast<int64_t>(updater.resident_state_bytes())).c_str(),
-                format_bytes(static_cast<int64_t>(streamed->host_activation_bytes())).c_str(),
-                format_bytes(nvme_bytes).c_str());
-    std::printf("re-planning: %s\n", streamed->adaptive_note().c_str());
-  } else {
-    std::printf("plan: cpu backend, whole model in memory, every layer keeps its internals (keep-all); "
-                "batch %lld x seq %lld x accumulation %lld; %s matmuls\n",
-                static_cast<long long>(cfg.batch), static_cast<long long>(cfg.seq_len),
-                static_cast<long long>(cfg.grad_accum), cfg.precision.c_str());
-    std::printf(
-        "memory: compute %s (activations %s%s), host %s (fp32 weights and gradients %s, %s optimizer states %s), nvme 0\n",
-        format_bytes(compute_bytes).c_str(), format_bytes(step_engine->activation_bytes()).c_str(),
-        precision == Precision::BF16 ? ", bf16 weight copy" : "", format_bytes(host_bytes).c_str(),
-        format_bytes(8 * n_params).c_str(), cfg.optimizer.c_str(), format_bytes(updater.state_bytes()).c_str());
-  }
+  for (const std::string& line : engine->describe()) std::printf("%s\n", line.c_str());
   if (cfg.warmup_steps > cfg.steps)
     std::printf("note: warmup_steps %lld is longer than the run (%lld steps): the learning rate rises for the whole "
                 "run and reaches %.3g, not --lr %.3g\n",
@@ -326,7 +284,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
 
   auto evaluate = [&](int64_t step) {
     if (data.eval.empty()) return;
-    if (streamed) streamed->flush();  // evaluate the updated weights
+    engine->flush();  // evaluate the updated weights
     const auto t0 = Clock::now();
     const EvalResult e = evaluate_exact_match(params, *data.tokenizer, data.eval, precision, cfg.max_new_tokens);
     summary.eval_exact_match = e.exact_match;
@@ -337,13 +295,12 @@ TrainSummary run_training(const TrainConfig& cfg) {
     progress.metrics({{"step", step}, {"eval_exact_match", e.exact_match}, {"eval_examples", e.examples}});
   };
   auto save = [&](int64_t step) {
-    if (streamed) streamed->flush();  // a checkpoint holds no pending update
+    engine->flush();  // a checkpoint holds no pending update
     last_checkpoint = save_checkpoint(cfg.output_dir, step, cfg.keep_checkpoints, [&](const std::string& dir) {
       save_pretrained(params, dir);
       write_file_atomic(dir + "/tokenizer.json", data.tokenizer_json);
       write_hf_metadata(hf_meta, dir);
-      if (streamed) streamed->save_optimizer(dir);
-      else updater.save(dir);
+      engine->save_optimizer(dir);
       // Fault injection for the crash test: die with the checkpoint half written.
       if (const char* k = std::getenv("LT_TEST_KILL_DURING_SAVE"); k && std::atoll(k) == step) std::raise(SIGKILL);
       const nlohmann::json st = {{"step", step},
@@ -366,11 +323,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
       progress.metrics(e.record());
       if (!e.switched) continue;
       save_plan(e.result.plan, cfg.output_dir + "/plan.replan-" + std::to_string(e.step) + ".json");
-      compute_bytes = static_cast<int64_t>(streamed->compute_bytes());
-      host_bytes = 8 * n_params + static_cast<int64_t>(updater.resident_state_bytes()) +
-                   static_cast<int64_t>(streamed->host_activation_bytes()) +
-                   (precision == Precision::BF16 ? 2 * n_params : 0);
-      nvme_bytes = static_cast<int64_t>(streamed->nvme_bytes());
+      memory = engine->memory();
     }
   };
 
@@ -380,27 +333,11 @@ TrainSummary run_training(const TrainConfig& cfg) {
     if (document_mask) data::document_starts(doc_start.data(), positions.data(), cfg.grad_accum * rows, seq);
     int64_t predicted = 0;
     for (int64_t a = 0; a < cfg.grad_accum; ++a) predicted += count_predicted_tokens(labels.data() + a * rows * seq, rows, seq);
-    UpdateResult u;
-    if (streamed) {
-      const StreamedTraining::Outcome o =
-          streamed->step(ids.data(), labels.data(), predicted, step, document_mask ? doc_start.data() : nullptr);
-      loss = o.loss;
-      u = o.update;
-      report_replans(o.replans);
-    } else {
-      grads.zero();
-      double loss_sum = 0;
-      for (int64_t a = 0; a < cfg.grad_accum && predicted > 0; ++a) {
-        const StepResult r = step_engine->forward_backward(params, grads, ids.data() + a * rows * seq,
-                                                           labels.data() + a * rows * seq, {}, 1.0f / predicted,
-                                                           document_mask ? doc_start.data() + a * rows * seq : nullptr);
-        loss_sum += r.loss * r.predicted_tokens;
-      }
-      loss = predicted > 0 ? loss_sum / predicted : 0.0;
-      // The streaming executor's summation order, so both paths clip alike to the bit.
-      const double sq = ordered_grad_sq_sum(grads);
-      u = updater.apply(params, grads, sq, step_engine->compute_copy(params), step);
-    }
+    const StepEngine::Outcome o =
+        engine->step(ids.data(), labels.data(), predicted, step, document_mask ? doc_start.data() : nullptr);
+    loss = o.loss;
+    const UpdateResult& u = o.update;
+    report_replans(o.replans);
     if (!u.applied)
       progress.message("step " + std::to_string(step) + ": non-finite gradients, step skipped (" +
                        std::to_string(updater.non_finite_in_a_row()) + " in a row)");
@@ -411,15 +348,15 @@ TrainSummary run_training(const TrainConfig& cfg) {
     ProgressLine pl{step, cfg.steps, loss, u.lr, u.grad_norm, tps,
                     train_seconds / (step - start_step) * (cfg.steps - step)};
     pl.mfu = peak_flops > 0 ? step_flops * static_cast<double>(step - start_step) / train_seconds / peak_flops : -1;
-    pl.compute_bytes = compute_bytes;
-    pl.host_bytes = host_bytes;
-    pl.nvme_bytes = nvme_bytes;
+    pl.compute_bytes = memory.compute;
+    pl.host_bytes = memory.host;
+    pl.nvme_bytes = memory.nvme;
     progress.step(pl, cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps));
     if (cfg.eval_every > 0 && step % cfg.eval_every == 0 && step != cfg.steps) evaluate(step);
     if (cfg.save_every > 0 && step % cfg.save_every == 0 && step != cfg.steps) save(step);
     summary.tokens_per_s = tps;
   }
-  if (streamed) report_replans(streamed->finish(cfg.steps));
+  report_replans(engine->finish(cfg.steps));
   if (start_step < cfg.steps) {
     evaluate(cfg.steps);
     save(cfg.steps);
@@ -431,9 +368,9 @@ TrainSummary run_training(const TrainConfig& cfg) {
   progress.write_plot(plot_path, plot_title);
   summary.steps = cfg.steps;
   summary.final_loss = loss;
-  summary.peak_compute_bytes = compute_bytes;
-  summary.peak_host_bytes = host_bytes;
-  summary.peak_nvme_bytes = nvme_bytes;
+  summary.peak_compute_bytes = memory.compute;
+  summary.peak_host_bytes = memory.host;
+  summary.peak_nvme_bytes = memory.nvme;
   summary.peak_rss_bytes = peak_rss_bytes();
   summary.checkpoint_dir = last_checkpoint;
   std::printf("done: %lld steps in %s (%s training), final loss %.4f, %.0f tokens/s%s\n",
@@ -442,13 +379,11 @@ TrainSummary run_training(const TrainConfig& cfg) {
               summary.eval_exact_match >= 0
                   ? (", eval exact match " + std::to_string(100 * summary.eval_exact_match).substr(0, 5) + "%").c_str()
                   : "");
-  if (streamed && cfg.steps > start_step)
-    std::printf("step time: measured %.4f s per micro-batch (mean over the run), the %s predicted %.4f s\n",
-                train_seconds / static_cast<double>((cfg.steps - start_step) * cfg.grad_accum),
-                streamed->replans() > 0 ? ("last plan (after " + std::to_string(streamed->replans()) +
-                                           (streamed->replans() == 1 ? " re-plan)" : " re-plans)")).c_str()
-                                        : "plan",
-                streamed->plan().predicted_step_s);
+  if (cfg.steps > start_step) {
+    const std::string note = engine->step_time_note(
+        train_seconds / static_cast<double>((cfg.steps - start_step) * cfg.grad_accum));
+    if (!note.empty()) std::printf("%s\n", note.c_str());
+  }
   if (!cfg.summary_json.empty()) write_file_atomic(cfg.summary_json, summary.to_json().dump(2) + "\n");
   return summary;
 }

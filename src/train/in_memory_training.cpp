@@ -1,0 +1,65 @@
+#include "train/in_memory_training.h"
+
+#include <cstdio>
+
+#include "exec/streaming_executor.h"
+#include "memory/compute_arena.h"
+
+namespace lt {
+
+InMemoryTraining::InMemoryTraining(const TrainConfig& cfg, ModelParameters& params, ModelParameters& grads,
+                                   Updater& updater)
+    : cfg_(cfg),
+      params_(params),
+      grads_(grads),
+      updater_(updater),
+      precision_(cfg.precision == "bf16" ? Precision::BF16 : Precision::F32),
+      model_step_(std::make_unique<ModelStep>(params.config(), cfg.batch, cfg.seq_len, precision_)) {
+  model_step_->refresh_compute_copy(params);
+}
+
+StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
+                                           const int32_t* doc_start) {
+  const int64_t tokens = cfg_.batch * cfg_.seq_len;  // one micro-batch's
+  grads_.zero();
+  double loss_sum = 0;
+  for (int64_t a = 0; a < cfg_.grad_accum && predicted > 0; ++a) {
+    const StepResult r = model_step_->forward_backward(params_, grads_, ids + a * tokens, labels + a * tokens, {},
+                                                       1.0f / predicted, doc_start ? doc_start + a * tokens : nullptr);
+    loss_sum += r.loss * r.predicted_tokens;
+  }
+  Outcome out;
+  out.loss = predicted > 0 ? loss_sum / predicted : 0.0;
+  // The streaming executor's summation order, so both engines clip alike to the bit.
+  const double sq = ordered_grad_sq_sum(grads_);
+  out.update = updater_.apply(params_, grads_, sq, model_step_->compute_copy(params_), step);
+  return out;
+}
+
+StepEngine::Memory InMemoryTraining::memory() const {
+  const int64_t n = params_.numel();
+  Memory m;
+  m.compute = model_step_->activation_bytes() + (precision_ == Precision::BF16 ? 2 * n : 0);
+  m.host = 8 * n + static_cast<int64_t>(updater_.resident_state_bytes());
+  return m;
+}
+
+std::vector<std::string> InMemoryTraining::describe() const {
+  const Memory m = memory();
+  char plan[256], mem[512];
+  std::snprintf(plan, sizeof plan,
+                "plan: cpu backend, whole model in memory, every layer keeps its internals (keep-all); "
+                "batch %lld x seq %lld x accumulation %lld; %s matmuls",
+                static_cast<long long>(cfg_.batch), static_cast<long long>(cfg_.seq_len),
+                static_cast<long long>(cfg_.grad_accum), cfg_.precision.c_str());
+  std::snprintf(mem, sizeof mem,
+                "memory: compute %s (activations %s%s), host %s (fp32 weights and gradients %s, %s optimizer states "
+                "%s), nvme 0",
+                format_bytes(m.compute).c_str(), format_bytes(model_step_->activation_bytes()).c_str(),
+                precision_ == Precision::BF16 ? ", bf16 weight copy" : "", format_bytes(m.host).c_str(),
+                format_bytes(8 * params_.numel()).c_str(), cfg_.optimizer.c_str(),
+                format_bytes(updater_.state_bytes()).c_str());
+  return {plan, mem};
+}
+
+}  // namespace lt

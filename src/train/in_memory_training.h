@@ -1,0 +1,39 @@
+// The trainer's optimizer steps with the whole model in memory (exec/model_step.h): every
+// layer keeps its internals, gradients of all micro-batches accumulate, and the update is
+// applied at once after each step. Its squared gradient norm is summed in the streaming
+// executor's order (ordered_grad_sq_sum), so that both engines clip alike, to the bit.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/model_step.h"
+#include "train/step_engine.h"
+
+namespace lt {
+
+class InMemoryTraining final : public StepEngine {
+ public:
+  InMemoryTraining(const TrainConfig& cfg, ModelParameters& params, ModelParameters& grads, Updater& updater);
+
+  Outcome step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
+               const int32_t* doc_start = nullptr) override;
+  void flush() override {}  // nothing is ever pending
+  void save_optimizer(const std::string& dir) override { updater_.save(dir); }
+  void load_optimizer(const std::string& dir) override { updater_.load(dir); }
+  std::vector<ReplanEvent> finish(int64_t) override { return {}; }
+  Memory memory() const override;
+  std::vector<std::string> describe() const override;
+  std::string step_time_note(double) const override { return {}; }
+
+ private:
+  const TrainConfig& cfg_;
+  ModelParameters& params_;
+  ModelParameters& grads_;
+  Updater& updater_;
+  Precision precision_;
+  std::unique_ptr<ModelStep> model_step_;
+};
+
+}  // namespace lt
