@@ -78,7 +78,7 @@ void run_out_of_core(const OutOfCoreArgs& o) {
   const double budget = static_cast<double>(m.arena_planned_peak);
   double wbytes = 0, rbytes = 0, state_bytes = 0;
   for (const ExecEvent& e : m.fastest.events) {
-    if (e.lane != "nvme") continue;
+    if (e.lane != ExecLane::Nvme) continue;
     (e.name.find("write") != std::string::npos ? wbytes : rbytes) += e.bytes;
     if (e.name.rfind("os.", 0) == 0) state_bytes += e.bytes;
   }

@@ -59,7 +59,7 @@ void print_windows(const StreamingStepResult& r, const Plan& p, bool events) {
     if (events)
       for (const ExecEvent& e : r.events)
         if (e.window == w.name)
-          std::printf("      %-24s %-8s %8.2f .. %8.2f ms\n", e.name.c_str(), e.lane.c_str(),
+          std::printf("      %-24s %-8s %8.2f .. %8.2f ms\n", e.name.c_str(), exec_lane_name(e.lane),
                       (e.start_s - r.windows[i].start_s) * 1e3, (e.end_s - r.windows[i].start_s) * 1e3);
     std::printf("  %-8s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f  ms\n", w.name.c_str(), measured * 1e3,
                 planned * 1e3, w.compute_s * 1e3, h2d * 1e3, d2h * 1e3, nvme * 1e3);
@@ -68,16 +68,22 @@ void print_windows(const StreamingStepResult& r, const Plan& p, bool events) {
               p.predicted_step_s * 1e3, extra * 1e3);
 }
 
+SimLane sim_lane(ExecLane lane) {
+  switch (lane) {
+    case ExecLane::Compute: return SimLane::Compute;
+    case ExecLane::H2D: return SimLane::H2D;
+    case ExecLane::D2H: return SimLane::D2H;
+    case ExecLane::Nvme: return SimLane::Nvme;
+    case ExecLane::Host: return SimLane::Host;
+  }
+  return SimLane::Compute;
+}
+
 SimResult to_sim(const StreamingStepResult& r) {
   SimResult s;
   s.step_s = r.step_s;
   for (const ExecEvent& e : r.events) {
-    SimLane lane = e.lane == "h2d" ? SimLane::H2D
-                   : e.lane == "d2h" ? SimLane::D2H
-                   : e.lane == "nvme" ? SimLane::Nvme
-                   : e.lane == "host" ? SimLane::Host
-                                      : SimLane::Compute;
-    s.events.push_back({e.name, e.window, lane, e.start_s, e.end_s, e.bytes});
+    s.events.push_back({e.name, e.window, sim_lane(e.lane), e.start_s, e.end_s, e.bytes});
   }
   s.gpu_memory = r.compute_bytes;
   return s;

@@ -85,7 +85,7 @@ class SlotAndDrain final : public GradientSink {
     for (size_t i = 0; i < n; ++i) {
       const Landing& l = landings_[i];
       if (l.count) sq = sq_sum(l.host, l.n, sq);
-      if (l.copied) trace_("gradients", "d2h", l.issued_s, static_cast<double>(l.n * sizeof(float)));
+      if (l.copied) trace_("gradients", ExecLane::D2H, l.issued_s, static_cast<double>(l.n * sizeof(float)));
     }
     landings_.erase(landings_.begin(), landings_.begin() + static_cast<std::ptrdiff_t>(n));
     return sq;

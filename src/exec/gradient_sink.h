@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "exec/backend.h"
+#include "exec/exec_event.h"
 #include "exec/live_arena.h"
 #include "exec/streaming_schedule.h"
 #include "memory/host_pool.h"
@@ -33,7 +34,7 @@ class GradientSink {
  public:
   // The executor's clock (seconds since the step began) and its trace.
   using Now = std::function<double()>;
-  using Trace = std::function<void(const std::string& name, const char* lane, double start_s, double bytes)>;
+  using Trace = std::function<void(const std::string& name, ExecLane lane, double start_s, double bytes)>;
 
   virtual ~GradientSink() = default;
   // The step's gradient block; zero_grads: the step's targets were zeroed before their

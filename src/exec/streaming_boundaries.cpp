@@ -29,7 +29,7 @@ void StreamingExecutor::store_boundary(int b) {
   backend_.copy_to_host(p.host.data(), x + bs.gpu_tokens * row, bs.cpu_tokens * row);
   backend_.copy_to_host(p.staging.data(), x + (bs.gpu_tokens + bs.cpu_tokens) * row, bs.nvme_tokens * row);
   backend_.wait_to_host(backend_.to_host_fence());
-  event(p.out_event, "d2h", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
+  event(p.out_event, ExecLane::D2H, t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
   if (bs.nvme_tokens > 0) {
     // The write runs on the store's thread; its event spans issue to the wait that retires it.
     p.write = nvme_->write(p.slot, 0, p.staging.data(), bs.nvme_tokens * row);
@@ -44,7 +44,7 @@ void StreamingExecutor::start_nvme_read(int b) {
   // The read lands in the buffer the write sends from: the write must be done first.
   if (p.write) {
     nvme_->wait(std::exchange(p.write, 0));
-    event(p.nvme_write_event, "nvme", p.write_issued_s,
+    event(p.nvme_write_event, ExecLane::Nvme, p.write_issued_s,
           static_cast<double>(bs.nvme_tokens * C_ * sizeof(float)));
   }
   p.read_issued_s = now();
@@ -61,13 +61,13 @@ void StreamingExecutor::fetch_boundary(int b) {
   if (bs.nvme_tokens > 0) {
     if (!p.read) start_nvme_read(b);
     nvme_->wait(std::exchange(p.read, 0));
-    event(p.nvme_read_event, "nvme", p.read_issued_s, static_cast<double>(bs.nvme_tokens * row));
+    event(p.nvme_read_event, ExecLane::Nvme, p.read_issued_s, static_cast<double>(bs.nvme_tokens * row));
   }
   const double t = now();
   backend_.copy_to_compute(r + bs.gpu_tokens * row, p.host.data(), bs.cpu_tokens * row);
   backend_.copy_to_compute(r + (bs.gpu_tokens + bs.cpu_tokens) * row, p.staging.data(), bs.nvme_tokens * row);
   backend_.wait_to_compute(backend_.to_compute_fence());
-  event(p.in_event, "h2d", t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
+  event(p.in_event, ExecLane::H2D, t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
 }
 
 }  // namespace lt

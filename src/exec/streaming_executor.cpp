@@ -81,7 +81,7 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   weights_ = make_weight_source(config_, sched_, backend_, live_, host_, options.precision);
   grads_ = make_gradient_sink(
       config_, sched_, backend_, live_, host_, [this] { return now(); },
-      [this](const std::string& name, const char* lane, double start, double bytes) { event(name, lane, start, bytes); });
+      [this](const std::string& name, ExecLane lane, double start, double bytes) { event(name, lane, start, bytes); });
   if (sched_.head_chunk_rows > 0) {  // a streamed head sums as the whole one only on whole sub-chunks
     const int64_t sub = cross_entropy_chunks(T_, config_.vocab_size, {}, options.precision).vocab_chunk;
     if (sched_.head_chunk_rows % sub != 0)
@@ -191,7 +191,7 @@ double StreamingExecutor::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
 }
 
-void StreamingExecutor::event(const std::string& name, const char* lane, double start, double bytes) {
+void StreamingExecutor::event(const std::string& name, ExecLane lane, double start, double bytes) {
   if (events_) events_->push_back({name, window_name_ ? *window_name_ : std::string(), lane, start, now(), bytes});
 }
 
@@ -201,12 +201,12 @@ void StreamingExecutor::run_update(size_t t_index, ModelParameters& params, Mode
   std::span<std::byte> state;
   if (target.kind == UpdateTarget::Kind::Layer && pager_->paged(target.layer))
     state = pager_->acquire(target.layer, [&](const std::string& n, double issued, double bytes) {
-      event(n, "nvme", issued, bytes);
+      event(n, ExecLane::Nvme, issued, bytes);
     });
   if (o.update) {
     const double t = now();
     (*o.update)(target, state);
-    event(update_event_[t_index], "host", t);
+    event(update_event_[t_index], ExecLane::Host, t);
   }
   if (o.zero_grads)
     for (auto [off, n] : target_ranges(grads, target)) std::memset(grads.data() + off, 0, n * sizeof(float));
@@ -239,7 +239,7 @@ void StreamingExecutor::load_weights(int w, int which) {
   if (which & kPrefetches) issue(false);
   if (needed_now) {
     backend_.wait_to_compute(needed);
-    event("weights", "h2d", t);
+    event("weights", ExecLane::H2D, t);
   }
 }
 
@@ -399,7 +399,7 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
       kernels -= e->end_s - e->start_s;
     backend_.compute_done(std::max(0.0, kernels));
   }
-  if (win.kind != WindowKind::Prologue0 && win.kind != WindowKind::Load) event(win.name, "compute", compute_start);
+  if (win.kind != WindowKind::Prologue0 && win.kind != WindowKind::Load) event(win.name, ExecLane::Compute, compute_start);
   // The window's barrier: its copies to the compute tier are done before its frees.
   // A gradient copied out during this window's compute (the head's) drains under the
   // next one (its slot lives through that window, as the plan's g.head transfer does);
@@ -413,7 +413,7 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
     backend_.wait_to_compute(backend_.to_compute_fence());
     state_.sq = grads_->finish(state_.sq, state_.earlier_landings);
   }
-  pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, "nvme", issued, bytes); });
+  pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, ExecLane::Nvme, issued, bytes); });
   if (win.kind == WindowKind::Epilogue)
     state_.sq = sq_sum(state_.grads->embedding(), config_.vocab_size * C_, state_.sq);
   result.compute_bytes.push_back({now(), static_cast<double>(arena_->live_bytes())});

@@ -55,6 +55,7 @@
 #include "core/aligned_buffer.h"
 #include "exec/backend.h"
 #include "exec/decoder_block.h"
+#include "exec/exec_event.h"
 #include "exec/gradient_sink.h"
 #include "exec/live_arena.h"
 #include "exec/state_pager.h"
@@ -116,14 +117,6 @@ struct WindowTiming {
   double start_s = 0, end_s = 0;  // since the step began
 };
 
-// What ran, when, on which lane ("compute", "h2d", "d2h", "nvme", "host"): the
-// simulator's event shape (sim/simulator.h SimEvent), so a real step and its replay can
-// be laid side by side in one Chrome trace (the conversion lives above exec/).
-struct ExecEvent {
-  std::string name, window, lane;
-  double start_s = 0, end_s = 0, bytes = 0;
-};
-
 struct StreamingStepResult {
   double loss = 0;
   int64_t predicted_tokens = 0;
@@ -179,7 +172,7 @@ class StreamingExecutor {
   void start_nvme_read(int b);
   void fetch_boundary(int b);
   double now() const;
-  void event(const std::string& name, const char* lane, double start, double bytes = 0);
+  void event(const std::string& name, ExecLane lane, double start, double bytes = 0);
   // The step's phases, window by window (run_step walks the plan and calls them): before
   // a window's compute, its compute by kind, and after it.
   void begin_window(int w);

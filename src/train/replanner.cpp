@@ -99,13 +99,13 @@ StepMeasures measure_step(const Plan& p, const StreamingStepResult& r, LinkUse h
   double read_bytes = 0, write_bytes = 0;
   for (size_t k = 0; k < r.events.size(); ++k) {
     const ExecEvent& e = r.events[k];
-    if (e.lane == "nvme") {
+    if (e.lane == ExecLane::Nvme) {
       const bool read = ends_with(e.name, " read");
       (read ? reads : writes).push_back({e.start_s, e.end_s});
       (read ? read_bytes : write_bytes) += e.bytes;
       continue;
     }
-    if (e.lane != "compute" || e.name != e.window) continue;
+    if (e.lane != ExecLane::Compute || e.name != e.window) continue;
     const auto it = by_name.find(e.name);
     if (it == by_name.end()) continue;
     const Window& w = *it->second;
