@@ -48,6 +48,16 @@ class Backend {
   // Called by the executor after the kernels of each layer and head window, with their
   // duration; a backend that plays a slower compute tier (emu) waits here. Default: nothing.
   virtual void compute_done(double seconds) { (void)seconds; }
+
+  // The compute tier's memory, and what runs on it besides the kernels: the executor
+  // takes its arena from here and fills and copies inside it through here. Defaults: host
+  // memory and memset/memcpy on the calling thread (cpu, and emu, whose separate tier is
+  // host RAM playing device memory); a GPU's backend gives device memory and runs them on
+  // its compute stream. alloc_compute returns null when it cannot have the bytes.
+  using ComputeMemory = std::unique_ptr<std::byte, void (*)(std::byte*)>;
+  virtual ComputeMemory alloc_compute(size_t bytes, size_t alignment);
+  virtual void fill_compute(void* dst, int byte, size_t bytes);
+  virtual void copy_within_compute(void* dst, const void* src, size_t bytes);
 };
 
 // "cpu": the compute tier is host RAM; copies are memcpy, done when issued.

@@ -130,8 +130,8 @@ class SlotAndDrain final : public GradientSink {
   }
 
  private:
-  static float* zeroed(float* g, int64_t n) {  // a slot's sum starts at zero
-    std::memset(g, 0, static_cast<size_t>(n) * sizeof(float));
+  float* zeroed(float* g, int64_t n) {  // a slot's sum starts at zero
+    backend_.fill_compute(g, 0, static_cast<size_t>(n) * sizeof(float));
     return g;
   }
   int64_t rows(int64_t chunk) const {

@@ -1,7 +1,6 @@
 // The streaming executor's boundary traffic: a boundary's parts leave the compute tier
 // when it is produced (host memory, NVMe through host staging) and come back, reassembled,
 // for its backward use (streaming_executor.h).
-#include <cstring>
 #include <string>
 #include <utility>
 
@@ -24,7 +23,7 @@ void StreamingExecutor::store_boundary(int b) {
   Parked& p = *parked_[b];
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
   const std::byte* x = reinterpret_cast<const std::byte*>(buf(ArenaTensor::Boundary, b));
-  if (bs.gpu_tokens > 0) std::memcpy(buf(ArenaTensor::BoundaryGpuPart, b), x, bs.gpu_tokens * row);
+  if (bs.gpu_tokens > 0) backend_.copy_within_compute(buf(ArenaTensor::BoundaryGpuPart, b), x, bs.gpu_tokens * row);
   const double t = now();
   backend_.copy_to_host(p.host.data(), x + bs.gpu_tokens * row, bs.cpu_tokens * row);
   backend_.copy_to_host(p.staging.data(), x + (bs.gpu_tokens + bs.cpu_tokens) * row, bs.nvme_tokens * row);
@@ -57,7 +56,7 @@ void StreamingExecutor::fetch_boundary(int b) {
   Parked& p = *parked_[b];
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
   std::byte* r = reinterpret_cast<std::byte*>(buf(ArenaTensor::Refetched, b));
-  if (bs.gpu_tokens > 0) std::memcpy(r, buf(ArenaTensor::BoundaryGpuPart, b), bs.gpu_tokens * row);
+  if (bs.gpu_tokens > 0) backend_.copy_within_compute(r, buf(ArenaTensor::BoundaryGpuPart, b), bs.gpu_tokens * row);
   if (bs.nvme_tokens > 0) {
     if (!p.read) start_nvme_read(b);
     nvme_->wait(std::exchange(p.read, 0));

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -94,16 +93,16 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   set_rope_tables(ctx_, rope_cos_, rope_sin_, config_, seq_);  // per-layer tables: layer_context()
   ctx_.precision = options.precision;
 
-  // Compute tier: lay out every planned allocation, then hold exactly that many bytes.
+  // Compute tier: lay out every planned allocation, then hold exactly that many bytes,
+  // from the backend (4096-aligned: a range at a multiple of 4096 can go to NVMe as it is).
   layout_ = lay_out_arena(sched_.arena);
   const size_t extent = arena_extent(layout_);
-  const size_t rounded = (extent + 4095) / 4096 * 4096;
-  if (rounded > 0) {
-    void* mem = std::aligned_alloc(4096, rounded);
-    if (!mem)
-      throw Error("cannot allocate the compute tier of " + format_bytes(extent), "streaming executor",
-                  "plan with a smaller --gpu-cap or free host memory");
-    memory_ = {static_cast<std::byte*>(mem), std::free};
+  if (extent > 0) {
+    memory_ = backend_.alloc_compute(extent, 4096);
+    if (!memory_)
+      throw Error("cannot allocate the compute tier of " + format_bytes(extent) + " on the " + backend_.name() +
+                      " backend",
+                  "streaming executor", "plan with a smaller --gpu-cap or free compute-tier memory");
   }
   arena_ = std::make_unique<ComputeArena>("compute tier", memory_.get(), extent, layout_);
   const size_t W = plan_.windows.size();

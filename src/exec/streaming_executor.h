@@ -219,7 +219,7 @@ class StreamingExecutor {
   StepState state_;
   // The compute tier's memory, held for the executor's life; each step walks a fresh
   // ComputeArena over it, because an arena's windows only go forward.
-  std::unique_ptr<std::byte, void (*)(void*)> memory_{nullptr, nullptr};
+  Backend::ComputeMemory memory_{nullptr, [](std::byte*) {}};
   std::vector<ArenaAllocation> layout_;
   std::unique_ptr<ComputeArena> arena_;
   size_t peak_ = 0;

@@ -2,7 +2,9 @@
 // source and gradient sink (exec/weight_source.h, exec/gradient_sink.h) are chosen once
 // when it is built, and it finds buffers by typed id, not by name. This reads the step's
 // source files and fails on any code (comments aside) that asks the backend whether it
-// computes on host memory, keeps its own bf16 slot, or looks a buffer up by a string.
+// computes on host memory, keeps its own bf16 slot, looks a buffer up by a string, or
+// allocates or copies compute-tier memory itself (the backend does: alloc_compute,
+// copy_within_compute).
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -27,7 +29,8 @@ std::vector<std::string> code_lines(const std::string& path) {
 
 TEST(ExecutorStepSource, NoComputeTierBranchesOrStringLookups) {
   const std::string exec = std::string(LT_TESTS_DIR) + "/../src/exec/";
-  const char* forbidden[] = {"host_is_compute", "bf16_slot_", "buf(\"", "acquire(\"", "release(\""};
+  const char* forbidden[] = {"host_is_compute", "bf16_slot_", "buf(\"",   "acquire(\"",
+                             "release(\"",       "aligned_alloc", "memcpy"};
   for (const char* file : {"streaming_executor.cpp", "streaming_head.cpp", "streaming_boundaries.cpp"}) {
     const std::vector<std::string> lines = code_lines(exec + file);
     EXPECT_GT(lines.size(), 10u) << file;
