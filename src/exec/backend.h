@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "memory/host_pool.h"
+
 namespace lt {
 
 class Backend {
@@ -58,6 +60,10 @@ class Backend {
   virtual ComputeMemory alloc_compute(size_t bytes, size_t alignment);
   virtual void fill_compute(void* dst, int byte, size_t bytes);
   virtual void copy_within_compute(void* dst, const void* src, size_t bytes);
+  // What makes the executor's host buffers (its HostPool) fit for asynchronous copies: a
+  // GPU's backend pins them (cudaHostRegister) once, when they are made at setup, never
+  // per step. Default: nothing to do (null).
+  virtual HostPinner* host_pinner() { return nullptr; }
 };
 
 // "cpu": the compute tier is host RAM; copies are memcpy, done when issued.

@@ -75,7 +75,7 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
       sched_(make_stream_schedule(plan, saved_numel_per_layer(plan.model, plan.batch, plan.seq),
                                   compute_tier_weights(plan, backend, options.precision))),
       live_(sched_),
-      host_("host activations"),
+      host_("host activations", 0, backend.host_pinner()),
       workspace_(plan.model, plan.batch, plan.seq) {
   weights_ = make_weight_source(config_, sched_, backend_, live_, host_, options.precision);
   grads_ = make_gradient_sink(

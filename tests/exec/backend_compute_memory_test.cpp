@@ -1,14 +1,20 @@
 // What every backend gives the executor of its compute tier (exec/backend.h): memory at
 // the asked alignment that holds what is written to it, fills, and copies inside the tier;
-// and copies across the link that arrive once waited for.
+// and copies across the link that arrive once waited for. And a backend's host pinner: the
+// executor pins each of its host buffers once, at setup, and unpins them when it goes.
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "exec/backend.h"
+#include "exec/streaming_executor.h"
+#include "plan/planner.h"
+#include "streaming_test_util.h"
+#include "streaming_trajectory.h"
 
 namespace lt {
 namespace {
@@ -37,6 +43,53 @@ TEST(BackendComputeMemory, AllocFillAndCopyOnEveryBackend) {
     EXPECT_EQ(std::memcmp(back.data(), host.data(), n), 0) << name;
     EXPECT_EQ(b->alloc_compute(0, 4096), nullptr) << name << ": nothing asked, nothing given";
   }
+}
+
+// A separate compute tier in host memory, whose copies finish when issued, and which
+// counts what it is asked to pin.
+class PinCountingBackend final : public Backend, public HostPinner {
+ public:
+  const char* name() const override { return "pin-counting"; }
+  bool host_is_compute() const override { return false; }
+  void copy_to_compute(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void synchronize() override {}
+  HostPinner* host_pinner() override { return this; }
+  void pin(void*, size_t bytes) override {
+    ++pins;
+    pinned_bytes += bytes;
+  }
+  void unpin(void*, size_t bytes) noexcept override {
+    ++unpins;
+    pinned_bytes -= bytes;
+  }
+  int pins = 0, unpins = 0;
+  size_t pinned_bytes = 0;
+};
+
+TEST(BackendComputeMemory, HostBuffersArePinnedOnceAtSetup) {
+  const ModelConfig c = test::streaming_tiny_config(4);
+  const Plan plan = streaming_test::offloading_milp_plan(c);
+  ASSERT_TRUE(plan.feasible) << plan.infeasible_reason;
+  PinCountingBackend backend;
+  ModelParameters params(c), grads(c);
+  test::init_parameters(params, 5);
+  std::vector<int32_t> ids, labels;
+  test::make_batch(ids, labels, streaming_test::kBatch * streaming_test::kSeq, c.vocab_size, 0);
+  {
+    StreamingOptions so;
+    so.offload_dir = std::filesystem::temp_directory_path();
+    so.direct_io = false;
+    StreamingExecutor ex(plan, backend, so);
+    const int at_setup = backend.pins;
+    EXPECT_GT(at_setup, 0);
+    EXPECT_EQ(backend.pinned_bytes, ex.host_peak_bytes());  // every host buffer, and only those
+    for (int step = 0; step < 2; ++step) ex.step(params, grads, ids.data(), labels.data());
+    EXPECT_EQ(backend.pins, at_setup) << "a step pinned memory";
+    EXPECT_EQ(backend.unpins, 0);
+  }
+  EXPECT_EQ(backend.unpins, backend.pins);
+  EXPECT_EQ(backend.pinned_bytes, 0u);
 }
 
 }  // namespace
