@@ -1,10 +1,12 @@
-// What the streaming executor needs from a backend: where the compute tier lives and how
-// bytes cross between the host tier and it. The executor owns the plan walk, the arena
-// layout and the NVMe tier; a backend only moves bytes (shared/DESIGN.md, "Backends").
+// What the streaming executor needs from a backend: the compute tier's memory (the
+// executor's arena is one block of it), fills and copies inside it, the copies between
+// the host tier and it on two streams, events to order the streams and the host, and the
+// pinning of the executor's host buffers. The executor owns the plan walk, the arena
+// layout and the NVMe tier (shared/DESIGN.md, "Backends").
 //
 // Copies are issued in the executor's window order and complete by the next
-// synchronize(); a backend may run them asynchronously (emu: copy threads), so the
-// executor never touches a destination before synchronize().
+// synchronize() or an event waited for; a backend may run them asynchronously (emu: copy
+// threads), so the executor never touches a destination before it has waited.
 #pragma once
 
 #include <cstddef>
@@ -23,19 +25,30 @@ class Backend {
   // True when compute kernels may read host-tier tensors in place (weights and gradients
   // are then views of the host buffers, not copies into weight / gradient slots).
   virtual bool host_is_compute() const = 0;
-  virtual void copy_to_compute(void* dst, const void* src, size_t bytes) = 0;  // h2d
-  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;     // d2h
+  // Streams, as a GPU has them: the compute stream runs the kernels (and the fills and
+  // copies inside the compute tier), the h2d stream the copies to the compute tier, the
+  // d2h stream those back. Each runs its work in issue order.
+  enum class Stream { Compute, H2D, D2H };
+  virtual void copy_to_compute(void* dst, const void* src, size_t bytes) = 0;  // on H2D
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;     // on D2H
   // Waits for every copy issued so far.
   virtual void synchronize() = 0;
-  // Events: copies are numbered per direction in issue order; a fence is how many were
-  // issued so far that way, and wait_*(fence) returns once those are done (what a CUDA
-  // event recorded on the H2D or D2H stream gives). Lets the executor wait for the copies
-  // a window needs and leave later ones running under the next window's compute.
-  // Defaults: copies are done when issued.
-  virtual uint64_t to_compute_fence() const { return 0; }
-  virtual uint64_t to_host_fence() const { return 0; }
-  virtual void wait_to_compute(uint64_t fence) { (void)fence; }
-  virtual void wait_to_host(uint64_t fence) { (void)fence; }
+  // Events: record(s) marks the work issued on stream s so far (a CUDA event recorded
+  // there); wait(s, e) makes the work issued on s from now on start after e's (a GPU waits
+  // on the device, the host goes on); wait_host(e) returns once e's work is done. They let
+  // the executor wait for the copies a window needs and leave later ones running under
+  // the next window's compute. On cpu and emu the compute stream is the host's own thread,
+  // so waiting on it is waiting on the host. Defaults: everything is done when issued.
+  struct Event {
+    Stream stream = Stream::Compute;
+    uint64_t count = 0;  // the work issued on `stream` before it, in issue order
+  };
+  virtual Event record(Stream s) const { return {s, 0}; }
+  virtual void wait(Stream s, Event e) {
+    (void)s;
+    wait_host(e);
+  }
+  virtual void wait_host(Event e) { (void)e; }
   // Bytes moved each way since construction (for the trace and bench predict).
   size_t h2d_bytes = 0, d2h_bytes = 0;
 

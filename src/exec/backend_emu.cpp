@@ -124,10 +124,14 @@ class Emu final : public EmuBackend {
     h2d_.drain();
     d2h_.drain();
   }
-  uint64_t to_compute_fence() const override { return h2d_.issued(); }
-  uint64_t to_host_fence() const override { return d2h_.issued(); }
-  void wait_to_compute(uint64_t fence) override { h2d_.wait(fence); }
-  void wait_to_host(uint64_t fence) override { d2h_.wait(fence); }
+  // The compute stream is the caller's thread: what it issued is done when issued.
+  Event record(Stream s) const override {
+    return {s, s == Stream::H2D ? h2d_.issued() : s == Stream::D2H ? d2h_.issued() : 0};
+  }
+  void wait_host(Event e) override {
+    if (e.stream == Stream::H2D) h2d_.wait(e.count);
+    if (e.stream == Stream::D2H) d2h_.wait(e.count);
+  }
   LinkBusy link_busy() const override { return {h2d_.busy_s(), d2h_.busy_s()}; }
   void compute_done(double seconds) override {
     const double f = slowdown_.load();

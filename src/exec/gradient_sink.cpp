@@ -81,7 +81,7 @@ class SlotAndDrain final : public GradientSink {
   double finish(double sq, size_t n) override {
     LT_ASSERT(n <= landings_.size(), "finishing gradient copies never issued");
     if (n == 0) return sq;
-    backend_.wait_to_host(landings_[n - 1].fence);
+    backend_.wait_host(landings_[n - 1].done);  // the host sums what they copied
     for (size_t i = 0; i < n; ++i) {
       const Landing& l = landings_[i];
       if (l.count) sq = sq_sum(l.host, l.n, sq);
@@ -97,14 +97,14 @@ class SlotAndDrain final : public GradientSink {
   }
   float* head_chunk(int64_t chunk) override {
     float* g = arena_(ArenaTensor::LmHeadGradients, static_cast<int>(chunk % 2));
-    if (chunk >= 2) backend_.wait_to_host(chunk_fence_[chunk % 2]);  // chunk - 2's copy out of this slot
+    if (chunk >= 2) backend_.wait(Backend::Stream::Compute, chunk_copied_[chunk % 2]);  // chunk - 2's copy out of this slot
     return zeroed(g, rows(chunk) * c_.hidden_size);
   }
   void head_chunk_done(int64_t chunk) override {
     const int64_t C = c_.hidden_size;
     land(grads_->lm_head() + chunk * s_.head_chunk_rows * C,
          arena_(ArenaTensor::LmHeadGradients, static_cast<int>(chunk % 2)), rows(chunk) * C, /*count=*/false);
-    chunk_fence_[chunk % 2] = landings_.back().fence;
+    chunk_copied_[chunk % 2] = landings_.back().done;
   }
   void head_done(double&) override {
     const int64_t C = c_.hidden_size, V = c_.vocab_size;
@@ -114,8 +114,8 @@ class SlotAndDrain final : public GradientSink {
     } else {
       // The norm order as for the whole head: the lm_head over its whole host range, once
       // the chunk copies before it have landed.
-      landings_.push_back({grads_->lm_head(), V * C, !tied(*params_), now_(), backend_.to_host_fence(),
-                           /*copied=*/false});
+      landings_.push_back({grads_->lm_head(), V * C, !tied(*params_), now_(),
+                           backend_.record(Backend::Stream::D2H), /*copied=*/false});
     }
   }
 
@@ -143,10 +143,10 @@ class SlotAndDrain final : public GradientSink {
   // left running (the slot lives until the barrier that waits for it, as the plan's
   // g.<j> transfer does); finish() then counts it in the norm, in production order.
   void land(float* host, const float* slot, int64_t n, bool count) {
-    landings_.push_back({host, n, count, now_(), 0});
+    landings_.push_back({host, n, count, now_(), Backend::Event{}});
     if (zero_grads_) {
       backend_.copy_to_host(host, slot, static_cast<size_t>(n) * sizeof(float));
-      landings_.back().fence = backend_.to_host_fence();
+      landings_.back().done = backend_.record(Backend::Stream::D2H);
     } else {
       float* stage = grad_stage_.as<float>();
       backend_.copy_to_host(stage, slot, static_cast<size_t>(n) * sizeof(float));
@@ -160,7 +160,7 @@ class SlotAndDrain final : public GradientSink {
     int64_t n;
     bool count;  // in the norm (a tied head's gradient is counted as the embedding's)
     double issued_s;
-    uint64_t fence;  // the backend's to-host fence once its copy is issued
+    Backend::Event done;  // recorded on the d2h stream once its copy is issued
     bool copied = true;  // false: only counts `host` in the norm once the copies before it land
   };
   // A layer's gradients computed, its slot waiting for the plan's drain window (in
@@ -181,7 +181,7 @@ class SlotAndDrain final : public GradientSink {
   HostBuffer dx0_, grad_stage_;
   std::vector<Landing> landings_;  // gradient copies in flight, in production order
   std::vector<Pending> pending_;
-  uint64_t chunk_fence_[2] = {0, 0};  // the copy out of each head-chunk gradient slot
+  Backend::Event chunk_copied_[2];  // the copy out of each head-chunk gradient slot
 };
 
 }  // namespace

@@ -27,7 +27,7 @@ void StreamingExecutor::store_boundary(int b) {
   const double t = now();
   backend_.copy_to_host(p.host.data(), x + bs.gpu_tokens * row, bs.cpu_tokens * row);
   backend_.copy_to_host(p.staging.data(), x + (bs.gpu_tokens + bs.cpu_tokens) * row, bs.nvme_tokens * row);
-  backend_.wait_to_host(backend_.to_host_fence());
+  backend_.wait_host(backend_.record(Backend::Stream::D2H));  // the host parts go on to NVMe
   event(p.out_event, ExecLane::D2H, t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
   if (bs.nvme_tokens > 0) {
     // The write runs on the store's thread; its event spans issue to the wait that retires it.
@@ -65,7 +65,7 @@ void StreamingExecutor::fetch_boundary(int b) {
   const double t = now();
   backend_.copy_to_compute(r + bs.gpu_tokens * row, p.host.data(), bs.cpu_tokens * row);
   backend_.copy_to_compute(r + (bs.gpu_tokens + bs.cpu_tokens) * row, p.staging.data(), bs.nvme_tokens * row);
-  backend_.wait_to_compute(backend_.to_compute_fence());
+  backend_.wait(Backend::Stream::Compute, backend_.record(Backend::Stream::H2D));
   event(p.in_event, ExecLane::H2D, t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
 }
 

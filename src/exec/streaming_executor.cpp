@@ -233,11 +233,11 @@ void StreamingExecutor::load_weights(int w, int which) {
     }
   };
   if (which & kOwnLoads) issue(true);
-  const uint64_t needed = backend_.to_compute_fence();
-  const bool needed_now = (which & kOwnLoads) && needed != fence_at_window_start_;
+  const Backend::Event needed = backend_.record(Backend::Stream::H2D);
+  const bool needed_now = (which & kOwnLoads) && needed.count != loads_before_window_.count;
   if (which & kPrefetches) issue(false);
   if (needed_now) {
-    backend_.wait_to_compute(needed);
+    backend_.wait(Backend::Stream::Compute, needed);
     event("weights", ExecLane::H2D, t);
   }
 }
@@ -328,7 +328,7 @@ void StreamingExecutor::begin_window(int w) {
   for (size_t t = 0; t < sched_.targets.size(); ++t)
     if (sched_.update_w[t] == w) run_update(t, *state_.params, *state_.grads, *state_.options);
   pager_->start_writes(w, now());
-  fence_at_window_start_ = backend_.to_compute_fence();
+  loads_before_window_ = backend_.record(Backend::Stream::H2D);
   // A streamed head's chunks go first on the link; head() queues the prefetches behind
   // its last chunk.
   const bool streamed_head = win.kind == WindowKind::Head && sched_.head_chunk_rows > 0;
@@ -409,7 +409,7 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
     backend_.synchronize();
     state_.sq = grads_->finish(state_.sq, grads_->in_flight());
   } else {
-    backend_.wait_to_compute(backend_.to_compute_fence());
+    backend_.wait_host(backend_.record(Backend::Stream::H2D));  // the frees below are the host's
     state_.sq = grads_->finish(state_.sq, state_.earlier_landings);
   }
   pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, ExecLane::Nvme, issued, bytes); });

@@ -26,7 +26,7 @@
 // backward) at the windows the plan loads them, and gradients are summed in slots (g.<j>)
 // and drained to the host. The step itself never asks which (a test reads its source).
 //
-// Waits (the backend's per-direction fences, as CUDA events): a window waits only for the
+// Waits (the backend's events on its h2d and d2h streams): a window waits only for the
 // weights its own compute reads (issued first on the link; prefetches queue behind them
 // and run under the compute), and a layer's gradient slot is copied out at the start of
 // the window the plan drains it in (the head's during HEAD, under the next window), whose
@@ -232,7 +232,7 @@ class StreamingExecutor {
   std::unique_ptr<WeightSource> weights_;
   std::unique_ptr<GradientSink> grads_;
   std::vector<std::unique_ptr<Parked>> parked_;
-  uint64_t fence_at_window_start_ = 0;  // to-compute copies issued before load_weights
+  Backend::Event loads_before_window_;  // the h2d stream before the window's weight loads
   // Declared before the store, so the store (which waits for requests in flight) goes
   // first and the pager's staging buffers outlive every request that uses them.
   std::unique_ptr<StatePager> pager_;

@@ -60,7 +60,7 @@ class ComputeSlots final : public WeightSource {
   void embed(float* x0, const int32_t* ids) override {  // on the host, then over the link (the plan's in.0)
     embed_forward(in0_.as<float>(), ids, params_->embedding(), s_.tokens, c_);
     backend_.copy_to_compute(x0, in0_.data(), static_cast<size_t>(s_.tokens * s_.hidden) * sizeof(float));
-    backend_.wait_to_compute(backend_.to_compute_fence());
+    backend_.wait(Backend::Stream::Compute, backend_.record(Backend::Stream::H2D));
   }
 
   void load_layer(ArenaTensor slot, int j) override {
@@ -92,7 +92,7 @@ class ComputeSlots final : public WeightSource {
                                static_cast<size_t>(rows * C) * sizeof(bf16));
     else
       backend_.copy_to_compute(slot, params_->lm_head() + v0 * C, static_cast<size_t>(rows * C) * sizeof(float));
-    chunk_fence_[i % 2] = backend_.to_compute_fence();
+    chunk_loaded_[i % 2] = backend_.record(Backend::Stream::H2D);
   }
 
   std::pair<BlockTensors, BlockTensorsBf16> layer(ArenaTensor slot, int j) override {
@@ -101,12 +101,12 @@ class ComputeSlots final : public WeightSource {
   }
 
   const float* final_norm() override {
-    if (s_.head_chunk_rows > 0) backend_.wait_to_compute(chunk_fence_[0]);  // it came with chunk 0
+    if (s_.head_chunk_rows > 0) backend_.wait(Backend::Stream::Compute, chunk_loaded_[0]);  // it came with chunk 0
     return arena_(ArenaTensor::NormWeights);
   }
   HeadWeights lm_head() override { return slot(0); }
   HeadWeights head_chunk(int64_t i) override {
-    backend_.wait_to_compute(chunk_fence_[i % 2]);
+    backend_.wait(Backend::Stream::Compute, chunk_loaded_[i % 2]);
     return slot(static_cast<int>(i % 2));
   }
 
@@ -123,7 +123,7 @@ class ComputeSlots final : public WeightSource {
   const LiveArena& arena_;
   std::optional<Bf16WeightSlot> bf16_slot_;
   HostBuffer in0_;
-  uint64_t chunk_fence_[2] = {0, 0};  // a streamed head's last load into each chunk slot
+  Backend::Event chunk_loaded_[2];  // a streamed head's last load into each chunk slot
 };
 
 }  // namespace

@@ -31,12 +31,12 @@ TEST(BackendComputeMemory, AllocFillAndCopyOnEveryBackend) {
     b->copy_within_compute(c.get(), a.get(), n);
     std::vector<std::byte> host(n), want(n, std::byte{0x5a});
     b->copy_to_host(host.data(), c.get(), n);
-    b->wait_to_host(b->to_host_fence());
+    b->wait_host(b->record(Backend::Stream::D2H));
     EXPECT_EQ(std::memcmp(host.data(), want.data(), n), 0) << name;
     // Across the link and back: what arrives is what was sent.
     for (size_t i = 0; i < n; ++i) host[i] = std::byte(i * 7);
     b->copy_to_compute(a.get(), host.data(), n);
-    b->wait_to_compute(b->to_compute_fence());
+    b->wait(Backend::Stream::Compute, b->record(Backend::Stream::H2D));
     std::vector<std::byte> back(n);
     b->copy_to_host(back.data(), a.get(), n);
     b->synchronize();
