@@ -51,8 +51,12 @@ class PinCountingBackend final : public Backend, public HostPinner {
  public:
   const char* name() const override { return "pin-counting"; }
   bool host_is_compute() const override { return false; }
-  void copy_to_compute(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_to_compute(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);  // an empty part may come with a null pointer
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
   void synchronize() override {}
   HostPinner* host_pinner() override { return this; }
   void pin(void*, size_t bytes) override {
