@@ -15,8 +15,6 @@ namespace {
 // same range whatever the plan or thread count).
 double sq_sum(const float* x, int64_t n, double acc) { return acc + sum_of_squares_f64(x, n); }
 
-bool tied(ModelParameters& p) { return p.lm_head() == p.embedding(); }
-
 // The compute tier is host memory: kernels add into the host gradient block.
 class SumInPlace final : public GradientSink {
  public:
@@ -37,7 +35,7 @@ class SumInPlace final : public GradientSink {
   void head_chunk_done(int64_t) override {}
   void head_done(double& sq) override {
     sq = sq_sum(grads_->final_norm(), c_.hidden_size, sq);
-    if (!tied(*params_)) sq = sq_sum(grads_->lm_head(), c_.vocab_size * c_.hidden_size, sq);
+    if (!c_.tie_word_embeddings) sq = sq_sum(grads_->lm_head(), c_.vocab_size * c_.hidden_size, sq);
   }
 
   void embedding(float* d_x0, const int32_t* ids) override {
@@ -110,11 +108,11 @@ class SlotAndDrain final : public GradientSink {
     const int64_t C = c_.hidden_size, V = c_.vocab_size;
     land(grads_->final_norm(), arena_(ArenaTensor::NormGradients), C, true);
     if (s_.head_chunk_rows == 0) {
-      land(grads_->lm_head(), arena_(ArenaTensor::LmHeadGradients), V * C, !tied(*params_));
+      land(grads_->lm_head(), arena_(ArenaTensor::LmHeadGradients), V * C, !c_.tie_word_embeddings);
     } else {
       // The norm order as for the whole head: the lm_head over its whole host range, once
       // the chunk copies before it have landed.
-      landings_.push_back({grads_->lm_head(), V * C, !tied(*params_), now_(),
+      landings_.push_back({grads_->lm_head(), V * C, !c_.tie_word_embeddings, now_(),
                            backend_.record(Backend::Stream::D2H), /*copied=*/false});
     }
   }

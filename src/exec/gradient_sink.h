@@ -39,9 +39,8 @@ class GradientSink {
   virtual ~GradientSink() = default;
   // The step's gradient block; zero_grads: the step's targets were zeroed before their
   // first gradients (a slot's sum may then be copied over the host's, else it is added).
-  void begin_step(ModelParameters& grads, ModelParameters& params, bool zero_grads) {
+  void begin_step(ModelParameters& grads, bool zero_grads) {
     grads_ = &grads;
-    params_ = &params;
     zero_grads_ = zero_grads;
   }
 
@@ -74,7 +73,6 @@ class GradientSink {
 
  protected:
   ModelParameters* grads_ = nullptr;
-  ModelParameters* params_ = nullptr;
   bool zero_grads_ = true;
 };
 

@@ -194,9 +194,10 @@ void StreamingExecutor::event(const std::string& name, ExecLane lane, double sta
   if (events_) events_->push_back({name, window_name_ ? *window_name_ : std::string(), lane, start, now(), bytes});
 }
 
-void StreamingExecutor::run_update(size_t t_index, ModelParameters& params, ModelParameters& grads,
-                                   const StepOptions& o) {
+void StreamingExecutor::run_update(size_t t_index) {
   const UpdateTarget& target = sched_.targets[t_index];
+  const StepOptions& o = *state_.options;
+  ModelParameters& grads = *state_.grads;
   std::span<std::byte> state;
   if (target.kind == UpdateTarget::Kind::Layer && pager_->paged(target.layer))
     state = pager_->acquire(target.layer, [&](const std::string& n, double issued, double bytes) {
@@ -209,7 +210,6 @@ void StreamingExecutor::run_update(size_t t_index, ModelParameters& params, Mode
   }
   if (o.zero_grads)
     for (auto [off, n] : target_ranges(grads, target)) std::memset(grads.data() + off, 0, n * sizeof(float));
-  (void)params;
 }
 
 // Queues the weight copies planned to arrive in window w (none on host views); waits for
@@ -261,7 +261,6 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
     throw Error("the parameters are for a different model than the plan", "streaming executor",
                 "plan for the model you train");
   state_ = StepState{};
-  state_.params = &params;
   state_.grads = &grads;
   state_.input_ids = input_ids;
   state_.options = &options;
@@ -273,7 +272,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
     live_.clear();
   }
   weights_->begin_step(params, options.compute_copy);
-  grads_->begin_step(grads, params, options.zero_grads);
+  grads_->begin_step(grads, options.zero_grads);
   t0_ = std::chrono::steady_clock::now();
   events_ = &state_.result.events;
   if (ctx_.precision == Precision::BF16 && options.compute_copy == nullptr)
@@ -326,7 +325,7 @@ void StreamingExecutor::begin_window(int w) {
   }
   pager_->start_reads(w, now());
   for (size_t t = 0; t < sched_.targets.size(); ++t)
-    if (sched_.update_w[t] == w) run_update(t, *state_.params, *state_.grads, *state_.options);
+    if (sched_.update_w[t] == w) run_update(t);
   pager_->start_writes(w, now());
   loads_before_window_ = backend_.record(Backend::Stream::H2D);
   // A streamed head's chunks go first on the link; head() queues the prefetches behind

@@ -191,7 +191,8 @@ class StreamingExecutor {
   // tokens; d_hidden gets the head's input gradient, dx.0 the final norm's; the head's
   // gradients go to the sink, their squares into `sq` in the norm order.
   double run_head(int w, const int32_t* targets, float grad_scale, double& sq);
-  void run_update(size_t target, ModelParameters& params, ModelParameters& grads, const StepOptions& o);
+  // Target t's update hook (with its paged state), then its gradient zeroed.
+  void run_update(size_t t);
 
   Plan plan_;
   Backend& backend_;
@@ -203,7 +204,6 @@ class StreamingExecutor {
   StepDocuments documents_;  // the step's, when given (ctx_ points into them)
   // One step, from its batch to its result: what its phases share.
   struct StepState {
-    ModelParameters* params = nullptr;
     ModelParameters* grads = nullptr;
     const int32_t* input_ids = nullptr;
     const StepOptions* options = nullptr;
