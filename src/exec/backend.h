@@ -1,7 +1,7 @@
-// What the streaming executor needs from a backend: the compute tier's memory (the
-// executor's arena is one block of it), fills and copies inside it, the copies between
-// the host tier and it on two streams, events to order the streams and the host, and the
-// pinning of the executor's host buffers. The executor owns the plan walk, the arena
+// What the streaming executor needs from a backend: the memory of its two tiers (the
+// executor's arena is one block of the compute tier's), fills and copies inside the
+// compute tier, the copies between the host tier and it on two streams, and events to
+// order the streams and the host. The executor owns the plan walk, the arena
 // layout and the NVMe tier (shared/DESIGN.md, "Backends").
 //
 // Copies are issued in the executor's window order and complete by the next
@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "memory/host_pool.h"
+#include "memory/buffer_type.h"
 
 namespace lt {
 
@@ -64,19 +64,18 @@ class Backend {
   // duration; a backend that plays a slower compute tier (emu) waits here. Default: nothing.
   virtual void compute_done(double seconds) { (void)seconds; }
 
-  // The compute tier's memory, and what runs on it besides the kernels: the executor
-  // takes its arena from here and fills and copies inside it through here. Defaults: host
-  // memory and memset/memcpy on the calling thread (cpu, and emu, whose separate tier is
-  // host RAM playing device memory); a GPU's backend gives device memory and runs them on
-  // its compute stream. alloc_compute returns null when it cannot have the bytes.
-  using ComputeMemory = std::unique_ptr<std::byte, void (*)(std::byte*)>;
-  virtual ComputeMemory alloc_compute(size_t bytes, size_t alignment);
+  // The two kinds of memory the executor takes (memory/buffer_type.h): the compute
+  // tier's, where its arena lives, and the host tier's, where its host buffers (its
+  // HostPool) live, taken once at setup, never per step. Defaults: plain host RAM for both
+  // (cpu, and emu, whose separate tier is host RAM playing device memory); a GPU's backend
+  // gives device memory and pinned host memory (so that its copies run asynchronously).
+  virtual BufferType& compute_memory() { return host_memory(); }
+  virtual BufferType& host_tier_memory() { return host_memory(); }
+  // What runs on the compute tier besides the kernels: the executor fills and copies
+  // inside it through these. Defaults: memset/memcpy on the calling thread (the compute
+  // tier is host memory); a GPU's backend runs them on its compute stream.
   virtual void fill_compute(void* dst, int byte, size_t bytes);
   virtual void copy_within_compute(void* dst, const void* src, size_t bytes);
-  // What makes the executor's host buffers (its HostPool) fit for asynchronous copies: a
-  // GPU's backend pins them (cudaHostRegister) once, when they are made at setup, never
-  // per step. Default: nothing to do (null).
-  virtual HostPinner* host_pinner() { return nullptr; }
 };
 
 // "cpu": the compute tier is host RAM; copies are memcpy, done when issued.

@@ -75,7 +75,7 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
       sched_(make_stream_schedule(plan, saved_numel_per_layer(plan.model, plan.batch, plan.seq),
                                   compute_tier_weights(plan, backend, options.precision))),
       live_(sched_),
-      host_("host activations", 0, backend.host_pinner()),
+      host_("host activations", 0, backend.host_tier_memory()),
       workspace_(plan.model, plan.batch, plan.seq) {
   weights_ = make_weight_source(config_, sched_, backend_, live_, host_, options.precision);
   grads_ = make_gradient_sink(
@@ -94,17 +94,17 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   ctx_.precision = options.precision;
 
   // Compute tier: lay out every planned allocation, then hold exactly that many bytes,
-  // from the backend (4096-aligned: a range at a multiple of 4096 can go to NVMe as it is).
+  // from the backend.
   layout_ = lay_out_arena(sched_.arena);
   const size_t extent = arena_extent(layout_);
   if (extent > 0) {
-    memory_ = backend_.alloc_compute(extent, 4096);
+    memory_ = Buffer(backend_.compute_memory(), extent);
     if (!memory_)
       throw Error("cannot allocate the compute tier of " + format_bytes(extent) + " on the " + backend_.name() +
                       " backend",
                   "streaming executor", "plan with a smaller --gpu-cap or free compute-tier memory");
   }
-  arena_ = std::make_unique<ComputeArena>("compute tier", memory_.get(), extent, layout_);
+  arena_ = std::make_unique<ComputeArena>("compute tier", memory_.data(), extent, layout_);
   const size_t W = plan_.windows.size();
   acquire_at_.assign(W, {});
   release_at_.assign(W, {});

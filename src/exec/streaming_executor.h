@@ -219,7 +219,7 @@ class StreamingExecutor {
   StepState state_;
   // The compute tier's memory, held for the executor's life; each step walks a fresh
   // ComputeArena over it, because an arena's windows only go forward.
-  Backend::ComputeMemory memory_{nullptr, [](std::byte*) {}};
+  Buffer memory_;
   std::vector<ArenaAllocation> layout_;
   std::unique_ptr<ComputeArena> arena_;
   size_t peak_ = 0;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <new>
 
 #include "core/error.h"
@@ -39,13 +38,11 @@ ComputeArena::ComputeArena(std::string tier, size_t budget_bytes, std::vector<Ar
     : tier_(std::move(tier)), budget_(budget_bytes), plan_(std::move(plan)) {
   validate_and_index(alignment);  // before allocating: a bad plan should not cost memory
   if (budget_ > 0) {
-    const size_t rounded = (budget_ + 4095) / 4096 * 4096;
-    void* p = std::aligned_alloc(4096, rounded);
-    if (!p)
+    owned_ = Buffer(host_memory(), budget_);
+    if (!owned_)
       throw Error("cannot allocate the compute arena of " + format_bytes(budget_), tier_,
                   "lower the compute budget or free host memory");
-    owned_ = {static_cast<std::byte*>(p), std::free};
-    base_ = owned_.get();
+    base_ = owned_.data();
   }
 }
 

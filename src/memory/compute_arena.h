@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/tensor_view.h"
+#include "memory/buffer_type.h"
 
 namespace lt {
 
@@ -40,11 +41,12 @@ class ComputeArena {
   // 256: what cudaMalloc guarantees, and a multiple of every vector width on the CPU.
   static constexpr size_t kDefaultAlignment = 256;
 
-  // Owns budget_bytes of host memory (the cpu and emu backends). The block is 4096-aligned,
-  // so a range whose offset is a multiple of 4096 can go straight to the NVMe store.
+  // Owns budget_bytes of host memory (memory/buffer_type.h: host_memory()). The block is
+  // 4096-aligned, so a range whose offset is a multiple of 4096 can go straight to the
+  // NVMe store.
   ComputeArena(std::string tier, size_t budget_bytes, std::vector<ArenaAllocation> plan,
                size_t alignment = kDefaultAlignment);
-  // Does not own `base` (the cuda backend: device memory it allocated itself).
+  // Does not own `base` (the streaming executor: a block of its backend's compute memory).
   ComputeArena(std::string tier, std::byte* base, size_t budget_bytes,
                std::vector<ArenaAllocation> plan, size_t alignment = kDefaultAlignment);
   ~ComputeArena();
@@ -93,7 +95,7 @@ class ComputeArena {
   size_t budget_ = 0;
   std::vector<ArenaAllocation> plan_;
   std::unordered_map<std::string, std::vector<size_t>> by_name_;  // indices into plan_
-  std::unique_ptr<std::byte, void (*)(void*)> owned_{nullptr, nullptr};
+  Buffer owned_;
   std::byte* base_ = nullptr;
   size_t planned_peak_ = 0, planned_extent_ = 0;
 

@@ -1,6 +1,5 @@
 #include "memory/host_pool.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -35,8 +34,12 @@ void HostBuffer::reset() {
   size_ = capacity_ = 0;
 }
 
-HostPool::HostPool(std::string name, size_t capacity_bytes, HostPinner* pinner)
-    : name_(std::move(name)), capacity_(capacity_bytes), pinner_(pinner) {}
+HostPool::HostPool(std::string name, size_t capacity_bytes, BufferType& memory)
+    : name_(std::move(name)), capacity_(capacity_bytes), memory_(memory) {
+  LT_ASSERT(memory_.is_host() && memory_.alignment() % kAlignment == 0,
+            "host pool '" + name_ + "' given " + memory_.name() + " memory, which is not host memory aligned to " +
+                std::to_string(kAlignment));
+}
 
 HostPool::~HostPool() {
   LT_ASSERT(buffers_ == 0, "host pool '" + name_ + "' destroyed while " + std::to_string(buffers_) +
@@ -45,7 +48,7 @@ HostPool::~HostPool() {
 
 HostBuffer HostPool::allocate(size_t bytes, const std::string& tag) {
   if (bytes == 0) return {};
-  const size_t cap = round_up(bytes);
+  const size_t cap = memory_.round_up(bytes);
   {
     std::lock_guard lock(mu_);
     if (capacity_ > 0 && in_use_ + cap > capacity_)
@@ -62,28 +65,24 @@ HostBuffer HostPool::allocate(size_t bytes, const std::string& tag) {
     in_use_ -= cap;
     --buffers_;
   };
-  auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlignment, cap));
+  std::byte* p = nullptr;
+  try {
+    p = memory_.allocate(cap);  // may throw lt::Error (a driver that refuses to pin)
+  } catch (...) {
+    unreserve();
+    throw;
+  }
   if (!p) {
     unreserve();
     throw Error("out of host memory allocating '" + tag + "' (" + format_bytes(cap) + ")",
                 "host pool '" + name_ + "'", "lower the host budget or the batch size");
   }
   std::memset(p, 0, cap);
-  if (pinner_) {
-    try {
-      pinner_->pin(p, cap);
-    } catch (...) {
-      std::free(p);
-      unreserve();
-      throw;
-    }
-  }
   return HostBuffer(this, p, bytes, cap);
 }
 
 void HostPool::give_back(std::byte* data, size_t capacity) noexcept {
-  if (pinner_) pinner_->unpin(data, capacity);
-  std::free(data);
+  memory_.deallocate(data, capacity);
   std::lock_guard lock(mu_);
   in_use_ -= capacity;
   --buffers_;

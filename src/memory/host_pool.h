@@ -3,19 +3,19 @@
 // per pool, so that the measured host peak can be set beside the plan's.
 //
 // Policy, stated here as PyTorch's caching allocator does at its top:
-//  - every buffer is its own aligned_alloc, rounded up to kAlignment; there is no caching:
-//    the executor allocates its host buffers once at setup (memory is planned), so reuse
-//    would buy nothing and would hide leaks from the accounting;
+//  - every buffer is its own block of the pool's memory, rounded up to its alignment; there
+//    is no caching: the executor allocates its host buffers once at setup (memory is
+//    planned), so reuse would buy nothing and would hide leaks from the accounting;
 //  - contents start zeroed, for deterministic files and bitwise-reproducible runs; the
 //    rounded-up tail too, since it is what an O_DIRECT write of an unaligned tail sends;
 //  - a pool may have a capacity (the plan's host budget); going over it is an lt::Error
 //    naming the pool, the request and the shortfall. 0 means unlimited.
 //  - accounting counts capacity (the rounded size), the memory actually held.
 //
-// Pinning hook: a pool may be given a HostPinner, called on every new buffer (pin) and
-// before it is freed (unpin). The cuda backend will pass one that calls
-// cudaHostRegister(p, bytes, cudaHostRegisterDefault) / cudaHostUnregister(p), so that
-// cudaMemcpyAsync from these buffers is truly asynchronous. No CUDA is used here.
+// Where the bytes come from: a host buffer type (memory/buffer_type.h), plain host RAM
+// by default. A GPU's backend gives its pinned host memory (cudaHostAlloc, or
+// aligned_alloc then cudaHostRegister), so that cudaMemcpyAsync from these buffers is
+// truly asynchronous. No CUDA is used here.
 //
 // Thread-safe: buffers may be freed from copy threads. The pool must outlive its buffers
 // (asserted).
@@ -26,15 +26,9 @@
 #include <span>
 #include <string>
 
-namespace lt {
+#include "memory/buffer_type.h"
 
-class HostPinner {
- public:
-  virtual ~HostPinner() = default;
-  // May throw lt::Error (e.g. the driver refuses to pin); the buffer is then freed.
-  virtual void pin(void* data, size_t bytes) = 0;
-  virtual void unpin(void* data, size_t bytes) noexcept = 0;
-};
+namespace lt {
 
 class HostPool;
 
@@ -50,7 +44,7 @@ class HostBuffer {
 
   std::byte* data() const { return data_; }
   size_t size() const { return size_; }          // what was asked for
-  size_t capacity() const { return capacity_; }  // size rounded up to HostPool::kAlignment
+  size_t capacity() const { return capacity_; }  // size rounded up to the pool memory's alignment
   std::span<std::byte> span() const { return {data_, size_}; }
   template <typename T>
   T* as() const { return reinterpret_cast<T*>(data_); }
@@ -70,7 +64,8 @@ class HostPool {
  public:
   static constexpr size_t kAlignment = 4096;
 
-  explicit HostPool(std::string name, size_t capacity_bytes = 0, HostPinner* pinner = nullptr);
+  // `memory` must be host memory whose alignment is a multiple of kAlignment (asserted).
+  explicit HostPool(std::string name, size_t capacity_bytes = 0, BufferType& memory = host_memory());
   ~HostPool();
   HostPool(const HostPool&) = delete;
   HostPool& operator=(const HostPool&) = delete;
@@ -84,15 +79,13 @@ class HostPool {
   size_t peak_bytes() const;
   size_t buffers_in_use() const;
 
-  static size_t round_up(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
-
  private:
   friend class HostBuffer;
   void give_back(std::byte* data, size_t capacity) noexcept;
 
   std::string name_;
   size_t capacity_ = 0;
-  HostPinner* pinner_ = nullptr;
+  BufferType& memory_;
   mutable std::mutex mu_;
   size_t in_use_ = 0, peak_ = 0, buffers_ = 0;
 };

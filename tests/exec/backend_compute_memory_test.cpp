@@ -1,7 +1,9 @@
 // What every backend gives the executor of its compute tier (exec/backend.h): memory at
-// the asked alignment that holds what is written to it, fills, and copies inside the tier;
-// and copies across the link that arrive once waited for. And a backend's host pinner: the
-// executor pins each of its host buffers once, at setup, and unpins them when it goes.
+// its type's alignment that holds what is written to it, fills, and copies inside the
+// tier; and copies across the link that arrive once waited for. And the executor takes
+// its memory from the backend's two buffer types only: its arena as one block of the
+// compute tier's, its host buffers from the host tier's (a GPU's pinned memory), all at
+// setup, never per step, and all given back when it goes.
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -23,33 +25,64 @@ TEST(BackendComputeMemory, AllocFillAndCopyOnEveryBackend) {
   for (const char* name : {"cpu", "emu"}) {
     std::unique_ptr<Backend> b = make_backend(name);
     const size_t n = 10000;  // not a multiple of the alignment
-    Backend::ComputeMemory a = b->alloc_compute(n, 4096), c = b->alloc_compute(n, 4096);
-    ASSERT_NE(a, nullptr) << name;
-    ASSERT_NE(c, nullptr) << name;
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.get()) % 4096, 0u) << name;
-    b->fill_compute(a.get(), 0x5a, n);
-    b->copy_within_compute(c.get(), a.get(), n);
+    BufferType& compute = b->compute_memory();
+    Buffer a(compute, n), c(compute, n);
+    ASSERT_TRUE(a) << name;
+    ASSERT_TRUE(c) << name;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % compute.alignment(), 0u) << name;
+    EXPECT_GE(a.bytes(), n) << name;
+    EXPECT_EQ(a.bytes() % compute.alignment(), 0u) << name;
+    b->fill_compute(a.data(), 0x5a, n);
+    b->copy_within_compute(c.data(), a.data(), n);
     std::vector<std::byte> host(n), want(n, std::byte{0x5a});
-    b->copy_to_host(host.data(), c.get(), n);
+    b->copy_to_host(host.data(), c.data(), n);
     b->wait_host(b->record(Backend::Stream::D2H));
     EXPECT_EQ(std::memcmp(host.data(), want.data(), n), 0) << name;
     // Across the link and back: what arrives is what was sent.
     for (size_t i = 0; i < n; ++i) host[i] = std::byte(i * 7);
-    b->copy_to_compute(a.get(), host.data(), n);
+    b->copy_to_compute(a.data(), host.data(), n);
     b->wait(Backend::Stream::Compute, b->record(Backend::Stream::H2D));
     std::vector<std::byte> back(n);
-    b->copy_to_host(back.data(), a.get(), n);
+    b->copy_to_host(back.data(), a.data(), n);
     b->synchronize();
     EXPECT_EQ(std::memcmp(back.data(), host.data(), n), 0) << name;
-    EXPECT_EQ(b->alloc_compute(0, 4096), nullptr) << name << ": nothing asked, nothing given";
+    EXPECT_FALSE(Buffer(compute, 0)) << name << ": nothing asked, nothing given";
+    // The host tier's memory is host memory fit for O_DIRECT I/O (HostPool's promise).
+    EXPECT_TRUE(b->host_tier_memory().is_host()) << name;
+    EXPECT_EQ(b->host_tier_memory().alignment() % HostPool::kAlignment, 0u) << name;
   }
 }
 
-// A separate compute tier in host memory, whose copies finish when issued, and which
-// counts what it is asked to pin.
-class PinCountingBackend final : public Backend, public HostPinner {
+// Host memory that counts the blocks it hands out and takes back, as a GPU's pinned
+// memory would be the one to watch.
+class CountingMemory final : public BufferType {
  public:
-  const char* name() const override { return "pin-counting"; }
+  explicit CountingMemory(size_t alignment) : alignment_(alignment) {}
+  const char* name() const override { return "counting"; }
+  size_t alignment() const override { return alignment_; }
+  bool is_host() const override { return true; }
+  std::byte* allocate(size_t bytes) override {
+    ++allocations;
+    bytes_held += bytes;
+    return host_memory().allocate(bytes);
+  }
+  void deallocate(std::byte* block, size_t bytes) noexcept override {
+    ++deallocations;
+    bytes_held -= bytes;
+    host_memory().deallocate(block, bytes);
+  }
+  int allocations = 0, deallocations = 0;
+  size_t bytes_held = 0;
+
+ private:
+  size_t alignment_;
+};
+
+// A separate compute tier in host memory, whose copies finish when issued, and whose two
+// kinds of memory count what is taken.
+class CountingBackend final : public Backend {
+ public:
+  const char* name() const override { return "counting"; }
   bool host_is_compute() const override { return false; }
   void copy_to_compute(void* dst, const void* src, size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);  // an empty part may come with a null pointer
@@ -58,24 +91,16 @@ class PinCountingBackend final : public Backend, public HostPinner {
     if (bytes) std::memcpy(dst, src, bytes);
   }
   void synchronize() override {}
-  HostPinner* host_pinner() override { return this; }
-  void pin(void*, size_t bytes) override {
-    ++pins;
-    pinned_bytes += bytes;
-  }
-  void unpin(void*, size_t bytes) noexcept override {
-    ++unpins;
-    pinned_bytes -= bytes;
-  }
-  int pins = 0, unpins = 0;
-  size_t pinned_bytes = 0;
+  BufferType& compute_memory() override { return compute; }
+  BufferType& host_tier_memory() override { return host; }
+  CountingMemory compute{256}, host{4096};  // 256: what cudaMalloc guarantees
 };
 
-TEST(BackendComputeMemory, HostBuffersArePinnedOnceAtSetup) {
+TEST(BackendComputeMemory, ExecutorTakesItsMemoryFromTheBackendOnceAtSetup) {
   const ModelConfig c = test::streaming_tiny_config(4);
   const Plan plan = streaming_test::offloading_milp_plan(c);
   ASSERT_TRUE(plan.feasible) << plan.infeasible_reason;
-  PinCountingBackend backend;
+  CountingBackend backend;
   ModelParameters params(c), grads(c);
   test::init_parameters(params, 5);
   std::vector<int32_t> ids, labels;
@@ -85,15 +110,21 @@ TEST(BackendComputeMemory, HostBuffersArePinnedOnceAtSetup) {
     so.offload_dir = std::filesystem::temp_directory_path();
     so.direct_io = false;
     StreamingExecutor ex(plan, backend, so);
-    const int at_setup = backend.pins;
-    EXPECT_GT(at_setup, 0);
-    EXPECT_EQ(backend.pinned_bytes, ex.host_peak_bytes());  // every host buffer, and only those
+    // The arena: one block of compute memory, its planned extent rounded to the type's alignment.
+    EXPECT_EQ(backend.compute.allocations, 1);
+    EXPECT_EQ(backend.compute.bytes_held, backend.compute.round_up(ex.arena_bytes()));
+    const int host_at_setup = backend.host.allocations;
+    EXPECT_GT(host_at_setup, 0);
+    EXPECT_EQ(backend.host.bytes_held, ex.host_peak_bytes());  // every host buffer, and only those
     for (int step = 0; step < 2; ++step) ex.step(params, grads, ids.data(), labels.data());
-    EXPECT_EQ(backend.pins, at_setup) << "a step pinned memory";
-    EXPECT_EQ(backend.unpins, 0);
+    EXPECT_EQ(backend.compute.allocations, 1) << "a step took compute memory";
+    EXPECT_EQ(backend.host.allocations, host_at_setup) << "a step took host memory";
+    EXPECT_EQ(backend.host.deallocations, 0);
   }
-  EXPECT_EQ(backend.unpins, backend.pins);
-  EXPECT_EQ(backend.pinned_bytes, 0u);
+  for (const CountingMemory* m : {&backend.compute, &backend.host}) {
+    EXPECT_EQ(m->deallocations, m->allocations) << m->name();
+    EXPECT_EQ(m->bytes_held, 0u);
+  }
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // when it is built, and it finds buffers by typed id, not by name. This reads the step's
 // source files and fails on any code (comments aside) that asks the backend whether it
 // computes on host memory, keeps its own bf16 slot, looks a buffer up by a string, or
-// allocates or copies compute-tier memory itself (the backend does: alloc_compute,
+// allocates or copies compute-tier memory itself (the backend does: compute_memory,
 // copy_within_compute).
 #include <fstream>
 #include <sstream>

@@ -1,7 +1,8 @@
 // HostPool: 4096 alignment, zeroed contents, accounting and peak, the capacity error, and
-// the pinning hook's calls (the seam the cuda backend will use).
+// the memory it takes its buffers from (the seam the cuda backend's pinned memory uses).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -72,32 +73,44 @@ TEST(HostPoolTest, ConcurrentAllocateAndFreeKeepTheBooks) {
   EXPECT_GE(pool.peak_bytes(), 4096u);
 }
 
-struct RecordingPinner : HostPinner {
-  std::vector<std::pair<void*, size_t>> pinned, unpinned;
+// Host memory that records its blocks, as a GPU's pinned memory (cudaHostAlloc) would
+// be given to a pool, and can refuse, as a driver that will not pin more.
+struct RecordingMemory final : BufferType {
+  std::vector<std::pair<void*, size_t>> allocated, deallocated;
   bool refuse = false;
-  void pin(void* p, size_t n) override {
-    if (refuse) throw Error("cudaHostRegister refused", "test", "");
-    pinned.emplace_back(p, n);
+  const char* name() const override { return "recording"; }
+  size_t alignment() const override { return 8192; }
+  bool is_host() const override { return true; }
+  std::byte* allocate(size_t n) override {
+    if (refuse) throw Error("cudaHostAlloc refused", "test", "");
+    std::byte* p = host_memory().allocate(n);
+    allocated.emplace_back(p, n);
+    return p;
   }
-  void unpin(void* p, size_t n) noexcept override { unpinned.emplace_back(p, n); }
+  void deallocate(std::byte* p, size_t n) noexcept override {
+    deallocated.emplace_back(p, n);
+    host_memory().deallocate(p, n);
+  }
 };
 
-TEST(HostPoolTest, PinnerSeesEveryBufferOnceEachWay) {
-  RecordingPinner pinner;
-  HostPool pool("pinned", 0, &pinner);
+TEST(HostPoolTest, TakesEveryBufferFromItsMemoryAndGivesItBack) {
+  RecordingMemory memory;
+  HostPool pool("pinned", 0, memory);
   void* p;
   {
     HostBuffer b = pool.allocate(10000, "w");
     p = b.data();
-    ASSERT_EQ(pinner.pinned.size(), 1u);
-    EXPECT_EQ(pinner.pinned[0], std::make_pair(p, size_t{12288}));
-    EXPECT_TRUE(pinner.unpinned.empty());
+    ASSERT_EQ(memory.allocated.size(), 1u);
+    EXPECT_EQ(memory.allocated[0], std::make_pair(p, size_t{16384}));  // rounded to the memory's alignment
+    EXPECT_TRUE(memory.deallocated.empty());
+    EXPECT_EQ(std::count(b.data(), b.data() + b.capacity(), std::byte{0}), 16384);  // zeroed, tail too
   }
-  ASSERT_EQ(pinner.unpinned.size(), 1u);
-  EXPECT_EQ(pinner.unpinned[0], std::make_pair(p, size_t{12288}));
-  pinner.refuse = true;
+  ASSERT_EQ(memory.deallocated.size(), 1u);
+  EXPECT_EQ(memory.deallocated[0], std::make_pair(p, size_t{16384}));
+  memory.refuse = true;
   EXPECT_THROW(pool.allocate(100, "x"), Error);
   EXPECT_EQ(pool.bytes_in_use(), 0u);
+  EXPECT_EQ(pool.buffers_in_use(), 0u);
 }
 
 }  // namespace
