@@ -7,7 +7,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/measure.h"
-#include "exec/compute_copy.h"
+#include "layers/compute_copy.h"
 #include "memory/host_pool.h"
 #include "memory/nvme_store.h"
 #include "optim/adamw.h"

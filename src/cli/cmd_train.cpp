@@ -9,7 +9,7 @@
 #include "data/jsonl_dataset.h"
 #include "data/synthetic_arith.h"
 #include "data/tokenizer.h"
-#include "exec/generator.h"
+#include "layers/generator.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "train/evaluate.h"

@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "exec/decoder_block.h"
 #include "kernels/cpu/sum_of_squares.h"
+#include "layers/decoder_block.h"
 
 namespace lt {
 

@@ -54,14 +54,14 @@
 
 #include "core/aligned_buffer.h"
 #include "exec/backend.h"
-#include "exec/decoder_block.h"
 #include "exec/exec_event.h"
 #include "exec/gradient_sink.h"
 #include "exec/live_arena.h"
 #include "exec/state_pager.h"
-#include "exec/step_batch.h"
 #include "exec/streaming_schedule.h"
 #include "exec/weight_source.h"
+#include "layers/decoder_block.h"
+#include "layers/step_batch.h"
 #include "memory/compute_arena.h"
 #include "memory/host_pool.h"
 #include "memory/nvme_store.h"
@@ -98,7 +98,7 @@ struct StreamingOptions {
 
 struct StepOptions {
   const LazyUpdateHook* update = nullptr;
-  // Precision::BF16: the bf16 compute copy of the parameter block (exec/compute_copy.h's
+  // Precision::BF16: the bf16 compute copy of the parameter block (layers/compute_copy.h's
   // layout), which the update hook keeps current for each target it updates.
   const bf16* compute_copy = nullptr;
   bool zero_grads = true;   // zero each target's gradient before the step adds into it

@@ -19,9 +19,9 @@
 
 #include "core/dtype.h"
 #include "exec/backend.h"
-#include "exec/decoder_block.h"
 #include "exec/live_arena.h"
 #include "exec/streaming_schedule.h"
+#include "layers/decoder_block.h"
 #include "memory/host_pool.h"
 #include "model/parameters.h"
 #include "plan/plan.h"

@@ -47,7 +47,7 @@ enum class LayerAttention { Full, Sliding };
 // transformers' gelu_pytorch_tanh).
 enum class MlpActivation { Silu, GeluTanh };
 
-// The sparse mixture-of-experts MLP of qwen3_moe and mixtral (exec/moe_mlp.h): which
+// The sparse mixture-of-experts MLP of qwen3_moe and mixtral (layers/moe_mlp.h): which
 // layers have it and its shape. Parsed (model/config_moe.cpp); not yet run.
 struct MoeConfig {
   int64_t num_experts = 0;            // 0: no sparse layers (every other family)

@@ -106,7 +106,7 @@ ModelConfig parse_moe_config(const json& j, const std::string& where) {
                 f.at("num_experts_per_tok"), "each token is routed to between 1 and all of the experts");
   if (mixtral) {
     m.expert_intermediate = c.intermediate_size;  // Mixtral's experts are intermediate_size wide
-    m.norm_topk_prob = true;  // MixtralTopKRouter always renormalizes (exec/moe_mlp.h kMixtralNormTopkProb)
+    m.norm_topk_prob = true;  // MixtralTopKRouter always renormalizes (layers/moe_mlp.h kMixtralNormTopkProb)
     const double jitter = f.opt_num("router_jitter_noise", 0.0);
     if (jitter != 0)
       throw Error("is " + std::to_string(jitter) + "; router jitter noise is not implemented", f.at("router_jitter_noise"),
@@ -173,7 +173,7 @@ void reject_unwired_moe(const ModelConfig& c, const std::string& stage) {
   if (!c.has_moe()) return;
   throw Error(c.model_type + " models (sparse mixture-of-experts MLP) are parsed but not yet planned or run",
               "model config (" + c.model_type + "), " + stage,
-              "the MoE block (exec/moe_mlp.h) is not wired into the layer specs and the executor yet; use a dense "
+              "the MoE block (layers/moe_mlp.h) is not wired into the layer specs and the executor yet; use a dense "
               "model (llama, mistral, qwen2, qwen3, gemma3_text) or qwen3_5_text");
 }
 

@@ -1,7 +1,7 @@
 // Sparse mixture-of-experts configs (model/config_moe.cpp): transformers' Qwen3MoeConfig
 // (model_type "qwen3_moe") and MixtralConfig ("mixtral"). parse_model_config and
 // model_config_to_json hand these model types here. The MoE block itself is
-// exec/moe_mlp.h; until the layer specs and the executor have it, such models are parsed
+// layers/moe_mlp.h; until the layer specs and the executor have it, such models are parsed
 // but refused by both (reject_unwired_moe).
 #pragma once
 

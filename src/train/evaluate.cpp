@@ -9,7 +9,7 @@
 #include "data/dataset_format.h"
 #include "data/exact_match.h"
 #include "data/jsonl_dataset.h"
-#include "exec/generator.h"
+#include "layers/generator.h"
 
 namespace lt {
 

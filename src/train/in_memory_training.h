@@ -1,4 +1,4 @@
-// The trainer's optimizer steps with the whole model in memory (exec/model_step.h): every
+// The trainer's optimizer steps with the whole model in memory (layers/model_step.h): every
 // layer keeps its internals, gradients of all micro-batches accumulate, and the update is
 // applied at once after each step. Its squared gradient norm is summed in the streaming
 // executor's order (ordered_grad_sq_sum), so that both engines clip alike, to the bit.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/model_step.h"
+#include "layers/model_step.h"
 #include "train/step_engine.h"
 
 namespace lt {

@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "exec/backend.h"
-#include "exec/compute_copy.h"
 #include "exec/streaming_executor.h"
+#include "layers/compute_copy.h"
 #include "model/parameters.h"
 #include "plan/plan.h"
 #include "plan/plan_request.h"

@@ -1,6 +1,6 @@
 // `lazytrain train`: data, model, optimizer, the step loop, evaluation and checkpoints.
 //
-// A step runs the whole model in memory (exec/model_step.h), or, given a plan, through
+// A step runs the whole model in memory (layers/model_step.h), or, given a plan, through
 // the streaming executor out of core with the lazy optimizer (train/streamed_training.h);
 // the optimizer is the hybrid 8-bit AdamW (or fp32 AdamW, or SGD) with global-norm
 // clipping and the non-finite guard (train/updater.h).

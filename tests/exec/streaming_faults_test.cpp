@@ -26,8 +26,8 @@
 
 #include "core/error.h"
 #include "exec/backend.h"
-#include "exec/model_step.h"
 #include "exec/streaming_executor.h"
+#include "layers/model_step.h"
 #include "memory/nvme_test_util.h"
 #include "plan/planner.h"
 #include "streaming_test_util.h"

@@ -18,8 +18,8 @@
 
 #include "core/error.h"
 #include "exec/backend.h"
-#include "exec/compute_copy.h"
 #include "exec/streaming_executor.h"
+#include "layers/compute_copy.h"
 #include "plan/default_schedule.h"
 #include "plan/plan_builder.h"
 #include "plan/plan_evaluate.h"

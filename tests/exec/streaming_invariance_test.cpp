@@ -18,8 +18,8 @@
 
 #include "core/error.h"
 #include "exec/backend.h"
-#include "exec/model_step.h"
 #include "exec/streaming_executor.h"
+#include "layers/model_step.h"
 #include "optim/adamw.h"
 #include "plan/planner.h"
 #include "streaming_test_util.h"

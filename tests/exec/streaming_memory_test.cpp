@@ -14,8 +14,8 @@
 #include <gtest/gtest.h>
 
 #include "exec/backend.h"
-#include "exec/compute_copy.h"
 #include "exec/streaming_executor.h"
+#include "layers/compute_copy.h"
 #include "model/parameters.h"
 #include "plan/planner.h"
 #include "streaming_test_util.h"

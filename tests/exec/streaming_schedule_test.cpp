@@ -16,8 +16,8 @@
 #include <gtest/gtest.h>
 
 #include "exec/backend.h"
-#include "exec/decoder_block.h"
 #include "exec/streaming_executor.h"
+#include "layers/decoder_block.h"
 #include "plan/planner.h"
 #include "streaming_test_util.h"
 #include "streaming_trajectory.h"

@@ -19,9 +19,9 @@
 #include <gtest/gtest.h>
 
 #include "exec/backend.h"
-#include "exec/compute_copy.h"
-#include "exec/model_step.h"
 #include "exec/streaming_executor.h"
+#include "layers/compute_copy.h"
+#include "layers/model_step.h"
 #include "optim/adamw.h"
 #include "plan/cost_model.h"
 #include "plan/default_schedule.h"

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "exec/backend.h"
-#include "exec/compute_copy.h"
+#include "layers/compute_copy.h"
 #include "plan/default_schedule.h"
 #include "plan/milp_planner.h"
 #include "plan/plan_builder.h"

@@ -3,7 +3,7 @@
 // per layer type from rope_parameters or the 4.x rope_theta / rope_local_base_freq /
 // rope_scaling), the block it selects, the writer's round trip, and clear errors for what
 // lazytrain does not implement. The saved-by-transformers path (save_pretrained, then
-// load) is covered end to end by tests/exec/model_parity_test.cpp's gemma3 cases.
+// load) is covered end to end by tests/layers/model_parity_test.cpp's gemma3 cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>

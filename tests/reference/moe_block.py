@@ -1,4 +1,4 @@
-"""Reference for the MoE MLP test (tests/exec/moe_mlp_test.cpp): transformers' own
+"""Reference for the MoE MLP test (tests/layers/moe_mlp_test.cpp): transformers' own
 Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock (eager experts) and load_balancing_loss_func,
 run with autograd in float64 on the test's fp32 inputs.
 

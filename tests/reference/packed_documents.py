@@ -1,4 +1,4 @@
-"""Reference for the packed-documents parity test (tests/exec/document_mask_test.cpp):
+"""Reference for the packed-documents parity test (tests/layers/document_mask_test.cpp):
 a tiny random llama (GQA) saved with save_pretrained (fp32 weights), then one forward +
 backward in float64 over rows of packed documents, given to transformers the way its
 padding-free path takes them: position_ids restarting at 0 at each document and no

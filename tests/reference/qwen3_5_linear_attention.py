@@ -1,4 +1,4 @@
-"""Reference for the Gated DeltaNet token mixer test (tests/exec/linear_attention_mixer_test.cpp):
+"""Reference for the Gated DeltaNet token mixer test (tests/layers/linear_attention_mixer_test.cpp):
 transformers' own Qwen3_5GatedDeltaNet (models/qwen3_5/modeling_qwen3_5.py), built from a
 Qwen3_5TextConfig, loaded with the test's fp32 weights, run forward and backward with
 autograd in float64 (no cache, no padding mask: the torch-only chunked path).

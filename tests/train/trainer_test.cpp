@@ -18,14 +18,14 @@
 #include "core/error.h"
 #include "data/jsonl_dataset.h"
 #include "data/tokenizer.h"
-#include "exec/generator.h"
 #include "kernels/cpu/sum_of_squares.h"
+#include "layers/generator.h"
 #include "model/checkpoint.h"
+#include "test_util.h"
 #include "train/checkpoints.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
 #include "train/updater.h"
-#include "test_util.h"
 #include "train_test_util.h"
 
 extern char** environ;

@@ -1,4 +1,4 @@
-// The sparse MoE MLP (exec/moe_mlp.h) against transformers' Qwen3MoeSparseMoeBlock and
+// The sparse MoE MLP (layers/moe_mlp.h) against transformers' Qwen3MoeSparseMoeBlock and
 // MixtralSparseMoeBlock run with autograd in float64 (tests/reference/moe_block.py), for
 // L = sum(dy * out) + lambda * aux, aux the load-balancing loss of the block's router logits
 // (its gradient enters through moe_backward's d_logits_extra); the loss over two layers with
@@ -19,7 +19,7 @@
 //     data those exceed the sums themselves by at most ~sqrt(n) ~ 6 here, under 1e-4;
 //   * aux (a double sum of fp32 probabilities): 1e-5 relative; its logit gradients 1e-4 as
 //     the other gradients.
-#include "exec/moe_mlp.h"
+#include "layers/moe_mlp.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "exec/generator.h"
+#include "layers/generator.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "core/threads.h"
-#include "exec/decoder_block.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/geglu.h"
@@ -15,6 +14,7 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
+#include "layers/decoder_block.h"
 #include "model/rope_frequencies.h"
 
 namespace lt {

@@ -1,4 +1,4 @@
-// The Gated DeltaNet token mixer (exec/linear_attention_mixer.h) against transformers'
+// The Gated DeltaNet token mixer (layers/linear_attention_mixer.h) against transformers'
 // Qwen3_5GatedDeltaNet run with autograd in float64 (tests/reference/
 // qwen3_5_linear_attention.py) on the fp32 weights and input written here: the output,
 // dh and every la_* gradient, fp32 and bf16; plus thread-count invariance and the
@@ -27,8 +27,8 @@
 #include <sstream>
 
 #include "core/dtype.h"
-#include "exec/linear_attention_mixer.h"
 #include "kernels/kernel_test_util.h"
+#include "layers/linear_attention_mixer.h"
 #include "test_util.h"
 
 namespace lt {

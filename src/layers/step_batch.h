@@ -5,13 +5,13 @@
 //    row (-100: no loss; the last position of each row predicts nothing);
 //  - the gradient scale: 1/predicted tokens, or the caller's (gradient accumulation);
 //  - documents: a packed row's document starts and each token's position in its document
-//    (exec/decoder_block.h document_positions), which the blocks' context points at.
+//    (layers/decoder_block.h document_positions), which the blocks' context points at.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "exec/decoder_block.h"
+#include "layers/decoder_block.h"
 
 namespace lt {
 

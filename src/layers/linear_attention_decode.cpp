@@ -1,4 +1,4 @@
-#include "exec/linear_attention_decode.h"
+#include "layers/linear_attention_decode.h"
 
 #include <algorithm>
 #include <cmath>

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
-#include "exec/compute_copy.h"
-#include "exec/decoder_block.h"
-#include "exec/step_batch.h"
 #include "kernels/cpu/matmul.h"
+#include "layers/compute_copy.h"
+#include "layers/decoder_block.h"
+#include "layers/step_batch.h"
 #include "model/config.h"
 #include "model/layer_specs.h"
 #include "model/parameters.h"
@@ -41,7 +41,7 @@ class ModelStep {
   // grad_scale > 0 replaces the 1/predicted_tokens factor, so that gradient
   // accumulation can weight every token of all micro-batches equally.
   // doc_start: [batch*seq] or null. Given, each row holds packed documents (where each
-  // token's document starts: exec/decoder_block.h document_positions); a token then
+  // token's document starts: layers/decoder_block.h document_positions); a token then
   // attends only within its document and RoPE counts positions from the document's
   // start, so each document trains as if it were a row of its own. Null: each row is one
   // sequence at positions 0..seq-1.

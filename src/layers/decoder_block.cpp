@@ -1,4 +1,4 @@
-#include "exec/decoder_block.h"
+#include "layers/decoder_block.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "exec/linear_attention_mixer.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/geglu.h"
@@ -15,6 +14,7 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
+#include "layers/linear_attention_mixer.h"
 #include "model/hybrid_layers.h"
 #include "model/layer_specs.h"
 #include "model/rope_frequencies.h"

@@ -6,7 +6,7 @@
 // Determinism: the elementwise loops are split over tokens with no cross-iteration state,
 // and the two per-head sums (dt_bias, A_log) run over tokens in a fixed order in one
 // thread each, so nothing depends on the thread count.
-#include "exec/linear_attention_mixer.h"
+#include "layers/linear_attention_mixer.h"
 
 #include <algorithm>
 #include <cmath>

@@ -14,7 +14,7 @@
 //   instead of silu; the attention scale is query_pre_attn_scalar^-1/2.
 //
 // Qwen3.5 (hybrid): a linear-attention layer runs the Gated DeltaNet mixer
-//   (exec/linear_attention_mixer.h) on h1 in place of attention, x_mid = x_in + mixer(h1);
+//   (layers/linear_attention_mixer.h) on h1 in place of attention, x_mid = x_in + mixer(h1);
 //   a full-attention layer's q_proj yields each head's query and a gate, with 1 + w q/k
 //   norms and partial RoPE, and o = attention(...) * sigmoid(gate) before o_proj.
 //
@@ -64,7 +64,7 @@ struct BlockSaved {
   float *mlp_down_out = nullptr, *post_mlp_norm_rstd = nullptr;
   // Qwen3.5 gated attention: the gate half of q_proj's output, before its sigmoid.
   float* attn_gate = nullptr;
-  // Qwen3.5 Gated DeltaNet (exec/linear_attention_mixer.h says what each holds).
+  // Qwen3.5 Gated DeltaNet (layers/linear_attention_mixer.h says what each holds).
   float *conv_in = nullptr, *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr, *z = nullptr;
   float *beta = nullptr, *decay = nullptr, *chunk_states = nullptr;
   float *delta_out = nullptr, *delta_norm_rstd = nullptr, *delta_gated = nullptr;

@@ -22,13 +22,13 @@
 
 #include "core/error.h"
 #include "data/packing.h"
-#include "exec/decoder_block.h"
-#include "exec/model_step.h"
+#include "exec/streaming_test_util.h"
 #include "io/safetensors.h"
+#include "layers/decoder_block.h"
+#include "layers/model_step.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/parameters.h"
-#include "streaming_test_util.h"
 #include "test_util.h"
 
 namespace lt {

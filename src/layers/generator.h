@@ -3,16 +3,16 @@
 // position through every layer, attending to the cached keys and values.
 // The math is the training forward's (same kernels, same precision), one sequence at a
 // time. A Qwen3.5 model's Gated DeltaNet layers carry their recurrent state instead of a
-// cache (exec/linear_attention_decode.h), prefill included, one token at a time.
+// cache (layers/linear_attention_decode.h), prefill included, one token at a time.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/aligned_buffer.h"
-#include "exec/compute_copy.h"
-#include "exec/linear_attention_decode.h"
 #include "kernels/cpu/matmul.h"
+#include "layers/compute_copy.h"
+#include "layers/linear_attention_decode.h"
 #include "model/config.h"
 #include "model/parameters.h"
 

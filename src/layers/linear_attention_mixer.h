@@ -1,6 +1,6 @@
 // The token mixer of a Qwen3.5/3.6 Gated DeltaNet layer (transformers'
 // Qwen3_5GatedDeltaNet, without a cache and without padding), forward and backward, over
-// views: the decoder block (exec/decoder_block.h) runs it between the input norm and the
+// views: the decoder block (layers/decoder_block.h) runs it between the input norm and the
 // residual add, in place of attention. h is the input norm's output [T, C], T = B*S:
 //
 //   qkv = h·in_proj_qkv^T   [T, 2*Hk*dk + Hv*dv]        -> saved conv_in
@@ -31,8 +31,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "exec/decoder_block.h"
 #include "kernels/cpu/matmul.h"
+#include "layers/decoder_block.h"
 #include "model/config.h"
 #include "model/parameters.h"
 

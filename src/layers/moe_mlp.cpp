@@ -1,4 +1,4 @@
-// The sparse MoE MLP (exec/moe_mlp.h): routing, grouping by expert, per-expert GEMMs and
+// The sparse MoE MLP (layers/moe_mlp.h): routing, grouping by expert, per-expert GEMMs and
 // the fixed-order combine; the load-balancing loss.
 //
 // Thread-count invariance of the GEMMs. oneDNN's fp32 GEMM below AVX-512 (its gemm:jit
@@ -14,7 +14,7 @@
 // of tokens for the router's logits and input gradient. The router's weight gradient sums
 // over every token: it is one single-threaded GEMM, run beside the token blocks (about
 // E / (3 k I) of the block's work: under 1% for Qwen3-30B-A3B's shape).
-#include "exec/moe_mlp.h"
+#include "layers/moe_mlp.h"
 
 #include <omp.h>
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "exec/generator.h"
 #include "exec/streaming_test_util.h"
+#include "layers/generator.h"
 #include "model/config.h"
 #include "model/parameters.h"
 

@@ -1,4 +1,4 @@
-#include "exec/model_step.h"
+#include "layers/model_step.h"
 
 #include "core/error.h"
 #include "kernels/cpu/cross_entropy.h"

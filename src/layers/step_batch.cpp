@@ -1,4 +1,4 @@
-#include "exec/step_batch.h"
+#include "layers/step_batch.h"
 
 #include <string>
 

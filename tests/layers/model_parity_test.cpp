@@ -14,9 +14,9 @@
 
 #include <gtest/gtest.h>
 
-#include "exec/generator.h"
-#include "exec/model_step.h"
 #include "io/safetensors.h"
+#include "layers/generator.h"
+#include "layers/model_step.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "test_util.h"

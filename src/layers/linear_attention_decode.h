@@ -1,5 +1,5 @@
 // The Gated DeltaNet layer one token at a time, for generation: the recurrent form of
-// exec/linear_attention_mixer.h's chunked forward (transformers'
+// layers/linear_attention_mixer.h's chunked forward (transformers'
 // torch_recurrent_gated_delta_rule and causal_conv1d_update). Per layer it carries the
 // convolution's last K-1 inputs and the recurrent state S [Hv, dk, dv]:
 //   window = [the K-1 previous qkv rows ; qkv_t],  c = silu(sum_j w[:, j] window[j])
