@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/kernel_table.h"
 #include "memory/buffer_type.h"
 
 namespace lt {
@@ -76,6 +77,9 @@ class Backend {
   // tier is host memory); a GPU's backend runs them on its compute stream.
   virtual void fill_compute(void* dst, int byte, size_t bytes);
   virtual void copy_within_compute(void* dst, const void* src, size_t bytes);
+  // The kernels that run on the compute tier (kernels/kernel_table.h). Default: the CPU's
+  // (cpu, and emu, whose compute tier is host RAM); a GPU's backend gives its own.
+  virtual const KernelTable& kernels() const { return cpu_kernel_table(); }
 };
 
 // "cpu": the compute tier is host RAM; copies are memcpy, done when issued.

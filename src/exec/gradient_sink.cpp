@@ -11,17 +11,13 @@ namespace lt {
 
 namespace {
 
-// acc + the sum of x[i]^2 in float64, in the kernel's fixed chunks (the same bits for the
-// same range whatever the plan or thread count).
-double sq_sum(const float* x, int64_t n, double acc) { return acc + sum_of_squares_f64(x, n); }
-
 // The compute tier is host memory: kernels add into the host gradient block.
 class SumInPlace final : public GradientSink {
  public:
   SumInPlace(const ModelConfig& c, const StreamSchedule& s) : c_(c), s_(s) {}
 
   float* layer(int j) override { return grads_->block_base(j); }
-  void layer_done(int j, double& sq) override { sq = sq_sum(grads_->block_base(j), block_numel(c_, j), sq); }
+  void layer_done(int j, double& sq) override { sq += sum_of_squares_f64(grads_->block_base(j), block_numel(c_, j)); }
   void drain(int) override {}
   size_t in_flight() const override { return 0; }
   double finish(double sq, size_t n) override {
@@ -34,8 +30,8 @@ class SumInPlace final : public GradientSink {
   float* head_chunk(int64_t chunk) override { return grads_->lm_head() + chunk * s_.head_chunk_rows * c_.hidden_size; }
   void head_chunk_done(int64_t) override {}
   void head_done(double& sq) override {
-    sq = sq_sum(grads_->final_norm(), c_.hidden_size, sq);
-    if (!c_.tie_word_embeddings) sq = sq_sum(grads_->lm_head(), c_.vocab_size * c_.hidden_size, sq);
+    sq += sum_of_squares_f64(grads_->final_norm(), c_.hidden_size);
+    if (!c_.tie_word_embeddings) sq += sum_of_squares_f64(grads_->lm_head(), c_.vocab_size * c_.hidden_size);
   }
 
   void embedding(float* d_x0, const int32_t* ids) override {
@@ -82,7 +78,7 @@ class SlotAndDrain final : public GradientSink {
     backend_.wait_host(landings_[n - 1].done);  // the host sums what they copied
     for (size_t i = 0; i < n; ++i) {
       const Landing& l = landings_[i];
-      if (l.count) sq = sq_sum(l.host, l.n, sq);
+      if (l.count) sq += sum_of_squares_f64(l.host, l.n);
       if (l.copied) trace_("gradients", ExecLane::D2H, l.issued_s, static_cast<double>(l.n * sizeof(float)));
     }
     landings_.erase(landings_.begin(), landings_.begin() + static_cast<std::ptrdiff_t>(n));

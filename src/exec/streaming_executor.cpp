@@ -19,11 +19,6 @@ namespace lt {
 
 namespace {
 
-// acc + the sum of x[i]^2 in float64: the dispatched kernel's fixed chunks, summed in
-// chunk order (kernels/cpu/sum_of_squares.h), so the same call on the same range gives the
-// same bits whatever the plan or thread count.
-double sq_sum(const float* x, int64_t n, double acc) { return acc + sum_of_squares_f64(x, n); }
-
 std::vector<int64_t> saved_numel_per_layer(const ModelConfig& c, int64_t batch, int64_t seq) {
   std::vector<int64_t> n;
   for (int64_t j = 0; j < c.num_layers; ++j) n.push_back(block_saved_numel(c, j, batch, seq));
@@ -56,7 +51,7 @@ double ordered_grad_sq_sum(const ModelParameters& grads) {
   const int L = grads.config().num_layers;
   double acc = 0;
   auto add = [&](const UpdateTarget& t) {
-    for (auto [o, n] : target_ranges(grads, t)) acc = sq_sum(grads.data() + o, n, acc);
+    for (auto [o, n] : target_ranges(grads, t)) acc += sum_of_squares_f64(grads.data() + o, n);
   };
   add({UpdateTarget::Kind::Head, -1});
   for (int j = L - 1; j >= 0; --j) add({UpdateTarget::Kind::Layer, j});
@@ -413,7 +408,7 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
   }
   pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, ExecLane::Nvme, issued, bytes); });
   if (win.kind == WindowKind::Epilogue)
-    state_.sq = sq_sum(state_.grads->embedding(), config_.vocab_size * C_, state_.sq);
+    state_.sq += sum_of_squares_f64(state_.grads->embedding(), config_.vocab_size * C_);
   result.compute_bytes.push_back({now(), static_cast<double>(arena_->live_bytes())});
   for (int k : release_at_[w]) {
     arena_->release(static_cast<size_t>(k));

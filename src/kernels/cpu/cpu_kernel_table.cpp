@@ -1,0 +1,58 @@
+// The CPU kernel table: the dispatched kernels of this folder, one entry each.
+#include "kernels/kernel_table.h"
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gated_rmsnorm.h"
+#include "kernels/cpu/geglu.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/sum_of_squares.h"
+#include "kernels/cpu/swiglu.h"
+
+namespace lt {
+
+namespace {
+
+KernelTable make_cpu_kernel_table() {
+  KernelTable k;
+  k.name = "cpu";
+  k.embedding_forward = &embedding_forward;
+  k.embedding_backward = &embedding_backward;
+  k.rmsnorm_forward = &rmsnorm_forward;
+  k.rmsnorm_backward = &rmsnorm_backward;
+  k.gated_rmsnorm_forward = &gated_rmsnorm_forward;
+  k.gated_rmsnorm_backward_workspace_floats = &gated_rmsnorm_backward_workspace_floats;
+  k.gated_rmsnorm_backward = &gated_rmsnorm_backward;
+  k.rope_forward = &rope_forward;
+  k.rope_backward = &rope_backward;
+  k.attention_forward = &attention_forward;
+  k.attention_backward = &attention_backward;
+  k.swiglu_forward = &swiglu_forward;
+  k.swiglu_backward = &swiglu_backward;
+  k.geglu_forward = &geglu_forward;
+  k.geglu_backward = &geglu_backward;
+  k.linear_forward = &linear_forward;
+  k.linear_backward = &linear_backward;
+  k.matmul = &matmul;
+  k.causal_conv1d_silu_forward = &causal_conv1d_silu_forward;
+  k.causal_conv1d_silu_backward = &causal_conv1d_silu_backward;
+  k.gated_delta_rule_forward_workspace_floats = &gated_delta_rule_forward_workspace_floats;
+  k.gated_delta_rule_backward_workspace_floats = &gated_delta_rule_backward_workspace_floats;
+  k.gated_delta_rule_forward = &gated_delta_rule_forward;
+  k.gated_delta_rule_backward = &gated_delta_rule_backward;
+  k.head_cross_entropy = &head_cross_entropy;
+  k.sum_of_squares = &sum_of_squares_f64;
+  k.convert_f32_to_bf16 = &convert_f32_to_bf16;
+  return k;
+}
+
+}  // namespace
+
+const KernelTable& cpu_kernel_table() {
+  static const KernelTable table = make_cpu_kernel_table();
+  return table;
+}
+
+}  // namespace lt

@@ -1,0 +1,115 @@
+// The kernel table: every op family the models run, forward and backward, as one table of
+// function pointers that a backend hands out (exec/backend.h: Backend::kernels()), after
+// ggml-backend's split of "what the graph needs" from "who computes it". The CPU table
+// (kernels/cpu/cpu_kernel_table.cpp) holds the dispatched kernels of kernels/cpu/; a GPU's
+// table holds its own kernels, with the same signatures over device pointers.
+//
+// Each entry has exactly its CPU kernel's signature and contract (outputs first, then
+// inputs, then sizes; whether backward overwrites or accumulates is said in the kernel's
+// header, kernels/cpu/<family>.h). The shape structs are those headers' too.
+//
+// Not in the table yet: the MoE router (its top-k and load-balancing loss are layer code,
+// layers/moe_mlp.cpp), and the fills and copies of the compute tier, which the backend
+// already runs (Backend::fill_compute, copy_within_compute).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu/causal_conv1d.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/gated_delta_rule.h"
+#include "kernels/cpu/matmul.h"
+
+namespace lt {
+
+struct KernelTable {
+  const char* name = nullptr;
+
+  // Embedding: kernels/cpu/embedding.h.
+  void (*embedding_forward)(float* out, const int32_t* tokens, const float* table, int64_t T, int64_t V,
+                            int64_t C) = nullptr;
+  void (*embedding_backward)(float* dtable, const int32_t* tokens, const float* dout, int64_t T, int64_t V,
+                             int64_t C) = nullptr;
+
+  // RMSNorm (kernels/cpu/rmsnorm.h) and its gated form (kernels/cpu/gated_rmsnorm.h).
+  void (*rmsnorm_forward)(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
+                          float eps) = nullptr;
+  void (*rmsnorm_backward)(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                           const float* rstd, int64_t T, int64_t C) = nullptr;
+  void (*gated_rmsnorm_forward)(float* y, float* rstd, const float* x, const float* z, const float* w, int64_t T,
+                                int64_t D, float eps) = nullptr;
+  size_t (*gated_rmsnorm_backward_workspace_floats)(int64_t T, int64_t D) = nullptr;
+  void (*gated_rmsnorm_backward)(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
+                                 const float* w, const float* rstd, int64_t T, int64_t D,
+                                 float* workspace) = nullptr;
+
+  // RoPE, whole or partial (rotary channels of each head; 0: all), at given positions or
+  // 0..S-1 (positions null): kernels/cpu/rope.h.
+  void (*rope_forward)(float* x, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H, int64_t D,
+                       const int32_t* positions, int64_t rotary) = nullptr;
+  void (*rope_backward)(float* dx, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H,
+                        int64_t D, const int32_t* positions, int64_t rotary) = nullptr;
+
+  // Causal grouped-query attention with document masks and sliding windows:
+  // kernels/cpu/attention.h.
+  void (*attention_forward)(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
+                            int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
+                            int64_t window) = nullptr;
+  void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                             const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
+                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
+                             int64_t window) = nullptr;
+
+  // Gated MLP activations: kernels/cpu/swiglu.h, kernels/cpu/geglu.h.
+  void (*swiglu_forward)(float* h, const float* g, const float* u, int64_t n) = nullptr;
+  void (*swiglu_backward)(float* dg, float* du, const float* dh, const float* g, const float* u,
+                          int64_t n) = nullptr;
+  void (*geglu_forward)(float* h, const float* g, const float* u, int64_t n) = nullptr;
+  void (*geglu_backward)(float* dg, float* du, const float* dh, const float* g, const float* u,
+                         int64_t n) = nullptr;
+
+  // Linear layers and plain GEMMs: kernels/cpu/linear.h, kernels/cpu/matmul.h.
+  void (*linear_forward)(float* y, const float* x, const float* w, const bf16* w_bf16, const float* bias,
+                         int64_t M, int64_t K, int64_t N, Precision p) = nullptr;
+  void (*linear_backward)(float* dx, float* dw, float* dbias, const float* dy, const float* x, const float* w,
+                          const bf16* w_bf16, int64_t M, int64_t K, int64_t N, bool accumulate_dx,
+                          Precision p) = nullptr;
+  void (*matmul)(float* c, const float* a, bool trans_a, const float* b, bool trans_b, int64_t M, int64_t N,
+                 int64_t K, bool accumulate, Precision p) = nullptr;
+
+  // The Gated DeltaNet's causal conv1d with SiLU and its chunked gated delta rule:
+  // kernels/cpu/causal_conv1d.h, kernels/cpu/gated_delta_rule.h.
+  void (*causal_conv1d_silu_forward)(float* y, const float* x, const float* w, const CausalConvShape& s) = nullptr;
+  void (*causal_conv1d_silu_backward)(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                                      const CausalConvShape& s) = nullptr;
+  size_t (*gated_delta_rule_forward_workspace_floats)(const GatedDeltaShape& s) = nullptr;
+  size_t (*gated_delta_rule_backward_workspace_floats)(const GatedDeltaShape& s) = nullptr;
+  void (*gated_delta_rule_forward)(float* out, float* final_state, float* chunk_states, const float* q,
+                                   const float* k, const float* v, const float* g, const float* beta,
+                                   const float* initial_state, const GatedDeltaShape& s,
+                                   float* workspace) = nullptr;
+  void (*gated_delta_rule_backward)(float* dq, float* dk, float* dv, float* dg, float* dbeta,
+                                    float* d_initial_state, const float* d_out, const float* d_final_state,
+                                    const float* q, const float* k, const float* v, const float* g,
+                                    const float* beta, const float* chunk_states, const GatedDeltaShape& s,
+                                    float* workspace) = nullptr;
+
+  // The head and cross-entropy in vocabulary chunks, forward and backward in one call:
+  // kernels/cpu/cross_entropy.h.
+  double (*head_cross_entropy)(float* dx, float* dw, const float* x, const float* w, const bf16* w_bf16,
+                               const int32_t* targets, int64_t T, int64_t C, int64_t V, float grad_scale,
+                               Precision p, const CrossEntropyOptions& opt) = nullptr;
+
+  // Sum of squares in float64 (gradient clipping): kernels/cpu/sum_of_squares.h.
+  double (*sum_of_squares)(const float* x, int64_t n) = nullptr;
+
+  // fp32 to bf16, round to nearest even (the compute copy of the weights): core/dtype.h.
+  void (*convert_f32_to_bf16)(bf16* dst, const float* src, size_t n) = nullptr;
+};
+
+// The CPU kernels, each dispatched at run time to the ISA level the machine allows.
+const KernelTable& cpu_kernel_table();
+
+}  // namespace lt
