@@ -37,6 +37,7 @@ class HostMemory final : public BufferType {
   const char* name() const override { return "host"; }
   size_t alignment() const override { return 4096; }
   bool is_host() const override { return true; }
+  // aligned_alloc needs a size that is a multiple of the alignment: allocate()'s contract.
   std::byte* allocate(size_t bytes) override { return static_cast<std::byte*>(std::aligned_alloc(4096, bytes)); }
   void deallocate(std::byte* block, size_t) noexcept override { std::free(block); }
 };
