@@ -87,6 +87,7 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   ctx_.shape = block_shape(config_, batch_, seq_);
   set_rope_tables(ctx_, rope_cos_, rope_sin_, config_, seq_);  // per-layer tables: layer_context()
   ctx_.precision = options.precision;
+  ctx_.kernels = &backend_.kernels();
 
   // Compute tier: lay out every planned allocation, then hold exactly that many bytes,
   // from the backend.

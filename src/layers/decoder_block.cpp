@@ -297,33 +297,34 @@ namespace {
 void attention_mixer_forward(float* out, BlockSaved& sv, BlockWorkspace& ws, const float* h1, const BlockTensors& w,
                              const BlockTensorsBf16& wb, const BlockContext& ctx) {
   const BlockShape& s = ctx.shape;
+  const KernelTable& k = *ctx.kernels;
   const int64_t T = s.tokens(), C = s.hidden, QD = s.q_dim(), KD = s.kv_dim();
   const Precision p = ctx.precision;
   const float off = s.norm_offset;
   float* q_proj = s.qk_norm ? sv.q_pre_norm : sv.q;
   if (s.output_gate) {
-    linear_forward(ws.q_and_gate, h1, w.wq, wb.wq, w.bq, T, C, 2 * QD, p);
+    k.linear_forward(ws.q_and_gate, h1, w.wq, wb.wq, w.bq, T, C, 2 * QD, p);
     split_query_gate(q_proj, sv.attn_gate, ws.q_and_gate, T, s.heads, s.head_dim);
   } else {
-    linear_forward(q_proj, h1, w.wq, wb.wq, w.bq, T, C, QD, p);
+    k.linear_forward(q_proj, h1, w.wq, wb.wq, w.bq, T, C, QD, p);
   }
   float* k_proj = s.qk_norm ? sv.k_pre_norm : sv.k;
-  linear_forward(k_proj, h1, w.wk, wb.wk, w.bk, T, C, KD, p);
-  linear_forward(sv.v, h1, w.wv, wb.wv, w.bv, T, C, KD, p);
+  k.linear_forward(k_proj, h1, w.wk, wb.wk, w.bk, T, C, KD, p);
+  k.linear_forward(sv.v, h1, w.wv, wb.wv, w.bv, T, C, KD, p);
   if (s.qk_norm) {
     norm_forward(sv.q, sv.q_norm_rstd, sv.q_pre_norm, w.q_norm, T * s.heads, s.head_dim, s.eps, off);
     norm_forward(sv.k, sv.k_norm_rstd, sv.k_pre_norm, w.k_norm, T * s.kv_heads, s.head_dim, s.eps, off);
   }
-  rope_forward(sv.q, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions, s.rotary);
-  rope_forward(sv.k, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions, s.rotary);
-  attention_forward(sv.attn_out, sv.attn_lse, sv.q, sv.k, sv.v, s.batch, s.seq, s.heads,
-                    s.kv_heads, s.head_dim, s.attn_scale, ctx.doc_start, ctx.window);
+  k.rope_forward(sv.q, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions, s.rotary);
+  k.rope_forward(sv.k, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions, s.rotary);
+  k.attention_forward(sv.attn_out, sv.attn_lse, sv.q, sv.k, sv.v, s.batch, s.seq, s.heads,
+                      s.kv_heads, s.head_dim, s.attn_scale, ctx.doc_start, ctx.window);
   const float* o_in = sv.attn_out;
   if (s.output_gate) {
     gate_output(ws.gated, sv.attn_out, sv.attn_gate, T * QD);
     o_in = ws.gated;
   }
-  linear_forward(out, o_in, w.wo, wb.wo, w.bo, T, QD, C, p);
+  k.linear_forward(out, o_in, w.wo, wb.wo, w.bo, T, QD, C, p);
 }
 
 // Its backward: d_out is the gradient of out; leaves dh1 in ws.d_norm_out.
@@ -331,6 +332,7 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
                               const BlockTensors& w, const BlockTensorsBf16& wb, const BlockSaved& sv,
                               const BlockContext& ctx) {
   const BlockShape& s = ctx.shape;
+  const KernelTable& k = *ctx.kernels;
   const int64_t T = s.tokens(), C = s.hidden, QD = s.q_dim(), KD = s.kv_dim();
   const Precision p = ctx.precision;
   const float off = s.norm_offset;
@@ -339,7 +341,7 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
     gate_output(ws.gated, sv.attn_out, sv.attn_gate, T * QD);
     o_in = ws.gated;
   }
-  linear_backward(ws.d_attn_out, g.wo, g.bo, d_out, o_in, w.wo, wb.wo, T, QD, C, false, p);
+  k.linear_backward(ws.d_attn_out, g.wo, g.bo, d_out, o_in, w.wo, wb.wo, T, QD, C, false, p);
   float* d_gate = ws.dq_pre;  // free until the q norm's backward; joined into q_and_gate before it
   if (s.output_gate) {
 #pragma omp parallel for schedule(static)
@@ -349,11 +351,11 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
       ws.d_attn_out[i] *= sg;
     }
   }
-  attention_backward(ws.dq, ws.dk, ws.dv, ws.d_attn_out, sv.q, sv.k, sv.v, sv.attn_out,
-                     sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.attn_scale,
-                     ctx.doc_start, ctx.window);
-  rope_backward(ws.dq, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions, s.rotary);
-  rope_backward(ws.dk, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions, s.rotary);
+  k.attention_backward(ws.dq, ws.dk, ws.dv, ws.d_attn_out, sv.q, sv.k, sv.v, sv.attn_out,
+                       sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.attn_scale,
+                       ctx.doc_start, ctx.window);
+  k.rope_backward(ws.dq, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions, s.rotary);
+  k.rope_backward(ws.dk, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions, s.rotary);
   const float* dq_proj = ws.dq;
   const float* dk_proj = ws.dk;
   // The gate's gradient into q_proj's gradient now, before the q norm overwrites dq_pre.
@@ -368,12 +370,12 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
   }
   if (s.output_gate) {
     put_head_half(ws.q_and_gate, dq_proj, T, s.heads, s.head_dim, false);
-    linear_backward(ws.d_norm_out, g.wq, g.bq, ws.q_and_gate, h1, w.wq, wb.wq, T, C, 2 * QD, false, p);
+    k.linear_backward(ws.d_norm_out, g.wq, g.bq, ws.q_and_gate, h1, w.wq, wb.wq, T, C, 2 * QD, false, p);
   } else {
-    linear_backward(ws.d_norm_out, g.wq, g.bq, dq_proj, h1, w.wq, wb.wq, T, C, QD, false, p);
+    k.linear_backward(ws.d_norm_out, g.wq, g.bq, dq_proj, h1, w.wq, wb.wq, T, C, QD, false, p);
   }
-  linear_backward(ws.d_norm_out, g.wk, g.bk, dk_proj, h1, w.wk, wb.wk, T, C, KD, true, p);
-  linear_backward(ws.d_norm_out, g.wv, g.bv, ws.dv, h1, w.wv, wb.wv, T, C, KD, true, p);
+  k.linear_backward(ws.d_norm_out, g.wk, g.bk, dk_proj, h1, w.wk, wb.wk, T, C, KD, true, p);
+  k.linear_backward(ws.d_norm_out, g.wv, g.bv, ws.dv, h1, w.wv, wb.wv, T, C, KD, true, p);
 }
 
 }  // namespace
@@ -381,6 +383,7 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
 void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float* x_in, const BlockTensors& w,
                    const BlockTensorsBf16& wb, const BlockContext& ctx) {
   const BlockShape& s = ctx.shape;
+  const KernelTable& k = *ctx.kernels;
   const int64_t T = s.tokens(), C = s.hidden, I = s.inter;
   const Precision p = ctx.precision;
   const float off = s.norm_offset;
@@ -399,15 +402,15 @@ void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float
   add_inplace(sv.resid_mid, x_in, T * C);
 
   norm_forward(sv.mlp_norm_out, sv.mlp_norm_rstd, sv.resid_mid, w.mlp_norm, T, C, s.eps, off);
-  linear_forward(sv.mlp_gate, sv.mlp_norm_out, w.wg, wb.wg, w.bg, T, C, I, p);
-  linear_forward(sv.mlp_up, sv.mlp_norm_out, w.wu, wb.wu, w.bu, T, C, I, p);
-  if (s.act == MlpActivation::GeluTanh) geglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
-  else swiglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
+  k.linear_forward(sv.mlp_gate, sv.mlp_norm_out, w.wg, wb.wg, w.bg, T, C, I, p);
+  k.linear_forward(sv.mlp_up, sv.mlp_norm_out, w.wu, wb.wu, w.bu, T, C, I, p);
+  if (s.act == MlpActivation::GeluTanh) k.geglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
+  else k.swiglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
   if (s.sandwich_norms) {  // x_out = x_mid + norm(down(m))
-    linear_forward(sv.mlp_down_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
+    k.linear_forward(sv.mlp_down_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
     norm_forward(x_out, sv.post_mlp_norm_rstd, sv.mlp_down_out, w.post_mlp_norm, T, C, s.eps, off);
   } else {
-    linear_forward(x_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
+    k.linear_forward(x_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
   }
   add_inplace(x_out, sv.resid_mid, T * C);
 }
@@ -416,6 +419,7 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
                     const float* x_in, const BlockTensors& w, const BlockTensorsBf16& wb,
                     const BlockSaved& sv, const BlockContext& ctx) {
   const BlockShape& s = ctx.shape;
+  const KernelTable& k = *ctx.kernels;
   const int64_t T = s.tokens(), C = s.hidden, I = s.inter;
   const Precision p = ctx.precision;
   const float off = s.norm_offset;
@@ -427,13 +431,13 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
                   sv.post_mlp_norm_rstd, T, C, off);
     d_down = ws.d_norm_in;
   }
-  linear_backward(ws.d_act, g.wd, g.bd, d_down, sv.mlp_act, w.wd, wb.wd, T, I, C, false, p);
+  k.linear_backward(ws.d_act, g.wd, g.bd, d_down, sv.mlp_act, w.wd, wb.wd, T, I, C, false, p);
   if (s.act == MlpActivation::GeluTanh)
-    geglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
+    k.geglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
   else
-    swiglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
-  linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, sv.mlp_norm_out, w.wg, wb.wg, T, C, I, false, p);
-  linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, sv.mlp_norm_out, w.wu, wb.wu, T, C, I, true, p);
+    k.swiglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
+  k.linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, sv.mlp_norm_out, w.wg, wb.wg, T, C, I, false, p);
+  k.linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, sv.mlp_norm_out, w.wu, wb.wu, T, C, I, true, p);
   norm_backward(ws.d_norm_in, g.mlp_norm, ws.d_norm_out, sv.resid_mid, w.mlp_norm, sv.mlp_norm_rstd, T, C, off);
   float* dx_mid = dx_in;  // dx_in accumulates the residual path from here on
   add_into(dx_mid, dx_out, ws.d_norm_in, T * C);

@@ -27,6 +27,7 @@
 
 #include "core/aligned_buffer.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/kernel_table.h"
 #include "model/config.h"
 #include "model/parameters.h"
 
@@ -119,6 +120,9 @@ struct BlockContext {
   const float* local_rope_cos = nullptr;
   const float* local_rope_sin = nullptr;
   LayerKind kind = LayerKind::Attention;
+  // The kernels the block runs on (kernels/kernel_table.h): the streaming executor gives
+  // its backend's; the CPU's otherwise.
+  const KernelTable* kernels = &cpu_kernel_table();
 };
 
 // The context of decoder layer `layer`: its window, and its RoPE table (the local one on
