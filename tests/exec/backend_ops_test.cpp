@@ -28,13 +28,8 @@
 namespace lt {
 namespace {
 
+using test::abs_of;
 using test::kU32;
-
-std::vector<double> abs_of(const std::vector<float>& v) {
-  std::vector<double> a(v.size());
-  for (size_t i = 0; i < v.size(); ++i) a[i] = std::fabs(double(v[i]));
-  return a;
-}
 
 // The bound (n + c) u |terms| + a floor under underflow, element by element.
 std::vector<double> scaled(std::vector<double> magnitude, double n_plus_c) {

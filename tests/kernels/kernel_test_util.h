@@ -31,6 +31,13 @@ inline std::vector<double> to_double(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
 
+// |v[i]| in double: run through a reference, it gives the magnitude an error bound scales.
+inline std::vector<double> abs_of(const std::vector<float>& v) {
+  std::vector<double> a(v.size());
+  for (size_t i = 0; i < v.size(); ++i) a[i] = std::fabs(double(v[i]));
+  return a;
+}
+
 inline std::vector<float> round_bf16(const std::vector<float>& v) {
   std::vector<float> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(v[i]));

@@ -20,13 +20,8 @@
 namespace lt {
 namespace {
 
+using test::abs_of;
 using test::kU32;
-
-std::vector<double> abs_of(const std::vector<float>& v) {
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(double(v[i]));
-  return r;
-}
 
 void check(int64_t M, int64_t K, int64_t N, Precision p, bool with_bf16_copy) {
   const bool bf = p == Precision::BF16;
