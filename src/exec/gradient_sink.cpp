@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/cpu/sum_of_squares.h"
 #include "layers/decoder_block.h"
 
 namespace lt {
@@ -17,7 +16,9 @@ class SumInPlace final : public GradientSink {
   SumInPlace(const ModelConfig& c, const StreamSchedule& s) : c_(c), s_(s) {}
 
   float* layer(int j) override { return grads_->block_base(j); }
-  void layer_done(int j, double& sq) override { sq += sum_of_squares_f64(grads_->block_base(j), block_numel(c_, j)); }
+  void layer_done(int j, double& sq) override {
+    sq += host_kernels_.sum_of_squares(grads_->block_base(j), block_numel(c_, j));
+  }
   void drain(int) override {}
   size_t in_flight() const override { return 0; }
   double finish(double sq, size_t n) override {
@@ -30,12 +31,13 @@ class SumInPlace final : public GradientSink {
   float* head_chunk(int64_t chunk) override { return grads_->lm_head() + chunk * s_.head_chunk_rows * c_.hidden_size; }
   void head_chunk_done(int64_t) override {}
   void head_done(double& sq) override {
-    sq += sum_of_squares_f64(grads_->final_norm(), c_.hidden_size);
-    if (!c_.tie_word_embeddings) sq += sum_of_squares_f64(grads_->lm_head(), c_.vocab_size * c_.hidden_size);
+    sq += host_kernels_.sum_of_squares(grads_->final_norm(), c_.hidden_size);
+    if (!c_.tie_word_embeddings)
+      sq += host_kernels_.sum_of_squares(grads_->lm_head(), c_.vocab_size * c_.hidden_size);
   }
 
   void embedding(float* d_x0, const int32_t* ids) override {
-    embed_backward(grads_->embedding(), ids, d_x0, s_.tokens, c_);
+    embed_backward(host_kernels_, grads_->embedding(), ids, d_x0, s_.tokens, c_);
   }
   void abandon() override {}
 
@@ -78,7 +80,7 @@ class SlotAndDrain final : public GradientSink {
     backend_.wait_host(landings_[n - 1].done);  // the host sums what they copied
     for (size_t i = 0; i < n; ++i) {
       const Landing& l = landings_[i];
-      if (l.count) sq += sum_of_squares_f64(l.host, l.n);
+      if (l.count) sq += host_kernels_.sum_of_squares(l.host, l.n);
       if (l.copied) trace_("gradients", ExecLane::D2H, l.issued_s, static_cast<double>(l.n * sizeof(float)));
     }
     landings_.erase(landings_.begin(), landings_.begin() + static_cast<std::ptrdiff_t>(n));
@@ -116,7 +118,7 @@ class SlotAndDrain final : public GradientSink {
   void embedding(float* d_x0, const int32_t* ids) override {  // the plan's dx.0 crosses to the host
     backend_.copy_to_host(dx0_.data(), d_x0, static_cast<size_t>(s_.tokens * s_.hidden) * sizeof(float));
     backend_.synchronize();
-    embed_backward(grads_->embedding(), ids, dx0_.as<float>(), s_.tokens, c_);
+    embed_backward(host_kernels_, grads_->embedding(), ids, dx0_.as<float>(), s_.tokens, c_);
   }
   void abandon() override {
     landings_.clear();

@@ -25,6 +25,7 @@
 #include "exec/exec_event.h"
 #include "exec/live_arena.h"
 #include "exec/streaming_schedule.h"
+#include "kernels/kernel_table.h"
 #include "memory/host_pool.h"
 #include "model/parameters.h"
 
@@ -74,6 +75,9 @@ class GradientSink {
  protected:
   ModelParameters* grads_ = nullptr;
   bool zero_grads_ = true;
+  // The host's kernels: the host gradients' squared norms and the embedding's gradient
+  // are computed where they lie, in host memory, whatever the compute tier.
+  const KernelTable& host_kernels_ = cpu_kernel_table();
 };
 
 // Sum in place when the backend computes on host memory, else slot and drain. `arena` and

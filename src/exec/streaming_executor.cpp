@@ -8,10 +8,6 @@
 
 #include "core/error.h"
 #include "exec/streaming_parked.h"
-#include "kernels/cpu/cross_entropy.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/sum_of_squares.h"
 #include "memory/arena_layout.h"
 #include "model/rope_frequencies.h"
 
@@ -49,9 +45,10 @@ std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& pa
 
 double ordered_grad_sq_sum(const ModelParameters& grads) {
   const int L = grads.config().num_layers;
+  const KernelTable& host = cpu_kernel_table();  // the gradients lie in host memory
   double acc = 0;
   auto add = [&](const UpdateTarget& t) {
-    for (auto [o, n] : target_ranges(grads, t)) acc += sum_of_squares_f64(grads.data() + o, n);
+    for (auto [o, n] : target_ranges(grads, t)) acc += host.sum_of_squares(grads.data() + o, n);
   };
   add({UpdateTarget::Kind::Head, -1});
   for (int j = L - 1; j >= 0; --j) add({UpdateTarget::Kind::Layer, j});
@@ -71,13 +68,14 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
                                   compute_tier_weights(plan, backend, options.precision))),
       live_(sched_),
       host_("host activations", 0, backend.host_tier_memory()),
-      workspace_(plan.model, plan.batch, plan.seq) {
+      workspace_(plan.model, plan.batch, plan.seq, backend.kernels()) {
   weights_ = make_weight_source(config_, sched_, backend_, live_, host_, options.precision);
   grads_ = make_gradient_sink(
       config_, sched_, backend_, live_, host_, [this] { return now(); },
       [this](const std::string& name, ExecLane lane, double start, double bytes) { event(name, lane, start, bytes); });
   if (sched_.head_chunk_rows > 0) {  // a streamed head sums as the whole one only on whole sub-chunks
-    const int64_t sub = cross_entropy_chunks(T_, config_.vocab_size, {}, options.precision).vocab_chunk;
+    const int64_t sub =
+        backend_.kernels().head_cross_entropy_vocab_chunk(T_, config_.vocab_size, options.precision);
     if (sched_.head_chunk_rows % sub != 0)
       throw Error("the plan streams the head in chunks of " + std::to_string(sched_.head_chunk_rows) +
                       " rows, not a multiple of the cross-entropy's vocabulary sub-chunk of " + std::to_string(sub),
@@ -409,7 +407,8 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
   }
   pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, ExecLane::Nvme, issued, bytes); });
   if (win.kind == WindowKind::Epilogue)
-    state_.sq += sum_of_squares_f64(state_.grads->embedding(), config_.vocab_size * C_);
+    state_.sq += cpu_kernel_table().sum_of_squares(state_.grads->embedding(),  // on the host
+                                                   config_.vocab_size * C_);
   result.compute_bytes.push_back({now(), static_cast<double>(arena_->live_bytes())});
   for (int k : release_at_[w]) {
     arena_->release(static_cast<size_t>(k));

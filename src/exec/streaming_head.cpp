@@ -17,9 +17,9 @@
 // gradients equal ModelStep's; the head's squared gradient norm is summed over the whole
 // host lm_head once every chunk has landed, as ordered_grad_sq_sum sums it.
 #include <algorithm>
+#include <memory>
 
 #include "exec/streaming_executor.h"
-#include "kernels/cpu/cross_entropy.h"
 
 namespace lt {
 
@@ -42,36 +42,38 @@ double StreamingExecutor::run_head(int w, const int32_t* targets, float grad_sca
   const float norm_offset = static_cast<float>(c.norm_weight_offset);  // Gemma's (1 + w)
   float* norm_g = grads_->final_norm();
   const float* norm_w = weights_->final_norm();
+  const KernelTable& k = *ctx_.kernels;
 
   if (sched_.head_chunk_rows == 0) {
     const HeadWeights head = weights_->lm_head();
     float* head_g = grads_->lm_head();
-    norm_forward(norm_out, rstd, x, norm_w, T, C, eps, norm_offset);
-    const double loss_sum = head_cross_entropy(d_hidden, head_g, norm_out, head.f32, head.b16, targets, T, C, V,
-                                               grad_scale, ctx_.precision);
-    norm_backward(buf(ArenaTensor::Dx, 0), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
+    k.rmsnorm_forward(norm_out, rstd, x, norm_w, T, C, eps, norm_offset);
+    const double loss_sum = k.head_cross_entropy(d_hidden, head_g, norm_out, head.f32, head.b16, targets, T, C, V,
+                                                 grad_scale, ctx_.precision, {});
+    k.rmsnorm_backward(buf(ArenaTensor::Dx, 0), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
     grads_->head_done(sq);
     return loss_sum;
   }
 
   const int64_t n = sched_.head_chunks, R = sched_.head_chunk_rows;
-  norm_forward(norm_out, rstd, x, norm_w, T, C, eps, norm_offset);
-  StreamedHeadCrossEntropy ce(norm_out, targets, T, C, V, grad_scale, ctx_.precision);
+  k.rmsnorm_forward(norm_out, rstd, x, norm_w, T, C, eps, norm_offset);
+  const std::unique_ptr<HeadCrossEntropyStream> ce =
+      k.head_cross_entropy_stream(norm_out, targets, T, C, V, grad_scale, ctx_.precision, {});
   for (int64_t i = 0; i < 2 * n; ++i) {
     const int64_t chunk = i % n, v0 = chunk * R, rows = std::min(R, V - v0);
     if (i + 1 < 2 * n) weights_->load_head_chunk(i + 1);  // into the slot load i - 1 used
     if (i + 2 == 2 * n) load_weights(w, kPrefetches);     // behind the last chunk
     const HeadWeights head = weights_->head_chunk(i);
     if (i < n) {
-      ce.forward(head.f32, head.b16, v0, rows);
+      ce->forward(head.f32, head.b16, v0, rows);
       continue;
     }
-    ce.backward(d_hidden, grads_->head_chunk(chunk), head.f32, head.b16, v0, rows);
+    ce->backward(d_hidden, grads_->head_chunk(chunk), head.f32, head.b16, v0, rows);
     grads_->head_chunk_done(chunk);
   }
-  norm_backward(buf(ArenaTensor::Dx, 0), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
+  k.rmsnorm_backward(buf(ArenaTensor::Dx, 0), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
   grads_->head_done(sq);
-  return ce.loss();
+  return ce->loss();
 }
 
 }  // namespace lt

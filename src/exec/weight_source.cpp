@@ -16,7 +16,7 @@ class HostViews final : public WeightSource {
   HostViews(const ModelConfig& c, const StreamSchedule& s, Precision p) : c_(c), s_(s), precision_(p) {}
 
   void embed(float* x0, const int32_t* ids) override {
-    embed_forward(x0, ids, params_->embedding(), s_.tokens, c_);
+    embed_forward(host_kernels_, x0, ids, params_->embedding(), s_.tokens, c_);
   }
   void load_layer(ArenaTensor, int) override {}
   void load_head() override {}
@@ -58,7 +58,7 @@ class ComputeSlots final : public WeightSource {
   }
 
   void embed(float* x0, const int32_t* ids) override {  // on the host, then over the link (the plan's in.0)
-    embed_forward(in0_.as<float>(), ids, params_->embedding(), s_.tokens, c_);
+    embed_forward(host_kernels_, in0_.as<float>(), ids, params_->embedding(), s_.tokens, c_);
     backend_.copy_to_compute(x0, in0_.data(), static_cast<size_t>(s_.tokens * s_.hidden) * sizeof(float));
     backend_.wait(Backend::Stream::Compute, backend_.record(Backend::Stream::H2D));
   }

@@ -21,6 +21,7 @@
 #include "exec/backend.h"
 #include "exec/live_arena.h"
 #include "exec/streaming_schedule.h"
+#include "kernels/kernel_table.h"
 #include "layers/decoder_block.h"
 #include "memory/host_pool.h"
 #include "model/parameters.h"
@@ -64,6 +65,8 @@ class WeightSource {
  protected:
   ModelParameters* params_ = nullptr;
   const bf16* copy_ = nullptr;
+  // The host's kernels: the embedding table lies in host memory, and its lookup runs there.
+  const KernelTable& host_kernels_ = cpu_kernel_table();
 };
 
 // What the arena must hold of the weights and gradients for this backend: nothing on host

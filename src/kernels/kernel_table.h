@@ -8,19 +8,25 @@
 // inputs, then sizes; whether backward overwrites or accumulates is said in the kernel's
 // header, kernels/cpu/<family>.h). The shape structs are those headers' too.
 //
-// Not in the table yet: the MoE router (its top-k and load-balancing loss are layer code,
-// layers/moe_mlp.cpp), and the fills and copies of the compute tier, which the backend
-// already runs (Backend::fill_compute, copy_within_compute).
+// Not in the table yet: the MoE layer (its router's top-k and load-balancing loss, and its
+// per-expert GEMMs on per-thread oneDNN contexts, layers/moe_mlp.cpp: issue 28 decides its
+// entries); the small elementwise steps the layer code runs as its own loops (residual
+// adds, the output gate's sigmoid, the Gemma embedding scale, the DeltaNet's beta and decay
+// maps and the copies that split q | k | v), which a device table will need as entries of
+// their own; and the fills and copies of the compute tier, which the backend already runs
+// (Backend::fill_compute, copy_within_compute).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/dtype.h"
 #include "kernels/cpu/causal_conv1d.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/gated_delta_rule.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/head_cross_entropy_stream.h"
 
 namespace lt {
 
@@ -33,11 +39,12 @@ struct KernelTable {
   void (*embedding_backward)(float* dtable, const int32_t* tokens, const float* dout, int64_t T, int64_t V,
                              int64_t C) = nullptr;
 
-  // RMSNorm (kernels/cpu/rmsnorm.h) and its gated form (kernels/cpu/gated_rmsnorm.h).
-  void (*rmsnorm_forward)(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
-                          float eps) = nullptr;
+  // RMSNorm, scaling by (w_offset + w) (kernels/cpu/rmsnorm.h), and its gated form
+  // (kernels/cpu/gated_rmsnorm.h).
+  void (*rmsnorm_forward)(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps,
+                          float w_offset) = nullptr;
   void (*rmsnorm_backward)(float* dx, float* dw, const float* dy, const float* x, const float* w,
-                           const float* rstd, int64_t T, int64_t C) = nullptr;
+                           const float* rstd, int64_t T, int64_t C, float w_offset) = nullptr;
   void (*gated_rmsnorm_forward)(float* y, float* rstd, const float* x, const float* z, const float* w, int64_t T,
                                 int64_t D, float eps) = nullptr;
   size_t (*gated_rmsnorm_backward_workspace_floats)(int64_t T, int64_t D) = nullptr;
@@ -101,6 +108,16 @@ struct KernelTable {
   double (*head_cross_entropy)(float* dx, float* dw, const float* x, const float* w, const bf16* w_bf16,
                                const int32_t* targets, int64_t T, int64_t C, int64_t V, float grad_scale,
                                Precision p, const CrossEntropyOptions& opt) = nullptr;
+  // The rows of the vocabulary sub-chunk it works in for T tokens: a head streamed in
+  // row chunks that are multiples of it gives the whole head's bits.
+  int64_t (*head_cross_entropy_vocab_chunk)(int64_t T, int64_t V, Precision p) = nullptr;
+  // The same over an lm_head streamed in row chunks (kernels/head_cross_entropy_stream.h):
+  // the same chunks in the same order, so the same bits. x and targets are read until the
+  // stream is destroyed.
+  std::unique_ptr<HeadCrossEntropyStream> (*head_cross_entropy_stream)(const float* x, const int32_t* targets,
+                                                                       int64_t T, int64_t C, int64_t V,
+                                                                       float grad_scale, Precision p,
+                                                                       const CrossEntropyOptions& opt) = nullptr;
 
   // Sum of squares in float64 (gradient clipping): kernels/cpu/sum_of_squares.h.
   double (*sum_of_squares)(const float* x, int64_t n) = nullptr;

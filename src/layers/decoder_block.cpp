@@ -7,13 +7,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/geglu.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/rope.h"
-#include "kernels/cpu/swiglu.h"
 #include "layers/linear_attention_mixer.h"
 #include "model/hybrid_layers.h"
 #include "model/layer_specs.h"
@@ -83,25 +76,8 @@ LinearMixerShape mixer_shape(const BlockShape& s) {
 
 }  // namespace
 
-void norm_forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps,
-                  float offset) {
-  if (offset == 0.0f) return rmsnorm_forward(y, rstd, x, w, T, C, eps);
-  // (offset + w) once per call: C floats (hidden or head_dim), next to T*C of work.
-  std::vector<float> scale(static_cast<size_t>(C));
-  for (int64_t c = 0; c < C; ++c) scale[c] = offset + w[c];
-  rmsnorm_forward(y, rstd, x, scale.data(), T, C, eps);
-}
-
-void norm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
-                   int64_t T, int64_t C, float offset) {
-  if (offset == 0.0f) return rmsnorm_backward(dx, dw, dy, x, w, rstd, T, C);
-  std::vector<float> scale(static_cast<size_t>(C));
-  for (int64_t c = 0; c < C; ++c) scale[c] = offset + w[c];
-  rmsnorm_backward(dx, dw, dy, x, scale.data(), rstd, T, C);
-}
-
-void embed_forward(float* x, const int32_t* ids, const float* table, int64_t T, const ModelConfig& c) {
-  embedding_forward(x, ids, table, T, c.vocab_size, c.hidden_size);
+void embed_forward(const KernelTable& k, float* x, const int32_t* ids, const float* table, int64_t T, const ModelConfig& c) {
+  k.embedding_forward(x, ids, table, T, c.vocab_size, c.hidden_size);
   if (!c.scale_embeddings) return;
   const float scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
   const int64_t n = T * c.hidden_size;
@@ -109,7 +85,7 @@ void embed_forward(float* x, const int32_t* ids, const float* table, int64_t T, 
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }
 
-void embed_backward(float* dtable, const int32_t* ids, float* dx, int64_t T, const ModelConfig& c) {
+void embed_backward(const KernelTable& k, float* dtable, const int32_t* ids, float* dx, int64_t T, const ModelConfig& c) {
   if (c.padding_idx >= 0)  // nn.Embedding(padding_idx): that row's lookups pass no gradient
     for (int64_t t = 0; t < T; ++t)
       if (ids[t] == c.padding_idx) std::fill_n(dx + t * c.hidden_size, c.hidden_size, 0.0f);
@@ -119,7 +95,7 @@ void embed_backward(float* dtable, const int32_t* ids, float* dx, int64_t T, con
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) dx[i] *= scale;
   }
-  embedding_backward(dtable, ids, dx, T, c.vocab_size, c.hidden_size);
+  k.embedding_backward(dtable, ids, dx, T, c.vocab_size, c.hidden_size);
 }
 
 BlockContext layer_context(const BlockContext& step, const ModelConfig& c, int64_t layer) {
@@ -252,7 +228,7 @@ BlockSaved bind_block_saved(const ModelConfig& c, int64_t layer, int64_t batch, 
   return bind_block_saved(block_saved_layout(c, layer, batch, seq), base);
 }
 
-BlockWorkspace::BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq) {
+BlockWorkspace::BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k) {
   const BlockShape s = block_shape(c, batch, seq);
   const int64_t T = s.tokens(), I = s.inter, C = s.hidden, QD = s.q_dim(), KD = s.kv_dim();
   bool attention = false, linear = false;
@@ -261,7 +237,7 @@ BlockWorkspace::BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq)
   // so they share one region.
   const int64_t gate = s.output_gate ? 3 * T * QD : 0;
   const int64_t attention_floats = attention ? 3 * T * QD + 3 * T * KD + gate : 0;
-  const int64_t mixer_floats = linear ? static_cast<int64_t>(linear_mixer_workspace_floats(mixer_shape(s))) : 0;
+  const int64_t mixer_floats = linear ? static_cast<int64_t>(linear_mixer_workspace_floats(k, mixer_shape(s))) : 0;
   buf_.resize(static_cast<size_t>(3 * T * I + 2 * T * C + std::max(attention_floats, mixer_floats)));
   float* p = buf_.data();
   auto take = [&](int64_t n) {
@@ -312,8 +288,8 @@ void attention_mixer_forward(float* out, BlockSaved& sv, BlockWorkspace& ws, con
   k.linear_forward(k_proj, h1, w.wk, wb.wk, w.bk, T, C, KD, p);
   k.linear_forward(sv.v, h1, w.wv, wb.wv, w.bv, T, C, KD, p);
   if (s.qk_norm) {
-    norm_forward(sv.q, sv.q_norm_rstd, sv.q_pre_norm, w.q_norm, T * s.heads, s.head_dim, s.eps, off);
-    norm_forward(sv.k, sv.k_norm_rstd, sv.k_pre_norm, w.k_norm, T * s.kv_heads, s.head_dim, s.eps, off);
+    k.rmsnorm_forward(sv.q, sv.q_norm_rstd, sv.q_pre_norm, w.q_norm, T * s.heads, s.head_dim, s.eps, off);
+    k.rmsnorm_forward(sv.k, sv.k_norm_rstd, sv.k_pre_norm, w.k_norm, T * s.kv_heads, s.head_dim, s.eps, off);
   }
   k.rope_forward(sv.q, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions, s.rotary);
   k.rope_forward(sv.k, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions, s.rotary);
@@ -361,9 +337,9 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
   // The gate's gradient into q_proj's gradient now, before the q norm overwrites dq_pre.
   if (s.output_gate) put_head_half(ws.q_and_gate, d_gate, T, s.heads, s.head_dim, true);
   if (s.qk_norm) {
-    norm_backward(ws.dq_pre, g.q_norm, ws.dq, sv.q_pre_norm, w.q_norm, sv.q_norm_rstd,
+    k.rmsnorm_backward(ws.dq_pre, g.q_norm, ws.dq, sv.q_pre_norm, w.q_norm, sv.q_norm_rstd,
                   T * s.heads, s.head_dim, off);
-    norm_backward(ws.dk_pre, g.k_norm, ws.dk, sv.k_pre_norm, w.k_norm, sv.k_norm_rstd,
+    k.rmsnorm_backward(ws.dk_pre, g.k_norm, ws.dk, sv.k_pre_norm, w.k_norm, sv.k_norm_rstd,
                   T * s.kv_heads, s.head_dim, off);
     dq_proj = ws.dq_pre;
     dk_proj = ws.dk_pre;
@@ -388,27 +364,27 @@ void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float
   const Precision p = ctx.precision;
   const float off = s.norm_offset;
 
-  norm_forward(sv.attn_norm_out, sv.attn_norm_rstd, x_in, w.attn_norm, T, C, s.eps, off);
+  k.rmsnorm_forward(sv.attn_norm_out, sv.attn_norm_rstd, x_in, w.attn_norm, T, C, s.eps, off);
   const float* h1 = sv.attn_norm_out;
   if (ctx.kind == LayerKind::LinearAttention) {
     if (ctx.doc_start) refuse_packed_documents(ctx.doc_start, T);
-    linear_mixer_forward(sv.resid_mid, sv, h1, w, wb, mixer_shape(s), p, ws.mixer);
+    linear_mixer_forward(k, sv.resid_mid, sv, h1, w, wb, mixer_shape(s), p, ws.mixer);
   } else if (s.sandwich_norms) {  // x_mid = x_in + norm(o_proj(attn))
     attention_mixer_forward(sv.attn_proj_out, sv, ws, h1, w, wb, ctx);
-    norm_forward(sv.resid_mid, sv.post_attn_norm_rstd, sv.attn_proj_out, w.post_attn_norm, T, C, s.eps, off);
+    k.rmsnorm_forward(sv.resid_mid, sv.post_attn_norm_rstd, sv.attn_proj_out, w.post_attn_norm, T, C, s.eps, off);
   } else {
     attention_mixer_forward(sv.resid_mid, sv, ws, h1, w, wb, ctx);
   }
   add_inplace(sv.resid_mid, x_in, T * C);
 
-  norm_forward(sv.mlp_norm_out, sv.mlp_norm_rstd, sv.resid_mid, w.mlp_norm, T, C, s.eps, off);
+  k.rmsnorm_forward(sv.mlp_norm_out, sv.mlp_norm_rstd, sv.resid_mid, w.mlp_norm, T, C, s.eps, off);
   k.linear_forward(sv.mlp_gate, sv.mlp_norm_out, w.wg, wb.wg, w.bg, T, C, I, p);
   k.linear_forward(sv.mlp_up, sv.mlp_norm_out, w.wu, wb.wu, w.bu, T, C, I, p);
   if (s.act == MlpActivation::GeluTanh) k.geglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
   else k.swiglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
   if (s.sandwich_norms) {  // x_out = x_mid + norm(down(m))
     k.linear_forward(sv.mlp_down_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
-    norm_forward(x_out, sv.post_mlp_norm_rstd, sv.mlp_down_out, w.post_mlp_norm, T, C, s.eps, off);
+    k.rmsnorm_forward(x_out, sv.post_mlp_norm_rstd, sv.mlp_down_out, w.post_mlp_norm, T, C, s.eps, off);
   } else {
     k.linear_forward(x_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
   }
@@ -427,7 +403,7 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
   // MLP: x_out = x_mid + down(act(gate(h2)) * up(h2)) [Gemma: norm(down(...))].
   const float* d_down = dx_out;
   if (s.sandwich_norms) {  // d_norm_in is free until the MLP's input norm
-    norm_backward(ws.d_norm_in, g.post_mlp_norm, dx_out, sv.mlp_down_out, w.post_mlp_norm,
+    k.rmsnorm_backward(ws.d_norm_in, g.post_mlp_norm, dx_out, sv.mlp_down_out, w.post_mlp_norm,
                   sv.post_mlp_norm_rstd, T, C, off);
     d_down = ws.d_norm_in;
   }
@@ -438,24 +414,24 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
     k.swiglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
   k.linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, sv.mlp_norm_out, w.wg, wb.wg, T, C, I, false, p);
   k.linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, sv.mlp_norm_out, w.wu, wb.wu, T, C, I, true, p);
-  norm_backward(ws.d_norm_in, g.mlp_norm, ws.d_norm_out, sv.resid_mid, w.mlp_norm, sv.mlp_norm_rstd, T, C, off);
+  k.rmsnorm_backward(ws.d_norm_in, g.mlp_norm, ws.d_norm_out, sv.resid_mid, w.mlp_norm, sv.mlp_norm_rstd, T, C, off);
   float* dx_mid = dx_in;  // dx_in accumulates the residual path from here on
   add_into(dx_mid, dx_out, ws.d_norm_in, T * C);
 
   // Token mixer: x_mid = x_in + mixer(h1) [Gemma: norm(o_proj(...))]; dh1 into d_norm_out.
   const float* h1 = sv.attn_norm_out;
   if (ctx.kind == LayerKind::LinearAttention) {
-    linear_mixer_backward(ws.d_norm_out, g, dx_mid, h1, w, wb, sv, mixer_shape(s), p, ws.mixer);
+    linear_mixer_backward(k, ws.d_norm_out, g, dx_mid, h1, w, wb, sv, mixer_shape(s), p, ws.mixer);
   } else {
     const float* d_proj = dx_mid;
     if (s.sandwich_norms) {  // d_norm_out is free until the q/k/v projections write it
-      norm_backward(ws.d_norm_out, g.post_attn_norm, dx_mid, sv.attn_proj_out, w.post_attn_norm,
+      k.rmsnorm_backward(ws.d_norm_out, g.post_attn_norm, dx_mid, sv.attn_proj_out, w.post_attn_norm,
                     sv.post_attn_norm_rstd, T, C, off);
       d_proj = ws.d_norm_out;
     }
     attention_mixer_backward(g, ws, d_proj, h1, w, wb, sv, ctx);
   }
-  norm_backward(ws.d_norm_in, g.attn_norm, ws.d_norm_out, x_in, w.attn_norm, sv.attn_norm_rstd, T, C, off);
+  k.rmsnorm_backward(ws.d_norm_in, g.attn_norm, ws.d_norm_out, x_in, w.attn_norm, sv.attn_norm_rstd, T, C, off);
   add_inplace(dx_in, ws.d_norm_in, T * C);
 }
 

@@ -84,10 +84,10 @@ BlockSavedLayout block_saved_layout(const ModelConfig& c, int64_t layer, int64_t
 BlockSaved bind_block_saved(const BlockSavedLayout& layout, float* base);
 
 // Scratch for one layer's forward or backward, reused layer after layer; sized for every
-// kind of layer the model has.
+// kind of layer the model has, as the kernels of k need it.
 class BlockWorkspace {
  public:
-  BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq);
+  BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k);
   size_t bytes() const { return buf_.size() * sizeof(float); }
   float *d_act, *d_gate, *d_up;   // [T, I]
   float *d_norm_out, *d_norm_in;  // [T, C]
@@ -135,20 +135,16 @@ BlockContext layer_context(const BlockContext& step, const ModelConfig& c, int64
 void set_rope_tables(BlockContext& ctx, AlignedBuffer<float>& cos, AlignedBuffer<float>& sin,
                      const ModelConfig& c, int64_t seq);
 
-// The model's ends, shared by the in-memory step and the streaming executor.
+// The model's ends, shared by the in-memory step and the streaming executor, on the
+// kernels of k (the host's where the embedding lies on the host).
 // Embedding lookup, times sqrt(hidden_size) in fp32 for Gemma (transformers scales in the
 // embedding's dtype; lazytrain's embedding is fp32 in both precisions).
-void embed_forward(float* x, const int32_t* ids, const float* table, int64_t T, const ModelConfig& c);
+void embed_forward(const KernelTable& k, float* x, const int32_t* ids, const float* table, int64_t T,
+                   const ModelConfig& c);
 // The embedding's gradient (+=) from dx, which it changes in place first: rows of tokens
 // equal to padding_idx zeroed, and the rest scaled for Gemma.
-void embed_backward(float* dtable, const int32_t* ids, float* dx, int64_t T, const ModelConfig& c);
-// RMSNorm as the family defines it: y = x rstd (offset + w), offset = norm_weight_offset
-// (1 for Gemma, where (1 + w) is rounded to fp32 first, as transformers computes it).
-// Backward: dx overwrites, dw accumulates (the gradient of w is that of offset + w).
-void norm_forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps,
-                  float offset);
-void norm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
-                   int64_t T, int64_t C, float offset);
+void embed_backward(const KernelTable& k, float* dtable, const int32_t* ids, float* dx, int64_t T,
+                    const ModelConfig& c);
 
 // A training step's documents: doc_start[b*seq + s] is the index in row b where token s's
 // document starts (0 <= doc_start <= s; a row is a run of documents: its token 0 starts

@@ -7,13 +7,6 @@
 
 #include "core/error.h"
 #include "core/threads.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/geglu.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/rope.h"
-#include "kernels/cpu/swiglu.h"
 #include "layers/decoder_block.h"
 #include "model/rope_frequencies.h"
 
@@ -114,14 +107,14 @@ void Generator::mlp(ModelParameters& params, const BlockTensors& w, int64_t n) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float off = static_cast<float>(c.norm_weight_offset);
   const Precision p = precision_;
-  norm_forward(h_.data(), rstd_.data(), x_.data(), w.mlp_norm, n, C, eps, off);
-  linear_forward(gate_.data(), h_.data(), w.wg, compute_copy_.of(params, w.wg), w.bg, n, C, I, p);
-  linear_forward(up_.data(), h_.data(), w.wu, compute_copy_.of(params, w.wu), w.bu, n, C, I, p);
-  if (c.mlp_activation == MlpActivation::GeluTanh) geglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
-  else swiglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
-  linear_forward(tmp_.data(), act_.data(), w.wd, compute_copy_.of(params, w.wd), w.bd, n, I, C, p);
+  kernels_.rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.mlp_norm, n, C, eps, off);
+  kernels_.linear_forward(gate_.data(), h_.data(), w.wg, compute_copy_.of(params, w.wg), w.bg, n, C, I, p);
+  kernels_.linear_forward(up_.data(), h_.data(), w.wu, compute_copy_.of(params, w.wu), w.bu, n, C, I, p);
+  if (c.mlp_activation == MlpActivation::GeluTanh) kernels_.geglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
+  else kernels_.swiglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
+  kernels_.linear_forward(tmp_.data(), act_.data(), w.wd, compute_copy_.of(params, w.wd), w.bd, n, I, C, p);
   if (c.sandwich_norms) {
-    norm_forward(h_.data(), rstd_.data(), tmp_.data(), w.post_mlp_norm, n, C, eps, off);
+    kernels_.rmsnorm_forward(h_.data(), rstd_.data(), tmp_.data(), w.post_mlp_norm, n, C, eps, off);
     add_inplace(x_.data(), h_.data(), n * C);
   } else {
     add_inplace(x_.data(), tmp_.data(), n * C);
@@ -146,14 +139,14 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
   const bool tiny = n * (C * (QD + 2 * KD) + QD * C + 3 * C * I) < (int64_t{1} << 22);
   std::optional<ScopedNumThreads> single_thread;
   if (tiny) single_thread.emplace(1);
-  embed_forward(x_.data(), tokens, params.embedding(), n, c);
+  embed_forward(kernels_, x_.data(), tokens, params.embedding(), n, c);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const BlockTensors w = params.block(l);
     if (c.layer_kind(l) == LayerKind::LinearAttention) {
       BlockTensorsBf16 wb;
       for (const BlockField& f : block_fields(c, l))
         if (f.matrix) wb.*bf16_member(f.member) = compute_copy_.of(params, w.*f.member);
-      norm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps, off);
+      kernels_.rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps, off);
       LinearAttentionDecoder& decoder = linear_[state_slot_[l]];
       if (pos == 0) decoder.reset();
       for (int64_t t = 0; t < n; ++t) decoder.step(tmp_.data() + t * C, h_.data() + t * C, w, wb, p);
@@ -165,31 +158,32 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
     const int64_t table = c.local_rope && c.layer_is_sliding(l) ? max_len_ * half : 0;
     const float* cos = rope_cos_.data() + table + pos * half;
     const float* sin = rope_sin_.data() + table + pos * half;
-    norm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps, off);
+    kernels_.rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.attn_norm, n, C, eps, off);
     float* qp = c.qk_norm ? q_pre_.data() : q_.data();
     float* kp = c.qk_norm ? k_pre_.data() : k_.data();
     if (c.attn_output_gate) {  // q_proj yields each head's query and its output gate
-      linear_forward(q_and_gate_.data(), h_.data(), w.wq, compute_copy_.of(params, w.wq), w.bq, n, C, 2 * QD, p);
+      kernels_.linear_forward(q_and_gate_.data(), h_.data(), w.wq, compute_copy_.of(params, w.wq), w.bq, n, C,
+                              2 * QD, p);
       split_heads(qp, attn_gate_.data(), q_and_gate_.data(), n * c.num_heads, D);
     } else {
-      linear_forward(qp, h_.data(), w.wq, compute_copy_.of(params, w.wq), w.bq, n, C, QD, p);
+      kernels_.linear_forward(qp, h_.data(), w.wq, compute_copy_.of(params, w.wq), w.bq, n, C, QD, p);
     }
-    linear_forward(kp, h_.data(), w.wk, compute_copy_.of(params, w.wk), w.bk, n, C, KD, p);
-    linear_forward(v_.data(), h_.data(), w.wv, compute_copy_.of(params, w.wv), w.bv, n, C, KD, p);
+    kernels_.linear_forward(kp, h_.data(), w.wk, compute_copy_.of(params, w.wk), w.bk, n, C, KD, p);
+    kernels_.linear_forward(v_.data(), h_.data(), w.wv, compute_copy_.of(params, w.wv), w.bv, n, C, KD, p);
     if (c.qk_norm) {
-      norm_forward(q_.data(), head_rstd_.data(), q_pre_.data(), w.q_norm, n * c.num_heads, D, eps, off);
-      norm_forward(k_.data(), head_rstd_.data(), k_pre_.data(), w.k_norm, n * c.num_kv_heads, D, eps, off);
+      kernels_.rmsnorm_forward(q_.data(), head_rstd_.data(), q_pre_.data(), w.q_norm, n * c.num_heads, D, eps, off);
+      kernels_.rmsnorm_forward(k_.data(), head_rstd_.data(), k_pre_.data(), w.k_norm, n * c.num_kv_heads, D, eps, off);
     }
     // Positions pos..pos+n-1: offset the tables so that row 0 is position pos.
-    rope_forward(q_.data(), cos, sin, 1, n, c.num_heads, D, nullptr, rotary);
-    rope_forward(k_.data(), cos, sin, 1, n, c.num_kv_heads, D, nullptr, rotary);
+    kernels_.rope_forward(q_.data(), cos, sin, 1, n, c.num_heads, D, nullptr, rotary);
+    kernels_.rope_forward(k_.data(), cos, sin, 1, n, c.num_kv_heads, D, nullptr, rotary);
     float* kc = k_cache_.data() + state_slot_[l] * max_len_ * KD;
     float* vc = v_cache_.data() + state_slot_[l] * max_len_ * KD;
     std::memcpy(kc + pos * KD, k_.data(), n * KD * sizeof(float));
     std::memcpy(vc + pos * KD, v_.data(), n * KD * sizeof(float));
     if (pos == 0)
-      attention_forward(att_.data(), lse_.data(), q_.data(), kc, vc, 1, n, c.num_heads, c.num_kv_heads, D, scale,
-                        nullptr, window);
+      kernels_.attention_forward(att_.data(), lse_.data(), q_.data(), kc, vc, 1, n, c.num_heads, c.num_kv_heads, D,
+                                 scale, nullptr, window);
     else {  // a sliding layer sees the cached keys from pos - window + 1 only
       const int64_t from = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
       decode_attention(att_.data(), scores_.data(), q_.data(), kc + from * KD, vc + from * KD, pos - from,
@@ -197,9 +191,9 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
     }
     if (c.attn_output_gate)
       for (int64_t i = 0; i < n * QD; ++i) att_.data()[i] *= 1.0f / (1.0f + std::exp(-attn_gate_.data()[i]));
-    linear_forward(tmp_.data(), att_.data(), w.wo, compute_copy_.of(params, w.wo), w.bo, n, QD, C, p);
+    kernels_.linear_forward(tmp_.data(), att_.data(), w.wo, compute_copy_.of(params, w.wo), w.bo, n, QD, C, p);
     if (c.sandwich_norms) {  // Gemma 3: the attention output is normed before the residual add
-      norm_forward(h_.data(), rstd_.data(), tmp_.data(), w.post_attn_norm, n, C, eps, off);
+      kernels_.rmsnorm_forward(h_.data(), rstd_.data(), tmp_.data(), w.post_attn_norm, n, C, eps, off);
       add_inplace(x_.data(), h_.data(), n * C);
     } else {
       add_inplace(x_.data(), tmp_.data(), n * C);
@@ -208,8 +202,8 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
   }
   // Only the last position's logits are needed.
   const float* last = x_.data() + (n - 1) * C;
-  norm_forward(h_.data(), rstd_.data(), last, params.final_norm(), 1, C, eps, off);
-  linear_forward(logits_.data(), h_.data(), params.lm_head(), compute_copy_.of(params, params.lm_head()),
+  kernels_.rmsnorm_forward(h_.data(), rstd_.data(), last, params.final_norm(), 1, C, eps, off);
+  kernels_.linear_forward(logits_.data(), h_.data(), params.lm_head(), compute_copy_.of(params, params.lm_head()),
                  nullptr, 1, C, c.vocab_size, p);
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/aligned_buffer.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/kernel_table.h"
 #include "layers/compute_copy.h"
 #include "layers/linear_attention_decode.h"
 #include "model/config.h"
@@ -49,6 +50,9 @@ class Generator {
   void mlp(ModelParameters& params, const BlockTensors& w, int64_t n);
 
   ModelConfig config_;
+  // The host's kernels: the caches and the scratch below are host memory. (Attention for
+  // one decoded token over the cache is this file's own loop, not a table entry.)
+  const KernelTable& kernels_ = cpu_kernel_table();
   int64_t max_len_;
   Precision precision_;
   AlignedBuffer<float> rope_cos_, rope_sin_;

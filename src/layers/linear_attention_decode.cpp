@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/gated_rmsnorm.h"
-#include "kernels/cpu/linear.h"
-
 namespace lt {
 
 namespace {
@@ -48,10 +45,10 @@ void LinearAttentionDecoder::step(float* out, const float* h, const BlockTensors
                                   Precision p) {
   const int64_t CD = s_.conv_dim(), K = s_.conv_kernel, Hv = s_.value_heads, dk = s_.key_head_dim,
                 dv = s_.value_head_dim, KD = s_.key_dim(), group = s_.value_heads / s_.key_heads;
-  linear_forward(qkv_.data(), h, w.la_in_proj_qkv, wb.la_in_proj_qkv, nullptr, 1, C_, CD, p);
-  linear_forward(z_.data(), h, w.la_in_proj_z, wb.la_in_proj_z, nullptr, 1, C_, s_.value_dim(), p);
-  linear_forward(b_.data(), h, w.la_in_proj_b, wb.la_in_proj_b, nullptr, 1, C_, Hv, p);
-  linear_forward(a_.data(), h, w.la_in_proj_a, wb.la_in_proj_a, nullptr, 1, C_, Hv, p);
+  kernels_->linear_forward(qkv_.data(), h, w.la_in_proj_qkv, wb.la_in_proj_qkv, nullptr, 1, C_, CD, p);
+  kernels_->linear_forward(z_.data(), h, w.la_in_proj_z, wb.la_in_proj_z, nullptr, 1, C_, s_.value_dim(), p);
+  kernels_->linear_forward(b_.data(), h, w.la_in_proj_b, wb.la_in_proj_b, nullptr, 1, C_, Hv, p);
+  kernels_->linear_forward(a_.data(), h, w.la_in_proj_a, wb.la_in_proj_a, nullptr, 1, C_, Hv, p);
 
   // The convolution over the K-1 previous inputs and this one, then the history shifts.
   for (int64_t c = 0; c < CD; ++c) {
@@ -96,8 +93,8 @@ void LinearAttentionDecoder::step(float* out, const float* h, const BlockTensors
       oh[e] = static_cast<float>(acc);
     }
   }
-  gated_rmsnorm_forward(y_.data(), rstd_.data(), o_.data(), z_.data(), w.la_norm, Hv, dv, eps_);
-  linear_forward(out, y_.data(), w.la_out_proj, wb.la_out_proj, nullptr, 1, s_.value_dim(), C_, p);
+  kernels_->gated_rmsnorm_forward(y_.data(), rstd_.data(), o_.data(), z_.data(), w.la_norm, Hv, dv, eps_);
+  kernels_->linear_forward(out, y_.data(), w.la_out_proj, wb.la_out_proj, nullptr, 1, s_.value_dim(), C_, p);
 }
 
 }  // namespace lt

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/kernel_table.h"
 #include "model/config.h"
 #include "model/parameters.h"
 
@@ -28,6 +29,9 @@ class LinearAttentionDecoder {
   void step(float* out, const float* h, const BlockTensors& w, const BlockTensorsBf16& wb, Precision precision);
 
  private:
+  // The host's kernels (the state and scratch are host memory); the recurrence itself is
+  // this class's own loop in double.
+  const KernelTable* kernels_ = &cpu_kernel_table();
   LinearAttentionShape s_;
   int64_t C_;
   float eps_;

@@ -13,10 +13,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/cpu/causal_conv1d.h"
-#include "kernels/cpu/gated_delta_rule.h"
-#include "kernels/cpu/gated_rmsnorm.h"
-#include "kernels/cpu/linear.h"
 #include "model/hybrid_layers.h"
 
 namespace lt {
@@ -70,11 +66,11 @@ CausalConvShape conv_shape(const LinearMixerShape& s) {
 struct BackwardLayout {
   size_t dz, dg, dbeta, a, dqkv, shared, d_o, dy, norm_ws, rule_ws, dconv, total;
 };
-BackwardLayout backward_layout(const LinearMixerShape& s) {
+BackwardLayout backward_layout(const KernelTable& k, const LinearMixerShape& s) {
   const size_t T = size_t(s.tokens()), Vd = size_t(s.la.value_dim()), Hv = size_t(s.la.value_heads),
                Cc = size_t(s.la.conv_dim());
-  const size_t norm_ws = gated_rmsnorm_backward_workspace_floats(int64_t(T * Hv), s.la.value_head_dim);
-  const size_t rule_ws = gated_delta_rule_backward_workspace_floats(delta_shape(s));
+  const size_t norm_ws = k.gated_rmsnorm_backward_workspace_floats(int64_t(T * Hv), s.la.value_head_dim);
+  const size_t rule_ws = k.gated_delta_rule_backward_workspace_floats(delta_shape(s));
   BackwardLayout l{};
   l.dz = 0;
   l.dg = l.dz + T * Vd;
@@ -94,8 +90,8 @@ BackwardLayout backward_layout(const LinearMixerShape& s) {
 
 // The forward workspace: the convolution's output [T*Cc] until it is split, then the delta
 // rule's scratch (the two are never live together).
-size_t forward_workspace(const LinearMixerShape& s) {
-  return std::max(size_t(s.tokens() * s.la.conv_dim()), gated_delta_rule_forward_workspace_floats(delta_shape(s)));
+size_t forward_workspace(const KernelTable& k, const LinearMixerShape& s) {
+  return std::max(size_t(s.tokens() * s.la.conv_dim()), k.gated_delta_rule_forward_workspace_floats(delta_shape(s)));
 }
 
 // The small tensors are always fp32; a projection matrix may come as fp32, as bf16 (a bf16
@@ -120,13 +116,13 @@ LinearMixerShape linear_mixer_shape(const ModelConfig& c, int64_t batch, int64_t
   return s;
 }
 
-size_t linear_mixer_workspace_floats(const LinearMixerShape& s) {
+size_t linear_mixer_workspace_floats(const KernelTable& k, const LinearMixerShape& s) {
   check_shape(s);
-  return std::max(forward_workspace(s), backward_layout(s).total);
+  return std::max(forward_workspace(k, s), backward_layout(k, s).total);
 }
 
-void linear_mixer_forward(float* out, BlockSaved& saved, const float* h, const BlockTensors& w,
-                          const BlockTensorsBf16& wb, const LinearMixerShape& s, Precision p,
+void linear_mixer_forward(const KernelTable& k, float* out, BlockSaved& saved, const float* h,
+                          const BlockTensors& w, const BlockTensorsBf16& wb, const LinearMixerShape& s, Precision p,
                           float* workspace) {
   check_shape(s);
   check_weights(w, wb, "linear_mixer_forward");
@@ -136,9 +132,9 @@ void linear_mixer_forward(float* out, BlockSaved& saved, const float* h, const B
   const int64_t T = s.tokens(), C = s.hidden, Kd = s.la.key_dim(), Vd = s.la.value_dim(),
                 Hv = s.la.value_heads, Cc = s.la.conv_dim();
 
-  linear_forward(saved.conv_in, h, w.la_in_proj_qkv, wb.la_in_proj_qkv, nullptr, T, C, Cc, p);
+  k.linear_forward(saved.conv_in, h, w.la_in_proj_qkv, wb.la_in_proj_qkv, nullptr, T, C, Cc, p);
   float* conv_out = workspace;
-  causal_conv1d_silu_forward(conv_out, saved.conv_in, w.la_conv1d, conv_shape(s));
+  k.causal_conv1d_silu_forward(conv_out, saved.conv_in, w.la_conv1d, conv_shape(s));
   // Per token the channels are q | k | v (transformers' torch.split of the conv output).
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
@@ -148,10 +144,10 @@ void linear_mixer_forward(float* out, BlockSaved& saved, const float* h, const B
     std::copy_n(row + 2 * Kd, Vd, saved.conv_v + t * Vd);
   }
 
-  linear_forward(saved.z, h, w.la_in_proj_z, wb.la_in_proj_z, nullptr, T, C, Vd, p);
+  k.linear_forward(saved.z, h, w.la_in_proj_z, wb.la_in_proj_z, nullptr, T, C, Vd, p);
   // b and a land in the saved beta and decay, which are then mapped in place.
-  linear_forward(saved.beta, h, w.la_in_proj_b, wb.la_in_proj_b, nullptr, T, C, Hv, p);
-  linear_forward(saved.decay, h, w.la_in_proj_a, wb.la_in_proj_a, nullptr, T, C, Hv, p);
+  k.linear_forward(saved.beta, h, w.la_in_proj_b, wb.la_in_proj_b, nullptr, T, C, Hv, p);
+  k.linear_forward(saved.decay, h, w.la_in_proj_a, wb.la_in_proj_a, nullptr, T, C, Hv, p);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < Hv; ++j) {
@@ -160,14 +156,14 @@ void linear_mixer_forward(float* out, BlockSaved& saved, const float* h, const B
       saved.decay[i] = -std::exp(w.la_A_log[j]) * softplus(saved.decay[i] + w.la_dt_bias[j]);
     }
 
-  gated_delta_rule_forward(saved.delta_out, nullptr, saved.chunk_states, saved.conv_q, saved.conv_k,
+  k.gated_delta_rule_forward(saved.delta_out, nullptr, saved.chunk_states, saved.conv_q, saved.conv_k,
                            saved.conv_v, saved.decay, saved.beta, nullptr, delta_shape(s), workspace);
-  gated_rmsnorm_forward(saved.delta_gated, saved.delta_norm_rstd, saved.delta_out, saved.z, w.la_norm,
+  k.gated_rmsnorm_forward(saved.delta_gated, saved.delta_norm_rstd, saved.delta_out, saved.z, w.la_norm,
                         T * Hv, s.la.value_head_dim, s.norm_eps);
-  linear_forward(out, saved.delta_gated, w.la_out_proj, wb.la_out_proj, nullptr, T, Vd, C, p);
+  k.linear_forward(out, saved.delta_gated, w.la_out_proj, wb.la_out_proj, nullptr, T, Vd, C, p);
 }
 
-void linear_mixer_backward(float* dh, BlockTensors& g, const float* d_out, const float* h,
+void linear_mixer_backward(const KernelTable& k, float* dh, BlockTensors& g, const float* d_out, const float* h,
                            const BlockTensors& w, const BlockTensorsBf16& wb, const BlockSaved& saved,
                            const LinearMixerShape& s, Precision p, float* workspace) {
   check_shape(s);
@@ -176,18 +172,18 @@ void linear_mixer_backward(float* dh, BlockTensors& g, const float* d_out, const
   LT_ASSERT(dh && d_out && h && workspace);
   const int64_t T = s.tokens(), C = s.hidden, Kd = s.la.key_dim(), Vd = s.la.value_dim(),
                 Hv = s.la.value_heads, Cc = s.la.conv_dim(), dv = s.la.value_head_dim;
-  const BackwardLayout l = backward_layout(s);
+  const BackwardLayout l = backward_layout(k, s);
   float *dz = workspace + l.dz, *dg = workspace + l.dg, *dbeta = workspace + l.dbeta,
         *a = workspace + l.a, *dqkv = workspace + l.dqkv, *d_o = workspace + l.d_o, *dy = workspace + l.dy,
         *dconv = workspace + l.dconv;
   float *dq = dqkv, *dk = dqkv + T * Kd, *dvv = dqkv + 2 * T * Kd;
 
   // out = y · out_proj^T
-  linear_backward(dy, g.la_out_proj, nullptr, d_out, saved.delta_gated, w.la_out_proj, wb.la_out_proj, T,
+  k.linear_backward(dy, g.la_out_proj, nullptr, d_out, saved.delta_gated, w.la_out_proj, wb.la_out_proj, T,
                   Vd, C, false, p);
-  gated_rmsnorm_backward(d_o, dz, g.la_norm, dy, saved.delta_out, saved.z, w.la_norm, saved.delta_norm_rstd,
+  k.gated_rmsnorm_backward(d_o, dz, g.la_norm, dy, saved.delta_out, saved.z, w.la_norm, saved.delta_norm_rstd,
                          T * Hv, dv, workspace + l.norm_ws);
-  gated_delta_rule_backward(dq, dk, dvv, dg, dbeta, nullptr, d_o, nullptr, saved.conv_q, saved.conv_k,
+  k.gated_delta_rule_backward(dq, dk, dvv, dg, dbeta, nullptr, d_o, nullptr, saved.conv_q, saved.conv_k,
                             saved.conv_v, saved.decay, saved.beta, saved.chunk_states, delta_shape(s),
                             workspace + l.rule_ws);
   // dconv overlays d_o and the delta rule's scratch, both dead now.
@@ -199,12 +195,12 @@ void linear_mixer_backward(float* dh, BlockTensors& g, const float* d_out, const
     std::copy_n(dvv + t * Vd, Vd, row + 2 * Kd);
   }
   // dq | dk | dv are consumed: dqkv now takes the gradient of in_proj_qkv's output.
-  causal_conv1d_silu_backward(dqkv, g.la_conv1d, dconv, saved.conv_in, w.la_conv1d, conv_shape(s));
+  k.causal_conv1d_silu_backward(dqkv, g.la_conv1d, dconv, saved.conv_in, w.la_conv1d, conv_shape(s));
 
   // a = h · in_proj_a^T is recomputed (T*Hv floats; cheaper than saving it) for the
   // softplus derivative. In the same pass: db = dbeta * beta (1 - beta) into dbeta, and
   // da = dg * dg/da = dg * (-exp(A_log)) * softplus'(a + dt_bias) into a.
-  linear_forward(a, h, w.la_in_proj_a, wb.la_in_proj_a, nullptr, T, C, Hv, p);
+  k.linear_forward(a, h, w.la_in_proj_a, wb.la_in_proj_a, nullptr, T, C, Hv, p);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < Hv; ++j) {
@@ -226,11 +222,11 @@ void linear_mixer_backward(float* dh, BlockTensors& g, const float* d_out, const
     g.la_A_log[j] += static_cast<float>(sum_dA);
   }
 
-  linear_backward(dh, g.la_in_proj_qkv, nullptr, dqkv, h, w.la_in_proj_qkv, wb.la_in_proj_qkv, T, C, Cc,
+  k.linear_backward(dh, g.la_in_proj_qkv, nullptr, dqkv, h, w.la_in_proj_qkv, wb.la_in_proj_qkv, T, C, Cc,
                   false, p);
-  linear_backward(dh, g.la_in_proj_z, nullptr, dz, h, w.la_in_proj_z, wb.la_in_proj_z, T, C, Vd, true, p);
-  linear_backward(dh, g.la_in_proj_b, nullptr, dbeta, h, w.la_in_proj_b, wb.la_in_proj_b, T, C, Hv, true, p);
-  linear_backward(dh, g.la_in_proj_a, nullptr, a, h, w.la_in_proj_a, wb.la_in_proj_a, T, C, Hv, true, p);
+  k.linear_backward(dh, g.la_in_proj_z, nullptr, dz, h, w.la_in_proj_z, wb.la_in_proj_z, T, C, Vd, true, p);
+  k.linear_backward(dh, g.la_in_proj_b, nullptr, dbeta, h, w.la_in_proj_b, wb.la_in_proj_b, T, C, Hv, true, p);
+  k.linear_backward(dh, g.la_in_proj_a, nullptr, a, h, w.la_in_proj_a, wb.la_in_proj_a, T, C, Hv, true, p);
 }
 
 }  // namespace lt

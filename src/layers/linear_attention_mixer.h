@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/kernel_table.h"
 #include "layers/decoder_block.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -48,16 +49,18 @@ struct LinearMixerShape {
 LinearMixerShape linear_mixer_shape(const ModelConfig& c, int64_t batch, int64_t seq);
 
 // Scratch the two passes need beyond the saved tensors (the larger of the two), in floats.
-size_t linear_mixer_workspace_floats(const LinearMixerShape& s);
+size_t linear_mixer_workspace_floats(const KernelTable& k, const LinearMixerShape& s);
 
+// Both passes run on the kernels of k (kernels/kernel_table.h), whose workspace needs
+// linear_mixer_workspace_floats counts.
 // out [T, C] is overwritten. w: the la_* views; wb: their bf16 copies (read under BF16).
-void linear_mixer_forward(float* out, BlockSaved& saved, const float* h, const BlockTensors& w,
-                          const BlockTensorsBf16& wb, const LinearMixerShape& s, Precision precision,
-                          float* workspace);
+void linear_mixer_forward(const KernelTable& k, float* out, BlockSaved& saved, const float* h,
+                          const BlockTensors& w, const BlockTensorsBf16& wb, const LinearMixerShape& s,
+                          Precision precision, float* workspace);
 
 // dh [T, C] is overwritten with the gradient of the mixer's input h; the la_* gradients in
 // g accumulate (+=). saved: what forward saved for the same h and weights.
-void linear_mixer_backward(float* dh, BlockTensors& g, const float* d_out, const float* h,
+void linear_mixer_backward(const KernelTable& k, float* dh, BlockTensors& g, const float* d_out, const float* h,
                            const BlockTensors& w, const BlockTensorsBf16& wb, const BlockSaved& saved,
                            const LinearMixerShape& s, Precision precision, float* workspace);
 

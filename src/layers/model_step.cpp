@@ -1,10 +1,6 @@
 #include "layers/model_step.h"
 
 #include "core/error.h"
-#include "kernels/cpu/cross_entropy.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/rmsnorm.h"
 #include "model/rope_frequencies.h"
 
 namespace lt {
@@ -16,7 +12,7 @@ ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision
       tokens_(batch * seq),
       precision_(precision),
       compute_copy_(precision),
-      workspace_(c, batch, seq) {
+      workspace_(c, batch, seq, cpu_kernel_table()) {
   if (batch <= 0 || seq <= 0)
     throw Error("batch and seq must be positive (got batch " + std::to_string(batch) + ", seq " +
                     std::to_string(seq) + ")",
@@ -72,7 +68,7 @@ void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids
     throw Error("recompute options for " + std::to_string(recompute.size()) + " layers, model has " +
                     std::to_string(c.num_layers),
                 "model step", "give one option per layer");
-  embed_forward(boundary(0), input_ids, params.embedding(), tokens_, c);
+  embed_forward(*ctx_.kernels, boundary(0), input_ids, params.embedding(), tokens_, c);
   const size_t scratch_numel = static_cast<size_t>(max_block_saved_numel(c, batch_, seq_));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
@@ -102,18 +98,19 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
   StepResult result;
   result.predicted_tokens = batch.predicted;
 
-  const float norm_offset = static_cast<float>(c.norm_weight_offset);
-  norm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(L), params.final_norm(), T, C,
-               static_cast<float>(c.rms_norm_eps), norm_offset);
-  const double loss_sum = head_cross_entropy(d_hidden_.data(), grads.lm_head(), final_norm_out_.data(),
-                                             params.lm_head(), compute_copy_.of(params, params.lm_head()),
-                                             batch.targets.data(), T, C, V, batch.grad_scale, precision_);
+  const KernelTable& k = *ctx_.kernels;
+  const float eps = static_cast<float>(c.rms_norm_eps), norm_offset = static_cast<float>(c.norm_weight_offset);
+  k.rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(L), params.final_norm(), T, C, eps,
+                    norm_offset);
+  const double loss_sum = k.head_cross_entropy(d_hidden_.data(), grads.lm_head(), final_norm_out_.data(),
+                                               params.lm_head(), compute_copy_.of(params, params.lm_head()),
+                                               batch.targets.data(), T, C, V, batch.grad_scale, precision_, {});
   result.loss = batch.predicted > 0 ? loss_sum / static_cast<double>(batch.predicted) : 0.0;
 
   float* d_out = d_boundary_[0].data();
   float* d_in = d_boundary_[1].data();
-  norm_backward(d_out, grads.final_norm(), d_hidden_.data(), boundary(L), params.final_norm(),
-                final_norm_rstd_.data(), T, C, norm_offset);
+  k.rmsnorm_backward(d_out, grads.final_norm(), d_hidden_.data(), boundary(L), params.final_norm(),
+                     final_norm_rstd_.data(), T, C, norm_offset);
   for (int64_t l = L - 1; l >= 0; --l) {
     const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
     BlockTensors w = params.block(l);
@@ -132,7 +129,7 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
     block_backward(d_in, gw, workspace_, d_out, boundary(l), w, wb, sv, ctx);
     std::swap(d_in, d_out);
   }
-  embed_backward(grads.embedding(), input_ids, d_out, T, c);
+  embed_backward(k, grads.embedding(), input_ids, d_out, T, c);
   return result;
 }
 
@@ -141,10 +138,12 @@ void ModelStep::forward_logits(float* logits, ModelParameters& params, const int
   const ModelConfig& c = config_;
   documents_.bind(ctx_, doc_start, batch_, seq_);
   forward_blocks(params, input_ids, std::vector<RecomputeOption>(c.num_layers, RecomputeOption::RecomputeFromInput));
-  norm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(c.num_layers), params.final_norm(),
-               tokens_, c.hidden_size, static_cast<float>(c.rms_norm_eps), static_cast<float>(c.norm_weight_offset));
-  linear_forward(logits, final_norm_out_.data(), params.lm_head(), compute_copy_.of(params, params.lm_head()),
-                 nullptr, tokens_, c.hidden_size, c.vocab_size, precision_);
+  const KernelTable& k = *ctx_.kernels;
+  k.rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(c.num_layers), params.final_norm(),
+                    tokens_, c.hidden_size, static_cast<float>(c.rms_norm_eps),
+                    static_cast<float>(c.norm_weight_offset));
+  k.linear_forward(logits, final_norm_out_.data(), params.lm_head(), compute_copy_.of(params, params.lm_head()),
+                   nullptr, tokens_, c.hidden_size, c.vocab_size, precision_);
 }
 
 }  // namespace lt

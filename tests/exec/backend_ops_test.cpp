@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -64,37 +65,43 @@ TEST_P(BackendOps, Embedding) {
   EXPECT_TRUE(test::within_bound(dtable, dwant, scaled(mag, T + 2)));
 }
 
-TEST_P(BackendOps, RmsNorm) {
+// Plain (w) and Gemma's (1 + w, the sum rounded to fp32 first): the reference runs on that
+// fp32 scale.
+TEST_P(BackendOps, RmsNormWithAndWithoutWeightOffset) {
   const int64_t T = 9, C = 96;
   const float eps = 1e-5f;
-  auto x = test::random_floats(static_cast<size_t>(T * C), 4, -2, 2), w = test::random_floats(static_cast<size_t>(C), 5, 0.5f, 1.5f);
-  auto dy = test::random_floats(static_cast<size_t>(T * C), 6), dw = test::random_floats(static_cast<size_t>(C), 7);
-  std::vector<float> y(static_cast<size_t>(T * C)), rstd(static_cast<size_t>(T)), dx(static_cast<size_t>(T * C));
-  k().rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), T, C, eps);
-  auto xd = test::to_double(x), wd = test::to_double(w), dyd = test::to_double(dy);
-  std::vector<double> yw(static_cast<size_t>(T * C)), rw(static_cast<size_t>(T));
-  ref::rmsnorm_forward<double>(yw.data(), rw.data(), xd.data(), wd.data(), T, C, double(eps));
-  EXPECT_TRUE(test::within_bound(y, yw, scaled(abs_of(std::vector<float>(yw.begin(), yw.end())), C / 2.0 + 6)));
-  EXPECT_TRUE(test::within_bound(rstd, rw, scaled(rw, C / 2.0 + 4)));
+  for (float offset : {0.0f, 1.0f}) {
+    SCOPED_TRACE("w_offset " + std::to_string(offset));
+    auto x = test::random_floats(static_cast<size_t>(T * C), 4, -2, 2), w = test::random_floats(static_cast<size_t>(C), 5, 0.5f, 1.5f);
+    auto dy = test::random_floats(static_cast<size_t>(T * C), 6), dw = test::random_floats(static_cast<size_t>(C), 7);
+    std::vector<float> scale(w.size()), y(static_cast<size_t>(T * C)), rstd(static_cast<size_t>(T)), dx(static_cast<size_t>(T * C));
+    for (size_t c = 0; c < w.size(); ++c) scale[c] = offset + w[c];
+    k().rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), T, C, eps, offset);
+    auto xd = test::to_double(x), wd = test::to_double(scale), dyd = test::to_double(dy);
+    std::vector<double> yw(static_cast<size_t>(T * C)), rw(static_cast<size_t>(T));
+    ref::rmsnorm_forward<double>(yw.data(), rw.data(), xd.data(), wd.data(), T, C, double(eps));
+    EXPECT_TRUE(test::within_bound(y, yw, scaled(abs_of(std::vector<float>(yw.begin(), yw.end())), C / 2.0 + 6)));
+    EXPECT_TRUE(test::within_bound(rstd, rw, scaled(rw, C / 2.0 + 4)));
 
-  // Backward from the same rstd on both sides; dx overwrites, dw accumulates.
-  auto rd = test::to_double(rstd), dww = test::to_double(dw);
-  std::vector<double> dxw(static_cast<size_t>(T * C)), bdx(static_cast<size_t>(T * C)), bdw = abs_of(dw);
-  ref::rmsnorm_backward<double>(dxw.data(), dww.data(), dyd.data(), xd.data(), wd.data(), rd.data(), T, C);
-  for (int64_t t = 0; t < T; ++t) {
-    const double r = rd[static_cast<size_t>(t)];
-    double adot = 0;
-    for (int64_t c = 0; c < C; ++c) adot += std::fabs(dyd[static_cast<size_t>(t * C + c)] * wd[static_cast<size_t>(c)] * xd[static_cast<size_t>(t * C + c)]);
-    for (int64_t c = 0; c < C; ++c) {
-      const size_t i = static_cast<size_t>(t * C + c);
-      bdx[i] = (C + 8) * kU32 * (std::fabs(r * dyd[i] * wd[static_cast<size_t>(c)]) + r * r * r * std::fabs(xd[i]) * adot / C) +
-               1e-30;
-      bdw[static_cast<size_t>(c)] += std::fabs(dyd[i] * xd[i] * r);
+    // Backward from the same rstd on both sides; dx overwrites, dw accumulates.
+    auto rd = test::to_double(rstd), dww = test::to_double(dw);
+    std::vector<double> dxw(static_cast<size_t>(T * C)), bdx(static_cast<size_t>(T * C)), bdw = abs_of(dw);
+    ref::rmsnorm_backward<double>(dxw.data(), dww.data(), dyd.data(), xd.data(), wd.data(), rd.data(), T, C);
+    for (int64_t t = 0; t < T; ++t) {
+      const double r = rd[static_cast<size_t>(t)];
+      double adot = 0;
+      for (int64_t c = 0; c < C; ++c) adot += std::fabs(dyd[static_cast<size_t>(t * C + c)] * wd[static_cast<size_t>(c)] * xd[static_cast<size_t>(t * C + c)]);
+      for (int64_t c = 0; c < C; ++c) {
+        const size_t i = static_cast<size_t>(t * C + c);
+        bdx[i] = (C + 8) * kU32 * (std::fabs(r * dyd[i] * wd[static_cast<size_t>(c)]) + r * r * r * std::fabs(xd[i]) * adot / C) +
+                 1e-30;
+        bdw[static_cast<size_t>(c)] += std::fabs(dyd[i] * xd[i] * r);
+      }
     }
+    k().rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), T, C, offset);
+    EXPECT_TRUE(test::within_bound(dx, dxw, bdx));
+    EXPECT_TRUE(test::within_bound(dw, dww, scaled(bdw, T + 4)));
   }
-  k().rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), T, C);
-  EXPECT_TRUE(test::within_bound(dx, dxw, bdx));
-  EXPECT_TRUE(test::within_bound(dw, dww, scaled(bdw, T + 4)));
 }
 
 TEST_P(BackendOps, RopeWholeAndPartialAtPositions) {

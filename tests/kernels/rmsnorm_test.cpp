@@ -102,6 +102,36 @@ TEST(RMSNorm, DwIsBitwiseIdenticalForAnyThreadCount) {
   });
 }
 
+// Gemma's (1 + w): the kernel's w_offset gives the bits of a plain norm over the fp32 sum
+// 1 + w (rounded once, as transformers computes it), forward and backward, at every ISA
+// level, on a shape that threads and has a ragged chunk.
+TEST(RMSNorm, WeightOffsetIsBitwiseThePlainNormOverTheRoundedSum) {
+  const int64_t T = 301, C = 67;
+  const float offset = 1.0f;
+  auto x = test::random_floats(size_t(T * C), 11, -2, 2);
+  auto w = test::random_floats(size_t(C), 12, -0.5f, 0.5f);
+  auto dy = test::random_floats(size_t(T * C), 13);
+  std::vector<float> scale(static_cast<size_t>(C));
+  for (size_t c = 0; c < scale.size(); ++c) scale[c] = offset + w[c];
+  test::for_each_isa([&](Isa) {
+    std::vector<float> y[2], rstd[2], dx[2], dw[2];
+    for (int i = 0; i < 2; ++i) {
+      y[i].resize(size_t(T * C));
+      rstd[i].resize(size_t(T));
+      dx[i].resize(size_t(T * C));
+      dw[i].assign(size_t(C), 0.5f);
+    }
+    rmsnorm_forward(y[0].data(), rstd[0].data(), x.data(), w.data(), T, C, 1e-6f, offset);
+    rmsnorm_forward(y[1].data(), rstd[1].data(), x.data(), scale.data(), T, C, 1e-6f);
+    rmsnorm_backward(dx[0].data(), dw[0].data(), dy.data(), x.data(), w.data(), rstd[0].data(), T, C, offset);
+    rmsnorm_backward(dx[1].data(), dw[1].data(), dy.data(), x.data(), scale.data(), rstd[1].data(), T, C);
+    EXPECT_EQ(0, std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(rstd[0].data(), rstd[1].data(), rstd[0].size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(dx[0].data(), dx[1].data(), dx[0].size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(dw[0].data(), dw[1].data(), dw[0].size() * sizeof(float)));
+  });
+}
+
 TEST(RMSNorm, ReferenceBackwardMatchesFiniteDifferences) {
   const int64_t T = 3, C = 7;
   // f(x, w) = y; rstd is an internal of the forward, recomputed at each point.

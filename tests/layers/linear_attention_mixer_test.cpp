@@ -165,14 +165,14 @@ Results run_mixer(const Case& c, Weights& w, const std::vector<float>& h, const 
   }
   const BlockTensors wv = w.view();
   const BlockTensorsBf16 wb = w.bf16_view();
-  linear_mixer_forward(r[0].data(), saved.view, h.data(), wv, wb, s, p, ws);
-  linear_mixer_backward(r[1].data(), g, dout.data(), h.data(), wv, wb, saved.view, s, p, ws);
+  linear_mixer_forward(cpu_kernel_table(), r[0].data(), saved.view, h.data(), wv, wb, s, p, ws);
+  linear_mixer_backward(cpu_kernel_table(), r[1].data(), g, dout.data(), h.data(), wv, wb, saved.view, s, p, ws);
   return r;
 }
 
 Results run_mixer(const Case& c, Weights& w, const std::vector<float>& h, const std::vector<float>& dout,
                   Precision p) {
-  std::vector<float> ws(linear_mixer_workspace_floats(c.shape()));
+  std::vector<float> ws(linear_mixer_workspace_floats(cpu_kernel_table(), c.shape()));
   return run_mixer(c, w, h, dout, p, ws.data());
 }
 
@@ -305,7 +305,7 @@ TEST(LinearAttentionMixer, WorkspaceIsEnoughAndOnlyScratch) {
   for (const Case& c : {kGrouped, kUngrouped}) {
     Weights w = make_weights(c, 500);
     const Inputs in = make_inputs(c, 600);
-    const size_t n = linear_mixer_workspace_floats(c.shape());
+    const size_t n = linear_mixer_workspace_floats(cpu_kernel_table(), c.shape());
     std::vector<float> zeros(n, 0.0f), nans(n + kGuard, std::numeric_limits<float>::quiet_NaN());
     const Results want = run_mixer(c, w, in.h, in.dout, Precision::F32, zeros.data());
     const Results got = run_mixer(c, w, in.h, in.dout, Precision::F32, nans.data());
@@ -321,10 +321,10 @@ TEST(LinearAttentionMixer, WorkspaceIsEnoughAndOnlyScratch) {
 TEST(LinearAttentionMixer, BadShapeIsAnError) {
   LinearMixerShape s = kGrouped.shape();
   s.la.value_heads = 3;  // not a multiple of 2 key heads
-  EXPECT_NE(test::error_of([&] { linear_mixer_workspace_floats(s); }).find("v_heads"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { linear_mixer_workspace_floats(cpu_kernel_table(), s); }).find("v_heads"), std::string::npos);
   s = kGrouped.shape();
   s.la.key_head_dim = 0;
-  EXPECT_NE(test::error_of([&] { linear_mixer_workspace_floats(s); }).find("linear_key_head_dim"),
+  EXPECT_NE(test::error_of([&] { linear_mixer_workspace_floats(cpu_kernel_table(), s); }).find("linear_key_head_dim"),
             std::string::npos);
 }
 

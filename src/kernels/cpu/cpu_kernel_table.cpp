@@ -1,6 +1,8 @@
 // The CPU kernel table: the dispatched kernels of this folder, one entry each.
 #include "kernels/kernel_table.h"
 
+#include <memory>
+
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gated_rmsnorm.h"
@@ -14,6 +16,16 @@
 namespace lt {
 
 namespace {
+
+std::unique_ptr<HeadCrossEntropyStream> head_cross_entropy_stream(const float* x, const int32_t* targets, int64_t T,
+                                                                  int64_t C, int64_t V, float grad_scale, Precision p,
+                                                                  const CrossEntropyOptions& opt) {
+  return std::make_unique<StreamedHeadCrossEntropy>(x, targets, T, C, V, grad_scale, p, opt);
+}
+
+int64_t head_cross_entropy_vocab_chunk(int64_t T, int64_t V, Precision p) {
+  return cross_entropy_chunks(T, V, {}, p).vocab_chunk;
+}
 
 KernelTable make_cpu_kernel_table() {
   KernelTable k;
@@ -43,6 +55,8 @@ KernelTable make_cpu_kernel_table() {
   k.gated_delta_rule_forward = &gated_delta_rule_forward;
   k.gated_delta_rule_backward = &gated_delta_rule_backward;
   k.head_cross_entropy = &head_cross_entropy;
+  k.head_cross_entropy_vocab_chunk = &head_cross_entropy_vocab_chunk;
+  k.head_cross_entropy_stream = &head_cross_entropy_stream;
   k.sum_of_squares = &sum_of_squares_f64;
   k.convert_f32_to_bf16 = &convert_f32_to_bf16;
   return k;

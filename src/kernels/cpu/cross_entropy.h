@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/head_cross_entropy_stream.h"
 
 namespace lt {
 
@@ -90,18 +91,19 @@ CrossEntropyChunks cross_entropy_chunks(int64_t T, int64_t V, const CrossEntropy
 // sub-chunks in the same order; pass 2 recomputes the logits with the same matmul call
 // the first pass made). x and targets are read until the object is destroyed. Scratch: the
 // logits of one (token chunk, sub-chunk) pair, four floats per token, and the gathers.
-class StreamedHeadCrossEntropy {
+class StreamedHeadCrossEntropy final : public HeadCrossEntropyStream {
  public:
   StreamedHeadCrossEntropy(const float* x, const int32_t* targets, int64_t T, int64_t C, int64_t V,
                            float grad_scale, Precision p, const CrossEntropyOptions& opt = {});
-  ~StreamedHeadCrossEntropy();
+  ~StreamedHeadCrossEntropy() override;
   StreamedHeadCrossEntropy(const StreamedHeadCrossEntropy&) = delete;
   StreamedHeadCrossEntropy& operator=(const StreamedHeadCrossEntropy&) = delete;
 
   int64_t vocab_chunk() const;
-  void forward(const float* w_rows, const bf16* w_rows_bf16, int64_t v0, int64_t nv);
-  double loss();
-  void backward(float* dx, float* dw_rows, const float* w_rows, const bf16* w_rows_bf16, int64_t v0, int64_t nv);
+  void forward(const float* w_rows, const bf16* w_rows_bf16, int64_t v0, int64_t nv) override;
+  double loss() override;
+  void backward(float* dx, float* dw_rows, const float* w_rows, const bf16* w_rows_bf16, int64_t v0,
+                int64_t nv) override;
 
   class Engine;  // the chunk steps, shared with head_cross_entropy (cross_entropy.cpp)
 

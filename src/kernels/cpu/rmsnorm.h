@@ -1,7 +1,9 @@
 // RMSNorm over the last dimension (Llama/Qwen; also Qwen3's per-head q/k norm with
 // C = head_dim and T = tokens*heads).
-//   forward:  rstd[t] = 1/sqrt(mean_c x[t,c]^2 + eps);  y[t,c] = x[t,c] * rstd[t] * w[c]
-//   backward: dx overwrites; dw accumulates (+=).
+//   forward:  rstd[t] = 1/sqrt(mean_c x[t,c]^2 + eps);  y[t,c] = x[t,c] * rstd[t] * (w_offset + w[c])
+//   backward: dx overwrites; dw accumulates (+=) (the gradient of w_offset + w is that of w).
+// w_offset is 1 for Gemma's norms, which scale by (1 + w) with 1 + w rounded to fp32 first,
+// as transformers computes it; 0 elsewhere.
 // The fast path's dw reduction runs over fixed-size token chunks summed in a fixed order,
 // so results are bitwise identical for any thread count (within one ISA level).
 #pragma once
@@ -15,18 +17,18 @@ namespace lt {
 
 // Pick the kernels of the ISA level in force (core/isa_dispatch.h).
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
-                     float eps);
+                     float eps, float w_offset = 0.0f);
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
-                      const float* rstd, int64_t T, int64_t C);
+                      const float* rstd, int64_t T, int64_t C, float w_offset = 0.0f);
 
 // One table per ISA level, compiled from rmsnorm_simd.cpp.
 struct RmsnormKernels {
   void (*forward)(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
-                  float eps);
+                  float eps, float w_offset);
   // dx overwrites; partial [ceil(T / token_chunk), C], zeroed by the caller, gets chunk k's
   // sum over its tokens (in order) of dy x rstd; the caller adds the chunks to dw in order.
   void (*backward)(float* dx, float* partial, const float* dy, const float* x, const float* w,
-                   const float* rstd, int64_t T, int64_t C, int64_t token_chunk);
+                   const float* rstd, int64_t T, int64_t C, float w_offset, int64_t token_chunk);
 };
 LT_ISA_TABLE(RmsnormKernels, kRmsnormKernels)
 

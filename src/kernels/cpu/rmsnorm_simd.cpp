@@ -9,8 +9,8 @@ namespace lt::LT_ISA_NS {
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements; below this one thread is faster
 
-void forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C,
-             float eps) {
+void forward(float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps,
+             float w_offset) {
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * C;
@@ -21,12 +21,12 @@ void forward(float* y, float* rstd, const float* x, const float* w, int64_t T, i
     rstd[t] = r;
     float* yt = y + t * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) yt[c] = xt[c] * r * w[c];
+    for (int64_t c = 0; c < C; ++c) yt[c] = xt[c] * r * (w_offset + w[c]);
   }
 }
 
 void backward(float* dx, float* partial, const float* dy, const float* x, const float* w,
-              const float* rstd, int64_t T, int64_t C, int64_t token_chunk) {
+              const float* rstd, int64_t T, int64_t C, float w_offset, int64_t token_chunk) {
   const int64_t chunks = (T + token_chunk - 1) / token_chunk;
 #pragma omp parallel for schedule(static) if (T * C >= kParallelMin)
   for (int64_t k = 0; k < chunks; ++k) {
@@ -38,12 +38,12 @@ void backward(float* dx, float* partial, const float* dy, const float* x, const 
       const float r = rstd[t];
       float dot = 0;  // sum_c dy*w*x
 #pragma omp simd reduction(+ : dot)
-      for (int64_t c = 0; c < C; ++c) dot += gt[c] * w[c] * xt[c];
+      for (int64_t c = 0; c < C; ++c) dot += gt[c] * (w_offset + w[c]) * xt[c];
       const float coef = r * r * r * dot / float(C);
       float* dxt = dx + t * C;
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
-        dxt[c] = r * gt[c] * w[c] - coef * xt[c];
+        dxt[c] = r * gt[c] * (w_offset + w[c]) - coef * xt[c];
         pk[c] += gt[c] * xt[c] * r;
       }
     }
