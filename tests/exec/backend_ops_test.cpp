@@ -6,9 +6,9 @@
 //
 // Today every backend here (cpu, emu) hands out the CPU table, so this checks that each
 // entry reaches the kernel it names with the arguments in their places; a GPU backend's
-// table runs the same cases. Families the table has that these cases do not cover yet
-// (attention, the head's cross-entropy, gated RMSNorm, the causal conv1d and the gated
-// delta rule) are checked kernel by kernel in tests/kernels/.
+// table runs the same cases. The table's other families (attention, the head's
+// cross-entropy whole and streamed, gated RMSNorm, the causal conv1d, the gated delta rule
+// and GeGLU) have their backend-ops cases in tests/exec/backend_ops_mixers_test.cpp.
 #include <cmath>
 #include <cstdint>
 #include <memory>

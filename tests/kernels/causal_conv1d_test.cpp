@@ -17,15 +17,10 @@ namespace lt {
 namespace {
 
 namespace cn = test::convnorm;
-
-struct ConvData {
-  std::vector<float> x, w, dy, dw0;
-};
-ConvData conv_data(const CausalConvShape& s, uint64_t seed) {
-  const size_t n = size_t(s.batch * s.seq * s.channels), nw = size_t(s.channels * s.kernel);
-  return {test::random_floats(n, seed, -3, 3), test::random_floats(nw, seed + 1),
-          test::random_floats(n, seed + 2), test::random_floats(nw, seed + 3)};
-}
+using cn::conv_data;
+using cn::ConvData;
+using cn::norm_data;
+using cn::NormData;
 
 void check_conv(const CausalConvShape& s) {
   const ConvData d = conv_data(s, uint64_t(s.seq + s.channels));
@@ -68,16 +63,6 @@ TEST(CausalConv1dSilu, ReferenceMatchesFiniteDifferences) {
   g.insert(g.end(), ref.dw.begin(), ref.dw.end());
   const auto r = test::fd::check_gradient(f, xw, test::to_double(d.dy), g);
   EXPECT_TRUE(r.ok()) << r.str();
-}
-
-struct NormData {
-  std::vector<float> x, z, w, dy, dw0;
-};
-NormData norm_data(int64_t T, int64_t D, uint64_t seed) {
-  const size_t n = size_t(T * D);
-  return {test::random_floats(n, seed, -2, 2), test::random_floats(n, seed + 1, -4, 4),
-          test::random_floats(size_t(D), seed + 2, 0.5f, 1.5f), test::random_floats(n, seed + 3),
-          test::random_floats(size_t(D), seed + 4)};
 }
 
 void check_norm(int64_t T, int64_t D) {

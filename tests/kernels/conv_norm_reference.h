@@ -24,6 +24,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/causal_conv1d.h"
+#include "kernels/kernel_test_util.h"
+
 namespace lt::test::convnorm {
 
 using Vec = std::vector<double>;
@@ -140,6 +143,29 @@ inline Norm norm_reference(const Vec& x, const Vec& z, const Vec& w, const Vec& 
   for (int64_t d = 0; d < D; ++d)
     r.bdw[size_t(d)] = (T + 12) * kU * (dw_abs[size_t(d)] + std::fabs(dw_old[size_t(d)])) + 1e-300;
   return r;
+}
+
+// Random inputs for the conv: x [B,S,C] in [-3, 3] (past SiLU's bend), w, dy and the
+// accumulated-into dw_old [C,K] in [-1, 1].
+struct ConvData {
+  std::vector<float> x, w, dy, dw0;
+};
+inline ConvData conv_data(const CausalConvShape& s, uint64_t seed) {
+  const size_t n = size_t(s.batch * s.seq * s.channels), nw = size_t(s.channels * s.kernel);
+  return {test::random_floats(n, seed, -3, 3), test::random_floats(nw, seed + 1),
+          test::random_floats(n, seed + 2), test::random_floats(nw, seed + 3)};
+}
+
+// Random inputs for the norm: x [T,D] in [-2, 2], the gate z in [-4, 4], w [D] in
+// [0.5, 1.5], dy in [-1, 1], the accumulated-into dw_old [D] in [-1, 1].
+struct NormData {
+  std::vector<float> x, z, w, dy, dw0;
+};
+inline NormData norm_data(int64_t T, int64_t D, uint64_t seed) {
+  const size_t n = size_t(T * D);
+  return {test::random_floats(n, seed, -2, 2), test::random_floats(n, seed + 1, -4, 4),
+          test::random_floats(size_t(D), seed + 2, 0.5f, 1.5f), test::random_floats(n, seed + 3),
+          test::random_floats(size_t(D), seed + 4)};
 }
 
 }  // namespace lt::test::convnorm

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/gated_delta_rule.h"
+#include "kernels/kernel_test_util.h"
 
 namespace lt::test::gdn {
 
@@ -186,6 +187,37 @@ inline Grads naive_backward(const Inputs& in, const Vec& d_out, const Vec& d_fin
       std::copy(dS.begin(), dS.end(), gr.ds0.begin() + (b * s.v_heads + h) * dk * dv);
     }
   return gr;
+}
+
+// fp32 test inputs for the kernel and their double copies for the references.
+struct Data {
+  std::vector<float> q, k, v, g, beta, s0, dout, dfinal;
+};
+
+// Raw q/k in [-1, 1] (the kernel normalizes them), v in [-1, 1], beta in (0, 1) (a
+// sigmoid in the model), g <= 0 with a decay rate per head from slow to fast, as
+// -exp(A_log) softplus(.) gives.
+inline Data make_data(const GatedDeltaShape& s, uint64_t seed, bool with_state, bool with_dfinal) {
+  Data d;
+  const size_t nqk = size_t(s.batch * s.seq * s.k_heads * s.k_dim),
+               nv = size_t(s.batch * s.seq * s.v_heads * s.v_dim),
+               ng = size_t(s.batch * s.seq * s.v_heads);
+  d.q = test::random_floats(nqk, seed + 1);
+  d.k = test::random_floats(nqk, seed + 2);
+  d.v = test::random_floats(nv, seed + 3);
+  d.beta = test::random_floats(ng, seed + 4, 0.02f, 0.98f);
+  d.g = test::random_floats(ng, seed + 5, 0.0f, 1.0f);
+  const float rates[] = {0.02f, 0.3f, 2.0f};
+  for (size_t i = 0; i < ng; ++i) d.g[i] = -rates[(i % size_t(s.v_heads)) % 3] * d.g[i];
+  if (with_state) d.s0 = test::random_floats(size_t(s.state_floats()), seed + 6, -0.5f, 0.5f);
+  d.dout = test::random_floats(nv, seed + 7);
+  if (with_dfinal) d.dfinal = test::random_floats(size_t(s.state_floats()), seed + 8);
+  return d;
+}
+
+inline Inputs to_inputs(const Data& d) {
+  return {test::to_double(d.q), test::to_double(d.k), test::to_double(d.v),
+          test::to_double(d.g), test::to_double(d.beta), test::to_double(d.s0)};
 }
 
 }  // namespace lt::test::gdn

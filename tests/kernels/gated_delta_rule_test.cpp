@@ -17,37 +17,10 @@
 namespace lt {
 namespace {
 
+using test::gdn::Data;
+using test::gdn::make_data;
+using test::gdn::to_inputs;
 using test::gdn::Vec;
-
-struct Data {
-  std::vector<float> q, k, v, g, beta, s0, dout, dfinal;
-};
-
-// Raw q/k in [-1, 1] (the kernel normalizes them), v in [-1, 1], beta in (0, 1) (a
-// sigmoid in the model), g <= 0 with a decay rate per head from slow to fast, as
-// -exp(A_log) softplus(.) gives.
-Data make_data(const GatedDeltaShape& s, uint64_t seed, bool with_state, bool with_dfinal) {
-  Data d;
-  const size_t nqk = size_t(s.batch * s.seq * s.k_heads * s.k_dim),
-               nv = size_t(s.batch * s.seq * s.v_heads * s.v_dim),
-               ng = size_t(s.batch * s.seq * s.v_heads);
-  d.q = test::random_floats(nqk, seed + 1);
-  d.k = test::random_floats(nqk, seed + 2);
-  d.v = test::random_floats(nv, seed + 3);
-  d.beta = test::random_floats(ng, seed + 4, 0.02f, 0.98f);
-  d.g = test::random_floats(ng, seed + 5, 0.0f, 1.0f);
-  const float rates[] = {0.02f, 0.3f, 2.0f};
-  for (size_t i = 0; i < ng; ++i) d.g[i] = -rates[(i % size_t(s.v_heads)) % 3] * d.g[i];
-  if (with_state) d.s0 = test::random_floats(size_t(s.state_floats()), seed + 6, -0.5f, 0.5f);
-  d.dout = test::random_floats(nv, seed + 7);
-  if (with_dfinal) d.dfinal = test::random_floats(size_t(s.state_floats()), seed + 8);
-  return d;
-}
-
-test::gdn::Inputs to_inputs(const Data& d) {
-  return {test::to_double(d.q), test::to_double(d.k), test::to_double(d.v),
-          test::to_double(d.g), test::to_double(d.beta), test::to_double(d.s0)};
-}
 
 struct KernelOut {
   std::vector<float> out, final_state, chunk_states;

@@ -1,28 +1,17 @@
 // GeGLU (gelu_pytorch_tanh gate): the fast path at every ISA level this machine runs
 // (test::for_each_isa) against the double reference (libm exp), the reference against
 // the plain tanh form of transformers' formula where that form does not cancel, and the
-// reference's backward against finite differences.
-//
-// Tolerance, counting roundings per operation (so FMA contraction and any vector width
-// stay within it): y = k (g + a g^3) takes 5 roundings of same-sign terms, within 6u of
-// |y| (u = 2^-24); s = sigmoid(2y) through exp_approx (2 ulp) is within 7u of s plus the
-// propagated error of y, |ds/dy| |dy| = 2 s (1 - s) |y| 6u; so s is within
-// s (7u + 12u (1 - s) |y|), and h = g s u within |h| (10u + 12u (1 - s) |y|).
-// dg = dh u s (1 + g (1 - s) 2 y'), y' = k (1 + 3a g^2): the bracket can cancel (for
-// g < 0), so its error is absolute, bounded by the errors of s and 1 - s times the sum of
-// the bracket's magnitudes B = 1 + |g| 2 y', with ~6 more roundings:
-// |dh u| s B (16u + 24u (1 - s) |y|). exp_approx clamps its argument beyond 87, which
-// changes gelu only where |gelu| < 1e-36: an absolute floor of 1e-30 covers it.
+// reference's backward against finite differences. The fp32 bounds are derived in
+// kernels/geglu_bounds.h.
 #include "kernels/cpu/geglu.h"
 
 #include "kernels/finite_difference.h"
 #include "isa_test_util.h"
+#include "kernels/geglu_bounds.h"
 #include "kernels/kernel_test_util.h"
 
 namespace lt {
 namespace {
-
-using test::kU32;
 
 TEST(GeGLU, MatchesReference) {
   for (int64_t n : {1, 15, 17, 100003}) {  // the last takes the threaded path
@@ -30,29 +19,15 @@ TEST(GeGLU, MatchesReference) {
     auto u = test::random_floats(size_t(n), 12);
     auto dh = test::random_floats(size_t(n), 13);
     if (n > 4) g[1] = -95.0f, g[2] = 95.0f, g[3] = 0.0f, g[4] = -0.75f;  // clamp, zero, cancellation
-    auto gd = test::to_double(g), ud = test::to_double(u), dhd = test::to_double(dh);
     const size_t len = static_cast<size_t>(n);
-    std::vector<double> hw(len), dgw(len), duw(len);
-    ref::geglu_forward<double>(hw.data(), gd.data(), ud.data(), n);
-    ref::geglu_backward<double>(dgw.data(), duw.data(), dhd.data(), gd.data(), ud.data(), n);
-    std::vector<double> bh(len), bdg(len), bdu(len);
-    for (size_t i = 0; i < len; ++i) {
-      const double x = gd[i];
-      const double y = kGeluTanhK * (x + kGeluTanhA * x * x * x);
-      const double s = 1 / (1 + std::exp(-2 * y));
-      const double rel = 10 * kU32 + 12 * kU32 * (1 - s) * std::fabs(y);
-      const double B = 1 + std::fabs(x) * 2 * kGeluTanhK * (1 + 3 * kGeluTanhA * x * x);
-      bh[i] = rel * std::fabs(hw[i]) + 1e-30;
-      bdu[i] = rel * std::fabs(duw[i]) + 1e-30;
-      bdg[i] = std::fabs(dhd[i] * ud[i]) * s * B * (16 * kU32 + 24 * kU32 * (1 - s) * std::fabs(y)) + 1e-30;
-    }
+    const test::GegluExpected e = test::geglu_expected(g, u, dh);
     test::for_each_isa([&](Isa) {
       std::vector<float> h(len, NAN), dg(len, NAN), du(len, NAN);
       geglu_forward(h.data(), g.data(), u.data(), n);
       geglu_backward(dg.data(), du.data(), dh.data(), g.data(), u.data(), n);
-      EXPECT_TRUE(test::within_bound(h, hw, bh)) << "n=" << n;
-      EXPECT_TRUE(test::within_bound(du, duw, bdu)) << "n=" << n;
-      EXPECT_TRUE(test::within_bound(dg, dgw, bdg)) << "n=" << n;
+      EXPECT_TRUE(test::within_bound(h, e.h, e.bh)) << "n=" << n;
+      EXPECT_TRUE(test::within_bound(du, e.du, e.bdu)) << "n=" << n;
+      EXPECT_TRUE(test::within_bound(dg, e.dg, e.bdg)) << "n=" << n;
     });
   }
 }
