@@ -56,6 +56,10 @@ double ordered_grad_sq_sum(const ModelParameters& grads) {
   return acc;
 }
 
+double executor_layer_scratch_bytes(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k) {
+  return static_cast<double>(BlockWorkspace(c, batch, seq, k).bytes());
+}
+
 StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const StreamingOptions& options)
     : plan_(plan),
       backend_(backend),
@@ -65,6 +69,8 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
       T_(plan.batch * plan.seq),
       C_(plan.model.hidden_size),
       sched_(make_stream_schedule(plan, saved_numel_per_layer(plan.model, plan.batch, plan.seq),
+                                  static_cast<size_t>(executor_layer_scratch_bytes(plan.model, plan.batch, plan.seq,
+                                                                                   backend.kernels())),
                                   compute_tier_weights(plan, backend, options.precision))),
       live_(sched_),
       host_("host activations", 0, backend.host_tier_memory()),
@@ -307,6 +313,7 @@ void StreamingExecutor::begin_window(int w) {
   if (state_.options->before_window) state_.options->before_window(w);
   arena_->begin_window(w);
   for (int k : acquire_at_[w]) live_.set(k, reinterpret_cast<float*>(arena_->acquire(static_cast<size_t>(k)).data()));
+  if (sched_.arena_index(ArenaTensor::Workspace, w) >= 0) workspace_.bind(buf(ArenaTensor::Workspace, w));
   // Layer gradients the plan drains in this window go out first; they and the copies of
   // earlier windows are done at this window's barrier.
   grads_->drain(w);

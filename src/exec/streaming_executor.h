@@ -35,9 +35,10 @@
 // flight and the next step starts clean. Precision: fp32, or bf16 matmuls (weights from the
 // caller's bf16 compute copy: host views on the cpu backend, bf16 slots copied from it on
 // the emu backend; activations and gradients fp32, as ModelStep). Not yet: one weight
-// slot reused across the forward-backward turnaround for resident layers; BlockWorkspace
-// and the cross-entropy's logit chunks still hold their own scratch outside the arena,
-// and so do the RoPE tables and a step's document starts and positions (2 int32 per
+// slot reused across the forward-backward turnaround for resident layers; a layer's
+// scratch (BlockWorkspace) is an arena range of its window (ws.<window>), but the
+// cross-entropy's logit chunks still hold their own scratch outside the arena, and so do
+// the RoPE tables and a step's document starts and positions (2 int32 per
 // token), which on a GPU would be copied to it with the step's inputs.
 #pragma once
 
@@ -84,6 +85,11 @@ std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& pa
 // The squared gradient norm in the executor's arrival order (head, layers L-1..0,
 // embedding), so an in-memory run can reproduce the executor's sum bit for bit.
 double ordered_grad_sq_sum(const ModelParameters& grads);
+
+// The scratch of one layer pass on the kernels of k, which the executor plans as an arena
+// range of every layer window (ws.<window>): what a plan for it takes as
+// PlanRequest::layer_scratch_bytes.
+double executor_layer_scratch_bytes(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k);
 
 struct StreamingOptions {
   std::filesystem::path offload_dir;  // NVMe tier; required when the plan puts tokens or states there
@@ -237,6 +243,7 @@ class StreamingExecutor {
   // first and the pager's staging buffers outlive every request that uses them.
   std::unique_ptr<StatePager> pager_;
   std::unique_ptr<NvmeStore> nvme_;
+  // Its layout; bound to the window's ws.<window> range at each layer window's start.
   BlockWorkspace workspace_;
   // Per step: the clock origin, the window running, and the events so far.
   std::chrono::steady_clock::time_point t0_;

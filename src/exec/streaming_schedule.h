@@ -37,7 +37,8 @@ struct BoundarySchedule {
 // arena indices once, at setup, so that its step does no name lookups; the names (in
 // ArenaRequest, for reports and errors) say the same: x.<b>, a.<b>.gpu, r.<b>, rc.<b>,
 // int.<j>, int.scratch, head.norm_out, head.rstd, head.d_hidden, w.<j>, wr.<j>, wb.<j>,
-// g.<j>, w.norm, g.norm, w.lm_head (or w.lm_head.<k>), g.lm_head (or g.lm_head.<k>), dx.<k>.
+// g.<j>, w.norm, g.norm, w.lm_head (or w.lm_head.<k>), g.lm_head (or g.lm_head.<k>), dx.<k>,
+// ws.<window name>.
 enum class ArenaTensor : uint8_t {
   Boundary,         // x.<b>: boundary b as produced (kept here when stored whole)
   BoundaryGpuPart,  // a.<b>.gpu: an offloaded boundary's compute-tier tokens
@@ -57,8 +58,9 @@ enum class ArenaTensor : uint8_t {
   LmHead,           // w.lm_head: whole (k = 0) or chunk slot k of a streamed head
   LmHeadGradients,  // g.lm_head: likewise
   Dx,               // dx.<k>, k = 0, 1: the two gradient buffers backward alternates
+  Workspace,        // ws.<window name>: the layer's scratch (BlockWorkspace) in plan window w, for that window only
 };
-inline constexpr int kArenaTensorKinds = static_cast<int>(ArenaTensor::Dx) + 1;
+inline constexpr int kArenaTensorKinds = static_cast<int>(ArenaTensor::Workspace) + 1;
 
 struct ArenaKey {
   ArenaTensor tensor = ArenaTensor::Boundary;
@@ -127,8 +129,10 @@ struct ComputeTierWeights {
 // Throws lt::Error for a plan the executor cannot run (infeasible, wrong model shape,
 // a backward window whose input is neither stored nor recomputed, ...).
 // saved_numel: each layer's saved tensors (KeepInternals), in floats; int.scratch, where
-// recomputed layers write theirs, holds the largest.
+// recomputed layers write theirs, holds the largest. workspace_bytes: a layer pass's
+// scratch (layers/decoder_block.h's BlockWorkspace), planned in every window that runs a
+// layer (forward, recompute, backward), each its own range that lives for that window.
 StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>& saved_numel,
-                                    const ComputeTierWeights& weights = {});
+                                    size_t workspace_bytes, const ComputeTierWeights& weights = {});
 
 }  // namespace lt

@@ -233,37 +233,46 @@ BlockWorkspace::BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq,
   const int64_t T = s.tokens(), I = s.inter, C = s.hidden, QD = s.q_dim(), KD = s.kv_dim();
   bool attention = false, linear = false;
   for (int64_t l = 0; l < c.num_layers; ++l) (c.layer_kind(l) == LayerKind::Attention ? attention : linear) = true;
+  size_t at = 0;
+  auto take = [&](float* BlockWorkspace::*field, int64_t n) {
+    fields_.emplace_back(field, at);
+    at += static_cast<size_t>(n);
+  };
+  take(&BlockWorkspace::d_act, T * I);
+  take(&BlockWorkspace::d_gate, T * I);
+  take(&BlockWorkspace::d_up, T * I);
+  take(&BlockWorkspace::d_norm_out, T * C);
+  take(&BlockWorkspace::d_norm_in, T * C);
   // The attention scratch and the mixer's are never live together (a layer is one kind),
   // so they share one region.
-  const int64_t gate = s.output_gate ? 3 * T * QD : 0;
-  const int64_t attention_floats = attention ? 3 * T * QD + 3 * T * KD + gate : 0;
-  const int64_t mixer_floats = linear ? static_cast<int64_t>(linear_mixer_workspace_floats(k, mixer_shape(s))) : 0;
-  buf_.resize(static_cast<size_t>(3 * T * I + 2 * T * C + std::max(attention_floats, mixer_floats)));
-  float* p = buf_.data();
-  auto take = [&](int64_t n) {
-    float* r = p;
-    p += n;
-    return r;
-  };
-  d_act = take(T * I);
-  d_gate = take(T * I);
-  d_up = take(T * I);
-  d_norm_out = take(T * C);
-  d_norm_in = take(T * C);
-  float* const shared = p;
-  if (linear) mixer = shared;
+  const size_t shared = at;
   if (attention) {
-    d_attn_out = take(T * QD);
-    dq = take(T * QD);
-    dq_pre = take(T * QD);
-    dk = take(T * KD);
-    dv = take(T * KD);
-    dk_pre = take(T * KD);
+    take(&BlockWorkspace::d_attn_out, T * QD);
+    take(&BlockWorkspace::dq, T * QD);
+    take(&BlockWorkspace::dq_pre, T * QD);
+    take(&BlockWorkspace::dk, T * KD);
+    take(&BlockWorkspace::dv, T * KD);
+    take(&BlockWorkspace::dk_pre, T * KD);
     if (s.output_gate) {
-      q_and_gate = take(2 * T * QD);
-      gated = take(T * QD);
+      take(&BlockWorkspace::q_and_gate, 2 * T * QD);
+      take(&BlockWorkspace::gated, T * QD);
     }
   }
+  floats_ = at;
+  if (linear) {
+    fields_.emplace_back(&BlockWorkspace::mixer, shared);
+    floats_ = std::max(floats_, shared + linear_mixer_workspace_floats(k, mixer_shape(s)));
+  }
+}
+
+void BlockWorkspace::allocate() {
+  own_.resize(floats_);
+  bind(own_.data());
+}
+
+void BlockWorkspace::bind(float* base) {
+  LT_ASSERT(base != nullptr || floats_ == 0, "a block workspace bound to no memory");
+  for (const auto& [field, offset] : fields_) this->*field = base + offset;
 }
 
 namespace {

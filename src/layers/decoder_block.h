@@ -84,22 +84,31 @@ BlockSavedLayout block_saved_layout(const ModelConfig& c, int64_t layer, int64_t
 BlockSaved bind_block_saved(const BlockSavedLayout& layout, float* base);
 
 // Scratch for one layer's forward or backward, reused layer after layer; sized for every
-// kind of layer the model has, as the kernels of k need it.
+// kind of layer the model has, as the kernels of k need it. Built with its layout and no
+// memory: allocate() gives it a buffer of its own (the in-memory step), bind() points it
+// at floats() floats the caller planned (the streaming executor's arena); either before
+// the first pass.
 class BlockWorkspace {
  public:
   BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k);
-  size_t bytes() const { return buf_.size() * sizeof(float); }
-  float *d_act, *d_gate, *d_up;   // [T, I]
-  float *d_norm_out, *d_norm_in;  // [T, C]
-  float *d_attn_out, *dq, *dq_pre;  // [T, Hq*D]
-  float *dk, *dv, *dk_pre;          // [T, Hkv*D]
+  size_t floats() const { return floats_; }
+  size_t bytes() const { return floats_ * sizeof(float); }
+  void allocate();
+  void bind(float* base);
+
+  float *d_act = nullptr, *d_gate = nullptr, *d_up = nullptr;  // [T, I]
+  float *d_norm_out = nullptr, *d_norm_in = nullptr;           // [T, C]
+  float *d_attn_out = nullptr, *dq = nullptr, *dq_pre = nullptr;  // [T, Hq*D]
+  float *dk = nullptr, *dv = nullptr, *dk_pre = nullptr;          // [T, Hkv*D]
   // Gated attention (null without it): q_proj's output (forward) or its gradient
   // (backward) [T, Hq*2D], and o_proj's input, the gated attention output [T, Hq*D].
   float *q_and_gate = nullptr, *gated = nullptr;
   float* mixer = nullptr;  // the Gated DeltaNet mixer's workspace (null without one)
 
  private:
-  AlignedBuffer<float> buf_;
+  std::vector<std::pair<float* BlockWorkspace::*, size_t>> fields_;  // each pointer's offset, in floats
+  size_t floats_ = 0;
+  AlignedBuffer<float> own_;
 };
 
 // cos/sin: RoPE tables [seq, head_dim/2]. w_bf16 is read only with Precision::BF16

@@ -21,6 +21,7 @@ ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision
     throw Error("sequence length " + std::to_string(seq) + " exceeds max_position_embeddings " +
                     std::to_string(c.max_position_embeddings),
                 "model config", "use a shorter sequence");
+  workspace_.allocate();
   ctx_.shape = block_shape(c, batch, seq);
   set_rope_tables(ctx_, rope_cos_, rope_sin_, c, seq);
   ctx_.precision = precision;

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/hybrid_layers.h"
 #include "model/layer_specs.h"
+#include "plan/plan_request.h"
 
 namespace lt {
 namespace {
@@ -26,7 +27,7 @@ constexpr double kHeadForwardsPerStep = 4;
 }  // namespace
 
 CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int64_t batch, int64_t seq,
-                           const MeasuredLayerTimes& measured) {
+                           const MeasuredLayerTimes& measured, double layer_scratch_bytes) {
   if (batch <= 0 || seq <= 0) throw Error("batch and seq must be positive", "plan request", "");
   CostModel m;
   m.num_layers = static_cast<int>(c.num_layers);
@@ -68,13 +69,17 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
     l.grad_bytes = gb * l.params;
     l.internals_bytes =
         static_cast<double>(layer_saved_bytes(c, j, RecomputeOption::KeepInternals, batch, seq, ab));
-    // Forward: the internals exist while the layer runs (they are its temporaries).
-    l.workspace_forward = l.internals_bytes;
-    // Backward: the recomputed internals, the incoming and outgoing boundary gradients plus
-    // one more boundary-sized temporary, and the two widest gradient temporaries (MLP gate
-    // and up, [tokens, intermediate] each).
-    l.workspace_backward = l.internals_bytes + 3 * m.boundary_bytes +
-                           2 * tok * static_cast<double>(c.intermediate_size) * ab;
+    // Forward: the internals exist while the layer runs (they are its temporaries), with
+    // the pass's scratch. Backward: the recomputed internals, the incoming and outgoing
+    // boundary gradients plus one more boundary-sized temporary, and the pass's scratch.
+    // The scratch is the executor's own figure when the request gives it; else the two
+    // widest gradient temporaries (MLP gate and up, [tokens, intermediate] each) in
+    // backward, and none in forward.
+    const bool scratch_known = layer_scratch_bytes >= 0;
+    l.workspace_forward = l.internals_bytes + (scratch_known ? layer_scratch_bytes : 0);
+    const double gate_and_up_grads = 2 * tok * static_cast<double>(c.intermediate_size) * ab;
+    l.workspace_backward =
+        l.internals_bytes + 3 * m.boundary_bytes + (scratch_known ? layer_scratch_bytes : gate_and_up_grads);
     l.forward_flops = layer_forward_flops(c, j, batch, seq);
     l.forward_s = measured.forward_s > 0 ? measured.forward_s : l.forward_flops / rate;
     l.backward_s = measured.backward_s > 0 ? measured.backward_s : 2 * l.forward_flops / rate;
@@ -156,6 +161,10 @@ HeadFootprint CostModel::head_footprint(int64_t chunk_rows) const {
 
 int64_t CostModel::min_head_chunk_rows() const {
   return 2 * kHeadChunkQuantum < vocab_size ? kHeadChunkQuantum : 0;
+}
+
+CostModel build_cost_model(const PlanRequest& req) {
+  return build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured, req.layer_scratch_bytes);
 }
 
 }  // namespace lt

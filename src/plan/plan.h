@@ -66,7 +66,8 @@
 //   "hardware": { hardware profile, see plan/hardware_profile.h },
 //   "batch", "seq",
 //   "budgets": { "gpu_cap_bytes", "cpu_act_bytes", "nvme_act_bytes" },
-//   "fixed": { "gpu_bytes" (2 weight slots + 2 gradient slots), "host_state_bytes" },
+//   "fixed": { "gpu_bytes" (2 weight slots + 2 gradient slots), "host_state_bytes",
+//              "layer_scratch_bytes" (the executor's per layer pass; absent: estimated) },
 //   "head": { "chunk_rows": 0 (whole) or rows per streamed chunk, "chunks" },
 //   "boundaries": [ { "index", "tier": "gpu"|"cpu"|"nvme"|"split"|"recompute",
 //                     "gpu", "cpu", "nvme" (token fractions) } ]  (L+1 entries),
@@ -180,6 +181,7 @@ struct Plan {
   double gpu_cap_bytes = 0, cpu_act_budget_bytes = 0, nvme_act_budget_bytes = 0;
   double fixed_gpu_bytes = 0;
   double host_state_bytes = 0;
+  double layer_scratch_bytes = -1;  // the request's (plan/plan_request.h), kept for re-planning
 
   std::vector<BoundaryPlacement> boundaries;  // L+1
   std::vector<std::pair<int, int>> blocks;    // recompute blocks, ascending

@@ -23,7 +23,7 @@ const std::vector<std::string>& plan_policies() {
 }
 
 Plan make_plan(const PlanRequest& req, const std::string& policy) {
-  CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured);
+  CostModel cm = build_cost_model(req);
   if (policy == "milp") return plan_milp(req, cm);
   if (policy == "megatrain") return plan_megatrain(req, cm);
   if (policy == "megatrain-code") return plan_megatrain_code(req, cm);
@@ -89,7 +89,7 @@ InfeasibleReport diagnose_infeasible(const PlanRequest& req, const std::string& 
   if (problems.empty()) {
     // No plan to measure (the MILP proved infeasibility): the plan that needs the least
     // compute-tier memory among the simple ones tells which budget is short and by how much.
-    CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured);
+    CostModel cm = build_cost_model(req);
     Plan best = plan_greedy(req, cm);
     Plan rc = plan_recompute_all(req, cm);
     if (rc.predicted_peak.gpu < best.predicted_peak.gpu) best = rc;

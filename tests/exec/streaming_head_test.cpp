@@ -89,7 +89,7 @@ TEST_F(StreamingHead, MilpPlanUnderACapBelowTheWholeHeadTrainsWithinItsMemory) {
   const ModelConfig c = big_vocab_config(6);
   PlanRequest req = request(c);
   req.hardware.act_bytes = 4;
-  const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
+  const CostModel cm = build_cost_model(req);
   const Plan loose = make_plan(req, "keep-all");
   req.gpu_cap_bytes = loose.fixed_gpu_bytes + cm.head_weight_bytes + cm.head_grad_bytes + cm.boundary_bytes +
                       cm.workspace_head - 0.5 * cm.boundary_bytes;
@@ -174,7 +174,7 @@ TEST_F(StreamingHead, ChunksOfPartialSubChunksAreAnError) {
   const ModelConfig c = big_vocab_config();
   Plan p = decided_plan(c, kHeadChunkQuantum, false);
   PlanRequest req = request(c);
-  const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
+  const CostModel cm = build_cost_model(req);
   Decisions d = all_gpu_decisions(static_cast<int>(c.num_layers), "odd");
   d.head_chunk_rows = 1000;  // not a multiple of the cross-entropy's 16384-row sub-chunk
   p = build_plan(req, cm, d);

@@ -31,7 +31,7 @@ Plan random_plan(const ModelConfig& c, uint64_t seed) {
   const int L = static_cast<int>(c.num_layers);
   PlanRequest req = request(c);
   req.nvme_state_layers = std::uniform_int_distribution<int>(0, L - 2)(rng);
-  const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
+  const CostModel cm = build_cost_model(req);
   Decisions d = all_gpu_decisions(L, "random-" + std::to_string(seed));
   std::uniform_real_distribution<double> u(0, 1);
   for (int b = 1; b < L; ++b) {

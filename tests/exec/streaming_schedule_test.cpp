@@ -29,7 +29,7 @@ using namespace streaming_test;
 using A = ArenaTensor;
 
 // The request name each id stands for, spelled out here independently of the schedule.
-std::string expected_name(const ArenaKey& k, bool streamed_head) {
+std::string expected_name(const ArenaKey& k, bool streamed_head, const Plan& plan) {
   const std::string i = std::to_string(k.index);
   switch (k.tensor) {
     case A::Boundary: return "x." + i;
@@ -50,6 +50,7 @@ std::string expected_name(const ArenaKey& k, bool streamed_head) {
     case A::LmHead: return streamed_head ? "w.lm_head." + i : "w.lm_head";
     case A::LmHeadGradients: return streamed_head ? "g.lm_head." + i : "g.lm_head";
     case A::Dx: return "dx." + i;
+    case A::Workspace: return "ws." + plan.windows[static_cast<size_t>(k.index)].name;
   }
   return "?";
 }
@@ -86,25 +87,25 @@ void for_each_schedule(const Check& check) {
       so.offload_dir = std::filesystem::temp_directory_path();
       so.direct_io = false;
       const StreamingExecutor ex(k.plan, *backend, so);
-      check(ex.schedule(), k.what + (separate ? " (emu)" : " (cpu)"), separate);
+      check(ex.schedule(), k.what + (separate ? " (emu)" : " (cpu)"), separate, k.plan);
     }
   }
 }
 
 TEST(StreamingSchedule, EveryArenaRequestHasOneTypedIdSpelledAsItsName) {
-  for_each_schedule([](const StreamSchedule& s, const std::string& what, bool /*separate*/) {
+  for_each_schedule([](const StreamSchedule& s, const std::string& what, bool /*separate*/, const Plan& plan) {
     ASSERT_EQ(s.arena_keys.size(), s.arena.size()) << what;
     std::set<std::pair<int, int>> seen;
     for (size_t i = 0; i < s.arena.size(); ++i) {
       const ArenaKey& key = s.arena_keys[i];
       EXPECT_TRUE(seen.insert({static_cast<int>(key.tensor), key.index}).second) << what << ": " << s.arena[i].name;
       EXPECT_EQ(s.arena_index(key.tensor, key.index), static_cast<int>(i)) << what << ": " << s.arena[i].name;
-      EXPECT_EQ(s.arena[i].name, expected_name(key, s.head_chunk_rows > 0)) << what;
+      EXPECT_EQ(s.arena[i].name, expected_name(key, s.head_chunk_rows > 0, plan)) << what;
     }
     // Every id that looks up names its own request: nothing else answers.
     size_t answering = 0;
     for (int t = 0; t < kArenaTensorKinds; ++t)
-      for (int index = -1; index <= s.L + 2; ++index) {
+      for (int index = -1; index <= static_cast<int>(plan.windows.size()); ++index) {
         const int r = s.arena_index(static_cast<A>(t), index);
         if (r < 0) continue;
         ++answering;
@@ -117,7 +118,7 @@ TEST(StreamingSchedule, EveryArenaRequestHasOneTypedIdSpelledAsItsName) {
 
 TEST(StreamingSchedule, TypedIdsAreWhatThePlanKeepsWhere) {
   bool offloaded = false, recomputed = false, streamed = false;  // the cases cover each
-  for_each_schedule([&](const StreamSchedule& s, const std::string& what, bool separate) {
+  for_each_schedule([&](const StreamSchedule& s, const std::string& what, bool separate, const Plan& plan) {
     const auto has = [&](A t, int i = 0) { return s.arena_index(t, i) >= 0; };
     bool any_recomputed_internals = false;
     for (int b = 0; b <= s.L; ++b) {
@@ -146,6 +147,18 @@ TEST(StreamingSchedule, TypedIdsAreWhatThePlanKeepsWhere) {
     EXPECT_EQ(has(A::LmHead, 1), separate && s.head_chunk_rows > 0) << what;
     EXPECT_EQ(has(A::LmHeadGradients, 1), separate && s.head_chunk_rows > 0) << what;
     streamed |= s.head_chunk_rows > 0;
+    // A layer pass's scratch: in every window that runs a layer, for that window alone.
+    const size_t scratch = BlockWorkspace(plan.model, plan.batch, plan.seq, cpu_kernel_table()).bytes();
+    for (size_t w = 0; w < plan.windows.size(); ++w) {
+      const WindowKind kind = plan.windows[w].kind;
+      const bool layer_pass = kind == WindowKind::Forward || kind == WindowKind::Recompute || kind == WindowKind::Backward;
+      const int ws = static_cast<int>(w);
+      ASSERT_EQ(has(A::Workspace, ws), layer_pass) << what << ": window " << plan.windows[w].name;
+      if (!layer_pass) continue;
+      const ArenaRequest& r = s.arena[s.arena_index(A::Workspace, ws)];
+      EXPECT_EQ(r.bytes, scratch) << what << ": " << r.name;
+      EXPECT_TRUE(r.first_window == ws && r.last_window == ws) << what << ": " << r.name;
+    }
     // Outside the kinds' ranges: nothing.
     EXPECT_FALSE(has(A::Boundary, -1)) << what;
     EXPECT_FALSE(has(A::Boundary, s.L + 1)) << what;

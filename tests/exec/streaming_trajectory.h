@@ -262,6 +262,7 @@ inline PlanRequest request(const ModelConfig& c) {
   req.batch = kBatch;
   req.seq = kSeq;
   req.time_limit_s = 5;
+  req.layer_scratch_bytes = executor_layer_scratch_bytes(c, kBatch, kSeq, cpu_kernel_table());
   return req;
 }
 
@@ -275,18 +276,30 @@ inline Plan offloading_milp_plan(const ModelConfig& c, double host_memory_bytes 
   if (host_memory_bytes > 0) req.hardware.host_memory_bytes = host_memory_bytes;
   const Plan loose = make_plan(req, "keep-all");
   const double boundary = static_cast<double>(kBatch * kSeq * c.hidden_size * req.hardware.act_bytes);
-  // The head's weight and gradient slots (both live in HEAD) come on top of the boundaries.
-  const CostModel cm = build_cost_model(c, req.hardware, kBatch, kSeq);
-  const double head = (cm.head_weight_bytes + cm.head_grad_bytes) / boundary;
-  for (double extra = head + 18; extra <= head + 30; extra += 0.25) {
-    req.gpu_cap_bytes = loose.fixed_gpu_bytes + extra * boundary;
+  const auto plan_under = [&](double cap) {
+    req.gpu_cap_bytes = cap;
     req.cpu_act_budget_bytes = 0.1 * boundary;
     req.nvme_act_budget_bytes = 64 * boundary;
     Plan p = make_plan(req, "milp");
     const Plan::TierCounts tc = p.tier_counts();
     if (std::getenv("LT_STREAMING_DEBUG"))
-      std::fprintf(stderr, "milp extra %.0f: feasible %d gpu %.2f cpu %.2f nvme %.2f rc %.0f %s\n", extra, p.feasible,
-                   tc.gpu, tc.cpu, tc.nvme, tc.recompute, p.infeasible_reason.c_str());
+      std::fprintf(stderr, "milp cap %.2f boundaries over the keep-all peak: feasible %d gpu %.2f cpu %.2f nvme %.2f rc %.0f %s\n",
+                   (cap - loose.predicted_peak.gpu) / boundary, p.feasible, tc.gpu, tc.cpu, tc.nvme, tc.recompute,
+                   p.infeasible_reason.c_str());
+    return p;
+  };
+  // The smallest cap (to a quarter boundary) under which the MILP finds a plan, between the
+  // fixed slots alone and the keep-all plan's peak (which needs no offload): the tightest
+  // budget moves the most tokens off the compute tier. Then, if that plan does not use both
+  // host and NVMe, a little more room.
+  double lo = loose.fixed_gpu_bytes, hi = loose.predicted_peak.gpu;
+  while (hi - lo > 0.25 * boundary) {
+    const double mid = 0.5 * (lo + hi);
+    (plan_under(mid).feasible ? hi : lo) = mid;
+  }
+  for (double cap = hi; cap <= hi + 8 * boundary; cap += 0.25 * boundary) {
+    Plan p = plan_under(cap);
+    const Plan::TierCounts tc = p.tier_counts();
     if (p.feasible && tc.cpu > 0 && tc.nvme > 0) return p;
   }
   return Plan{};
@@ -298,7 +311,7 @@ inline Plan offloading_milp_plan(const ModelConfig& c, double host_memory_bytes 
 inline Plan decided_plan(const ModelConfig& c, int64_t rows, bool mixed, double weight_bytes = 4) {
   PlanRequest req = request(c);
   req.hardware.weight_bytes = weight_bytes;
-  const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
+  const CostModel cm = build_cost_model(req);
   Decisions d = all_gpu_decisions(static_cast<int>(c.num_layers), "decided");
   if (mixed) {
     d.boundaries[1] = BoundaryPlacement{true, 0, 0, 0};

@@ -63,7 +63,7 @@ Plan random_window_plan(const ModelConfig& c, uint64_t seed) {
   const int L = static_cast<int>(c.num_layers);
   const Stages st{L};
   const PlanRequest req = request(c);
-  const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
+  const CostModel cm = build_cost_model(req);
   Decisions d = all_gpu_decisions(L, "windows-" + std::to_string(seed));
   for (int b = 1; b < L; ++b) {
     const double r = u(rng);
@@ -163,7 +163,7 @@ TEST(StreamingTransferWindows, RandomWindowsTrainBitwiseLikeInMemory) {
 PlanRequest rated_request(const ModelConfig& c, double h2d_f, double d2h_f, double act_f, double state_f) {
   PlanRequest req = request(c);
   req.hardware.act_bytes = 4;  // the executor's activations are fp32: the plan counts what it holds
-  const CostModel cm = build_cost_model(c, req.hardware, req.batch, req.seq);
+  const CostModel cm = build_cost_model(req);
   const double F = cm.layer(0).forward_s;
   req.hardware.h2d_bw = cm.layer(0).weight_bytes / (h2d_f * F);
   req.hardware.d2h_bw = cm.layer(0).grad_bytes / (d2h_f * F);
@@ -211,7 +211,7 @@ TEST(StreamingTransferWindows, MilpPlansWithMovedWindowsTrainBitwiseLikeInMemory
   cases.push_back({"backward loads", rated_request(c, 2.5, 0.5, 0, 0.5), kept});
   {
     Case k{"late drains", rated_request(c, 0.5, 2.5, 6, 0.5), kept};
-    const CostModel cm = build_cost_model(c, k.req.hardware, k.req.batch, k.req.seq);
+    const CostModel cm = build_cost_model(k.req);
     k.req.nvme_act_budget_bytes = 1.01 * cm.boundary_bytes;
     k.structure.boundaries[0] = BoundaryPlacement{false, 0, 0, 1};
     ASSERT_TRUE(assign_asap_traffic(k.structure, cm));
@@ -219,7 +219,7 @@ TEST(StreamingTransferWindows, MilpPlansWithMovedWindowsTrainBitwiseLikeInMemory
   }
   {
     Case k{"paging", rated_request(c, 0.5, 0.5, 0, 0.6), all_gpu_decisions(L, "structure")};
-    const CostModel cm = build_cost_model(c, k.req.hardware, k.req.batch, k.req.seq);
+    const CostModel cm = build_cost_model(k.req);
     k.req.hardware.host_memory_bytes = (cm.host_state_bytes - 0.75 * cm.layer(0).state_bytes) / kHostStateShare;
     cases.push_back(k);
   }
@@ -231,7 +231,7 @@ TEST(StreamingTransferWindows, MilpPlansWithMovedWindowsTrainBitwiseLikeInMemory
   test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, 0);
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
-    const CostModel cm = build_cost_model(c, k.req.hardware, k.req.batch, k.req.seq);
+    const CostModel cm = build_cost_model(k.req);
     MilpOptions opt;
     opt.fixed_structure = &k.structure;
     const Plan p = plan_milp(k.req, cm, opt);
