@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +25,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "io/atomic_file.h"
 #include "kernels/cpu/matmul.h"
 
 namespace lt::cli {
@@ -148,6 +148,7 @@ nlohmann::json measured(double v, const std::string& note = "") {
 }
 
 void run_profile(const ProfileArgs& a) {
+  prepare_output_file(a.out, "--out");  // before a minute of measuring, not after
   std::error_code ec;
   if (!std::filesystem::is_directory(a.dir, ec))
     throw Error("the disk-test directory " + a.dir + " does not exist", "--dir",
@@ -192,9 +193,7 @@ void run_profile(const ProfileArgs& a) {
   j["host"] = {{"memory_gb", measured(host / 1e9)},
                {"optimizer_gparams_per_s", measured(opt / 1e9, "plain fp32 AdamW loop, all threads")},
                {"memory_bandwidth_gbps", measured(copy / 1e9, "memcpy")}};
-  std::ofstream f(a.out);
-  if (!f) throw Error("cannot write profile", a.out, "check the directory exists and is writable");
-  f << j.dump(2) << "\n";
+  write_file_atomic(a.out, j.dump(2) + "\n");
   std::printf("written %s\n", a.out.c_str());
 }
 

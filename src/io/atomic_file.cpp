@@ -65,6 +65,23 @@ void AtomicFileWriter::commit() {
   }
 }
 
+void prepare_output_file(const std::string& path, const std::string& where) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+    std::filesystem::create_directories(parent, ec);
+    if (ec)
+      throw Error("cannot create the directory " + parent.string() + " for " + path + ": " + ec.message(), where,
+                  "give a path whose directory exists or can be created");
+  }
+  try {
+    AtomicFileWriter probe(path);  // not committed: the temporary file goes again
+  } catch (const Error& e) {
+    throw Error(std::string("cannot write ") + path + ": " + e.what(), where,
+                "give a path in a writable directory");
+  }
+}
+
 void write_file_atomic(const std::string& path, const std::string& text) {
   AtomicFileWriter w(path);
   w.write(text.data(), text.size());

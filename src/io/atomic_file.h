@@ -32,6 +32,10 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
+// Before long work whose result goes to `path`: creates its parent directories and
+// checks, with a temporary file that is removed again, that a file can be written there.
+// Throws lt::Error naming `where` (the option or key that gave the path) and the reason.
+void prepare_output_file(const std::string& path, const std::string& where);
 // Writes `text` to `path` through an AtomicFileWriter.
 void write_file_atomic(const std::string& path, const std::string& text);
 // Reads a whole file; throws lt::Error naming the path.

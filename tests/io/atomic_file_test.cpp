@@ -68,5 +68,33 @@ TEST(AtomicFile, FailedWriteKeepsOldFileAndNamesPath) {
   EXPECT_EQ(entries_in(dir.str()), 1u) << "the temporary file was not removed";
 }
 
+// A file whose directories do not exist yet: they are made, and nothing is left in them
+// (`lazytrain profile` checks its output this way before it measures for a minute).
+TEST(AtomicFile, PrepareOutputCreatesItsDirectoryAndLeavesNoFile) {
+  test::TempDir dir("atomic-prepare");
+  const std::string path = dir.str() + "/profiles/nested/local.json";
+  prepare_output_file(path, "--out");
+  EXPECT_TRUE(fs::is_directory(dir.str() + "/profiles/nested"));
+  EXPECT_EQ(entries_in(dir.str() + "/profiles/nested"), 0u);
+  write_file_atomic(path, "{}");
+  EXPECT_EQ(read_text_file(path), "{}");
+}
+
+// A directory that cannot be made (a file stands where it would go): the error names the
+// option and the path, before any work.
+TEST(AtomicFile, PrepareOutputNamesAnUnwritablePlace) {
+  test::TempDir dir("atomic-prepare-bad");
+  write_file_atomic(dir.str() + "/profiles", "a file, not a directory");
+  const std::string path = dir.str() + "/profiles/local.json";
+  std::string message;
+  try {
+    prepare_output_file(path, "--out");
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("--out"), std::string::npos) << message;
+  EXPECT_NE(message.find(dir.str() + "/profiles"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace lt
