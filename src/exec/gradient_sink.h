@@ -24,10 +24,10 @@
 #include "exec/backend.h"
 #include "exec/exec_event.h"
 #include "exec/live_arena.h"
-#include "exec/streaming_schedule.h"
 #include "kernels/kernel_table.h"
 #include "memory/host_pool.h"
 #include "model/parameters.h"
+#include "plan/stream_schedule.h"
 
 namespace lt {
 

@@ -1,5 +1,5 @@
 // The compute-tier tensors live in the current plan window, by their typed ids
-// (streaming_schedule.h): the streaming executor fills it as it acquires and releases
+// (plan/stream_schedule.h): the streaming executor fills it as it acquires and releases
 // arena ranges, and its weight source and gradient sink read their slots from it.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "exec/streaming_schedule.h"
+#include "plan/stream_schedule.h"
 
 namespace lt {
 

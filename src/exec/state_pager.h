@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "exec/streaming_schedule.h"
 #include "memory/host_pool.h"
 #include "memory/nvme_store.h"
+#include "plan/stream_schedule.h"
 
 namespace lt {
 

@@ -18,7 +18,7 @@
 //    (exec/state_pager.h), read before and written back after its update.
 //
 // Every compute-tier byte lives in a ComputeArena laid out at construction from the
-// plan (streaming_schedule.h); the host parts and NVMe slots are allocated there too.
+// plan (plan/stream_schedule.h); the host parts and NVMe slots are allocated there too.
 // Where compute reads weights and where gradients go is chosen once, at construction,
 // for the backend (exec/weight_source.h, exec/gradient_sink.h): host views and sums in
 // place on the cpu backend (host_is_compute()); on the others (emu) each layer's weights
@@ -59,7 +59,6 @@
 #include "exec/gradient_sink.h"
 #include "exec/live_arena.h"
 #include "exec/state_pager.h"
-#include "exec/streaming_schedule.h"
 #include "exec/weight_source.h"
 #include "layers/decoder_block.h"
 #include "layers/step_batch.h"
@@ -68,6 +67,7 @@
 #include "memory/nvme_store.h"
 #include "model/parameters.h"
 #include "plan/plan.h"
+#include "plan/stream_schedule.h"
 
 namespace lt {
 

@@ -20,12 +20,12 @@
 #include "core/dtype.h"
 #include "exec/backend.h"
 #include "exec/live_arena.h"
-#include "exec/streaming_schedule.h"
 #include "kernels/kernel_table.h"
 #include "layers/decoder_block.h"
 #include "memory/host_pool.h"
 #include "model/parameters.h"
 #include "plan/plan.h"
+#include "plan/stream_schedule.h"
 
 namespace lt {
 

@@ -13,16 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "core/arena_request.h"
 #include "memory/compute_arena.h"
 
 namespace lt {
-
-struct ArenaRequest {
-  std::string name;
-  size_t bytes = 0;
-  int first_window = 0;
-  int last_window = 0;
-};
 
 // One allocation per request, in the requests' order.
 std::vector<ArenaAllocation> lay_out_arena(const std::vector<ArenaRequest>& requests,

@@ -1,4 +1,4 @@
-// The schedule's typed compute-tier ids (exec/streaming_schedule.h): every arena request
+// The schedule's typed compute-tier ids (plan/stream_schedule.h): every arena request
 // has exactly one (tensor, index) id and every id its one request, spelled as the request
 // is named; the ids present are exactly what the plan keeps where (boundaries stored
 // whole, offloaded, recomputed; internals kept; weight and gradient slots only where the

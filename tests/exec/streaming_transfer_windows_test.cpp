@@ -1,6 +1,6 @@
 // Plans whose weight loads, gradient drains and paged optimizer states run in windows other
 // than the rule's (plan_decisions.h): random ones from the builder, and the MILP's where
-// moving them pays. The executor reads those windows from the plan (streaming_schedule.h),
+// moving them pays. The executor reads those windows from the plan (plan/stream_schedule.h),
 // and five training steps under each match the in-memory run bitwise, on the cpu and emu
 // backends; on emu the compute tier never holds more in a window than the plan counts,
 // the extra weight and gradient slots included.

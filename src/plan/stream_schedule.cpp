@@ -1,4 +1,4 @@
-#include "exec/streaming_schedule.h"
+#include "plan/stream_schedule.h"
 
 #include <algorithm>
 #include <cmath>

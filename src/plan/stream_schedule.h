@@ -3,7 +3,9 @@
 // recompute and backward windows; and the compute-tier allocations (names, bytes,
 // lifetimes in plan windows) that follow from it. Computed once at setup, so that every
 // byte the step touches on the compute tier is planned before step 1 (DESIGN.md:
-// "memory is planned, not discovered").
+// "memory is planned, not discovered"). It lives with the plan, not the executor, so that
+// the planner and the simulator can read the same allocations under the same names
+// (exec/streaming_executor.h runs them).
 //
 // The executor keeps activations in fp32 (the kernels' type), so its arena bytes are
 // those of the plan's tensors at 4 bytes per element, not the plan's act_bytes.
@@ -13,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/arena_layout.h"
+#include "core/arena_request.h"
 #include "plan/plan.h"
 
 namespace lt {
