@@ -56,8 +56,23 @@ double ordered_grad_sq_sum(const ModelParameters& grads) {
   return acc;
 }
 
-double executor_layer_scratch_bytes(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k) {
-  return static_cast<double>(BlockWorkspace(c, batch, seq, k).bytes());
+StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k, Precision p,
+                         bool streamed_head) {
+  StepScratch s;
+  s.layer = BlockWorkspace(c, batch, seq, k).bytes();
+  s.head = k.head_cross_entropy_workspace_bytes(batch * seq, c.hidden_size, c.vocab_size, p, streamed_head, {});
+  return s;
+}
+
+ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k) {
+  ExecutorScratch e;
+  for (Precision p : {Precision::F32, Precision::BF16})
+    for (bool streamed : {false, true}) {
+      const StepScratch s = step_scratch(c, batch, seq, k, p, streamed);
+      e.layer_bytes = std::max(e.layer_bytes, static_cast<double>(s.layer));
+      e.head_bytes = std::max(e.head_bytes, static_cast<double>(s.head));
+    }
+  return e;
 }
 
 StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const StreamingOptions& options)
@@ -69,8 +84,8 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
       T_(plan.batch * plan.seq),
       C_(plan.model.hidden_size),
       sched_(make_stream_schedule(plan, saved_numel_per_layer(plan.model, plan.batch, plan.seq),
-                                  static_cast<size_t>(executor_layer_scratch_bytes(plan.model, plan.batch, plan.seq,
-                                                                                   backend.kernels())),
+                                  step_scratch(plan.model, plan.batch, plan.seq, backend.kernels(), options.precision,
+                                               plan.head_chunk_rows > 0),
                                   compute_tier_weights(plan, backend, options.precision))),
       live_(sched_),
       host_("host activations", 0, backend.host_tier_memory()),
@@ -313,7 +328,8 @@ void StreamingExecutor::begin_window(int w) {
   if (state_.options->before_window) state_.options->before_window(w);
   arena_->begin_window(w);
   for (int k : acquire_at_[w]) live_.set(k, reinterpret_cast<float*>(arena_->acquire(static_cast<size_t>(k)).data()));
-  if (sched_.arena_index(ArenaTensor::Workspace, w) >= 0) workspace_.bind(buf(ArenaTensor::Workspace, w));
+  if (win.kind == WindowKind::Forward || win.kind == WindowKind::Recompute || win.kind == WindowKind::Backward)
+    workspace_.bind(buf(ArenaTensor::Workspace, w));  // the layer pass's scratch, ws.<window>
   // Layer gradients the plan drains in this window go out first; they and the copies of
   // earlier windows are done at this window's barrier.
   grads_->drain(w);

@@ -86,10 +86,13 @@ std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& pa
 // embedding), so an in-memory run can reproduce the executor's sum bit for bit.
 double ordered_grad_sq_sum(const ModelParameters& grads);
 
-// The scratch of one layer pass on the kernels of k, which the executor plans as an arena
-// range of every layer window (ws.<window>): what a plan for it takes as
-// PlanRequest::layer_scratch_bytes.
-double executor_layer_scratch_bytes(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k);
+// The scratch the executor plans as an arena range of each window that computes
+// (ws.<window>), on the kernels of k: for the step's own precision and head
+// (step_scratch), and at most over both precisions and a whole or streamed head, what a
+// plan for it takes as PlanRequest::scratch (executor_scratch).
+StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k, Precision p,
+                         bool streamed_head);
+ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k);
 
 struct StreamingOptions {
   std::filesystem::path offload_dir;  // NVMe tier; required when the plan puts tokens or states there

@@ -103,21 +103,25 @@ struct KernelTable {
                                     const float* beta, const float* chunk_states, const GatedDeltaShape& s,
                                     float* workspace) = nullptr;
 
-  // The head and cross-entropy in vocabulary chunks, forward and backward in one call:
-  // kernels/cpu/cross_entropy.h.
+  // The head and cross-entropy in vocabulary chunks, forward and backward in one call, in
+  // a workspace of head_cross_entropy_workspace_bytes (streamed false): kernels/cpu/cross_entropy.h.
+  size_t (*head_cross_entropy_workspace_bytes)(int64_t T, int64_t C, int64_t V, Precision p, bool streamed,
+                                               const CrossEntropyOptions& opt) = nullptr;
   double (*head_cross_entropy)(float* dx, float* dw, const float* x, const float* w, const bf16* w_bf16,
                                const int32_t* targets, int64_t T, int64_t C, int64_t V, float grad_scale,
-                               Precision p, const CrossEntropyOptions& opt) = nullptr;
+                               Precision p, const CrossEntropyOptions& opt, void* workspace) = nullptr;
   // The rows of the vocabulary sub-chunk it works in for T tokens: a head streamed in
   // row chunks that are multiples of it gives the whole head's bits.
   int64_t (*head_cross_entropy_vocab_chunk)(int64_t T, int64_t V, Precision p) = nullptr;
   // The same over an lm_head streamed in row chunks (kernels/head_cross_entropy_stream.h):
-  // the same chunks in the same order, so the same bits. x and targets are read until the
-  // stream is destroyed.
+  // the same chunks in the same order, so the same bits, in a workspace of
+  // head_cross_entropy_workspace_bytes (streamed true). x, targets and the workspace are
+  // read until the stream is destroyed.
   std::unique_ptr<HeadCrossEntropyStream> (*head_cross_entropy_stream)(const float* x, const int32_t* targets,
                                                                        int64_t T, int64_t C, int64_t V,
                                                                        float grad_scale, Precision p,
-                                                                       const CrossEntropyOptions& opt) = nullptr;
+                                                                       const CrossEntropyOptions& opt,
+                                                                       void* workspace) = nullptr;
 
   // Sum of squares in float64 (gradient clipping): kernels/cpu/sum_of_squares.h.
   double (*sum_of_squares)(const float* x, int64_t n) = nullptr;

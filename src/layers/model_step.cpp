@@ -105,7 +105,8 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
                     norm_offset);
   const double loss_sum = k.head_cross_entropy(d_hidden_.data(), grads.lm_head(), final_norm_out_.data(),
                                                params.lm_head(), compute_copy_.of(params, params.lm_head()),
-                                               batch.targets.data(), T, C, V, batch.grad_scale, precision_, {});
+                                               batch.targets.data(), T, C, V, batch.grad_scale, precision_, {},
+                                               /*workspace: its own*/ nullptr);
   result.loss = batch.predicted > 0 ? loss_sum / static_cast<double>(batch.predicted) : 0.0;
 
   float* d_out = d_boundary_[0].data();

@@ -27,7 +27,7 @@ constexpr double kHeadForwardsPerStep = 4;
 }  // namespace
 
 CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int64_t batch, int64_t seq,
-                           const MeasuredLayerTimes& measured, double layer_scratch_bytes) {
+                           const MeasuredLayerTimes& measured, const ExecutorScratch& scratch) {
   if (batch <= 0 || seq <= 0) throw Error("batch and seq must be positive", "plan request", "");
   CostModel m;
   m.num_layers = static_cast<int>(c.num_layers);
@@ -75,11 +75,12 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
     // The scratch is the executor's own figure when the request gives it; else the two
     // widest gradient temporaries (MLP gate and up, [tokens, intermediate] each) in
     // backward, and none in forward.
-    const bool scratch_known = layer_scratch_bytes >= 0;
-    l.workspace_forward = l.internals_bytes + (scratch_known ? layer_scratch_bytes : 0);
+    const double layer_scratch = scratch.layer_bytes;
+    const bool scratch_known = layer_scratch >= 0;
+    l.workspace_forward = l.internals_bytes + (scratch_known ? layer_scratch : 0);
     const double gate_and_up_grads = 2 * tok * static_cast<double>(c.intermediate_size) * ab;
     l.workspace_backward =
-        l.internals_bytes + 3 * m.boundary_bytes + (scratch_known ? layer_scratch_bytes : gate_and_up_grads);
+        l.internals_bytes + 3 * m.boundary_bytes + (scratch_known ? layer_scratch : gate_and_up_grads);
     l.forward_flops = layer_forward_flops(c, j, batch, seq);
     l.forward_s = measured.forward_s > 0 ? measured.forward_s : l.forward_flops / rate;
     l.backward_s = measured.backward_s > 0 ? measured.backward_s : 2 * l.forward_flops / rate;
@@ -88,10 +89,12 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
     m.layers.push_back(l);
   }
   m.total_params = layers_params + m.embed_params + m.head_params;
-  // Head: fp32 logits and their gradient for one vocabulary chunk, and the fp32 gradient
-  // of the head's input boundary.
-  double chunk = static_cast<double>(std::min<int64_t>(kHeadVocabChunk, c.vocab_size));
-  m.workspace_head = 2 * tok * chunk * 4 + tok * static_cast<double>(c.hidden_size) * 4;
+  // Head: the cross-entropy's scratch (the executor's own figure when the request gives
+  // it; else fp32 logits and their gradient for one vocabulary chunk), and the fp32
+  // gradient of the head's input boundary.
+  const double chunk = static_cast<double>(std::min<int64_t>(kHeadVocabChunk, c.vocab_size));
+  const double head_scratch = scratch.head_bytes >= 0 ? scratch.head_bytes : 2 * tok * chunk * 4;
+  m.workspace_head = head_scratch + tok * static_cast<double>(c.hidden_size) * 4;
   m.embed_grad_bytes = m.boundary_bytes;
 
   m.head_flops = kHeadForwardsPerStep * head_forward_flops(c, batch, seq);
@@ -164,7 +167,7 @@ int64_t CostModel::min_head_chunk_rows() const {
 }
 
 CostModel build_cost_model(const PlanRequest& req) {
-  return build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured, req.layer_scratch_bytes);
+  return build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured, req.scratch);
 }
 
 }  // namespace lt

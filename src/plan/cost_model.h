@@ -122,9 +122,9 @@ struct CostModel {
 // Vocabulary chunk of the head's logits (columns per chunk).
 constexpr int64_t kHeadVocabChunk = 2048;
 
-// layer_scratch_bytes: PlanRequest's (< 0: estimated here).
+// scratch: PlanRequest's (not given: estimated here).
 CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int64_t batch, int64_t seq,
-                           const MeasuredLayerTimes& measured = {}, double layer_scratch_bytes = -1);
+                           const MeasuredLayerTimes& measured = {}, const ExecutorScratch& scratch = {});
 struct PlanRequest;  // plan/plan_request.h
 // The cost model of a request: its model, hardware, shape, measured times and scratch.
 CostModel build_cost_model(const PlanRequest& req);

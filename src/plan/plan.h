@@ -67,7 +67,8 @@
 //   "batch", "seq",
 //   "budgets": { "gpu_cap_bytes", "cpu_act_bytes", "nvme_act_bytes" },
 //   "fixed": { "gpu_bytes" (2 weight slots + 2 gradient slots), "host_state_bytes",
-//              "layer_scratch_bytes" (the executor's per layer pass; absent: estimated) },
+//              "layer_scratch_bytes", "head_scratch_bytes" (the executor's, ExecutorScratch;
+//              absent: estimated) },
 //   "head": { "chunk_rows": 0 (whole) or rows per streamed chunk, "chunks" },
 //   "boundaries": [ { "index", "tier": "gpu"|"cpu"|"nvme"|"split"|"recompute",
 //                     "gpu", "cpu", "nvme" (token fractions) } ]  (L+1 entries),
@@ -104,6 +105,15 @@ enum class Link { H2D, D2H, NvmeWrite, NvmeRead };
 
 const char* window_kind_name(WindowKind k);
 const char* link_name(Link l);
+
+// The scratch the executor's kernels work in on the compute tier, which it plans as a
+// range of each window that computes (plan/stream_schedule.h: StepScratch): a layer pass's
+// (forward, recompute or backward) and the head's cross-entropy's, at most, whole or
+// streamed (exec/streaming_executor.h: executor_scratch). < 0: not given; the cost model
+// estimates it.
+struct ExecutorScratch {
+  double layer_bytes = -1, head_bytes = -1;
+};
 
 struct Transfer {
   std::string tensor;
@@ -181,7 +191,7 @@ struct Plan {
   double gpu_cap_bytes = 0, cpu_act_budget_bytes = 0, nvme_act_budget_bytes = 0;
   double fixed_gpu_bytes = 0;
   double host_state_bytes = 0;
-  double layer_scratch_bytes = -1;  // the request's (plan/plan_request.h), kept for re-planning
+  ExecutorScratch scratch;  // the request's (plan/plan_request.h), kept for re-planning
 
   std::vector<BoundaryPlacement> boundaries;  // L+1
   std::vector<std::pair<int, int>> blocks;    // recompute blocks, ascending

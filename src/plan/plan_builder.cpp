@@ -345,7 +345,7 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   // layer producing, the layer draining to the host), for the whole step.
   p.fixed_gpu_bytes = 2 * cm.slot_weight_bytes() + 2 * cm.slot_grad_bytes();
   p.host_state_bytes = host_state_bytes;
-  p.layer_scratch_bytes = req.layer_scratch_bytes;
+  p.scratch = req.scratch;
 }
 
 Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d) {

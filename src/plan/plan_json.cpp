@@ -222,7 +222,8 @@ nlohmann::json plan_to_json(const Plan& p) {
                   {"cpu_act_bytes", p.cpu_act_budget_bytes},
                   {"nvme_act_bytes", p.nvme_act_budget_bytes}};
   j["fixed"] = {{"gpu_bytes", p.fixed_gpu_bytes}, {"host_state_bytes", p.host_state_bytes}};
-  if (p.layer_scratch_bytes >= 0) j["fixed"]["layer_scratch_bytes"] = p.layer_scratch_bytes;
+  if (p.scratch.layer_bytes >= 0) j["fixed"]["layer_scratch_bytes"] = p.scratch.layer_bytes;
+  if (p.scratch.head_bytes >= 0) j["fixed"]["head_scratch_bytes"] = p.scratch.head_bytes;
   j["head"] = {{"chunk_rows", p.head_chunk_rows}, {"chunks", p.head_chunks()}};
   json bs = json::array();
   for (size_t i = 0; i < p.boundaries.size(); ++i) {
@@ -300,7 +301,8 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     p.nvme_act_budget_bytes = b.at("nvme_act_bytes").get<double>();
     p.fixed_gpu_bytes = j.at("fixed").at("gpu_bytes").get<double>();
     p.host_state_bytes = j.at("fixed").at("host_state_bytes").get<double>();
-    p.layer_scratch_bytes = j.at("fixed").value("layer_scratch_bytes", -1.0);
+    p.scratch.layer_bytes = j.at("fixed").value("layer_scratch_bytes", -1.0);
+    p.scratch.head_bytes = j.at("fixed").value("head_scratch_bytes", -1.0);
     if (!v1) {
       p.head_chunk_rows = int_field<int64_t>(j.at("head").at("chunk_rows"), "head.chunk_rows", where);
       // Written for readers; it must agree with the rows (or the file was edited).

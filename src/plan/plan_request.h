@@ -23,10 +23,8 @@ struct PlanRequest {
   int nvme_state_layers = -1;        // layers whose optimizer states page from NVMe; < 0:
                                      // as few as host memory needs (plan/state_paging.h)
   MeasuredLayerTimes measured;
-  // The scratch one layer pass (forward, recompute or backward) takes on the compute tier
-  // as the executor plans it (layers/decoder_block.h: BlockWorkspace::bytes(), an arena
-  // range of each layer window); < 0: the cost model's estimate (plan/cost_model.cpp).
-  double layer_scratch_bytes = -1;
+  // The executor's kernels' scratch (plan/plan.h); not given: the cost model's estimate.
+  ExecutorScratch scratch;
   double time_limit_s = 10;          // MILP limit, in CPU seconds as CBC counts them
   double target_gap = 0.002;         // MILP relative gap to stop at
 

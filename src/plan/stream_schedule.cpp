@@ -66,7 +66,7 @@ void schedule_state_paging(StreamSchedule& s, const Plan& plan) {
 }  // namespace
 
 StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>& saved_numel,
-                                    size_t workspace_bytes, const ComputeTierWeights& cw) {
+                                    const StepScratch& scratch, const ComputeTierWeights& cw) {
   const bool weights_on_compute = cw.on_compute;
   if (!plan.feasible) bad_plan("the plan is infeasible: " + plan.infeasible_reason);
   StreamSchedule s;
@@ -285,7 +285,8 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
   req(A::Dx, 1, "dx.1", full, s.head, s.epilogue);
   for (int j = 0; j < L; ++j)
     for (int w : {s.forward_w[j], s.recompute_w[j], s.backward_w[j]})
-      if (w >= 0) req(A::Workspace, w, "ws." + plan.windows[w].name, workspace_bytes, w, w);
+      if (w >= 0) req(A::Workspace, w, "ws." + plan.windows[w].name, scratch.layer, w, w);
+  req(A::Workspace, s.head, "ws." + plan.windows[s.head].name, scratch.head, s.head, s.head);
   return s;
 }
 

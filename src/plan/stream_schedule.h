@@ -60,7 +60,7 @@ enum class ArenaTensor : uint8_t {
   LmHead,           // w.lm_head: whole (k = 0) or chunk slot k of a streamed head
   LmHeadGradients,  // g.lm_head: likewise
   Dx,               // dx.<k>, k = 0, 1: the two gradient buffers backward alternates
-  Workspace,        // ws.<window name>: the layer's scratch (BlockWorkspace) in plan window w, for that window only
+  Workspace,        // ws.<window name>: the kernels' scratch in plan window w, for that window only
 };
 inline constexpr int kArenaTensorKinds = static_cast<int>(ArenaTensor::Workspace) + 1;
 
@@ -130,11 +130,18 @@ struct ComputeTierWeights {
 
 // Throws lt::Error for a plan the executor cannot run (infeasible, wrong model shape,
 // a backward window whose input is neither stored nor recomputed, ...).
+// The scratch the kernels work in, planned as a range of each window that computes
+// (ws.<window>, living for that window alone): a layer pass's (forward, recompute,
+// backward: layers/decoder_block.h's BlockWorkspace) and the head's cross-entropy's
+// (kernels/kernel_table.h: head_cross_entropy_workspace_bytes, whole or streamed as the
+// plan holds the head).
+struct StepScratch {
+  size_t layer = 0, head = 0;
+};
+
 // saved_numel: each layer's saved tensors (KeepInternals), in floats; int.scratch, where
-// recomputed layers write theirs, holds the largest. workspace_bytes: a layer pass's
-// scratch (layers/decoder_block.h's BlockWorkspace), planned in every window that runs a
-// layer (forward, recompute, backward), each its own range that lives for that window.
+// recomputed layers write theirs, holds the largest.
 StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>& saved_numel,
-                                    size_t workspace_bytes, const ComputeTierWeights& weights = {});
+                                    const StepScratch& scratch, const ComputeTierWeights& weights = {});
 
 }  // namespace lt

@@ -185,7 +185,7 @@ PlanRequest request_of(const Plan& p, double time_limit_s) {
   req.nvme_act_budget_bytes = p.nvme_act_budget_bytes;
   req.nvme_state_layers = static_cast<int>(p.nvme_state_layers.size());
   req.measured = layer_times(assumed_measures(p));
-  req.layer_scratch_bytes = p.layer_scratch_bytes;
+  req.scratch = p.scratch;
   req.time_limit_s = time_limit_s;
   return req;
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -107,13 +108,28 @@ struct HeadResult {
   std::vector<float> dx, dw;
 };
 
+// The kernels' workspace, exactly as many bytes as the table asks for (a multiple of 64,
+// so that the sanitizers see a write past it), filled with NaN's bits: nothing may be read
+// before it is written.
+struct Workspace {
+  explicit Workspace(size_t bytes) : p(static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64)))) {
+    EXPECT_EQ(bytes % 64, 0u);
+    std::memset(p.get(), 0xff, std::max<size_t>(bytes, 64));
+  }
+  struct Free {
+    void operator()(std::byte* b) const { std::free(b); }
+  };
+  std::unique_ptr<std::byte, Free> p;
+};
+
 // The whole call: dx overwrites (it starts at 1e30), dw accumulates into pr.dw0.
 HeadResult head_whole(const KernelTable& k, const test::xent::Problem& pr, const CrossEntropyOptions& opt) {
   HeadResult r;
   r.dx.assign(static_cast<size_t>(pr.T * pr.C), 1e30f);
   r.dw = pr.dw0;
+  Workspace ws(k.head_cross_entropy_workspace_bytes(pr.T, pr.C, pr.V, Precision::F32, false, opt));
   r.loss = k.head_cross_entropy(r.dx.data(), r.dw.data(), pr.x.data(), pr.w.data(), nullptr, pr.targets.data(),
-                                pr.T, pr.C, pr.V, pr.grad_scale, Precision::F32, opt);
+                                pr.T, pr.C, pr.V, pr.grad_scale, Precision::F32, opt, ws.p.get());
   return r;
 }
 
@@ -123,8 +139,9 @@ HeadResult head_whole(const KernelTable& k, const test::xent::Problem& pr, const
 HeadResult head_streamed(const KernelTable& k, const test::xent::Problem& pr, const CrossEntropyOptions& opt,
                          int64_t rows) {
   HeadResult r;
+  Workspace ws(k.head_cross_entropy_workspace_bytes(pr.T, pr.C, pr.V, Precision::F32, true, opt));
   auto ce = k.head_cross_entropy_stream(pr.x.data(), pr.targets.data(), pr.T, pr.C, pr.V, pr.grad_scale,
-                                        Precision::F32, opt);
+                                        Precision::F32, opt, ws.p.get());
   for (int64_t v0 = 0; v0 < pr.V; v0 += rows)
     ce->forward(pr.w.data() + v0 * pr.C, nullptr, v0, std::min(rows, pr.V - v0));
   r.loss = ce->loss();

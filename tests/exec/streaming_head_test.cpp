@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "exec/backend.h"
 #include "exec/streaming_executor.h"
+#include "kernels/cpu/cross_entropy.h"
 #include "layers/compute_copy.h"
 #include "plan/default_schedule.h"
 #include "plan/plan_builder.h"
@@ -138,8 +139,14 @@ TEST_F(StreamingHead, ComputeTierHoldsTwoChunkSlotsEach) {
     }
   }
   EXPECT_EQ(slots, 4);
-  // The head's window is the peak of these plans (its slots and the logits workspace).
-  EXPECT_EQ(ew.planned_peak_bytes() - es.planned_peak_bytes(), 2 * V * C * sizeof(float) - 4 * chunk);
+  // The head's window is the peak of these plans: its slots, and the cross-entropy's
+  // scratch (ws.HEAD), which keeps a token chunk's logits for the whole vocabulary in the
+  // whole call and one sub-chunk's in the streamed one.
+  const int64_t T = streamed.batch * streamed.seq;
+  const size_t ce_whole = head_cross_entropy_workspace_bytes(T, c.hidden_size, c.vocab_size, Precision::F32, false);
+  const size_t ce_streamed = head_cross_entropy_workspace_bytes(T, c.hidden_size, c.vocab_size, Precision::F32, true);
+  EXPECT_EQ(ew.planned_peak_bytes() - es.planned_peak_bytes(),
+            2 * V * C * sizeof(float) - 4 * chunk + ce_whole - ce_streamed);
 }
 
 // Gradient accumulation (zero_grads = false adds into the host's sums): the streamed head

@@ -147,16 +147,20 @@ TEST(StreamingSchedule, TypedIdsAreWhatThePlanKeepsWhere) {
     EXPECT_EQ(has(A::LmHead, 1), separate && s.head_chunk_rows > 0) << what;
     EXPECT_EQ(has(A::LmHeadGradients, 1), separate && s.head_chunk_rows > 0) << what;
     streamed |= s.head_chunk_rows > 0;
-    // A layer pass's scratch: in every window that runs a layer, for that window alone.
-    const size_t scratch = BlockWorkspace(plan.model, plan.batch, plan.seq, cpu_kernel_table()).bytes();
+    // The kernels' scratch: in every window that runs a layer (a BlockWorkspace) and in
+    // HEAD (the cross-entropy's, whole or streamed as the plan holds the head), for that
+    // window alone.
+    const size_t layer = BlockWorkspace(plan.model, plan.batch, plan.seq, cpu_kernel_table()).bytes();
+    const size_t head = head_cross_entropy_workspace_bytes(plan.batch * plan.seq, plan.model.hidden_size,
+                                                           plan.model.vocab_size, Precision::F32, s.head_chunk_rows > 0);
     for (size_t w = 0; w < plan.windows.size(); ++w) {
       const WindowKind kind = plan.windows[w].kind;
       const bool layer_pass = kind == WindowKind::Forward || kind == WindowKind::Recompute || kind == WindowKind::Backward;
       const int ws = static_cast<int>(w);
-      ASSERT_EQ(has(A::Workspace, ws), layer_pass) << what << ": window " << plan.windows[w].name;
-      if (!layer_pass) continue;
+      ASSERT_EQ(has(A::Workspace, ws), layer_pass || kind == WindowKind::Head) << what << ": window " << plan.windows[w].name;
+      if (!has(A::Workspace, ws)) continue;
       const ArenaRequest& r = s.arena[s.arena_index(A::Workspace, ws)];
-      EXPECT_EQ(r.bytes, scratch) << what << ": " << r.name;
+      EXPECT_EQ(r.bytes, layer_pass ? layer : head) << what << ": " << r.name;
       EXPECT_TRUE(r.first_window == ws && r.last_window == ws) << what << ": " << r.name;
     }
     // Outside the kinds' ranges: nothing.

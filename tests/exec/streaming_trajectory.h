@@ -262,7 +262,7 @@ inline PlanRequest request(const ModelConfig& c) {
   req.batch = kBatch;
   req.seq = kSeq;
   req.time_limit_s = 5;
-  req.layer_scratch_bytes = executor_layer_scratch_bytes(c, kBatch, kSeq, cpu_kernel_table());
+  req.scratch = executor_scratch(c, kBatch, kSeq, cpu_kernel_table());
   return req;
 }
 

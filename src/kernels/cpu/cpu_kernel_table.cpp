@@ -19,8 +19,8 @@ namespace {
 
 std::unique_ptr<HeadCrossEntropyStream> head_cross_entropy_stream(const float* x, const int32_t* targets, int64_t T,
                                                                   int64_t C, int64_t V, float grad_scale, Precision p,
-                                                                  const CrossEntropyOptions& opt) {
-  return std::make_unique<StreamedHeadCrossEntropy>(x, targets, T, C, V, grad_scale, p, opt);
+                                                                  const CrossEntropyOptions& opt, void* workspace) {
+  return std::make_unique<StreamedHeadCrossEntropy>(x, targets, T, C, V, grad_scale, p, opt, workspace);
 }
 
 int64_t head_cross_entropy_vocab_chunk(int64_t T, int64_t V, Precision p) {
@@ -54,6 +54,7 @@ KernelTable make_cpu_kernel_table() {
   k.gated_delta_rule_backward_workspace_floats = &gated_delta_rule_backward_workspace_floats;
   k.gated_delta_rule_forward = &gated_delta_rule_forward;
   k.gated_delta_rule_backward = &gated_delta_rule_backward;
+  k.head_cross_entropy_workspace_bytes = &head_cross_entropy_workspace_bytes;
   k.head_cross_entropy = &head_cross_entropy;
   k.head_cross_entropy_vocab_chunk = &head_cross_entropy_vocab_chunk;
   k.head_cross_entropy_stream = &head_cross_entropy_stream;

@@ -20,15 +20,19 @@
 // The softmax math is fp32 (logits are fp32 whatever the matmul precision); per-row
 // losses are summed in double, in token order. Under BF16 the gradient is written as bf16
 // into its own buffer (the backward matmuls' operand), not in place.
-// Work memory: the logits (one sub-chunk's, or a token chunk's whole vocabulary under
-// keep_logits) and under BF16 the bf16 gradient of one sub-chunk (together <=
+// Work memory, all in one workspace the caller may give (head_cross_entropy_workspace_bytes;
+// else taken per call): the logits (one sub-chunk's, or a token chunk's whole vocabulary
+// under keep_logits) and under BF16 the bf16 gradient of one sub-chunk (together <=
 // max_logit_bytes), four words per token, the chunk's x rows (bf16, or fp32 when
-// gathered) and dx rows (when gathered), T positions, and a V*C bf16 copy of w when BF16
-// is asked for and w_bf16 is not given (one chunk's rows for the streamed form).
+// gathered) and dx rows (when gathered), T positions and targets. Outside it: a V*C bf16
+// copy of w when BF16 is asked for and w_bf16 is not given (one chunk's rows for the
+// streamed form).
 // The softmax loops are the ISA level's (cross_entropy_kernels.h, picked once per call).
 #include "kernels/cpu/cross_entropy.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -89,45 +93,90 @@ CrossEntropyChunks cross_entropy_chunks(int64_t T, int64_t V, const CrossEntropy
   return ch;
 }
 
+namespace {
+
+// Where the engine's scratch lies in one workspace, each piece 64-byte aligned, sized for
+// the worst case of its shape (every token valid or not: the gathers are counted too), so
+// that the size a caller plans does not depend on the labels.
+struct ScratchLayout {
+  size_t logits = 0, g16 = 0, x16 = 0, xg = 0, dxg = 0, m = 0, s = 0, tlogit = 0, lse = 0, tg = 0, valid = 0;
+  size_t bytes = 0;
+};
+ScratchLayout scratch_layout(int64_t T, int64_t C, int64_t V, Precision p, const CrossEntropyChunks& ch, bool keep) {
+  const bool bf = p == Precision::BF16;
+  const size_t tc = size_t(ch.token_chunk), vc = size_t(ch.vocab_chunk), n = size_t(T), c = size_t(C);
+  ScratchLayout l;
+  size_t at = 0;
+  auto take = [&](size_t& field, size_t bytes) {
+    field = at;
+    at += (bytes + 63) / 64 * 64;
+  };
+  take(l.logits, tc * (keep ? size_t(V) : vc) * sizeof(float));
+  take(l.g16, bf ? tc * vc * sizeof(bf16) : 0);
+  take(l.x16, bf ? tc * c * sizeof(bf16) : 0);
+  take(l.xg, bf ? 0 : tc * c * sizeof(float));
+  take(l.dxg, tc * c * sizeof(float));
+  for (size_t* f : {&l.m, &l.s, &l.tlogit, &l.lse}) take(*f, n * sizeof(float));
+  take(l.tg, n * sizeof(int32_t));
+  take(l.valid, n * sizeof(int64_t));
+  l.bytes = at;
+  return l;
+}
+
+}  // namespace
+
+size_t head_cross_entropy_workspace_bytes(int64_t T, int64_t C, int64_t V, Precision p, bool streamed,
+                                          const CrossEntropyOptions& opt) {
+  const CrossEntropyChunks ch = cross_entropy_chunks(T, V, opt, p);
+  return scratch_layout(T, C, V, p, ch, !streamed && ch.keep_logits).bytes;
+}
+
 // The state and the per-chunk steps both forms share (the fused loop below and
 // StreamedHeadCrossEntropy), so that they run the same calls in the same order.
 class StreamedHeadCrossEntropy::Engine {
  public:
+  // workspace: head_cross_entropy_workspace_bytes for the form (fused: the whole call),
+  // 64-byte aligned; null: the engine takes its own.
   Engine(const float* x, const int32_t* targets, int64_t T, int64_t C, int64_t V, float grad_scale, Precision p,
-         const CrossEntropyOptions& opt, bool fused)
+         const CrossEntropyOptions& opt, bool fused, void* workspace)
       : x_(x), targets_(targets), T_(T), C_(C), V_(V), grad_scale_(grad_scale), p_(p), bf_(p == Precision::BF16),
         k_(LT_ISA_PICK(kCrossEntropyKernels)) {
     LT_ASSERT(T >= 0 && C > 0 && V > 0, "head_cross_entropy sizes");
     check_targets(targets, T, V);
     ch_ = cross_entropy_chunks(T, V, opt, p);
     keep_ = fused && ch_.keep_logits;
+    const ScratchLayout l = scratch_layout(T, C, V, p, ch_, keep_);
+    auto* base = static_cast<std::byte*>(workspace);
+    if (!base) {
+      // Not AlignedBuffer: its zero fill would be a wasted pass over max_logit_bytes.
+      own_ = std::make_unique_for_overwrite<std::byte[]>(l.bytes + 64);
+      base = own_.get() + (64 - reinterpret_cast<uintptr_t>(own_.get()) % 64) % 64;
+    }
+    LT_ASSERT(reinterpret_cast<uintptr_t>(base) % 64 == 0, "head_cross_entropy: workspace not 64-byte aligned");
+    logits_ = reinterpret_cast<float*>(base + l.logits);
+    // The bf16 pieces under BF16 only, the fp32 gather under F32 only: the kernels read a
+    // null g16 as "the gradient stays fp32 in the logits".
+    g16_ = bf_ ? reinterpret_cast<bf16*>(base + l.g16) : nullptr;
+    x16_ = bf_ ? reinterpret_cast<bf16*>(base + l.x16) : nullptr;
+    xg_ = bf_ ? nullptr : reinterpret_cast<float*>(base + l.xg);
+    dxg_ = reinterpret_cast<float*>(base + l.dxg);
+    m_ = reinterpret_cast<float*>(base + l.m);
+    s_ = reinterpret_cast<float*>(base + l.s);
+    tlogit_ = reinterpret_cast<float*>(base + l.tlogit);
+    lse_ = reinterpret_cast<float*>(base + l.lse);
+    tg_ = reinterpret_cast<int32_t*>(base + l.tg);
+    valid_ = reinterpret_cast<int64_t*>(base + l.valid);
     // Ignored positions (prompt tokens under SFT masking, padding) cost nothing: chunks are
     // made of the valid tokens only, gathered when they are not contiguous. Chunk sizes
     // still come from T, so work memory does not depend on the mask.
-    valid_.reserve(size_t(T));
     for (int64_t t = 0; t < T; ++t)
-      if (targets[t] != kIgnoreIndex) valid_.push_back(t);
-    const int64_t tc = ch_.token_chunk, vc = ch_.vocab_chunk;
-    // Not AlignedBuffer: its zero fill would be a wasted pass over max_logit_bytes.
-    logits_ = std::make_unique_for_overwrite<float[]>(size_t(tc * (keep_ ? V : vc)));
-    if (bf_) g16_ = std::make_unique_for_overwrite<bf16[]>(size_t(tc * vc));
-    // The chunk's x rows (gathered, and under BF16 rounded once for all the matmuls that
-    // read them) and its dx rows before they are scattered back.
-    if (bf_) x16_ = std::make_unique_for_overwrite<bf16[]>(size_t(tc * C));
-    if (n_valid() < T) {
-      if (!bf_) xg_ = std::make_unique_for_overwrite<float[]>(size_t(tc * C));
-      dxg_ = std::make_unique_for_overwrite<float[]>(size_t(tc * C));
-    }
-    const size_t n = valid_.size();
-    m_.resize(n);
-    s_.resize(n);
-    tlogit_.resize(n);
-    lse_.resize(n);
-    tg_.resize(n);
-    for (size_t i = 0; i < n; ++i) tg_[i] = targets[valid_[i]];
+      if (targets[t] != kIgnoreIndex) {
+        tg_[n_valid_] = targets[t];
+        valid_[n_valid_++] = t;
+      }
   }
 
-  int64_t n_valid() const { return int64_t(valid_.size()); }
+  int64_t n_valid() const { return n_valid_; }
   int64_t token_chunk() const { return ch_.token_chunk; }
   int64_t vocab_chunk() const { return ch_.vocab_chunk; }
   int64_t V() const { return V_; }
@@ -145,36 +194,36 @@ class StreamedHeadCrossEntropy::Engine {
     Tokens tk;
     tk.c0 = c0;
     tk.n = std::min(ch_.token_chunk, n_valid() - c0);
-    tk.idx = valid_.data() + c0;
+    tk.idx = valid_ + c0;
     tk.contiguous = tk.idx[tk.n - 1] - tk.idx[0] == tk.n - 1;
     const float* xc32 = x_ + tk.idx[0] * C_;
     if (bf_) {
-      k_.gather_rows_bf16(x16_.get(), x_, tk.idx, tk.n, C_);
+      k_.gather_rows_bf16(x16_, x_, tk.idx, tk.n, C_);
     } else if (!tk.contiguous) {
-      copy_rows(xg_.get(), x_, tk.idx, tk.n, /*gather=*/true);
-      xc32 = xg_.get();
+      copy_rows(xg_, x_, tk.idx, tk.n, /*gather=*/true);
+      xc32 = xg_;
     }
-    tk.x = MatmulOperand{xc32, bf_ ? x16_.get() : nullptr};
+    tk.x = MatmulOperand{xc32, bf_ ? x16_ : nullptr};
     return tk;
   }
 
   // Where sub-chunk v0's logits of a token chunk live: their own block under keep_logits.
-  float* logits_block(int64_t v0) const { return logits_.get() + (keep_ ? (v0 / ch_.vocab_chunk) * ch_.token_chunk * ch_.vocab_chunk : 0); }
+  float* logits_block(int64_t v0) const { return logits_ + (keep_ ? (v0 / ch_.vocab_chunk) * ch_.token_chunk * ch_.vocab_chunk : 0); }
 
   // Pass 1 for one sub-chunk [v0, v0 + nv) with its weight rows w.
   void fold(const Tokens& tk, MatmulOperand w, int64_t v0, int64_t nv) {
     float* l = logits_block(v0);
     matmul_ex(l, tk.x, false, w, true, tk.n, nv, C_, false, p_);
     const size_t c0 = size_t(tk.c0);
-    k_.fold_chunk_stats(m_.data() + c0, s_.data() + c0, tlogit_.data() + c0, l, tg_.data() + c0, tk.n, v0, nv,
+    k_.fold_chunk_stats(m_ + c0, s_ + c0, tlogit_ + c0, l, tg_ + c0, tk.n, v0, nv,
                         v0 == 0);
   }
 
   // After pass 1 of a token chunk: its rows' logsumexp and losses, added in token order.
   void finish(const Tokens& tk, double& loss) {
     for (int64_t i = tk.c0; i < tk.c0 + tk.n; ++i) {
-      lse_[size_t(i)] = m_[size_t(i)] + std::log(s_[size_t(i)]);
-      loss += double(lse_[size_t(i)] - tlogit_[size_t(i)]);
+      lse_[i] = m_[i] + std::log(s_[i]);
+      loss += double(lse_[i] - tlogit_[i]);
     }
   }
 
@@ -182,19 +231,19 @@ class StreamedHeadCrossEntropy::Engine {
   // from dx when the sum already has terms, so that it continues exactly).
   float* dx_rows(const Tokens& tk, float* dx, bool continuing) {
     if (tk.contiguous) return dx + tk.idx[0] * C_;
-    if (continuing) copy_rows(dxg_.get(), dx, tk.idx, tk.n, /*gather=*/true);
-    return dxg_.get();
+    if (continuing) copy_rows(dxg_, dx, tk.idx, tk.n, /*gather=*/true);
+    return dxg_;
   }
   void scatter_dx(const Tokens& tk, float* dx) {
-    if (!tk.contiguous) copy_rows(dx, dxg_.get(), tk.idx, tk.n, /*gather=*/false);
+    if (!tk.contiguous) copy_rows(dx, dxg_, tk.idx, tk.n, /*gather=*/false);
   }
 
   // Pass 2 for one sub-chunk: dxc (= at v0 == 0, += after) and dw_sub [nv, C] +=.
   void grad(const Tokens& tk, MatmulOperand w, int64_t v0, int64_t nv, float* dxc, float* dw_sub) {
     float* l = logits_block(v0);
     if (!keep_) matmul_ex(l, tk.x, false, w, true, tk.n, nv, C_, false, p_);
-    k_.logits_to_grad(l, g16_.get(), lse_.data() + tk.c0, tg_.data() + tk.c0, tk.n, v0, nv, grad_scale_);
-    const MatmulOperand g = bf_ ? MatmulOperand{nullptr, g16_.get()} : MatmulOperand{l, nullptr};
+    k_.logits_to_grad(l, g16_, lse_ + tk.c0, tg_ + tk.c0, tk.n, v0, nv, grad_scale_);
+    const MatmulOperand g = bf_ ? MatmulOperand{nullptr, g16_} : MatmulOperand{l, nullptr};
     matmul_ex(dxc, g, false, w, false, tk.n, C_, nv, v0 > 0, p_);
     if (dw_sub) matmul_ex(dw_sub, g, true, tk.x, false, nv, C_, tk.n, true, p_);
   }
@@ -237,19 +286,25 @@ class StreamedHeadCrossEntropy::Engine {
   const CrossEntropyKernels& k_;
   CrossEntropyChunks ch_;
   bool keep_ = false;
-  std::vector<int64_t> valid_;
-  std::unique_ptr<float[]> logits_, xg_, dxg_;
-  std::unique_ptr<bf16[]> g16_, x16_;
+  // Views into the workspace (scratch_layout): the valid tokens' indices and targets, each
+  // row's running max, sum, target logit and logsumexp, the logits and gathers.
+  std::unique_ptr<std::byte[]> own_;  // the workspace when the caller gives none
+  int64_t n_valid_ = 0;
+  int64_t* valid_ = nullptr;
+  int32_t* tg_ = nullptr;
+  float *m_ = nullptr, *s_ = nullptr, *tlogit_ = nullptr, *lse_ = nullptr;
+  float *logits_ = nullptr, *xg_ = nullptr, *dxg_ = nullptr;
+  bf16 *g16_ = nullptr, *x16_ = nullptr;
+  // Under BF16 without the weight's bf16 rows only: its rows rounded here, outside the
+  // planned workspace (the executor always gives bf16 rows).
   AlignedBuffer<bf16> w_round_;
-  std::vector<float> m_, s_, tlogit_, lse_;
-  std::vector<int32_t> tg_;
 };
 
 double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
                           const bf16* w_bf16, const int32_t* targets, int64_t T, int64_t C,
                           int64_t V, float grad_scale, Precision p,
-                          const CrossEntropyOptions& opt) {
-  StreamedHeadCrossEntropy::Engine e(x, targets, T, C, V, grad_scale, p, opt, /*fused=*/true);
+                          const CrossEntropyOptions& opt, void* workspace) {
+  StreamedHeadCrossEntropy::Engine e(x, targets, T, C, V, grad_scale, p, opt, /*fused=*/true, workspace);
   if (T == 0) return 0.0;
   // w's bf16 copy: given, or made once here (not per chunk: every token chunk reads all
   // of w, and rounding it each time would cost as much as the matmul).
@@ -272,8 +327,8 @@ double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
 
 StreamedHeadCrossEntropy::StreamedHeadCrossEntropy(const float* x, const int32_t* targets, int64_t T, int64_t C,
                                                    int64_t V, float grad_scale, Precision p,
-                                                   const CrossEntropyOptions& opt)
-    : e_(std::make_unique<Engine>(x, targets, T, C, V, grad_scale, p, opt, /*fused=*/false)) {}
+                                                   const CrossEntropyOptions& opt, void* workspace)
+    : e_(std::make_unique<Engine>(x, targets, T, C, V, grad_scale, p, opt, /*fused=*/false, workspace)) {}
 
 StreamedHeadCrossEntropy::~StreamedHeadCrossEntropy() = default;
 

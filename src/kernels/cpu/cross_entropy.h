@@ -57,10 +57,20 @@ struct CrossEntropyOptions {
   int64_t vocab_chunk = kCrossEntropyVocabChunk;  // >= 1
 };
 
+// workspace: head_cross_entropy_workspace_bytes(T, C, V, p, false, opt) bytes, 64-byte
+// aligned, for the logits, the gathers and the per-token state; null: taken here.
 double head_cross_entropy(float* dx, float* dw, const float* x, const float* w,
                           const bf16* w_bf16, const int32_t* targets, int64_t T, int64_t C,
                           int64_t V, float grad_scale, Precision p,
-                          const CrossEntropyOptions& opt = {});
+                          const CrossEntropyOptions& opt = {}, void* workspace = nullptr);
+
+// The scratch head_cross_entropy (streamed = false) or StreamedHeadCrossEntropy
+// (streamed = true) works in, in bytes: the logits of one (token chunk, sub-chunk) pair,
+// or under keep_logits a token chunk's logits for the whole vocabulary (the whole call
+// only), their bf16 gradient and the chunk's bf16 x rows under BF16, the gathered x and dx
+// rows, four floats, a target and an index per token. The worst case over the labels.
+size_t head_cross_entropy_workspace_bytes(int64_t T, int64_t C, int64_t V, Precision p, bool streamed,
+                                          const CrossEntropyOptions& opt = {});
 
 // The chunk sizes head_cross_entropy uses: token_chunk * vocab_chunk logits, each 4 bytes
 // (fp32) plus, under BF16, 2 bytes (its bf16 gradient), within max_logit_bytes;
@@ -90,11 +100,15 @@ CrossEntropyChunks cross_entropy_chunks(int64_t T, int64_t V, const CrossEntropy
 // head_cross_entropy's, whatever the chunk length (the same token chunks and vocabulary
 // sub-chunks in the same order; pass 2 recomputes the logits with the same matmul call
 // the first pass made). x and targets are read until the object is destroyed. Scratch: the
-// logits of one (token chunk, sub-chunk) pair, four floats per token, and the gathers.
+// logits of one (token chunk, sub-chunk) pair, four floats per token, and the gathers
+// (head_cross_entropy_workspace_bytes, streamed).
 class StreamedHeadCrossEntropy final : public HeadCrossEntropyStream {
  public:
+  // workspace: head_cross_entropy_workspace_bytes(T, C, V, p, true, opt) bytes, 64-byte
+  // aligned, read and written until the object is destroyed; null: taken here.
   StreamedHeadCrossEntropy(const float* x, const int32_t* targets, int64_t T, int64_t C, int64_t V,
-                           float grad_scale, Precision p, const CrossEntropyOptions& opt = {});
+                           float grad_scale, Precision p, const CrossEntropyOptions& opt = {},
+                           void* workspace = nullptr);
   ~StreamedHeadCrossEntropy() override;
   StreamedHeadCrossEntropy(const StreamedHeadCrossEntropy&) = delete;
   StreamedHeadCrossEntropy& operator=(const StreamedHeadCrossEntropy&) = delete;
