@@ -21,6 +21,20 @@ std::vector<int64_t> saved_numel_per_layer(const ModelConfig& c, int64_t batch, 
   return n;
 }
 
+// A plan that counts the executor's scratch (PlanRequest::scratch) must count at least
+// what this executor takes: its windows' workspace would otherwise exceed the plan's.
+void check_plan_scratch(const Plan& plan, const StepScratch& need) {
+  const auto check = [&](double planned, size_t needed, const char* what) {
+    if (planned >= 0 && static_cast<double>(needed) > planned)
+      throw Error("the plan counts " + format_bytes(static_cast<size_t>(planned)) + " of " + what +
+                      " scratch, and this executor's kernels take " + format_bytes(needed),
+                  "plan for the streaming executor",
+                  "regenerate the plan for this executor (lazytrain train plans it itself when no --plan is given)");
+  };
+  check(plan.scratch.layer_bytes, need.layer, "layer-pass");
+  check(plan.scratch.head_bytes, need.head, "cross-entropy");
+}
+
 bool tied(const ModelParameters& p) {
   return const_cast<ModelParameters&>(p).lm_head() == const_cast<ModelParameters&>(p).embedding();
 }
@@ -103,6 +117,8 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
                   "streaming executor", "regenerate the plan with `lazytrain plan` (chunks are multiples of " +
                       std::to_string(kHeadChunkQuantum) + " rows)");
   }
+  check_plan_scratch(plan, step_scratch(config_, batch_, seq_, backend_.kernels(), options.precision,
+                                        plan.head_chunk_rows > 0));
   ctx_.shape = block_shape(config_, batch_, seq_);
   set_rope_tables(ctx_, rope_cos_, rope_sin_, config_, seq_);  // per-layer tables: layer_context()
   ctx_.precision = options.precision;

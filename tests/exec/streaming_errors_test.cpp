@@ -10,6 +10,7 @@
 #include "exec/streaming_executor.h"
 #include "plan/planner.h"
 #include "streaming_test_util.h"
+#include "test_util.h"
 
 namespace lt {
 namespace {
@@ -73,6 +74,27 @@ TEST(StreamingErrors, PagedStatesWithoutTheirSizeAreAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("offload"), std::string::npos) << e.what();
   }
+}
+
+// A plan that counts the executor's scratch but less than its kernels take (made for
+// another executor, or edited) is refused at setup, naming both figures; one made
+// without the figure (estimates, `lazytrain plan`) runs.
+TEST(StreamingErrors, PlanCountingTooLittleScratchIsRejected) {
+  PlanRequest req = tiny_request();
+  const ExecutorScratch need = executor_scratch(req.model, req.batch, req.seq, cpu_kernel_table());
+  for (bool head : {false, true}) {
+    req.scratch = need;
+    (head ? req.scratch.head_bytes : req.scratch.layer_bytes) = 64;
+    auto cpu = make_cpu_backend();
+    const std::string message = test::error_of([&] { StreamingExecutor ex(make_plan(req, "keep-all"), *cpu); });
+    EXPECT_NE(message.find(head ? "cross-entropy scratch" : "layer-pass scratch"), std::string::npos) << message;
+    EXPECT_NE(message.find("regenerate the plan"), std::string::npos) << message;
+  }
+  req.scratch = {};
+  auto cpu = make_cpu_backend();
+  EXPECT_NO_THROW(StreamingExecutor(make_plan(req, "keep-all"), *cpu));
+  req.scratch = need;
+  EXPECT_NO_THROW(StreamingExecutor(make_plan(req, "keep-all"), *cpu));
 }
 
 TEST(StreamingErrors, UnknownBackendNamesTheChoices) {
