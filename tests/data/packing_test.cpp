@@ -96,9 +96,14 @@ TEST(Packing, DocumentStartsFollowThePositions) {
     for (int64_t i = 0; i < 50; ++i) {
       const int64_t t = r * 50 + i;
       // The token's position in its document, less what an earlier row held of it.
-      if (pos[t] <= i) EXPECT_EQ(ds[t], i - pos[t]) << t;
-      else EXPECT_EQ(ds[t], 0) << t;  // continued from the previous row
-      if (pos[t] == 0) EXPECT_EQ(ds[t], i) << t;
+      if (pos[t] <= i) {
+        EXPECT_EQ(ds[t], i - pos[t]) << t;
+      } else {
+        EXPECT_EQ(ds[t], 0) << t;  // continued from the previous row
+      }
+      if (pos[t] == 0) {
+        EXPECT_EQ(ds[t], i) << t;
+      }
     }
   }
   EXPECT_TRUE(continued) << "no document crossed a row: the case tests less than it should";

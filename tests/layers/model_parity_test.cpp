@@ -189,7 +189,9 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
       }
       if (err / peer_err > worst_ratio) worst_ratio = err / peer_err, worst_ratio_name = spec.hf_name;
     }
-    if (bounded) EXPECT_LE(err, tol) << spec.hf_name << " (the issue's bound " << grad_tol << ")";
+    if (bounded) {
+      EXPECT_LE(err, tol) << spec.hf_name << " (the issue's bound " << grad_tol << ")";
+    }
     if (err > worst) worst = err, worst_name = spec.hf_name;
     ++checked;
   }
