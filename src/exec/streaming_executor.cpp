@@ -21,20 +21,6 @@ std::vector<int64_t> saved_numel_per_layer(const ModelConfig& c, int64_t batch, 
   return n;
 }
 
-// A plan that counts the executor's scratch (PlanRequest::scratch) must count at least
-// what this executor takes: its windows' workspace would otherwise exceed the plan's.
-void check_plan_scratch(const Plan& plan, const StepScratch& need) {
-  const auto check = [&](double planned, size_t needed, const char* what) {
-    if (planned >= 0 && static_cast<double>(needed) > planned)
-      throw Error("the plan counts " + format_bytes(static_cast<size_t>(planned)) + " of " + what +
-                      " scratch, and this executor's kernels take " + format_bytes(needed),
-                  "plan for the streaming executor",
-                  "regenerate the plan for this executor (lazytrain train plans it itself when no --plan is given)");
-  };
-  check(plan.scratch.layer_bytes, need.layer, "layer-pass");
-  check(plan.scratch.head_bytes, need.head, "cross-entropy");
-}
-
 bool tied(const ModelParameters& p) {
   return const_cast<ModelParameters&>(p).lm_head() == const_cast<ModelParameters&>(p).embedding();
 }
@@ -80,12 +66,11 @@ StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const
 
 ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k) {
   ExecutorScratch e;
+  e.layer_bytes = static_cast<double>(BlockWorkspace(c, batch, seq, k).bytes());
   for (Precision p : {Precision::F32, Precision::BF16})
-    for (bool streamed : {false, true}) {
-      const StepScratch s = step_scratch(c, batch, seq, k, p, streamed);
-      e.layer_bytes = std::max(e.layer_bytes, static_cast<double>(s.layer));
-      e.head_bytes = std::max(e.head_bytes, static_cast<double>(s.head));
-    }
+    for (bool streamed : {false, true})
+      e.head_bytes = std::max(e.head_bytes, static_cast<double>(k.head_cross_entropy_workspace_bytes(
+                                                batch * seq, c.hidden_size, c.vocab_size, p, streamed, {})));
   return e;
 }
 
@@ -117,8 +102,6 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
                   "streaming executor", "regenerate the plan with `lazytrain plan` (chunks are multiples of " +
                       std::to_string(kHeadChunkQuantum) + " rows)");
   }
-  check_plan_scratch(plan, step_scratch(config_, batch_, seq_, backend_.kernels(), options.precision,
-                                        plan.head_chunk_rows > 0));
   ctx_.shape = block_shape(config_, batch_, seq_);
   set_rope_tables(ctx_, rope_cos_, rope_sin_, config_, seq_);  // per-layer tables: layer_context()
   ctx_.precision = options.precision;

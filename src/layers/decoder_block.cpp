@@ -63,16 +63,6 @@ void refuse_packed_documents(const int32_t* doc_start, int64_t T) {
                   "train this model with one document per row (no packing)");
 }
 
-LinearMixerShape mixer_shape(const BlockShape& s) {
-  LinearMixerShape m;
-  m.batch = s.batch;
-  m.seq = s.seq;
-  m.hidden = s.hidden;
-  m.la = s.linear;
-  m.norm_eps = s.eps;
-  m.chunk = kDeltaRuleChunk;
-  return m;
-}
 
 }  // namespace
 
@@ -261,7 +251,7 @@ BlockWorkspace::BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq,
   floats_ = at;
   if (linear) {
     fields_.emplace_back(&BlockWorkspace::mixer, shared);
-    floats_ = std::max(floats_, shared + linear_mixer_workspace_floats(k, mixer_shape(s)));
+    floats_ = std::max(floats_, shared + linear_mixer_workspace_floats(k, linear_mixer_shape(s)));
   }
 }
 
@@ -377,7 +367,7 @@ void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float
   const float* h1 = sv.attn_norm_out;
   if (ctx.kind == LayerKind::LinearAttention) {
     if (ctx.doc_start) refuse_packed_documents(ctx.doc_start, T);
-    linear_mixer_forward(k, sv.resid_mid, sv, h1, w, wb, mixer_shape(s), p, ws.mixer);
+    linear_mixer_forward(k, sv.resid_mid, sv, h1, w, wb, linear_mixer_shape(s), p, ws.mixer);
   } else if (s.sandwich_norms) {  // x_mid = x_in + norm(o_proj(attn))
     attention_mixer_forward(sv.attn_proj_out, sv, ws, h1, w, wb, ctx);
     k.rmsnorm_forward(sv.resid_mid, sv.post_attn_norm_rstd, sv.attn_proj_out, w.post_attn_norm, T, C, s.eps, off);
@@ -430,7 +420,7 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
   // Token mixer: x_mid = x_in + mixer(h1) [Gemma: norm(o_proj(...))]; dh1 into d_norm_out.
   const float* h1 = sv.attn_norm_out;
   if (ctx.kind == LayerKind::LinearAttention) {
-    linear_mixer_backward(k, ws.d_norm_out, g, dx_mid, h1, w, wb, sv, mixer_shape(s), p, ws.mixer);
+    linear_mixer_backward(k, ws.d_norm_out, g, dx_mid, h1, w, wb, sv, linear_mixer_shape(s), p, ws.mixer);
   } else {
     const float* d_proj = dx_mid;
     if (s.sandwich_norms) {  // d_norm_out is free until the q/k/v projections write it

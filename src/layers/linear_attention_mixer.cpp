@@ -105,15 +105,19 @@ void check_weights(const BlockTensors& w, const BlockTensorsBf16& wb, const char
 
 }  // namespace
 
-LinearMixerShape linear_mixer_shape(const ModelConfig& c, int64_t batch, int64_t seq) {
+LinearMixerShape linear_mixer_shape(const BlockShape& b) {
   LinearMixerShape s;
-  s.batch = batch;
-  s.seq = seq;
-  s.hidden = c.hidden_size;
-  s.la = c.linear;
-  s.norm_eps = static_cast<float>(c.rms_norm_eps);
+  s.batch = b.batch;
+  s.seq = b.seq;
+  s.hidden = b.hidden;
+  s.la = b.linear;
+  s.norm_eps = b.eps;
   s.chunk = kDeltaRuleChunk;
   return s;
+}
+
+LinearMixerShape linear_mixer_shape(const ModelConfig& c, int64_t batch, int64_t seq) {
+  return linear_mixer_shape(block_shape(c, batch, seq));
 }
 
 size_t linear_mixer_workspace_floats(const KernelTable& k, const LinearMixerShape& s) {

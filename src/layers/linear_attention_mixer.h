@@ -47,6 +47,7 @@ struct LinearMixerShape {
   int64_t tokens() const { return batch * seq; }
 };
 LinearMixerShape linear_mixer_shape(const ModelConfig& c, int64_t batch, int64_t seq);
+LinearMixerShape linear_mixer_shape(const BlockShape& s);  // the decoder block's shape
 
 // Scratch the two passes need beyond the saved tensors (the larger of the two), in floats.
 size_t linear_mixer_workspace_floats(const KernelTable& k, const LinearMixerShape& s);

@@ -69,6 +69,18 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
                                     const StepScratch& scratch, const ComputeTierWeights& cw) {
   const bool weights_on_compute = cw.on_compute;
   if (!plan.feasible) bad_plan("the plan is infeasible: " + plan.infeasible_reason);
+  // A plan that counts the executor's scratch must count at least what this one's kernels
+  // take, or its windows' workspace would exceed the plan's; one without the figure
+  // (estimated) is run as it is.
+  const auto check_scratch = [&](double planned, size_t needed, const char* what) {
+    if (planned >= 0 && static_cast<double>(needed) > planned)
+      throw Error("the plan counts " + std::to_string(static_cast<int64_t>(planned)) + " bytes of " + what +
+                      " scratch, and this executor's kernels take " + std::to_string(needed),
+                  "plan for the streaming executor",
+                  "regenerate the plan for this executor (lazytrain train plans it itself when no --plan is given)");
+  };
+  check_scratch(plan.scratch.layer_bytes, scratch.layer, "layer-pass");
+  check_scratch(plan.scratch.head_bytes, scratch.head, "cross-entropy");
   StreamSchedule s;
   const int L = plan.model.num_layers;
   s.L = L;

@@ -140,7 +140,8 @@ struct StepScratch {
 };
 
 // saved_numel: each layer's saved tensors (KeepInternals), in floats; int.scratch, where
-// recomputed layers write theirs, holds the largest.
+// recomputed layers write theirs, holds the largest. A plan that counts less scratch
+// (Plan::scratch) than `scratch` is an error.
 StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>& saved_numel,
                                     const StepScratch& scratch, const ComputeTierWeights& weights = {});
 
