@@ -3,9 +3,8 @@
 // matmuls read, then the norms and biases in fp32, read as they are. Half the bytes of the
 // fp32 block over the link and on the compute tier, less the small fp32 tail.
 //
-// Layout: matrices in block order, each at a 64-byte offset, then the small tensors in
-// block order, each at a 64-byte offset. Each layer has its own layout (a hybrid model's
-// layers differ); bytes() is the largest, the size of every slot.
+// Layout: model/bf16_slot_layout.h's (which the planner counts too). Each layer has its
+// own (a hybrid model's layers differ); bytes() is the largest, the size of every slot.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "exec/backend.h"
+#include "model/bf16_slot_layout.h"
 #include "model/parameters.h"
 
 namespace lt {
@@ -31,11 +31,7 @@ class Bf16WeightSlot {
   std::pair<BlockTensors, BlockTensorsBf16> bind(std::byte* slot, int layer) const;
 
  private:
-  struct Part {
-    BlockField field;
-    size_t offset;  // in the slot
-  };
-  std::vector<std::vector<Part>> parts_;  // per layer
+  std::vector<Bf16SlotLayout> layouts_;  // per layer
   size_t bytes_ = 0;
 };
 

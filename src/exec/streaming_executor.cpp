@@ -56,17 +56,28 @@ double ordered_grad_sq_sum(const ModelParameters& grads) {
   return acc;
 }
 
+namespace {
+
+// The layer pass's scratch, rounded up so that the saved tensors after it in a workspace
+// stay aligned (plan/stream_schedule.h).
+size_t layer_pass_scratch_bytes(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k) {
+  const size_t bytes = BlockWorkspace(c, batch, seq, k).bytes();
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+}  // namespace
+
 StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k, Precision p,
                          bool streamed_head) {
   StepScratch s;
-  s.layer = BlockWorkspace(c, batch, seq, k).bytes();
+  s.layer = layer_pass_scratch_bytes(c, batch, seq, k);
   s.head = k.head_cross_entropy_workspace_bytes(batch * seq, c.hidden_size, c.vocab_size, p, streamed_head, {});
   return s;
 }
 
 ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k) {
   ExecutorScratch e;
-  e.layer_bytes = static_cast<double>(BlockWorkspace(c, batch, seq, k).bytes());
+  e.layer_bytes = static_cast<double>(layer_pass_scratch_bytes(c, batch, seq, k));
   for (Precision p : {Precision::F32, Precision::BF16})
     for (bool streamed : {false, true})
       e.head_bytes = std::max(e.head_bytes, static_cast<double>(k.head_cross_entropy_workspace_bytes(
@@ -355,8 +366,13 @@ void StreamingExecutor::embed() {
   store_boundary(0);
 }
 
+float* StreamingExecutor::saved_in_workspace(int w) {
+  return buf(ArenaTensor::Workspace, w) + sched_.workspace_saved_offset / sizeof(float);
+}
+
 void StreamingExecutor::forward(int j) {
-  float* saved = sched_.keep_internals[j] ? buf(ArenaTensor::Internals, j) : buf(ArenaTensor::Scratch);
+  float* saved =
+      sched_.keep_internals[j] ? buf(ArenaTensor::Internals, j) : saved_in_workspace(sched_.forward_w[j]);
   BlockSaved sv = bind_block_saved(saved_layout_[j], saved);
   const auto [wj, bj] = weights_->layer(ArenaTensor::Weights, j);
   block_forward(buf(ArenaTensor::Boundary, j + 1), sv, workspace_, buf(ArenaTensor::Boundary, j), wj, bj,
@@ -366,7 +382,7 @@ void StreamingExecutor::forward(int j) {
 
 void StreamingExecutor::recompute(int j) {
   LT_ASSERT(state_.d_in != nullptr, "recompute window before HEAD");
-  BlockSaved sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Scratch));
+  BlockSaved sv = bind_block_saved(saved_layout_[j], saved_in_workspace(sched_.recompute_w[j]));
   // A plan may recompute a block's top layer too (megatrain-code does, for its
   // internals); its output is a stored boundary, so it goes to the spare gradient.
   const bool stored = j + 1 == sched_.L || sched_.boundaries[j + 1].stored;
@@ -385,7 +401,7 @@ void StreamingExecutor::backward(int j) {
     sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Internals, j));
   } else {
     // Rerun the block; its output is not needed, so it goes to the spare gradient.
-    sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Scratch));
+    sv = bind_block_saved(saved_layout_[j], saved_in_workspace(sched_.backward_w[j]));
     block_forward(state_.d_in, sv, workspace_, x_in, wj, bj, ctx);
   }
   BlockTensors gj = bind_block_tensors(config_, j, grads_->layer(j));

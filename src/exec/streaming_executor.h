@@ -176,6 +176,9 @@ class StreamingExecutor {
   // A compute-tier tensor by its typed id (StreamSchedule::arena_index, resolved once):
   // asserts it is live now.
   float* buf(ArenaTensor tensor, int index = 0) const { return live_(tensor, index); }
+  // Where window w's layer pass writes the saved tensors it does not keep (ws.<w>, after
+  // the pass's scratch).
+  float* saved_in_workspace(int w);
   float* boundary_input(int b);  // boundary b on the compute tier during backward
   void store_boundary(int b);
   void start_nvme_read(int b);

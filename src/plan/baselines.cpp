@@ -154,20 +154,29 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
     w.compute_s = cm.head_s;
     w.workspace_bytes = cm.workspace_head;
     w.transfers = {{"w.head", Link::H2D, cm.head_weight_bytes}, {"g.head", Link::D2H, cm.head_grad_bytes}};
-    w.alloc = {{"w.head", cm.head_weight_bytes}, {"g.head", cm.head_grad_bytes}};
-    w.free = {{"a." + std::to_string(L) + ".tmp", A}, {"w.head", cm.head_weight_bytes}};
+    const double head_buffer = cm.head_footprint(0).weight_buffer_bytes;
+    w.alloc = {{"w.head", head_buffer}, {"g.head", cm.head_grad_bytes}};
+    w.free = {{"a." + std::to_string(L) + ".tmp", A}, {"w.head", head_buffer}};
     p.windows.push_back(std::move(w));
   }
   // The head's gradient slot drains under the next window (the first load).
   bool head_grad_live = true;
   // Backward: a load window (no compute) before every compute window; the gradients of
   // the last backward layer drain in the next window.
-  int pending_grad = -1;  // the layer whose gradients drain next
+  // Two gradient slots: one drains (in the load window after its backward) while the next
+  // compute fills the other, so a slot is free after that compute's window.
+  int pending_grad = -1;   // the layer whose gradients drain next
+  int draining_grad = -1;  // the layer whose gradients the last load window drained
+  auto free_drained = [&](Window& w) {
+    if (draining_grad >= 0) w.free.push_back({bname("g", draining_grad), cm.slot_grad_bytes()});
+    draining_grad = -1;
+  };
   auto load = [&](int layer, int stage) {
     Window w = window("LD" + std::to_string(layer), WindowKind::Load, -1, stage);
     w.transfers.push_back({bname("w", layer), Link::H2D, cm.layer(layer).weight_bytes});
     if (pending_grad >= 0)
       w.transfers.push_back({bname("g", pending_grad), Link::D2H, cm.layer(pending_grad).grad_bytes});
+    draining_grad = pending_grad;
     pending_grad = -1;
     if (head_grad_live) w.free.push_back({"g.head", cm.head_grad_bytes});
     head_grad_live = false;
@@ -180,9 +189,10 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
       Window w = window("RC" + std::to_string(k), WindowKind::Recompute, k, st.backward(e - 1));
       w.compute_flops = cm.layer(k).forward_flops;
       w.compute_s = cm.layer(k).forward_s;
-      w.workspace_bytes = 0;  // the internals it keeps are allocated below
+      w.workspace_bytes = cm.layer(k).workspace_recompute - cm.layer(k).internals_bytes;  // its internals: below
       w.alloc.push_back({bname("int", k), cm.layer(k).internals_bytes});
       if (k + 1 < e) w.alloc.push_back({"rc." + std::to_string(k + 1), A});
+      free_drained(w);
       p.windows.push_back(std::move(w));
     }
     for (int j = e - 1; j >= s; --j) {
@@ -192,8 +202,10 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
       w.compute_flops = 2 * lc.forward_flops;
       w.compute_s = lc.backward_s;
       w.workspace_bytes = lc.workspace_backward - lc.internals_bytes;
+      w.alloc.push_back({bname("g", j), cm.slot_grad_bytes()});  // drained by the next window
       w.free.push_back({bname("int", j), lc.internals_bytes});
       w.free.push_back({j == s ? "a." + std::to_string(j) + ".gpu" : "rc." + std::to_string(j), A});
+      free_drained(w);
       pending_grad = j;
       p.windows.push_back(std::move(w));
     }
@@ -202,7 +214,7 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
     Window w = window("E", WindowKind::Epilogue, -1, st.epilogue());
     w.transfers = {{"g.0", Link::D2H, cm.layer(0).grad_bytes}, {"dx.0", Link::D2H, cm.embed_grad_bytes}};
     w.alloc.push_back({"dx.0", cm.embed_grad_bytes});
-    w.free.push_back({"dx.0", cm.embed_grad_bytes});
+    w.free = {{"g.0", cm.slot_grad_bytes()}, {"dx.0", cm.embed_grad_bytes}};
     p.windows.push_back(std::move(w));
   }
   return finish(std::move(p));

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/bf16_slot_layout.h"
 #include "model/hybrid_layers.h"
 #include "model/layer_specs.h"
 #include "plan/plan_request.h"
@@ -57,6 +58,7 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   m.hidden_size = c.hidden_size;
 
   m.boundary_bytes = static_cast<double>(boundary_bytes(c, batch, seq, ab));
+  m.boundary_grad_bytes = static_cast<double>(boundary_bytes(c, batch, seq, sizeof(float)));
   const double tok = static_cast<double>(m.tokens);
   const double rate = hw.effective_flops();
   double layers_params = 0;
@@ -70,17 +72,24 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
     l.internals_bytes =
         static_cast<double>(layer_saved_bytes(c, j, RecomputeOption::KeepInternals, batch, seq, ab));
     // Forward: the internals exist while the layer runs (they are its temporaries), with
-    // the pass's scratch. Backward: the recomputed internals, the incoming and outgoing
-    // boundary gradients plus one more boundary-sized temporary, and the pass's scratch.
-    // The scratch is the executor's own figure when the request gives it; else the two
-    // widest gradient temporaries (MLP gate and up, [tokens, intermediate] each) in
-    // backward, and none in forward.
+    // the pass's scratch. With the executor's scratch known (the request gives it), what
+    // the executor holds (exec/, plan/stream_schedule.h): backward and recompute add the
+    // two boundary gradients backward alternates between (dx.0, dx.1, fp32), held from
+    // HEAD to B0, and backward's internals are the recomputed ones. Without it, estimates:
+    // backward holds the incoming and outgoing boundary gradients, one more boundary-sized
+    // temporary and the two widest gradient temporaries (MLP gate and up, [tokens,
+    // intermediate] each); forward and recompute the internals alone.
     const double layer_scratch = scratch.layer_bytes;
     const bool scratch_known = layer_scratch >= 0;
     l.workspace_forward = l.internals_bytes + (scratch_known ? layer_scratch : 0);
     const double gate_and_up_grads = 2 * tok * static_cast<double>(c.intermediate_size) * ab;
-    l.workspace_backward =
-        l.internals_bytes + 3 * m.boundary_bytes + (scratch_known ? layer_scratch : gate_and_up_grads);
+    if (scratch_known) {
+      l.workspace_recompute = l.workspace_forward + 2 * m.boundary_grad_bytes;
+      l.workspace_backward = l.workspace_recompute;
+    } else {
+      l.workspace_recompute = l.workspace_forward;
+      l.workspace_backward = l.internals_bytes + 3 * m.boundary_bytes + gate_and_up_grads;
+    }
     l.forward_flops = layer_forward_flops(c, j, batch, seq);
     l.forward_s = measured.forward_s > 0 ? measured.forward_s : l.forward_flops / rate;
     l.backward_s = measured.backward_s > 0 ? measured.backward_s : 2 * l.forward_flops / rate;
@@ -89,12 +98,15 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
     m.layers.push_back(l);
   }
   m.total_params = layers_params + m.embed_params + m.head_params;
-  // Head: the cross-entropy's scratch (the executor's own figure when the request gives
-  // it; else fp32 logits and their gradient for one vocabulary chunk), and the fp32
-  // gradient of the head's input boundary.
+  // Head: the cross-entropy's scratch and what the executor holds besides (its figure
+  // known: the final norm's output and its gradient, its per-token rstd, and the two
+  // boundary gradients backward starts from, fp32); else fp32 logits and their gradient
+  // for one vocabulary chunk, and the fp32 gradient of the head's input boundary.
   const double chunk = static_cast<double>(std::min<int64_t>(kHeadVocabChunk, c.vocab_size));
-  const double head_scratch = scratch.head_bytes >= 0 ? scratch.head_bytes : 2 * tok * chunk * 4;
-  m.workspace_head = head_scratch + tok * static_cast<double>(c.hidden_size) * 4;
+  if (scratch.head_bytes >= 0)
+    m.workspace_head = scratch.head_bytes + 4 * m.boundary_grad_bytes + tok * sizeof(float);
+  else
+    m.workspace_head = 2 * tok * chunk * 4 + m.boundary_grad_bytes;
   m.embed_grad_bytes = m.boundary_bytes;
 
   m.head_flops = kHeadForwardsPerStep * head_forward_flops(c, batch, seq);
@@ -104,6 +116,7 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   m.optimizer_head_s = m.head_params / hw.host_optimizer_params_per_s;
   m.clip_pass_s = kClipBytesPerParam * m.total_params / hw.host_memory_bw;
 
+  if (hw.weight_bytes == 2) m.weight_slot_bytes = static_cast<double>(bf16_weight_slot_bytes(c));
   m.host_state_bytes = kHostBytesPerParam * m.total_params;
   m.host_state_bytes_fp32 = kHostBytesPerParamFp32Adam * m.total_params;
 
@@ -115,6 +128,7 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
 }
 
 double CostModel::slot_weight_bytes() const {
+  if (weight_slot_bytes >= 0) return weight_slot_bytes;
   double b = 0;
   for (const LayerCost& l : layers) b = std::max(b, l.weight_bytes);
   return b;
@@ -143,8 +157,12 @@ HeadFootprint CostModel::head_footprint(int64_t chunk_rows) const {
   f.norm_weight_bytes = f.row_weight_bytes;
   f.norm_grad_bytes = f.row_grad_bytes;
   f.head_d2h_bytes = head_grad_bytes;
+  // The compute tier holds the final norm's weights in fp32 (the kernels read norms in
+  // fp32), whatever the weights' element size on the link.
+  const double norm_buffer_bytes = std::max(f.norm_weight_bytes, C * sizeof(float));
   if (chunk_rows <= 0) {
-    f.weight_buffer_bytes = f.prefetch_h2d_bytes = head_weight_bytes;
+    f.prefetch_h2d_bytes = head_weight_bytes;
+    f.weight_buffer_bytes = head_weight_bytes - f.norm_weight_bytes + norm_buffer_bytes;
     f.grad_buffer_bytes = head_grad_bytes;
     return f;
   }
@@ -155,7 +173,7 @@ HeadFootprint CostModel::head_footprint(int64_t chunk_rows) const {
   f.chunk_rows = chunk_rows;
   f.chunks = (vocab_size + chunk_rows - 1) / chunk_rows;
   const double rows = static_cast<double>(chunk_rows);
-  f.weight_buffer_bytes = 2 * rows * f.row_weight_bytes + f.norm_weight_bytes;
+  f.weight_buffer_bytes = 2 * rows * f.row_weight_bytes + norm_buffer_bytes;
   f.grad_buffer_bytes = 2 * rows * f.row_grad_bytes + f.norm_grad_bytes;
   f.prefetch_h2d_bytes = f.norm_weight_bytes + f.chunk_weight_bytes(0);
   f.head_h2d_bytes = 2 * V * f.row_weight_bytes - f.chunk_weight_bytes(0);

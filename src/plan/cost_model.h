@@ -3,8 +3,8 @@
 // simulator read these numbers; none of them invents its own.
 //
 // Per-layer numbers are per layer: the uniform families' layers are all alike, a hybrid
-// model's (Qwen3.5: Gated DeltaNet and gated attention layers) are not. The two weight and
-// two gradient slots of the compute tier are sized for the largest layer.
+// model's (Qwen3.5: Gated DeltaNet and gated attention layers) are not. The weight and
+// gradient slots of the compute tier are sized for the largest layer.
 //
 // Conventions (the executor's, see plan/plan.h):
 //  - weights stream to the compute tier at the profile's weight_bytes per parameter (bf16,
@@ -63,7 +63,8 @@ struct LayerCost {
   double weight_bytes = 0;        // hw.weight_bytes per parameter
   double grad_bytes = 0;          // hw.grad_bytes per parameter
   double internals_bytes = 0;     // what it saves beyond its input (KeepInternals)
-  double workspace_forward = 0;   // transient bytes of its forward (or recompute)
+  double workspace_forward = 0;   // transient bytes of its forward
+  double workspace_recompute = 0;  // of its recompute (RC), under the backward's gradients
   double workspace_backward = 0;  // transient bytes of its backward incl. its recompute
   double forward_flops = 0;
   double forward_s = 0;           // one forward (= one recompute)
@@ -87,7 +88,8 @@ struct CostModel {
   double head_grad_bytes = 0;
   int64_t vocab_size = 0, hidden_size = 0;
   double boundary_bytes = 0;     // one boundary activation [tokens, hidden]
-  double workspace_head = 0;     // logits chunks and the fp32 boundary gradient
+  double boundary_grad_bytes = 0;  // one boundary's gradient, fp32 as backward computes it
+  double workspace_head = 0;     // the cross-entropy's scratch and the head's fp32 tensors
   double embed_grad_bytes = 0;   // the boundary-0 gradient sent to the host (= boundary)
 
   // FLOPs and times.
@@ -103,7 +105,10 @@ struct CostModel {
 
   std::vector<LayerCost> layers;  // num_layers of them
   const LayerCost& layer(int j) const { return layers[static_cast<size_t>(j)]; }
-  // The compute tier's weight and gradient slots hold any layer: the largest one's bytes.
+  // The compute tier's weight and gradient slots hold any layer: the largest one's bytes
+  // (a bf16 slot as the executor lays it out, model/bf16_slot_layout.h, when the model is
+  // known: weight_slot_bytes; else the largest layer's weight_bytes).
+  double weight_slot_bytes = -1;
   double slot_weight_bytes() const;
   double slot_grad_bytes() const;
 

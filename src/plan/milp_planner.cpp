@@ -49,12 +49,13 @@ struct Milp {
   MipModel m;
 
   // Scaled constants; per layer (index j) where layers differ (a hybrid model's).
-  double A, Wh, Wgh, wsh;
-  std::vector<double> W, Wg, I, wsf, wsb;
+  double A, Wh, Whb, Wgh, wsh;  // Whb: the whole head's weight buffer (Wh: its bytes on the link)
+  std::vector<double> W, Wg, I, wsf, wsb, wsr;
   double bh, bd, bnr, bnw;
   double H, toh, toe;
   std::vector<double> F, Bw, to;
   double capG, capC, capN, capStage;
+  double Gs = 0;  // one gradient slot (GB)
   bool use_cpu = false, use_nvme = false;
 
   std::vector<int> t;                 // per stage
@@ -104,6 +105,7 @@ struct Milp {
       I.push_back(l.internals_bytes / kGB);
       wsf.push_back(l.workspace_forward / kGB);
       wsb.push_back(l.workspace_backward / kGB);
+      wsr.push_back(l.workspace_recompute / kGB);
       F.push_back(l.forward_s);
       Bw.push_back(l.backward_s);
       to.push_back(l.optimizer_s);
@@ -111,6 +113,7 @@ struct Milp {
       S_slot = std::max(S_slot, S.back());
     }
     Wh = cm.head_weight_bytes / kGB;
+    Whb = cm.head_footprint(0).weight_buffer_bytes / kGB;
     Wgh = cm.head_grad_bytes / kGB;
     wsh = cm.workspace_head / kGB;
     head_rows = cm.min_head_chunk_rows();
@@ -128,7 +131,10 @@ struct Milp {
     H = cm.head_s;
     toh = cm.optimizer_head_s;
     toe = cm.optimizer_embed_s;
-    double fixed = 2 * cm.slot_weight_bytes() + 2 * cm.slot_grad_bytes();
+    // Two weight slots for the whole step; the gradient slots only where backward holds
+    // them (grad_slots).
+    const double fixed = 2 * cm.slot_weight_bytes();
+    Gs = cm.slot_grad_bytes() / kGB;
     // Capacities shrink by a millionth, and by 128 bytes, so that solver round-off (primal
     // tolerance ~1e-7 on GB-scaled rows: ~100 bytes absolute) never lets the extracted plan
     // exceed a budget by a few bytes, however small the budget.
@@ -391,6 +397,16 @@ struct Milp {
       at_stage(out, wr[j], w, S[j] / bnw);
     }
     return out;
+  }
+  // Compute-tier GB of the gradient slots held in stage w by the rule's drains
+  // (plan_builder.cpp): B{j} fills layer j's slot while layer j+1's drains (one slot in
+  // B{L-1}, whose predecessor is the head with its own; one in a recompute window, which
+  // the stage of the block's top layer holds, while the last B's drains); E drains
+  // layer 0's. Late drains add slot_terms.
+  double grad_slots(int w) const {
+    if (w == st.epilogue()) return Gs;
+    if (!st.is_backward(w)) return 0;
+    return st.backward_layer(w) + 1 < L ? 2 * Gs : Gs;
   }
   // Compute-tier GB of the slots beyond the two fixed ones held in stage w: a weight
   // loaded early from its load to the stage before the rule's load; a gradient drained
@@ -748,8 +764,8 @@ struct Milp {
           tt.emplace_back(z[j], A);
         }
       } else if (w == st.head()) {  // boundary L, the head's weights, offloaded bytes
-        constant -= A + Wh;
-        if (hs >= 0) tt.emplace_back(hs, Wh - Wh_s);  // streamed: the chunk buffers
+        constant -= A + Whb;
+        if (hs >= 0) tt.emplace_back(hs, Whb - Wh_s);  // streamed: the chunk buffers
         append(tt, family_at(dc, w, -1));
         append(tt, family_at(dn, w, -1));
       } else {  // backward slot j: everything of boundary j, resident weights, internals
@@ -779,8 +795,8 @@ struct Milp {
           int j = w - 2;
           constant += A;  // boundary j+1, the output
           if (j + 1 < L) tt.emplace_back(y[j + 1], -W[j + 1]);
-          if (j + 1 == L) constant += Wh;  // the head's weights, prefetched
-          if (j + 1 == L && hs >= 0) tt.emplace_back(hs, Wh - Wh_s);  // streamed: the chunk buffers
+          if (j + 1 == L) constant += Whb;  // the head's weights, prefetched
+          if (j + 1 == L && hs >= 0) tt.emplace_back(hs, Whb - Wh_s);  // streamed: the chunk buffers
           if (j >= 1) tt.emplace_back(k[j - 1], -I[j - 1]);
         } else if (w == st.head()) {
           constant += Wgh;  // the head's gradient slot
@@ -796,16 +812,25 @@ struct Milp {
       Terms cap{{live[w], 1}};
       if (w > st.head()) {
         int j = st.backward_layer(w);
-        for (auto& [se, col] : x)
+        for (auto& [se, col] : x) {
           if (se.first < j && j < se.second) cap.emplace_back(col, (j - se.first) * A);
+          // The block's recompute windows, which this stage holds (top layer j): where one
+          // takes more workspace than B{j} (a hybrid model's layers differ), the difference.
+          if (se.second == j + 1) {
+            double over = 0;
+            for (int k = se.first; k + 1 < se.second; ++k) over = std::max(over, wsr[k] - wsb[j]);
+            if (over > 0) cap.emplace_back(col, over);
+          }
+        }
       }
       append(cap, slot_terms(w));
-      m.add_row("mem_" + sn(w), cap, -kInf, capG - ws);
+      m.add_row("mem_" + sn(w), cap, -kInf, capG - ws - grad_slots(w));
     }
     // E: the boundary-0 gradient and the gradients drained late into E.
     if (Terms late = slot_terms(st.epilogue()); !late.empty())
-      m.add_row("mem_E_slots", late, -kInf, capG - cm.embed_grad_bytes / kGB);
-    if (A > capG) m.add_row("mem_E", {{t[st.epilogue()], 0}}, 1, 0);  // infeasible: E alone does not fit
+      m.add_row("mem_E_slots", late, -kInf, capG - cm.embed_grad_bytes / kGB - grad_slots(st.epilogue()));
+    if (cm.embed_grad_bytes / kGB + grad_slots(st.epilogue()) > capG)  // infeasible: E alone does not fit
+      m.add_row("mem_E", {{t[st.epilogue()], 0}}, 1, 0);
   }
 
   // Host memory for activations: the cpu parts are reserved for the whole step and bounded

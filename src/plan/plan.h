@@ -48,8 +48,10 @@
 //   w.head.1 .. w.head.<n-1> for its forward pass (the logsumexp needs every row before
 //   any gradient) and w.head.0 .. w.head.<n-1> again for its backward pass, and drains
 //   g.head.0 .. g.head.<n-1> and g.head.norm; chunk c+2 reuses chunk c's buffers;
-//   g.<j> layer j gradients (from one of the two gradient slots);
-//   wx.<j> / gx.<j> (memory ops only) a weight / gradient slot beyond the two fixed ones:
+//   g.<j> layer j gradients: its gradient slot, allocated by B{j} and freed after the
+//   rule's drain window (B{j-1}, E for layer 0, or megatrain-code's next LD);
+//   wx.<j> / gx.<j> (memory ops only) a weight slot beyond the two fixed ones / a
+//   gradient slot held past the rule's drain window:
 //   from a load earlier than the rule's to the window before the rule's load window, or
 //   from the window after the rule's drain window to a later drain;
 //   a.<b>.gpu, a.<b>.cpu, a.<b>.nvme parts of boundary b; a.<b>.tmp an unstored boundary
@@ -66,7 +68,8 @@
 //   "hardware": { hardware profile, see plan/hardware_profile.h },
 //   "batch", "seq",
 //   "budgets": { "gpu_cap_bytes", "cpu_act_bytes", "nvme_act_bytes" },
-//   "fixed": { "gpu_bytes" (2 weight slots + 2 gradient slots), "host_state_bytes",
+//   "fixed": { "gpu_bytes" (2 weight slots; plans before gradient slots were allocated
+//              per layer counted 2 gradient slots here too), "host_state_bytes",
 //              "layer_scratch_bytes", "head_scratch_bytes" (the executor's, ExecutorScratch;
 //              absent: estimated) },
 //   "head": { "chunk_rows": 0 (whole) or rows per streamed chunk, "chunks" },

@@ -142,7 +142,7 @@ struct Builder {
       auto [s, e] = *it;
       for (int k = s; k + 1 < e; ++k) {
         Window w = compute_window("RC" + std::to_string(k), WindowKind::Recompute, k, st.backward(e - 1),
-                                  cm.layer(k).forward_flops, cm.layer(k).forward_s, cm.layer(k).workspace_forward);
+                                  cm.layer(k).forward_flops, cm.layer(k).forward_s, cm.layer(k).workspace_recompute);
         alloc(w, "rc." + std::to_string(k + 1), A());
         backward_windows.push_back(add(std::move(w)));
       }
@@ -152,7 +152,13 @@ struct Builder {
         Window w = compute_window("B" + std::to_string(j), WindowKind::Backward, j, st.backward(j),
                                   (keep ? 2 : 3) * lc.forward_flops, lc.backward_s + (keep ? 0 : lc.forward_s),
                                   lc.workspace_backward);
-        if (j + 1 < L) transfer(w, layer_tensor("g", j + 1), Link::D2H, cm.layer(j + 1).grad_bytes);
+        // Layer j's gradient slot fills here; layer j+1's drains here (the rule) and is free
+        // after (a late drain holds gx.<j+1> beyond, apply_transfer_windows).
+        alloc(w, layer_tensor("g", j), cm.slot_grad_bytes());
+        if (j + 1 < L) {
+          transfer(w, layer_tensor("g", j + 1), Link::D2H, cm.layer(j + 1).grad_bytes);
+          release(w, layer_tensor("g", j + 1), cm.slot_grad_bytes());
+        }
         if (materialized(j)) {
           release(w, part(j, "gpu"), A() * d.boundaries[j].gpu);
         } else {
@@ -178,6 +184,7 @@ struct Builder {
     {
       Window w = compute_window("E", WindowKind::Epilogue, -1, st.epilogue(), 0, 0, 0);
       transfer(w, "g.0", Link::D2H, cm.layer(0).grad_bytes);
+      release(w, "g.0", cm.slot_grad_bytes());
       alloc(w, "dx.0", cm.embed_grad_bytes);
       transfer(w, "dx.0", Link::D2H, cm.embed_grad_bytes);
       release(w, "dx.0", cm.embed_grad_bytes);
@@ -341,9 +348,9 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   p.gpu_cap_bytes = req.gpu_cap();
   p.cpu_act_budget_bytes = req.cpu_budget(host_state_bytes);
   p.nvme_act_budget_bytes = req.nvme_budget(nvme_state_bytes);
-  // Two weight slots (the layer computing, the layer loading) and two gradient slots (the
-  // layer producing, the layer draining to the host), for the whole step.
-  p.fixed_gpu_bytes = 2 * cm.slot_weight_bytes() + 2 * cm.slot_grad_bytes();
+  // Two weight slots (the layer computing, the layer loading), for the whole step. The
+  // gradient slots are allocated where backward holds them: g.<j> from B{j} to its drain.
+  p.fixed_gpu_bytes = 2 * cm.slot_weight_bytes();
   p.host_state_bytes = host_state_bytes;
   p.scratch = req.scratch;
 }

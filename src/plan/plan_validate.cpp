@@ -38,7 +38,7 @@ struct Flow {
 // A streamed head (plan.h): chunk rows a multiple of kHeadChunkQuantum below V; every
 // chunk's rows loaded twice by the end of HEAD (the first time in F{L-1} or HEAD, never
 // before), its gradient rows drained once in HEAD; the final norm loaded once and drained
-// once; the buffers (w.head, g.head) two chunks and the norm. A whole head moves none of
+// once; the buffers (w.head, g.head) two chunks and the norm (its weights in fp32). A whole head moves none of
 // these tensors.
 template <typename Through>
 std::vector<std::string> head_problems(const Plan& p, const Through& through, double tol) {
@@ -83,7 +83,9 @@ std::vector<std::string> head_problems(const Plan& p, const Through& through, do
   if (!near(through("g.head.norm", Link::D2H, n - 1), grow) ||
       !near(through("g.head.norm", Link::D2H, head) - through("g.head.norm", Link::D2H, head - 1), grow))
     out.push_back("g.head.norm: the final norm's gradient must drain once, in HEAD");
-  const double wbuf = 2 * static_cast<double>(R) * wrow + wrow, gbuf = 2 * static_cast<double>(R) * grow + grow;
+  // The final norm's weights are held in fp32 whatever the weights' size on the link.
+  const double wbuf = 2 * static_cast<double>(R) * wrow + std::max(wrow, C * 4.0);
+  const double gbuf = 2 * static_cast<double>(R) * grow + grow;
   for (const auto& w : p.windows)
     for (const auto& a : w.alloc)
       if ((a.tensor == "w.head" && !near(a.bytes, wbuf)) || (a.tensor == "g.head" && !near(a.bytes, gbuf)))

@@ -255,18 +255,9 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
   }
   LT_ASSERT(static_cast<int>(saved_numel.size()) == L, "one saved size per layer");
   const auto saved_bytes = [&](int j) { return static_cast<size_t>(saved_numel[j]) * sizeof(float); };
-  size_t scratch_bytes = 0;  // the largest recomputed layer's
-  bool any_scratch = false;
-  for (int j = 0; j < L; ++j) {
-    if (s.keep_internals[j]) {
+  for (int j = 0; j < L; ++j)
+    if (s.keep_internals[j])
       req(A::Internals, j, "int." + std::to_string(j), saved_bytes(j), s.forward_w[j], s.backward_w[j]);
-    } else {
-      any_scratch = true;
-      scratch_bytes = std::max(scratch_bytes, saved_bytes(j));
-    }
-  }
-  const int first = std::min(s.p0, s.p1);
-  if (any_scratch) req(A::Scratch, 0, "int.scratch", scratch_bytes, first, s.epilogue);
   req(A::HeadNormOut, 0, "head.norm_out", full, s.head, s.head);
   req(A::HeadRstd, 0, "head.rstd", static_cast<size_t>(T) * sizeof(float), s.head, s.head);
   req(A::HeadDHidden, 0, "head.d_hidden", full, s.head, s.head);
@@ -293,11 +284,20 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
       }
     }
   }
-  req(A::Dx, 0, "dx.0", full, s.head, s.epilogue);
-  req(A::Dx, 1, "dx.1", full, s.head, s.epilogue);
+  // Backward alternates between the two, starting from dx.0 (HEAD's output): after the L
+  // backwards, dx.<L % 2> holds boundary 0's gradient for E; the other is done with B0.
+  for (int k : {0, 1})
+    req(A::Dx, k, "dx." + std::to_string(k), full, s.head, k == L % 2 ? s.epilogue : s.backward_w[0]);
+  // A layer pass's workspace: its scratch, then the saved tensors it writes when they are
+  // not kept (a recompute's always), at workspace_saved_offset; they live for the window.
+  LT_ASSERT(scratch.layer % kWorkspaceAlignment == 0, "the layer pass's scratch is aligned");
+  s.workspace_saved_offset = scratch.layer;
   for (int j = 0; j < L; ++j)
     for (int w : {s.forward_w[j], s.recompute_w[j], s.backward_w[j]})
-      if (w >= 0) req(A::Workspace, w, "ws." + plan.windows[w].name, scratch.layer, w, w);
+      if (w >= 0) {
+        const bool saved_here = w == s.recompute_w[j] || !s.keep_internals[j];
+        req(A::Workspace, w, "ws." + plan.windows[w].name, scratch.layer + (saved_here ? saved_bytes(j) : 0), w, w);
+      }
   req(A::Workspace, s.head, "ws." + plan.windows[s.head].name, scratch.head, s.head, s.head);
   return s;
 }

@@ -38,7 +38,7 @@ struct BoundarySchedule {
 // boundary b, a layer j or a slot k (0 where there is one). The executor resolves them to
 // arena indices once, at setup, so that its step does no name lookups; the names (in
 // ArenaRequest, for reports and errors) say the same: x.<b>, a.<b>.gpu, r.<b>, rc.<b>,
-// int.<j>, int.scratch, head.norm_out, head.rstd, head.d_hidden, w.<j>, wr.<j>, wb.<j>,
+// int.<j>, head.norm_out, head.rstd, head.d_hidden, w.<j>, wr.<j>, wb.<j>,
 // g.<j>, w.norm, g.norm, w.lm_head (or w.lm_head.<k>), g.lm_head (or g.lm_head.<k>), dx.<k>,
 // ws.<window name>.
 enum class ArenaTensor : uint8_t {
@@ -47,7 +47,6 @@ enum class ArenaTensor : uint8_t {
   Refetched,        // r.<b>: an offloaded boundary reassembled for its backward use
   Recomputed,       // rc.<b>: a dropped boundary rebuilt by its RC window
   Internals,        // int.<j>: layer j's saved tensors, kept from forward to backward
-  Scratch,          // int.scratch: where every recomputed layer writes its saved tensors
   HeadNormOut,      // head.norm_out, head.rstd, head.d_hidden: the HEAD window's
   HeadRstd,
   HeadDHidden,
@@ -60,7 +59,8 @@ enum class ArenaTensor : uint8_t {
   LmHead,           // w.lm_head: whole (k = 0) or chunk slot k of a streamed head
   LmHeadGradients,  // g.lm_head: likewise
   Dx,               // dx.<k>, k = 0, 1: the two gradient buffers backward alternates
-  Workspace,        // ws.<window name>: the kernels' scratch in plan window w, for that window only
+  Workspace,        // ws.<window name>: the kernels' scratch in plan window w, for that window
+                    // only, and a layer pass's saved tensors when they are not kept
 };
 inline constexpr int kArenaTensorKinds = static_cast<int>(ArenaTensor::Workspace) + 1;
 
@@ -108,6 +108,9 @@ struct StreamSchedule {
   // to the end of its write window (slots reused, planned like the arena).
   std::vector<int> state_read_w, state_write_w, state_slot;
   int state_slots = 0;
+  // Where in a layer pass's workspace (ws.<window>) the saved tensors it writes begin,
+  // when they are not kept: after the pass's scratch.
+  size_t workspace_saved_offset = 0;
   std::vector<ArenaRequest> arena;
   std::vector<ArenaKey> arena_keys;  // what each arena request holds
 
@@ -128,20 +131,24 @@ struct ComputeTierWeights {
   size_t layer_bytes = 0, layer_grad_bytes = 0, lm_head_bytes = 0, lm_head_grad_bytes = 0;
 };
 
-// Throws lt::Error for a plan the executor cannot run (infeasible, wrong model shape,
-// a backward window whose input is neither stored nor recomputed, ...).
+// A layer pass's scratch is a multiple of this, so that the saved tensors after it are as
+// aligned as the workspace.
+inline constexpr size_t kWorkspaceAlignment = 64;
+
 // The scratch the kernels work in, planned as a range of each window that computes
 // (ws.<window>, living for that window alone): a layer pass's (forward, recompute,
 // backward: layers/decoder_block.h's BlockWorkspace) and the head's cross-entropy's
 // (kernels/kernel_table.h: head_cross_entropy_workspace_bytes, whole or streamed as the
-// plan holds the head).
+// plan holds the head). The layer pass's is a multiple of kWorkspaceAlignment.
 struct StepScratch {
   size_t layer = 0, head = 0;
 };
 
-// saved_numel: each layer's saved tensors (KeepInternals), in floats; int.scratch, where
-// recomputed layers write theirs, holds the largest. A plan that counts less scratch
-// (Plan::scratch) than `scratch` is an error.
+// Throws lt::Error for a plan the executor cannot run (infeasible, wrong model shape,
+// a backward window whose input is neither stored nor recomputed, ...).
+// saved_numel: each layer's saved tensors (KeepInternals), in floats: in int.<j> from
+// F{j} to B{j} when the plan keeps them, else in each pass's workspace. A plan that counts
+// less scratch (Plan::scratch) than `scratch` is an error.
 StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>& saved_numel,
                                     const StepScratch& scratch, const ComputeTierWeights& weights = {});
 

@@ -49,10 +49,10 @@
 //
 // Memory: each compute-tier tensor is live from its first write (the start of the copy or
 // compute that fills it; kept internals and dx.0 from the end of the compute whose
-// workspace held them; wx.<j> until its reader starts, gx.<j> from when its slot is
-// reused) to the end of its last use; workspaces while their compute runs; the fixed
-// slots for the whole step. The peak is the largest sum live at once (a tensor freed at t
-// does not overlap one allocated at t). Host: Plan::host_state_bytes plus each offloaded
+// workspace held them; wx.<j> until its reader starts; a gradient slot g.<j> from B{j}'s
+// start to its drain's end, late or not) to the end of its last use; workspaces while
+// their compute runs; the fixed slots (two weight slots) for the whole step. The peak is
+// the largest sum live at once (a tensor freed at t does not overlap one allocated at t). Host: Plan::host_state_bytes plus each offloaded
 // piece from its arrival (d2h or NVMe read start) until it has gone on (its reload or
 // NVMe write ends). NVMe: the bytes written.
 //
@@ -90,8 +90,8 @@ struct LiveSpan {
 };
 
 struct EventSimResult : SimResult {
-  // What peak.gpu and peak.cpu are swept from: compute-tier spans beyond the fixed slots
-  // (Plan::fixed_gpu_bytes), and host activation spans beyond Plan::host_state_bytes.
+  // What peak.gpu and peak.cpu are swept from: compute-tier spans beyond the fixed weight
+  // slots (Plan::fixed_gpu_bytes), and host activation spans beyond Plan::host_state_bytes.
   std::vector<LiveSpan> gpu_spans, host_spans;
 };
 

@@ -52,6 +52,7 @@ class EventGraph {
   std::vector<std::string> violations_;
   std::vector<int> first_compute_, last_compute_;  // per window, -1 for none
   std::vector<int> forward_op_, recompute_op_, backward_op_, last_compute_of_layer_;  // per layer
+  bool allocates_grad_slots_ = false;  // the plan allocates g.<j> (else its fixed bytes hold two)
   std::vector<int> backward_order_;   // the B windows' computes in issue order
   int head_first_ = -1, head_last_ = -1;
   std::vector<int> head_forward_, head_backward_;  // a streamed head's chunk computes

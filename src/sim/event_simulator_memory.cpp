@@ -49,6 +49,9 @@ int EventGraph::transfer_from(const std::string& tensor, Link l, int w, bool pre
 }
 
 void EventGraph::memory(EventSimResult& r) {
+  for (const Window& w : p_.windows)
+    for (const MemOp& m : w.alloc)
+      if (starts_with(m.tensor, "g.") && number_after(m.tensor, 2) >= 0) allocates_grad_slots_ = true;
   for (size_t w = 0; w < p_.windows.size(); ++w)
     for (const MemOp& m : p_.windows[w].alloc)
       if (m.bytes > 0) gpu_span(r, static_cast<int>(w), m);
@@ -93,8 +96,14 @@ void EventGraph::gpu_span(EventSimResult& r, int w, const MemOp& m) {
     for (const Load& l : loads_)
       if (l.op == load) reader = l.reader;
     span(start_of(load), reader >= 0 ? ops_[reader].start : step);
+  } else if (starts_with(x, "g.") && (j = number_after(x, 2)) >= 0 && j < L) {
+    // Layer j's gradient slot: filled by B{j}, held until its drain (late or not) ends.
+    span(start_of(backward_op_[j]), end_or(last_piece(x, Link::D2H), step));
   } else if (starts_with(x, "gx.") && (j = number_after(x, 3)) >= 0 && j < L) {
-    // A late drain's own buffer: from when the backward two after B{j} needs the slot.
+    // A late drain's slot past the rule's drain window: within g.<j>'s span above when the
+    // plan allocates g.<j>; in plans that counted two gradient slots as fixed, from when
+    // the backward two after B{j} needs the slot.
+    if (allocates_grad_slots_) return;
     const auto it = std::find(backward_order_.begin(), backward_order_.end(), backward_op_[j]);
     const int reuse = it != backward_order_.end() && it + 2 < backward_order_.end() ? *(it + 2) : -1;
     span(reuse >= 0 ? ops_[reuse].start : end_or(backward_op_[j], step), end_or(last_piece("g." + std::to_string(j), Link::D2H), step));

@@ -92,8 +92,9 @@ TEST_F(StreamingHead, MilpPlanUnderACapBelowTheWholeHeadTrainsWithinItsMemory) {
   req.hardware.act_bytes = 4;
   const CostModel cm = build_cost_model(req);
   const Plan loose = make_plan(req, "keep-all");
-  req.gpu_cap_bytes = loose.fixed_gpu_bytes + cm.head_weight_bytes + cm.head_grad_bytes + cm.boundary_bytes +
-                      cm.workspace_head - 0.5 * cm.boundary_bytes;
+  const HeadFootprint whole = cm.head_footprint(0);
+  req.gpu_cap_bytes = loose.fixed_gpu_bytes + whole.weight_buffer_bytes + whole.grad_buffer_bytes +
+                      cm.boundary_bytes + cm.workspace_head - 0.5 * cm.boundary_bytes;
   EXPECT_FALSE(make_plan(req, "recompute-all").feasible) << "a whole head should not fit";
   const Plan p = make_plan(req, "milp");
   ASSERT_TRUE(p.feasible) << p.infeasible_reason;

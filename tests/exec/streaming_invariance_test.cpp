@@ -101,7 +101,7 @@ TEST_F(StreamingInvariance, Bf16MatmulsMatchModelStepBitwise) {
 }
 
 TEST_F(StreamingInvariance, TiedEmbeddingsMatchToo) {
-  ModelConfig c = test::streaming_tiny_config(3);
+  ModelConfig c = test::streaming_tiny_config(4);
   c.tie_word_embeddings = true;
   const Trajectory ref = run_reference(c);
   expect_bitwise_equal(run_streaming(c, make_plan(request(c), "recompute-all"), dir_), ref, "recompute-all tied");
@@ -173,7 +173,7 @@ TEST_F(StreamingInvariance, Gemma3AndMistralWindowsMatchBitwise) {
   expect_bitwise_equal(run_streaming(g, offloading_milp_plan(g), dir_, make_cpu_backend(), docs),
                        run_reference(g, docs), "gemma3 documents milp offload");
 
-  ModelConfig m = test::streaming_tiny_config(3);
+  ModelConfig m = test::streaming_tiny_config(4);
   m.model_type = "mistral";
   m.sliding_window = 6;  // < kSeq
   const Trajectory mref = run_reference(m);

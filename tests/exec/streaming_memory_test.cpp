@@ -1,7 +1,8 @@
 // The compute tier, window by window: on the emu backend (weights, gradients and
 // activations all in the arena) the executor never holds more bytes at once than the plan
 // it runs accounts for in that window (its allocations so far plus the window's
-// workspace and the fixed weight and gradient slots). The plans use fp32 activations,
+// workspace and the two fixed weight slots; gradient slots are allocations from their
+// layer's backward to their drain). The plans use fp32 activations,
 // the executor's, so the two count the same tensors in the same units. Covers the head's
 // weight and gradient slots, recompute blocks longer than two layers (whose weights load
 // once for RC and again for B), and bf16 weight slots (plans at 2 bytes a weight).

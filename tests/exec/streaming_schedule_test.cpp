@@ -37,7 +37,6 @@ std::string expected_name(const ArenaKey& k, bool streamed_head, const Plan& pla
     case A::Refetched: return "r." + i;
     case A::Recomputed: return "rc." + i;
     case A::Internals: return "int." + i;
-    case A::Scratch: return "int.scratch";
     case A::HeadNormOut: return "head.norm_out";
     case A::HeadRstd: return "head.rstd";
     case A::HeadDHidden: return "head.d_hidden";
@@ -120,7 +119,6 @@ TEST(StreamingSchedule, TypedIdsAreWhatThePlanKeepsWhere) {
   bool offloaded = false, recomputed = false, streamed = false;  // the cases cover each
   for_each_schedule([&](const StreamSchedule& s, const std::string& what, bool separate, const Plan& plan) {
     const auto has = [&](A t, int i = 0) { return s.arena_index(t, i) >= 0; };
-    bool any_recomputed_internals = false;
     for (int b = 0; b <= s.L; ++b) {
       const BoundarySchedule& bs = s.boundaries[b];
       ASSERT_TRUE(has(A::Boundary, b)) << what << ": boundary " << b;
@@ -133,24 +131,32 @@ TEST(StreamingSchedule, TypedIdsAreWhatThePlanKeepsWhere) {
     }
     for (int j = 0; j < s.L; ++j) {
       EXPECT_EQ(has(A::Internals, j), static_cast<bool>(s.keep_internals[j])) << what << ": layer " << j;
-      any_recomputed_internals |= !s.keep_internals[j];
       EXPECT_EQ(has(A::Weights, j), separate) << what << ": layer " << j;
       EXPECT_EQ(has(A::BackwardWeights, j), separate) << what << ": layer " << j;
       EXPECT_EQ(has(A::Gradients, j), separate) << what << ": layer " << j;
       EXPECT_EQ(has(A::RecomputeWeights, j), separate && s.recompute_w[j] >= 0) << what << ": layer " << j;
     }
-    EXPECT_EQ(has(A::Scratch), any_recomputed_internals) << what;
     for (A t : {A::HeadNormOut, A::HeadRstd, A::HeadDHidden}) EXPECT_TRUE(has(t)) << what;
-    EXPECT_TRUE(has(A::Dx, 0) && has(A::Dx, 1) && !has(A::Dx, 2)) << what;
+    ASSERT_TRUE(has(A::Dx, 0) && has(A::Dx, 1) && !has(A::Dx, 2)) << what;
+    // Backward alternates between the two from dx.0: after L backwards dx.<L % 2> holds
+    // boundary 0's gradient until E; the other is free after B0.
+    for (int k : {0, 1}) {
+      const ArenaRequest& r = s.arena[s.arena_index(A::Dx, k)];
+      EXPECT_EQ(r.first_window, s.head) << what << ": " << r.name;
+      EXPECT_EQ(r.last_window, k == s.L % 2 ? s.epilogue : s.backward_w[0]) << what << ": " << r.name;
+    }
     EXPECT_EQ(has(A::NormWeights), separate) << what;
     EXPECT_EQ(has(A::LmHead, 0), separate) << what;
     EXPECT_EQ(has(A::LmHead, 1), separate && s.head_chunk_rows > 0) << what;
     EXPECT_EQ(has(A::LmHeadGradients, 1), separate && s.head_chunk_rows > 0) << what;
     streamed |= s.head_chunk_rows > 0;
-    // The kernels' scratch: in every window that runs a layer (a BlockWorkspace) and in
-    // HEAD (the cross-entropy's, whole or streamed as the plan holds the head), for that
+    // The kernels' scratch: in every window that runs a layer (a BlockWorkspace, aligned,
+    // then the layer's saved tensors unless the plan keeps them; a recompute's always) and
+    // in HEAD (the cross-entropy's, whole or streamed as the plan holds the head), for that
     // window alone.
-    const size_t layer = BlockWorkspace(plan.model, plan.batch, plan.seq, cpu_kernel_table()).bytes();
+    const size_t block = BlockWorkspace(plan.model, plan.batch, plan.seq, cpu_kernel_table()).bytes();
+    const size_t layer = (block + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+    EXPECT_EQ(s.workspace_saved_offset, layer) << what;
     const size_t head = head_cross_entropy_workspace_bytes(plan.batch * plan.seq, plan.model.hidden_size,
                                                            plan.model.vocab_size, Precision::F32, s.head_chunk_rows > 0);
     for (size_t w = 0; w < plan.windows.size(); ++w) {
@@ -160,7 +166,10 @@ TEST(StreamingSchedule, TypedIdsAreWhatThePlanKeepsWhere) {
       ASSERT_EQ(has(A::Workspace, ws), layer_pass || kind == WindowKind::Head) << what << ": window " << plan.windows[w].name;
       if (!has(A::Workspace, ws)) continue;
       const ArenaRequest& r = s.arena[s.arena_index(A::Workspace, ws)];
-      EXPECT_EQ(r.bytes, layer_pass ? layer : head) << what << ": " << r.name;
+      const int j = plan.windows[w].layer;
+      const bool saved_here = layer_pass && (kind == WindowKind::Recompute || !s.keep_internals[j]);
+      const size_t saved = saved_here ? block_saved_numel(plan.model, j, plan.batch, plan.seq) * sizeof(float) : 0;
+      EXPECT_EQ(r.bytes, layer_pass ? layer + saved : head) << what << ": " << r.name;
       EXPECT_TRUE(r.first_window == ws && r.last_window == ws) << what << ": " << r.name;
     }
     // Outside the kinds' ranges: nothing.

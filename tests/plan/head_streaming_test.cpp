@@ -69,13 +69,15 @@ TEST(HeadStreaming, FootprintIsTwoChunksOfWeightsAndTwoOfGradients) {
     const double C = 512, wb = req.hardware.weight_bytes, gb = req.hardware.grad_bytes;
     ASSERT_EQ(cm.min_head_chunk_rows(), kHeadChunkQuantum);
     const HeadFootprint whole = cm.head_footprint(0);
-    EXPECT_DOUBLE_EQ(whole.weight_buffer_bytes, (V * C + C) * wb);
+    // The compute tier holds the final norm in fp32, whatever the weights' element size.
+    const double norm_buffer = C * 4;
+    EXPECT_DOUBLE_EQ(whole.weight_buffer_bytes, V * C * wb + norm_buffer);
     EXPECT_DOUBLE_EQ(whole.grad_buffer_bytes, (V * C + C) * gb);
     EXPECT_DOUBLE_EQ(whole.prefetch_h2d_bytes, (V * C + C) * wb);
     EXPECT_DOUBLE_EQ(whole.head_h2d_bytes, 0);
     const HeadFootprint f = cm.head_footprint(kHeadChunkQuantum);
     EXPECT_EQ(f.chunks, 3);
-    EXPECT_DOUBLE_EQ(f.weight_buffer_bytes, 2 * R * C * wb + C * wb);
+    EXPECT_DOUBLE_EQ(f.weight_buffer_bytes, 2 * R * C * wb + norm_buffer);
     EXPECT_DOUBLE_EQ(f.grad_buffer_bytes, 2 * R * C * gb + C * gb);
     EXPECT_DOUBLE_EQ(f.chunk_weight_bytes(2), 904 * C * wb);
     EXPECT_DOUBLE_EQ(f.prefetch_h2d_bytes, C * wb + R * C * wb);
@@ -118,7 +120,8 @@ TEST(HeadStreaming, BuiltPlanHoldsChunksAndMovesEveryRowTwice) {
   Plan whole = build_plan(req, cm, dw);
   evaluate_plan(whole);
   EXPECT_NEAR(head_window_bytes(whole) - head_window_bytes(p),
-              cm.head_weight_bytes + cm.head_grad_bytes - f.weight_buffer_bytes - f.grad_buffer_bytes, 1.0);
+              cm.head_footprint(0).weight_buffer_bytes + cm.head_grad_bytes - f.weight_buffer_bytes - f.grad_buffer_bytes,
+              1.0);
   const SimResult sim = simulate_plan(p);
   EXPECT_TRUE(sim.violations.empty()) << sim.violations.front();
   EXPECT_NEAR(sim.step_s, p.predicted_step_s, 1e-9 * p.predicted_step_s);
@@ -186,9 +189,11 @@ TEST(HeadStreaming, CapBelowTheWholeHeadNowPlans) {
   ASSERT_TRUE(loose.feasible) << loose.infeasible_reason;
   EXPECT_EQ(loose.head_chunk_rows, 0) << "with room to spare the head stays whole";
   const double fixed = loose.fixed_gpu_bytes;
-  const double whole_need = fixed + cm.head_weight_bytes + cm.head_grad_bytes + cm.boundary_bytes + cm.workspace_head;
+  const HeadFootprint whole = cm.head_footprint(0);
+  const double whole_need =
+      fixed + whole.weight_buffer_bytes + whole.grad_buffer_bytes + cm.boundary_bytes + cm.workspace_head;
   const HeadFootprint f = cm.head_footprint(cm.min_head_chunk_rows());
-  const double saved = cm.head_weight_bytes + cm.head_grad_bytes - f.weight_buffer_bytes - f.grad_buffer_bytes;
+  const double saved = whole.weight_buffer_bytes + whole.grad_buffer_bytes - f.weight_buffer_bytes - f.grad_buffer_bytes;
   ASSERT_GT(saved, 0);
   // Below the whole head's need by less than a boundary: any whole-head plan is short,
   // while a streamed head leaves room for boundaries.

@@ -1,6 +1,9 @@
 // Plans of a Qwen3.5 hybrid model: they survive plan.json, and the plan's windows carry
 // each layer's own costs (a DeltaNet layer's weights and compute differ from an attention
 // layer's). The MILP against brute force on hybrid layers is in milp_brute_force_test.cpp.
+#include <algorithm>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -27,12 +30,21 @@ TEST(HybridPlan, WindowsCarryEachLayersOwnCosts) {
     for (const Window& w : p.windows) {
       if (w.kind != WindowKind::Forward) continue;
       EXPECT_DOUBLE_EQ(w.compute_s, cm.layer(w.layer).forward_s) << w.name;
-      for (const Transfer& t : w.transfers)
+      for (const Transfer& t : w.transfers) {
         if (t.tensor == "w." + std::to_string(w.layer + 1))
           EXPECT_DOUBLE_EQ(t.bytes, cm.layer(w.layer + 1).weight_bytes) << w.name;
+      }
     }
-    // The two fixed weight and gradient slots hold the largest layer.
-    EXPECT_DOUBLE_EQ(p.fixed_gpu_bytes, 2 * cm.slot_weight_bytes() + 2 * cm.slot_grad_bytes());
+    // The two fixed weight slots hold the largest layer, and so does each layer's gradient
+    // slot, allocated by its backward.
+    EXPECT_DOUBLE_EQ(p.fixed_gpu_bytes, 2 * cm.slot_weight_bytes());
+    for (const Window& w : p.windows) {
+      if (w.kind != WindowKind::Backward) continue;
+      const std::string g = "g." + std::to_string(w.layer);
+      const auto it = std::find_if(w.alloc.begin(), w.alloc.end(), [&](const MemOp& m) { return m.tensor == g; });
+      ASSERT_NE(it, w.alloc.end()) << w.name << " allocates no " << g;
+      EXPECT_DOUBLE_EQ(it->bytes, cm.slot_grad_bytes()) << w.name;
+    }
     // An independent check of the step: the event-driven simulation.
     const EventSimResult ev = simulate_events(p);
     EXPECT_TRUE(ev.violations.empty()) << ev.violations.front();

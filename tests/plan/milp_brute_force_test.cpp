@@ -31,10 +31,11 @@ void run_case(const BruteForceCase& bc) {
   PlanRequest req = test::tiny_request(bc.layers, bc.hardware, bc.batch);
   if (bc.hybrid) req.model = test::tiny_hybrid_config(bc.layers);
   CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
-  // Budgets that force choices: the compute tier holds the fixed slots, the workspace and
-  // about two boundaries beyond keep-all's minimum; host and NVMe hold one or two each.
+  // Budgets that force choices: the compute tier holds L - 3 boundaries less than keep-all
+  // needs at its peak (a backward window, which also holds two gradient slots and the
+  // inputs it reads, so that no plan sheds much more); host and NVMe hold one or two each.
   Plan keep = make_plan(req, "keep-all");
-  req.gpu_cap_bytes = keep.predicted_peak.gpu - (bc.layers - 2.5) * cm.boundary_bytes;
+  req.gpu_cap_bytes = keep.predicted_peak.gpu - (bc.layers - 3) * cm.boundary_bytes;
   req.cpu_act_budget_bytes = 1.5 * cm.boundary_bytes;
   req.nvme_act_budget_bytes = 2.5 * cm.boundary_bytes;
   req.target_gap = 1e-6;
