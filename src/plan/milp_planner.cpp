@@ -408,6 +408,22 @@ struct Milp {
     if (!st.is_backward(w)) return 0;
     return st.backward_layer(w) + 1 < L ? 2 * Gs : Gs;
   }
+  // The recompute windows of a block topped at layer j, which backward stage w holds
+  // before B{j} (plan_builder.cpp): what stage w holds live (at most: its own reloads come
+  // with B{j}), the block's recomputed boundaries, the widest of their workspaces, and one
+  // gradient slot (layer j+1's, draining; the head's, for j = L-1, is live).
+  void recompute_memory_row(int w, int j, int live_w) {
+    Terms tt{{live_w, 1}};
+    for (auto& [se, col] : x) {
+      if (se.second != j + 1 || se.second - se.first < 2) continue;
+      double ws = 0;
+      for (int k = se.first; k + 1 < se.second; ++k) ws = std::max(ws, wsr[k]);
+      tt.emplace_back(col, ws + (j - se.first) * A);
+    }
+    if (tt.size() == 1) return;  // no block with recompute windows ends here
+    append(tt, slot_terms(w));
+    m.add_row("mem_rc_" + sn(w), tt, -kInf, capG - (j + 1 < L ? Gs : 0));
+  }
   // Compute-tier GB of the slots beyond the two fixed ones held in stage w: a weight
   // loaded early from its load to the stage before the rule's load; a gradient drained
   // late from the stage after the rule's drain to its own.
@@ -812,16 +828,10 @@ struct Milp {
       Terms cap{{live[w], 1}};
       if (w > st.head()) {
         int j = st.backward_layer(w);
-        for (auto& [se, col] : x) {
+        for (auto& [se, col] : x)
           if (se.first < j && j < se.second) cap.emplace_back(col, (j - se.first) * A);
-          // The block's recompute windows, which this stage holds (top layer j): where one
-          // takes more workspace than B{j} (a hybrid model's layers differ), the difference.
-          if (se.second == j + 1) {
-            double over = 0;
-            for (int k = se.first; k + 1 < se.second; ++k) over = std::max(over, wsr[k] - wsb[j]);
-            if (over > 0) cap.emplace_back(col, over);
-          }
-        }
+        cap.emplace_back(k[j], -I[j]);  // kept internals are live (int.<j>), not rerun in the workspace
+        recompute_memory_row(w, j, live[w]);
       }
       append(cap, slot_terms(w));
       m.add_row("mem_" + sn(w), cap, -kInf, capG - ws - grad_slots(w));

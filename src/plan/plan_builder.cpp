@@ -149,9 +149,10 @@ struct Builder {
       for (int j = e - 1; j >= s; --j) {
         bool keep = d.keep_internals[j];
         const LayerCost& lc = cm.layer(j);
+        // Kept internals are live (int.<j>) rather than rerun in the workspace.
         Window w = compute_window("B" + std::to_string(j), WindowKind::Backward, j, st.backward(j),
                                   (keep ? 2 : 3) * lc.forward_flops, lc.backward_s + (keep ? 0 : lc.forward_s),
-                                  lc.workspace_backward);
+                                  lc.workspace_backward - (keep ? lc.internals_bytes : 0));
         // Layer j's gradient slot fills here; layer j+1's drains here (the rule) and is free
         // after (a late drain holds gx.<j+1> beyond, apply_transfer_windows).
         alloc(w, layer_tensor("g", j), cm.slot_grad_bytes());

@@ -1,5 +1,5 @@
 // Out-of-core training (issue 4, section 6): a model whose training state (fp32 weights,
-// gradients, the two AdamW moments, and every activation a keep-all step saves) is at
+// gradients, the two AdamW moments, and every activation a step can save) is at
 // least twice the compute-tier budget trains on the cpu backend, its checkpoints partly on
 // host and NVMe as the MILP decides under that budget, and its five steps match the
 // in-memory run bitwise.
@@ -40,9 +40,18 @@ TEST(StreamingOutOfCore, StateTwiceTheComputeBudgetTrainsBitwiseLikeInMemory) {
     so.offload_dir = dir;
     so.direct_io = false;
     StreamingExecutor ooc(plan, *cpu, so);
-    StreamingExecutor keep_all(make_plan(request(c), "keep-all"), *cpu);
+    // Everything a step could hold at once: every boundary and every layer's internals
+    // on the compute tier (the MILP's plan may keep some internals too).
+    const PlanRequest req = request(c);
+    const CostModel cm = build_cost_model(req);
+    Decisions keep = all_gpu_decisions(static_cast<int>(c.num_layers), "keep-all-internals");
+    keep.keep_internals.assign(c.num_layers, true);
+    ASSERT_TRUE(assign_asap_traffic(keep, cm));
+    Plan keep_plan = build_plan(req, cm, keep);
+    evaluate_plan(keep_plan);
+    StreamingExecutor keep_all(keep_plan, *cpu);
     budget = ooc.arena_bytes();
-    all_activations = keep_all.arena_bytes();  // everything a keep-all step holds at once
+    all_activations = keep_all.arena_bytes();
     nvme_file = ooc.nvme_bytes();
   }
   const ModelParameters probe(c);

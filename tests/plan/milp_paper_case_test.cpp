@@ -33,8 +33,11 @@ TEST(MilpPaperCase, Qwen27bOnH800) {
   EXPECT_LE(milp.solve.solve_cpu_s, 10.0);
   EXPECT_TRUE(validate_plan(milp).empty());
   // The MILP's objective is the evaluator's prediction for the plan it built (up to the
-  // symmetry-breaking perturbation, 1e-7 of the step per term).
-  EXPECT_NEAR(milp.solve.objective_s, milp.predicted_step_s, 1e-4 * milp.predicted_step_s);
+  // symmetry-breaking perturbation, 1e-7 of the step per term); where it streamed the
+  // head, the plan returned may hold the head whole instead, predicting a step longer by
+  // at most the target gap (plan/head_streaming.h: settle_head).
+  EXPECT_GE(milp.predicted_step_s, milp.solve.objective_s * (1 - 1e-4));
+  EXPECT_LE(milp.predicted_step_s, milp.solve.objective_s * (1 + req.target_gap + 1e-4));
 
   Plan mega = make_plan(req, "megatrain");
   ASSERT_TRUE(mega.feasible) << mega.infeasible_reason;
