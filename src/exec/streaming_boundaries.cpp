@@ -1,6 +1,6 @@
 // The streaming executor's boundary traffic: a boundary's parts leave the compute tier
-// when it is produced (host memory, NVMe through host staging) and come back, reassembled,
-// for its backward use (streaming_executor.h).
+// when it is produced (host memory, NVMe through host staging) and come back, after the
+// part that stayed, for its backward use (streaming_executor.h).
 #include <string>
 #include <utility>
 
@@ -9,21 +9,29 @@
 
 namespace lt {
 
+float* StreamingExecutor::whole_boundary(ArenaTensor rows, int b) {
+  float* r = buf(rows, b);
+  const BoundarySchedule& bs = sched_.boundaries[b];
+  if (!bs.offloaded() || bs.gpu_tokens == 0) return r;
+  float* gpu = buf(ArenaTensor::BoundaryGpuPart, b);
+  LT_ASSERT(gpu + bs.gpu_tokens * C_ == r, "boundary " + std::to_string(b) + "'s rows lie apart in the arena");
+  return gpu;
+}
+
 float* StreamingExecutor::boundary_input(int b) {
   const BoundarySchedule& bs = sched_.boundaries[b];
   if (!bs.stored) return buf(ArenaTensor::Recomputed, b);
-  return buf(bs.offloaded() ? ArenaTensor::Refetched : ArenaTensor::Boundary, b);
+  return whole_boundary(bs.offloaded() ? ArenaTensor::Refetched : ArenaTensor::Boundary, b);
 }
 
 // Right after boundary b is produced: copy its non-compute parts out (the compute part
-// stays, in its own smaller buffer), then start the NVMe write from host staging.
+// stays where it is), then start the NVMe write from host staging.
 void StreamingExecutor::store_boundary(int b) {
   const BoundarySchedule& bs = sched_.boundaries[b];
   if (!bs.offloaded()) return;
   Parked& p = *parked_[b];
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
-  const std::byte* x = reinterpret_cast<const std::byte*>(buf(ArenaTensor::Boundary, b));
-  if (bs.gpu_tokens > 0) backend_.copy_within_compute(buf(ArenaTensor::BoundaryGpuPart, b), x, bs.gpu_tokens * row);
+  const std::byte* x = reinterpret_cast<const std::byte*>(whole_boundary(ArenaTensor::Boundary, b));
   const double t = now();
   backend_.copy_to_host(p.host.data(), x + bs.gpu_tokens * row, bs.cpu_tokens * row);
   backend_.copy_to_host(p.staging.data(), x + (bs.gpu_tokens + bs.cpu_tokens) * row, bs.nvme_tokens * row);
@@ -55,8 +63,7 @@ void StreamingExecutor::fetch_boundary(int b) {
   const BoundarySchedule& bs = sched_.boundaries[b];
   Parked& p = *parked_[b];
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
-  std::byte* r = reinterpret_cast<std::byte*>(buf(ArenaTensor::Refetched, b));
-  if (bs.gpu_tokens > 0) backend_.copy_within_compute(r, buf(ArenaTensor::BoundaryGpuPart, b), bs.gpu_tokens * row);
+  std::byte* r = reinterpret_cast<std::byte*>(whole_boundary(ArenaTensor::Refetched, b));
   if (bs.nvme_tokens > 0) {
     if (!p.read) start_nvme_read(b);
     nvme_->wait(std::exchange(p.read, 0));

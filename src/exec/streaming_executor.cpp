@@ -362,7 +362,7 @@ void StreamingExecutor::begin_window(int w) {
 }
 
 void StreamingExecutor::embed() {
-  weights_->embed(buf(ArenaTensor::Boundary, 0), state_.input_ids);
+  weights_->embed(whole_boundary(ArenaTensor::Boundary, 0), state_.input_ids);
   store_boundary(0);
 }
 
@@ -375,8 +375,8 @@ void StreamingExecutor::forward(int j) {
       sched_.keep_internals[j] ? buf(ArenaTensor::Internals, j) : saved_in_workspace(sched_.forward_w[j]);
   BlockSaved sv = bind_block_saved(saved_layout_[j], saved);
   const auto [wj, bj] = weights_->layer(ArenaTensor::Weights, j);
-  block_forward(buf(ArenaTensor::Boundary, j + 1), sv, workspace_, buf(ArenaTensor::Boundary, j), wj, bj,
-                layer_context(ctx_, config_, j));
+  block_forward(whole_boundary(ArenaTensor::Boundary, j + 1), sv, workspace_,
+                whole_boundary(ArenaTensor::Boundary, j), wj, bj, layer_context(ctx_, config_, j));
   if (j + 1 < sched_.L) store_boundary(j + 1);
 }
 

@@ -179,6 +179,9 @@ class StreamingExecutor {
   // Where window w's layer pass writes the saved tensors it does not keep (ws.<w>, after
   // the pass's scratch).
   float* saved_in_workspace(int w);
+  // Boundary b whole, [T, C], while `rows` (x.<b> in forward, r.<b> in backward) is live:
+  // an offloaded boundary's compute-tier part, which those rows follow in the arena.
+  float* whole_boundary(ArenaTensor rows, int b);
   float* boundary_input(int b);  // boundary b on the compute tier during backward
   void store_boundary(int b);
   void start_nvme_read(int b);

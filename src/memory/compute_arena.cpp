@@ -69,7 +69,7 @@ void ComputeArena::validate_and_index(size_t alignment) {
       throw Error("tensor '" + a.name + "' has an empty or negative lifetime (windows " +
                       std::to_string(a.first_window) + ".." + std::to_string(a.last_window) + ")",
                   where, "the plan is malformed; re-plan");
-    if (a.offset % alignment != 0)
+    if (!a.follows && a.offset % alignment != 0)
       throw Error("tensor '" + a.name + "' has offset " + std::to_string(a.offset) +
                       ", not a multiple of " + std::to_string(alignment),
                   where, "the plan is malformed; re-plan");

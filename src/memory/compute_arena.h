@@ -34,6 +34,9 @@ struct ArenaAllocation {
   size_t bytes = 0;
   int first_window = 0;  // live from the start of this window ...
   int last_window = 0;   // ... through the end of this one
+  // Placed right after another allocation, to read as one tensor with it (ArenaRequest::
+  // follows): at that one's end, which need not be aligned.
+  bool follows = false;
 };
 
 class ComputeArena {

@@ -231,25 +231,31 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
   const size_t row = static_cast<size_t>(s.hidden) * sizeof(float);
   const size_t full = static_cast<size_t>(T) * row;
   using A = ArenaTensor;
-  auto req = [&](A tensor, int index, const std::string& name, size_t bytes, int first, int last) {
+  auto req = [&](A tensor, int index, const std::string& name, size_t bytes, int first, int last, int follows = -1) {
     LT_ASSERT(first >= 0 && last >= first, "lifetime of " + name);
     if (bytes == 0) return;
     std::vector<int>& at = s.arena_by_tensor[static_cast<int>(tensor)];
     if (static_cast<int>(at.size()) <= index) at.resize(index + 1, -1);
     LT_ASSERT(at[index] < 0, name + " placed twice");
     at[index] = static_cast<int>(s.arena.size());
-    s.arena.push_back({name, bytes, first, last});
+    s.arena.push_back({name, bytes, first, last, follows});
     s.arena_keys.push_back({tensor, index});
   };
   for (int b = 0; b <= L; ++b) {
     const BoundarySchedule& bs = s.boundaries[b];
     const std::string id = std::to_string(b);
-    const bool whole_kept = bs.stored && !bs.offloaded();
-    req(A::Boundary, b, "x." + id, full, bs.produce_w, whole_kept ? bs.backward_last_w : bs.forward_use_w);
-    if (bs.offloaded()) {
-      req(A::BoundaryGpuPart, b, "a." + id + ".gpu", static_cast<size_t>(bs.gpu_tokens) * row, bs.produce_w,
-          bs.backward_last_w);
-      req(A::Refetched, b, "r." + id, full, bs.fetch_w, bs.backward_last_w);
+    if (!bs.offloaded()) {
+      req(A::Boundary, b, "x." + id, full, bs.produce_w, bs.stored ? bs.backward_last_w : bs.forward_use_w);
+    } else {
+      // Its compute-tier tokens (a.<b>.gpu) stay from production to backward; the other
+      // rows follow them, in forward until the forward use (x.<b>, copied out) and again
+      // from their fetch to backward (r.<b>): the boundary is whole, with no copy, while
+      // either is live.
+      const size_t gpu = static_cast<size_t>(bs.gpu_tokens) * row, rest = full - gpu;
+      req(A::BoundaryGpuPart, b, "a." + id + ".gpu", gpu, bs.produce_w, bs.backward_last_w);
+      const int head = gpu > 0 ? s.arena_index(A::BoundaryGpuPart, b) : -1;
+      req(A::Boundary, b, "x." + id, rest, bs.produce_w, bs.forward_use_w, head);
+      req(A::Refetched, b, "r." + id, rest, bs.fetch_w, bs.backward_last_w, head);
     }
     if (b < L && !bs.stored && b > 0) req(A::Recomputed, b, "rc." + id, full, s.recompute_w[b - 1], bs.backward_last_w);
   }

@@ -42,9 +42,11 @@ struct BoundarySchedule {
 // g.<j>, w.norm, g.norm, w.lm_head (or w.lm_head.<k>), g.lm_head (or g.lm_head.<k>), dx.<k>,
 // ws.<window name>.
 enum class ArenaTensor : uint8_t {
-  Boundary,         // x.<b>: boundary b as produced (kept here when stored whole)
+  Boundary,         // x.<b>: boundary b as produced (kept here when stored whole); an
+                    // offloaded one's other rows, until its forward use, after a.<b>.gpu
   BoundaryGpuPart,  // a.<b>.gpu: an offloaded boundary's compute-tier tokens
-  Refetched,        // r.<b>: an offloaded boundary reassembled for its backward use
+  Refetched,        // r.<b>: an offloaded boundary's other rows, fetched back for its
+                    // backward, after a.<b>.gpu
   Recomputed,       // rc.<b>: a dropped boundary rebuilt by its RC window
   Internals,        // int.<j>: layer j's saved tensors, kept from forward to backward
   HeadNormOut,      // head.norm_out, head.rstd, head.d_hidden: the HEAD window's

@@ -126,6 +126,15 @@ TEST(StreamingSchedule, TypedIdsAreWhatThePlanKeepsWhere) {
       EXPECT_EQ(has(A::Refetched, b), bs.offloaded()) << what << ": boundary " << b;
       EXPECT_EQ(has(A::BoundaryGpuPart, b), bs.offloaded() && bs.gpu_tokens > 0) << what << ": boundary " << b;
       EXPECT_EQ(has(A::Recomputed, b), b > 0 && b < s.L && !bs.stored) << what << ": boundary " << b;
+      if (bs.offloaded()) {  // the rows that leave follow those that stay, in forward and in backward
+        const size_t row = static_cast<size_t>(s.hidden) * sizeof(float);
+        const int head = bs.gpu_tokens > 0 ? s.arena_index(A::BoundaryGpuPart, b) : -1;
+        for (A t : {A::Boundary, A::Refetched}) {
+          const ArenaRequest& r = s.arena[s.arena_index(t, b)];
+          EXPECT_EQ(r.bytes, static_cast<size_t>(s.tokens - bs.gpu_tokens) * row) << what << ": " << r.name;
+          EXPECT_EQ(r.follows, head) << what << ": " << r.name;
+        }
+      }
       offloaded |= bs.offloaded();
       recomputed |= has(A::Recomputed, b);
     }

@@ -184,6 +184,18 @@ TEST_F(ComputeArenaDeathTest, ReleaseOfSomethingNotLiveAborts) {
   EXPECT_DEATH(arena.release("a"), "not live");
 }
 
+// Independent check, pair by pair, besides the arena's own sweep: nothing live at once
+// shares bytes.
+void expect_no_live_overlap(const std::vector<ArenaAllocation>& plan) {
+  for (size_t i = 0; i < plan.size(); ++i)
+    for (size_t j = i + 1; j < plan.size(); ++j) {
+      const auto &a = plan[i], &b = plan[j];
+      const bool live = a.first_window <= b.last_window && b.first_window <= a.last_window;
+      const bool bytes = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+      EXPECT_FALSE(live && bytes) << a.name << " and " << b.name;
+    }
+}
+
 TEST(ArenaLayoutTest, RandomLifetimesGiveValidCompactLayouts) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 50; ++trial) {
@@ -195,17 +207,11 @@ TEST(ArenaLayoutTest, RandomLifetimesGiveValidCompactLayouts) {
     }
     const auto plan = lay_out_arena(req, 256);
     ASSERT_EQ(plan.size(), req.size());
-    // Independent check, pair by pair, besides the arena's own sweep.
     for (size_t i = 0; i < plan.size(); ++i) {
       EXPECT_EQ(plan[i].name, req[i].name);
       EXPECT_EQ(plan[i].offset % 256, 0u);
-      for (size_t j = i + 1; j < plan.size(); ++j) {
-        const auto &a = plan[i], &b = plan[j];
-        const bool live = a.first_window <= b.last_window && b.first_window <= a.last_window;
-        const bool bytes = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
-        EXPECT_FALSE(live && bytes) << a.name << " and " << b.name;
-      }
     }
+    expect_no_live_overlap(plan);
     const size_t extent = arena_extent(plan);
     ComputeArena arena("gpu", extent, plan, 256);  // throws if the layout were invalid
     // Greedy-by-size never needs more than the sum of all sizes (aligned).
@@ -214,6 +220,45 @@ TEST(ArenaLayoutTest, RandomLifetimesGiveValidCompactLayouts) {
     EXPECT_LE(extent, sum);
     EXPECT_GE(extent, arena.planned_peak_bytes());
   }
+}
+
+// Requests that follow another (a boundary's compute-tier rows, then its other rows in
+// forward and again in backward) lie right after it, whatever else is placed; nothing
+// live at once shares bytes; the arena accepts their unaligned offsets.
+TEST(ArenaLayoutTest, FollowersLieRightAfterWhatTheyFollow) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<ArenaRequest> req;
+    const int n = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) {
+      const int first = static_cast<int>(rng() % 20);
+      const int last = first + 4 + static_cast<int>(rng() % 6);
+      req.push_back({"t" + std::to_string(i), 4 + 4 * (rng() % 25000), first, last});
+      if (rng() % 2 == 0) continue;
+      const int head = static_cast<int>(req.size()) - 1;  // two followers, apart in time
+      req.push_back({"t" + std::to_string(i) + ".fwd", 4 + 4 * (rng() % 25000), first, first + 1, head});
+      req.push_back({"t" + std::to_string(i) + ".bwd", 4 + 4 * (rng() % 25000), last - 1, last, head});
+    }
+    const auto plan = lay_out_arena(req, 256);
+    ASSERT_EQ(plan.size(), req.size());
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (req[i].follows >= 0) {
+        const ArenaAllocation& head = plan[static_cast<size_t>(req[i].follows)];
+        EXPECT_EQ(plan[i].offset, head.offset + head.bytes) << plan[i].name;
+        EXPECT_TRUE(plan[i].follows);
+      } else {
+        EXPECT_EQ(plan[i].offset % 256, 0u) << plan[i].name;
+      }
+    }
+    expect_no_live_overlap(plan);
+    ComputeArena arena("gpu", arena_extent(plan), plan, 256);  // throws if the layout were invalid
+  }
+}
+
+// Two followers of one request, live at once, would share bytes: a bug in the schedule.
+TEST_F(ComputeArenaDeathTest, FollowersLiveAtOnceAbort) {
+  const std::vector<ArenaRequest> clash = {{"h", 64, 0, 3}, {"a", 64, 0, 2, 0}, {"b", 64, 1, 3, 0}};
+  EXPECT_DEATH(lay_out_arena(clash), "follow the same one while both are live");
 }
 
 TEST(ArenaLayoutTest, ReusesBytesAcrossDisjointLifetimes) {
