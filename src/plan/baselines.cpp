@@ -99,6 +99,10 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
   const double A = cm.boundary_bytes;
   Plan p;
   fill_plan_header(p, req, cm, "megatrain-code", cm.host_state_bytes_fp32);
+  // Two weight slots for the whole step: its load windows fill one while the compute
+  // before reads the other (without the windows' barriers, the next load runs under that
+  // compute).
+  p.fixed_gpu_bytes = 2 * cm.slot_weight_bytes();
   p.boundaries.assign(L + 1, BoundaryPlacement{});
   for (int b = 1; b < L; ++b) p.boundaries[b].recompute = b % kMegaTrainInterval != 0;
   p.blocks = {};

@@ -55,7 +55,7 @@ struct Milp {
   double H, toh, toe;
   std::vector<double> F, Bw, to;
   double capG, capC, capN, capStage;
-  double Gs = 0;  // one gradient slot (GB)
+  double Ws = 0, Gs = 0;  // one weight slot, one gradient slot (GB)
   bool use_cpu = false, use_nvme = false;
 
   std::vector<int> t;                 // per stage
@@ -131,9 +131,8 @@ struct Milp {
     H = cm.head_s;
     toh = cm.optimizer_head_s;
     toe = cm.optimizer_embed_s;
-    // Two weight slots for the whole step; the gradient slots only where backward holds
-    // them (grad_slots).
-    const double fixed = 2 * cm.slot_weight_bytes();
+    // Weight and gradient slots only where the plan holds them (weight_slots, grad_slots).
+    Ws = cm.slot_weight_bytes() / kGB;
     Gs = cm.slot_grad_bytes() / kGB;
     // Capacities shrink by a millionth, and by 128 bytes, so that solver round-off (primal
     // tolerance ~1e-7 on GB-scaled rows: ~100 bytes absolute) never lets the extracted plan
@@ -141,7 +140,7 @@ struct Milp {
     constexpr double kSafety = 1 - 1e-6;
     constexpr double kSafetyBytes = 128;
     auto shrink = [&](double bytes) { return std::max(0.0, bytes * kSafety - kSafetyBytes); };
-    capG = (shrink(req.gpu_cap()) - fixed) / kGB;
+    capG = shrink(req.gpu_cap()) / kGB;
     H0 = cm.host_state_bytes / kGB;
     page = may_page();
     const double host = req.hardware.host_memory_bytes;
@@ -398,6 +397,17 @@ struct Milp {
     }
     return out;
   }
+  // Compute-tier GB of the weight slots held in stage w by the rule's loads
+  // (plan_builder.cpp): each compute window holds its layer's slot and the one it
+  // prefetches for the next compute (P1 and HEAD only the latter; F{L-1} and B0 only the
+  // former: the head has buffers of its own, and nothing follows B0). A resident layer's
+  // backward loads nothing, which this counts as if it did. Early loads add slot_terms.
+  double weight_slots(int w) const {
+    if (w == st.p1() || w == st.head()) return Ws;
+    if (w == st.forward(L - 1) || w == st.backward(0)) return Ws;
+    if (w == st.p0() || w == st.epilogue()) return 0;
+    return 2 * Ws;
+  }
   // Compute-tier GB of the gradient slots held in stage w by the rule's drains
   // (plan_builder.cpp): B{j} fills layer j's slot while layer j+1's drains (one slot in
   // B{L-1}, whose predecessor is the head with its own; one in a recompute window, which
@@ -411,7 +421,8 @@ struct Milp {
   // The recompute windows of a block topped at layer j, which backward stage w holds
   // before B{j} (plan_builder.cpp): what stage w holds live (at most: its own reloads come
   // with B{j}), the block's recomputed boundaries, the widest of their workspaces, and one
-  // gradient slot (layer j+1's, draining; the head's, for j = L-1, is live).
+  // gradient slot (layer j+1's, draining; the head's, for j = L-1, is live), and two
+  // weight slots (its own and the next compute's).
   void recompute_memory_row(int w, int j, int live_w) {
     Terms tt{{live_w, 1}};
     for (auto& [se, col] : x) {
@@ -422,9 +433,9 @@ struct Milp {
     }
     if (tt.size() == 1) return;  // no block with recompute windows ends here
     append(tt, slot_terms(w));
-    m.add_row("mem_rc_" + sn(w), tt, -kInf, capG - (j + 1 < L ? Gs : 0));
+    m.add_row("mem_rc_" + sn(w), tt, -kInf, capG - 2 * Ws - (j + 1 < L ? Gs : 0));
   }
-  // Compute-tier GB of the slots beyond the two fixed ones held in stage w: a weight
+  // Compute-tier GB of the slots beyond the rule's held in stage w: a weight
   // loaded early from its load to the stage before the rule's load; a gradient drained
   // late from the stage after the rule's drain to its own.
   Terms slot_terms(int w) const {
@@ -834,7 +845,7 @@ struct Milp {
         recompute_memory_row(w, j, live[w]);
       }
       append(cap, slot_terms(w));
-      m.add_row("mem_" + sn(w), cap, -kInf, capG - ws - grad_slots(w));
+      m.add_row("mem_" + sn(w), cap, -kInf, capG - ws - weight_slots(w) - grad_slots(w));
     }
     // E: the boundary-0 gradient and the gradients drained late into E.
     if (Terms late = slot_terms(st.epilogue()); !late.empty())

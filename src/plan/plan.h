@@ -36,7 +36,9 @@
 // block are not stored; RC windows recompute them in backward.
 //
 // Tensor names used in transfers and memory ops:
-//   w.<j> layer j bf16 weights (into one of the two weight slots, or a resident buffer);
+//   w.<j> layer j bf16 weights; in alloc/free its weight slot (the largest layer's size),
+//   allocated by the window with the rule's load and freed after the compute that reads
+//   it (a resident layer's forward load fills wres.<j> too);
 //   wres.<j> resident copy of layer j across the forward-to-backward turnaround;
 //   w.head / g.head head weights / gradients (final norm and lm_head; the embedding when
 //   tied): whole on the compute tier, w.head from its load to the end of HEAD, g.head from
@@ -50,8 +52,8 @@
 //   g.head.0 .. g.head.<n-1> and g.head.norm; chunk c+2 reuses chunk c's buffers;
 //   g.<j> layer j gradients: its gradient slot, allocated by B{j} and freed after the
 //   rule's drain window (B{j-1}, E for layer 0, or megatrain-code's next LD);
-//   wx.<j> / gx.<j> (memory ops only) a weight slot beyond the two fixed ones / a
-//   gradient slot held past the rule's drain window:
+//   wx.<j> / gx.<j> (memory ops only) a weight slot held before the rule's load window
+//   / a gradient slot held past the rule's drain window:
 //   from a load earlier than the rule's to the window before the rule's load window, or
 //   from the window after the rule's drain window to a later drain;
 //   a.<b>.gpu, a.<b>.cpu, a.<b>.nvme parts of boundary b; a.<b>.tmp an unstored boundary
@@ -68,8 +70,8 @@
 //   "hardware": { hardware profile, see plan/hardware_profile.h },
 //   "batch", "seq",
 //   "budgets": { "gpu_cap_bytes", "cpu_act_bytes", "nvme_act_bytes" },
-//   "fixed": { "gpu_bytes" (2 weight slots; plans before gradient slots were allocated
-//              per layer counted 2 gradient slots here too), "host_state_bytes",
+//   "fixed": { "gpu_bytes" (held for the whole step: 0; plans made before weight and
+//              gradient slots were allocated per use held two of each here), "host_state_bytes",
 //              "layer_scratch_bytes", "head_scratch_bytes" (the executor's, ExecutorScratch;
 //              absent: estimated) },
 //   "head": { "chunk_rows": 0 (whole) or rows per streamed chunk, "chunks" },
@@ -192,7 +194,7 @@ struct Plan {
   double num_params = 0;
 
   double gpu_cap_bytes = 0, cpu_act_budget_bytes = 0, nvme_act_budget_bytes = 0;
-  double fixed_gpu_bytes = 0;
+  double fixed_gpu_bytes = 0;  // compute-tier bytes held for the whole step (plan.h's "fixed")
   double host_state_bytes = 0;
   ExecutorScratch scratch;  // the request's (plan/plan_request.h), kept for re-planning
 

@@ -38,6 +38,13 @@ struct Builder {
   static void transfer(Window& w, const std::string& t, Link l, double bytes) {
     if (bytes > 0) w.transfers.push_back({t, l, bytes});
   }
+  // Layer j's weights into a weight slot (w.<j>, the largest layer's size), which lives
+  // from this window to the end of the compute that reads them. A plan that loads a layer
+  // earlier than here holds wx.<j> until this window (apply_transfer_windows).
+  void load_weights(Window& w, int j) {
+    transfer(w, layer_tensor("w", j), Link::H2D, cm.layer(j).weight_bytes);
+    alloc(w, layer_tensor("w", j), cm.slot_weight_bytes());
+  }
   bool materialized(int b) const { return b == L || !d.boundaries[b].recompute; }
   double A() const { return cm.boundary_bytes; }
 
@@ -88,7 +95,7 @@ struct Builder {
     stage_window[st.p0()] = add(compute_window("P0", WindowKind::Prologue0, -1, st.p0(), 0, 0, 0));
     {
       Window w = compute_window("P1", WindowKind::Prologue1, -1, st.p1(), 0, 0, 0);
-      transfer(w, "w.0", Link::H2D, cm.layer(0).weight_bytes);
+      load_weights(w, 0);
       transfer(w, "in.0", Link::H2D, A());
       if (d.resident[0]) alloc(w, "wres.0", cm.layer(0).weight_bytes);
       stage_window[st.p1()] = add(std::move(w));
@@ -97,8 +104,9 @@ struct Builder {
     for (int j = 0; j < L; ++j) {
       Window w = compute_window("F" + std::to_string(j), WindowKind::Forward, j, st.forward(j),
                                 cm.layer(j).forward_flops, cm.layer(j).forward_s, cm.layer(j).workspace_forward);
+      release(w, layer_tensor("w", j), cm.slot_weight_bytes());  // its slot, loaded before
       if (j + 1 < L) {
-        transfer(w, layer_tensor("w", j + 1), Link::H2D, cm.layer(j + 1).weight_bytes);
+        load_weights(w, j + 1);
         if (d.resident[j + 1]) alloc(w, layer_tensor("wres", j + 1), cm.layer(j + 1).weight_bytes);
       } else {  // the last forward prefetches the head, as every forward prefetches its successor
         prefetch_head(w);
@@ -178,7 +186,10 @@ struct Builder {
     int prev = stage_window[st.head()];
     for (int idx : backward_windows) {
       int layer = at(idx).layer;
-      if (!d.resident[layer]) transfer(at(prev), layer_tensor("w", layer), Link::H2D, cm.layer(layer).weight_bytes);
+      if (!d.resident[layer]) {
+        load_weights(at(prev), layer);
+        release(at(idx), layer_tensor("w", layer), cm.slot_weight_bytes());
+      }
       prev = idx;
     }
     // Epilogue.
@@ -261,7 +272,7 @@ struct Builder {
   }
 
   // The decisions' load and drain stages (plan_decisions.h), applied to the rule's windows
-  // built above. A weight loaded early occupies a slot beyond the two fixed ones (wx.<j>)
+  // built above. A weight loaded early occupies a slot of its own (wx.<j>)
   // from its load until the window before the rule's load window; a gradient drained late
   // occupies one (gx.<j>) from the window after the rule's drain window to its own.
   void apply_transfer_windows() {
@@ -349,9 +360,9 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   p.gpu_cap_bytes = req.gpu_cap();
   p.cpu_act_budget_bytes = req.cpu_budget(host_state_bytes);
   p.nvme_act_budget_bytes = req.nvme_budget(nvme_state_bytes);
-  // Two weight slots (the layer computing, the layer loading), for the whole step. The
-  // gradient slots are allocated where backward holds them: g.<j> from B{j} to its drain.
-  p.fixed_gpu_bytes = 2 * cm.slot_weight_bytes();
+  // Nothing is held for the whole step: weight slots are allocated from their load to
+  // their use (w.<j>), gradient slots from their backward to their drain (g.<j>).
+  p.fixed_gpu_bytes = 0;
   p.host_state_bytes = host_state_bytes;
   p.scratch = req.scratch;
 }

@@ -38,7 +38,7 @@
 //               runs its whole step first (every host task: clip and updates). os.<j>
 //               nvme_write: layer j's update; a paged layer's update: its os.<j> NVMe read.
 // Reuse dependencies (the executor's fixed buffers):
-//   two weight slots (Plan::fixed_gpu_bytes), taken in turn by the layer loads in the
+//   two weight slots, taken in turn by the layer loads in the
 //   order they are read, so a load waits for the compute that read the load two before
 //   it; a resident copy (wres.<j>) takes none, and an early load (into wx.<j>, plan/
 //   plan_builder.cpp) waits for none;
@@ -49,10 +49,11 @@
 //
 // Memory: each compute-tier tensor is live from its first write (the start of the copy or
 // compute that fills it; kept internals and dx.0 from the end of the compute whose
-// workspace held them; wx.<j> until its reader starts; a gradient slot g.<j> from B{j}'s
-// start to its drain's end, late or not) to the end of its last use; workspaces while
-// their compute runs; the fixed slots (two weight slots) for the whole step. The peak is
-// the largest sum live at once (a tensor freed at t does not overlap one allocated at t). Host: Plan::host_state_bytes plus each offloaded
+// workspace held them; wx.<j> until its reader starts, and the weight slot w.<j> from
+// then; a gradient slot g.<j> from B{j}'s start to its drain's end, late or not) to the
+// end of its last use; workspaces while their compute runs; Plan::fixed_gpu_bytes for the
+// whole step. The peak is the largest sum live at once (a tensor freed at t does not
+// overlap one allocated at t). Host: Plan::host_state_bytes plus each offloaded
 // piece from its arrival (d2h or NVMe read start) until it has gone on (its reload or
 // NVMe write ends). NVMe: the bytes written.
 //
@@ -90,8 +91,8 @@ struct LiveSpan {
 };
 
 struct EventSimResult : SimResult {
-  // What peak.gpu and peak.cpu are swept from: compute-tier spans beyond the fixed weight
-  // slots (Plan::fixed_gpu_bytes), and host activation spans beyond Plan::host_state_bytes.
+  // What peak.gpu and peak.cpu are swept from: compute-tier spans beyond
+  // Plan::fixed_gpu_bytes, and host activation spans beyond Plan::host_state_bytes.
   std::vector<LiveSpan> gpu_spans, host_spans;
 };
 

@@ -107,6 +107,7 @@ class EventGraph {
   // Memory (event_simulator_memory.cpp).
   void memory(EventSimResult& r);
   void gpu_span(EventSimResult& r, int w, const MemOp& m);
+  void weight_slot_span(EventSimResult& r, int w, const MemOp& m, int j);
   void boundary_span(EventSimResult& r, int w, const MemOp& m, int b, const std::string& part);
   void host_spans(EventSimResult& r) const;
   int last_backward_reader(int b) const;

@@ -83,6 +83,8 @@ void EventGraph::gpu_span(EventSimResult& r, int w, const MemOp& m) {
     for (auto [id, t] : transfers_)
       if (t->link == Link::D2H && (t->tensor == "g.head" || starts_with(t->tensor, "g.head."))) drained = id;
     span(start_of(from), end_or(drained, step));
+  } else if (starts_with(x, "w.") && (j = number_after(x, 2)) >= 0 && j < L) {
+    weight_slot_span(r, w, m, j);
   } else if (starts_with(x, "wres.") && (j = number_after(x, 5)) >= 0 && j < L) {
     // From its load, or, after an early load into wx.<j>, from when that buffer hands over.
     double from = 0;
@@ -122,6 +124,22 @@ void EventGraph::gpu_span(EventSimResult& r, int w, const MemOp& m) {
     violation(p_.windows[w].name + ": allocates " + x + ", a compute-tier tensor this simulator does not know");
     span(0, step);
   }
+}
+
+// Layer j's weight slot, allocated by window w with the rule's load for the next compute
+// of layer j: from that load's start to the end of the compute (an early load holds
+// wx.<j> until its reader starts, and the slot from then; a resident layer's forward load
+// is read as its resident copy).
+void EventGraph::weight_slot_span(EventSimResult& r, int w, const MemOp& m, int j) {
+  int reader = -1;
+  for (int c : {forward_op_[j], recompute_op_[j], backward_op_[j]})
+    if (c >= 0 && ops_[c].window > w && (reader < 0 || ops_[c].window < ops_[reader].window)) reader = c;
+  const Load* load = nullptr;
+  for (const Load& l : loads_)
+    if ((reader >= 0 && l.reader == reader) || (l.resident && l.layer == j && ops_[l.op].window == w)) load = &l;
+  const double to = end_or(reader, r.step_s);
+  const double from = !load ? 0 : load->early && reader >= 0 ? ops_[reader].start : ops_[load->op].start;
+  r.gpu_spans.push_back({m.tensor, m.bytes, from, std::max(from, to)});
 }
 
 void EventGraph::boundary_span(EventSimResult& r, int w, const MemOp& m, int b, const std::string& part) {
