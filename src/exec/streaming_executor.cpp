@@ -75,13 +75,19 @@ StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const
   return s;
 }
 
-ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k) {
+ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k,
+                                 Precision p) {
   ExecutorScratch e;
   e.layer_bytes = static_cast<double>(layer_pass_scratch_bytes(c, batch, seq, k));
-  for (Precision p : {Precision::F32, Precision::BF16})
-    for (bool streamed : {false, true})
-      e.head_bytes = std::max(e.head_bytes, static_cast<double>(k.head_cross_entropy_workspace_bytes(
-                                                batch * seq, c.hidden_size, c.vocab_size, p, streamed, {})));
+  for (bool streamed : {false, true})
+    e.head_bytes = std::max(e.head_bytes, static_cast<double>(k.head_cross_entropy_workspace_bytes(
+                                              batch * seq, c.hidden_size, c.vocab_size, p, streamed, {})));
+  return e;
+}
+
+ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k) {
+  ExecutorScratch e = executor_scratch(c, batch, seq, k, Precision::F32);
+  e.head_bytes = std::max(e.head_bytes, executor_scratch(c, batch, seq, k, Precision::BF16).head_bytes);
   return e;
 }
 

@@ -88,10 +88,12 @@ double ordered_grad_sq_sum(const ModelParameters& grads);
 
 // The scratch the executor plans as an arena range of each window that computes
 // (ws.<window>), on the kernels of k: for the step's own precision and head
-// (step_scratch), and at most over both precisions and a whole or streamed head, what a
-// plan for it takes as PlanRequest::scratch (executor_scratch).
+// (step_scratch), and at most over a whole or streamed head, what a plan for it takes as
+// PlanRequest::scratch (executor_scratch): for a step at precision p, or at either.
 StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k, Precision p,
                          bool streamed_head);
+ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k,
+                                 Precision p);
 ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k);
 
 struct StreamingOptions {

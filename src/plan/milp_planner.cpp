@@ -842,6 +842,12 @@ struct Milp {
         for (auto& [se, col] : x)
           if (se.first < j && j < se.second) cap.emplace_back(col, (j - se.first) * A);
         cap.emplace_back(k[j], -I[j]);  // kept internals are live (int.<j>), not rerun in the workspace
+        // Under a top block with recompute windows, the head's gradient slot drained under
+        // the first of them: gone by B{L-1} (a streamed head's smaller buffers counted,
+        // which is exact when the head cannot stream).
+        if (j == L - 1)
+          for (auto& [se, col] : x)
+            if (se.second == L && se.second - se.first >= 2) cap.emplace_back(col, -(hs >= 0 ? Wgh_s : Wgh));
         recompute_memory_row(w, j, live[w]);
       }
       append(cap, slot_terms(w));

@@ -42,7 +42,7 @@
 //   wres.<j> resident copy of layer j across the forward-to-backward turnaround;
 //   w.head / g.head head weights / gradients (final norm and lm_head; the embedding when
 //   tied): whole on the compute tier, w.head from its load to the end of HEAD, g.head from
-//   HEAD to the end of the first backward slot;
+//   HEAD to the end of the window after it (a recompute window, or B{L-1});
 //   a streamed head (head_chunk_rows > 0) instead holds two weight chunk buffers and two
 //   gradient chunk buffers (w.head and g.head in alloc/free, with the final norm, same
 //   lifetimes) while the lm_head moves in vocabulary chunks of head_chunk_rows rows (the

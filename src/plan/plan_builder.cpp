@@ -135,8 +135,8 @@ struct Builder {
     {
       Window w = compute_window("HEAD", WindowKind::Head, -1, st.head(), cm.head_flops, cm.head_s,
                                 cm.workspace_head);
-      // The head's gradient slot lives until the first backward slot ends: it drains to
-      // the host under the next window, as every gradient slot does.
+      // The head's gradient slot lives until the window after HEAD ends (a recompute
+      // window, or B{L-1}): it drains to the host under it, as every gradient slot does.
       head_traffic(w);
       if (d.keep_internals[L - 1]) alloc(w, layer_tensor("int", L - 1), cm.layer(L - 1).internals_bytes);
       release(w, "a." + std::to_string(L) + ".tmp", A());
@@ -175,12 +175,13 @@ struct Builder {
         }
         if (d.resident[j]) release(w, layer_tensor("wres", j), lc.weight_bytes);
         if (keep) release(w, layer_tensor("int", j), lc.internals_bytes);
-        if (j == L - 1) release(w, "g.head", head.grad_buffer_bytes);
         int idx = add(std::move(w));
         stage_window[st.backward(j)] = idx;
         backward_windows.push_back(idx);
       }
     }
+    // The head's gradient slot drains under the window after HEAD (recompute or backward).
+    release(at(backward_windows.front()), "g.head", head.grad_buffer_bytes);
     // Weight prefetch: the window before each backward compute window loads its weights,
     // unless the layer stayed resident since its forward.
     int prev = stage_window[st.head()];

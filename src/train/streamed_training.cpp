@@ -62,8 +62,9 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model) {
   const std::string dir = offload_dir_of(cfg);
   limit_nvme_to_free_space(req, free_disk_bytes(dir, "train config (offload_dir)"), dir, "train config (offload_dir)");
   req.time_limit_s = cfg.plan_time_limit;
-  // The kernels' scratch on the CPU's table (every backend's today).
-  req.scratch = executor_scratch(model, cfg.batch, cfg.seq_len, cpu_kernel_table());
+  // The kernels' scratch on the CPU's table (every backend's today), at the run's precision.
+  req.scratch = executor_scratch(model, cfg.batch, cfg.seq_len, cpu_kernel_table(),
+                                 cfg.precision == "bf16" ? Precision::BF16 : Precision::F32);
   return req;
 }
 

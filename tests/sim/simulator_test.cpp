@@ -13,15 +13,14 @@
 namespace lt {
 namespace {
 
-// A tiny MILP plan under tight budgets, so that it offloads to host and NVMe (and
-// recomputes one boundary). The cap is keep-all's peak, head slots included, less three
-// boundaries.
+// A tiny MILP plan under tight budgets, so that it offloads to host and NVMe. The cap is
+// keep-all's peak, head slots included, less three boundaries; the host holds one.
 Plan tight_plan() {
   PlanRequest req = test::tiny_request(6, "h800", 8);
   CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
   Plan keep = make_plan(req, "keep-all");
   req.gpu_cap_bytes = keep.predicted_peak.gpu - 3 * cm.boundary_bytes;
-  req.cpu_act_budget_bytes = 0.5 * cm.boundary_bytes;
+  req.cpu_act_budget_bytes = 1.0 * cm.boundary_bytes;
   req.nvme_act_budget_bytes = 3 * cm.boundary_bytes;
   return make_plan(req, "milp");
 }
