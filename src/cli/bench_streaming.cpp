@@ -137,7 +137,8 @@ PlanRequest bench_request(const StreamingBenchArgs& a, const std::string& profil
   hw.nvme_read_bw = nr;
   hw.nvme_write_bw = nw;
   hw.nvme_capacity_bytes = 16e9;
-  req.scratch = executor_scratch(req.model, req.batch, req.seq, cpu_kernel_table(), a.precision);
+  // Rows of both precisions plan from this request: the larger scratch of the two.
+  req.scratch = executor_scratch(req.model, req.batch, req.seq, cpu_kernel_table());
   return req;
 }
 
