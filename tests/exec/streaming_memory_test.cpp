@@ -4,9 +4,11 @@
 // the executor holds in every window (its allocations so far plus the window's
 // workspace), and the executor's measured peak is the plan's. Covers the head's weight
 // and gradient slots, recompute blocks longer than two layers (whose weights load once
-// for RC and again for B), kept internals, and bf16 weight slots. megatrain-code keeps
-// two weight slots for the whole step, and a plan with bf16 activations counts other
-// bytes than this fp32 executor: the executor holds no more than they count.
+// for RC and again for B), kept internals, bf16 weight slots, and Qwen3.5's hybrid
+// layers (DeltaNet and attention layers of different sizes in one set of slots).
+// megatrain-code keeps two weight slots for the whole step, and a plan with bf16
+// activations counts other bytes than this fp32 executor: the executor holds no more than
+// they count.
 #include <unistd.h>
 
 #include <filesystem>
@@ -41,11 +43,11 @@ std::vector<double> planned_live(const Plan& p) {
   return out;
 }
 
-TEST(StreamingMemory, EmuComputeTierIsThePlansInEveryWindow) {
+// One step of each plan for c on the emu backend, window by window against the plan.
+void expect_plans_count_the_executors_bytes(const ModelConfig& c, bool with_offloading_plan) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("lt-streaming-mem-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
-  const ModelConfig c = test::streaming_tiny_config(6);
   struct Case {
     Plan plan;
     Precision precision;
@@ -62,7 +64,8 @@ TEST(StreamingMemory, EmuComputeTierIsThePlansInEveryWindow) {
     // megatrain-code holds two weight slots for the whole step (plan/baselines.cpp).
     cases.push_back({make_plan(req, "megatrain-code"), precision, false});
   }
-  cases.push_back({offloading_milp_plan(c), Precision::F32, false});  // bf16 activations: its own arena only
+  if (with_offloading_plan)  // bf16 activations: its own arena only
+    cases.push_back({offloading_milp_plan(c), Precision::F32, false});
   ModelParameters params(c), grads(c);
   test::init_parameters(params, 7);
   ComputeCopy copy(Precision::BF16);
@@ -90,8 +93,8 @@ TEST(StreamingMemory, EmuComputeTierIsThePlansInEveryWindow) {
     const std::vector<double> bound = planned_live(plan);
     ASSERT_EQ(r.compute_bytes.size(), plan.windows.size());
     for (size_t w = 0; w < plan.windows.size(); ++w) {
-      const std::string what = plan.policy + (precision == Precision::BF16 ? " bf16" : "") + " window " +
-                               plan.windows[w].name;
+      const std::string what = c.model_type + " " + plan.policy + (precision == Precision::BF16 ? " bf16" : "") +
+                               " window " + plan.windows[w].name;
       if (exact)
         EXPECT_EQ(r.compute_bytes[w].second, bound[w]) << what << ": the executor holds other than the plan";
       else
@@ -99,6 +102,19 @@ TEST(StreamingMemory, EmuComputeTierIsThePlansInEveryWindow) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(StreamingMemory, EmuComputeTierIsThePlansInEveryWindow) {
+  expect_plans_count_the_executors_bytes(test::streaming_tiny_config(6), true);
+}
+
+// Qwen3.5 hybrid layers: Gated DeltaNet and gated attention layers of different sizes, saved
+// tensors and scratch in one set of slots.
+TEST(StreamingMemory, HybridLayersTooAreThePlansInEveryWindow) {
+  expect_plans_count_the_executors_bytes(
+      test::qwen3_5_tiny_config({LayerKind::LinearAttention, LayerKind::Attention, LayerKind::LinearAttention,
+                                 LayerKind::LinearAttention}),
+      false);
 }
 
 }  // namespace
