@@ -78,10 +78,11 @@ StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const
 ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k,
                                  Precision p) {
   ExecutorScratch e;
-  e.layer_bytes = static_cast<double>(layer_pass_scratch_bytes(c, batch, seq, k));
-  for (bool streamed : {false, true})
-    e.head_bytes = std::max(e.head_bytes, static_cast<double>(k.head_cross_entropy_workspace_bytes(
-                                              batch * seq, c.hidden_size, c.vocab_size, p, streamed, {})));
+  for (bool streamed : {false, true}) {
+    const StepScratch s = step_scratch(c, batch, seq, k, p, streamed);
+    e.layer_bytes = static_cast<double>(s.layer);
+    e.head_bytes = std::max(e.head_bytes, static_cast<double>(s.head));
+  }
   return e;
 }
 

@@ -6,9 +6,9 @@
 // collide with an already placed, lifetime-overlapping request; ties are broken by
 // first_window and then name, so the layout is deterministic. A request that follows
 // another (ArenaRequest::follows) is placed with it, right after its bytes: the group
-// goes where none of its members collides, its size the largest end among them. This is the heuristic
-// TFLite's and ggml's allocators use; it is not optimal, but it is close on the
-// nested, stack-like lifetimes of a training step.
+// goes where none of its members collides, its size the largest end among them. This is
+// the heuristic TFLite's and ggml's allocators use; it is not optimal, but it is close on
+// the nested, stack-like lifetimes of a training step.
 #pragma once
 
 #include <cstddef>

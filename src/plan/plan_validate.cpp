@@ -38,8 +38,8 @@ struct Flow {
 // A streamed head (plan.h): chunk rows a multiple of kHeadChunkQuantum below V; every
 // chunk's rows loaded twice by the end of HEAD (the first time in F{L-1} or HEAD, never
 // before), its gradient rows drained once in HEAD; the final norm loaded once and drained
-// once; the buffers (w.head, g.head) two chunks and the norm (its weights in fp32). A whole head moves none of
-// these tensors.
+// once; the buffers (w.head, g.head) two chunks and the norm (its weights in fp32). A
+// whole head moves none of these tensors.
 template <typename Through>
 std::vector<std::string> head_problems(const Plan& p, const Through& through, double tol) {
   std::vector<std::string> out;

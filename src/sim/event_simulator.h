@@ -38,10 +38,10 @@
 //               runs its whole step first (every host task: clip and updates). os.<j>
 //               nvme_write: layer j's update; a paged layer's update: its os.<j> NVMe read.
 // Reuse dependencies (the executor's fixed buffers):
-//   two weight slots, taken in turn by the layer loads in the
-//   order they are read, so a load waits for the compute that read the load two before
-//   it; a resident copy (wres.<j>) takes none, and an early load (into wx.<j>, plan/
-//   plan_builder.cpp) waits for none;
+//   two weight slots, taken in turn by the layer loads in the order they are read, so a
+//   load waits for the compute that read the load two before it; a resident copy
+//   (wres.<j>) takes none, and an early load (into wx.<j>, plan/plan_builder.cpp) waits
+//   for none;
 //   two gradient slots, taken in turn by the backward windows, so B{j} waits for the d2h
 //   of the gradient two before it, unless that one drains late from its own gx.<j>;
 //   a streamed head's two weight chunk buffers (load k waits for the compute that read
