@@ -15,12 +15,6 @@ namespace lt {
 
 namespace {
 
-std::vector<int64_t> saved_numel_per_layer(const ModelConfig& c, int64_t batch, int64_t seq) {
-  std::vector<int64_t> n;
-  for (int64_t j = 0; j < c.num_layers; ++j) n.push_back(block_saved_numel(c, j, batch, seq));
-  return n;
-}
-
 bool tied(const ModelParameters& p) {
   return const_cast<ModelParameters&>(p).lm_head() == const_cast<ModelParameters&>(p).embedding();
 }
@@ -92,6 +86,19 @@ ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t se
   return e;
 }
 
+// What this executor holds on the compute tier: fp32 activations, its kernels' scratch, its
+// weight and gradient slots.
+ArenaSizes executor_arena_sizes(const Plan& plan, const Backend& backend, Precision p) {
+  const ModelConfig& c = plan.model;
+  ArenaSizes a;
+  a.boundary_token = static_cast<size_t>(c.hidden_size) * sizeof(float);
+  for (int64_t j = 0; j < c.num_layers; ++j)
+    a.saved.push_back(static_cast<size_t>(block_saved_numel(c, j, plan.batch, plan.seq)) * sizeof(float));
+  a.scratch = step_scratch(c, plan.batch, plan.seq, backend.kernels(), p, plan.head_chunk_rows > 0);
+  a.weights = compute_tier_weights(plan, backend, p);
+  return a;
+}
+
 StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const StreamingOptions& options)
     : plan_(plan),
       backend_(backend),
@@ -100,10 +107,7 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
       seq_(plan.seq),
       T_(plan.batch * plan.seq),
       C_(plan.model.hidden_size),
-      sched_(make_stream_schedule(plan, saved_numel_per_layer(plan.model, plan.batch, plan.seq),
-                                  step_scratch(plan.model, plan.batch, plan.seq, backend.kernels(), options.precision,
-                                               plan.head_chunk_rows > 0),
-                                  compute_tier_weights(plan, backend, options.precision))),
+      sched_(make_stream_schedule(plan, executor_arena_sizes(plan, backend, options.precision))),
       live_(sched_),
       host_("host activations", 0, backend.host_tier_memory()),
       workspace_(plan.model, plan.batch, plan.seq, backend.kernels()) {

@@ -95,6 +95,9 @@ StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const
 ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k,
                                  Precision p);
 ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k);
+// Everything the executor places on backend's compute tier for a step of the plan at
+// precision p, in bytes (plan/stream_schedule.h).
+ArenaSizes executor_arena_sizes(const Plan& plan, const Backend& backend, Precision p);
 
 struct StreamingOptions {
   std::filesystem::path offload_dir;  // NVMe tier; required when the plan puts tokens or states there

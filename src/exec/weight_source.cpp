@@ -140,6 +140,7 @@ ComputeTierWeights compute_tier_weights(const Plan& plan, const Backend& backend
   const int64_t rows = plan.head_chunk_rows > 0 ? plan.head_chunk_rows : plan.model.vocab_size;
   cw.lm_head_bytes = static_cast<size_t>(rows * plan.model.hidden_size) * (bf16_compute ? sizeof(bf16) : sizeof(float));
   cw.lm_head_grad_bytes = static_cast<size_t>(rows * plan.model.hidden_size) * sizeof(float);
+  cw.norm_bytes = cw.norm_grad_bytes = static_cast<size_t>(plan.model.hidden_size) * sizeof(float);
   return cw;
 }
 

@@ -65,8 +65,9 @@ void schedule_state_paging(StreamSchedule& s, const Plan& plan) {
 
 }  // namespace
 
-StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>& saved_numel,
-                                    const StepScratch& scratch, const ComputeTierWeights& cw) {
+StreamSchedule make_stream_schedule(const Plan& plan, const ArenaSizes& sizes) {
+  const ComputeTierWeights& cw = sizes.weights;
+  const StepScratch& scratch = sizes.scratch;
   const bool weights_on_compute = cw.on_compute;
   if (!plan.feasible) bad_plan("the plan is infeasible: " + plan.infeasible_reason);
   // A plan that counts the executor's scratch must count at least what this one's kernels
@@ -227,9 +228,11 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
 
   schedule_state_paging(s, plan);
 
-  // Compute-tier allocations (fp32).
-  const size_t row = static_cast<size_t>(s.hidden) * sizeof(float);
+  // Compute-tier allocations: boundaries at the sizes' element size, their gradients and
+  // the head's tensors in fp32.
+  const size_t row = sizes.boundary_token;
   const size_t full = static_cast<size_t>(T) * row;
+  const size_t full_fp32 = static_cast<size_t>(T * s.hidden) * sizeof(float);
   using A = ArenaTensor;
   auto req = [&](A tensor, int index, const std::string& name, size_t bytes, int first, int last, int follows = -1) {
     LT_ASSERT(first >= 0 && last >= first, "lifetime of " + name);
@@ -259,17 +262,16 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
     }
     if (b < L && !bs.stored && b > 0) req(A::Recomputed, b, "rc." + id, full, s.recompute_w[b - 1], bs.backward_last_w);
   }
-  LT_ASSERT(static_cast<int>(saved_numel.size()) == L, "one saved size per layer");
-  const auto saved_bytes = [&](int j) { return static_cast<size_t>(saved_numel[j]) * sizeof(float); };
+  LT_ASSERT(static_cast<int>(sizes.saved.size()) == L, "one saved size per layer");
+  const auto saved_bytes = [&](int j) { return sizes.saved[j]; };
   for (int j = 0; j < L; ++j)
     if (s.keep_internals[j])
       req(A::Internals, j, "int." + std::to_string(j), saved_bytes(j), s.forward_w[j], s.backward_w[j]);
-  req(A::HeadNormOut, 0, "head.norm_out", full, s.head, s.head);
+  req(A::HeadNormOut, 0, "head.norm_out", full_fp32, s.head, s.head);
   req(A::HeadRstd, 0, "head.rstd", static_cast<size_t>(T) * sizeof(float), s.head, s.head);
-  req(A::HeadDHidden, 0, "head.d_hidden", full, s.head, s.head);
+  req(A::HeadDHidden, 0, "head.d_hidden", full_fp32, s.head, s.head);
   if (weights_on_compute) {
     const size_t wbytes = cw.layer_bytes, gbytes = cw.layer_grad_bytes;
-    const size_t C = static_cast<size_t>(s.hidden);
     for (int j = 0; j < L; ++j) {
       const std::string id = std::to_string(j);
       req(A::Weights, j, "w." + id, wbytes, s.fwd_load_w[j], s.forward_w[j]);
@@ -278,8 +280,8 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
       // A gradient slot drains to the host under its drain window's compute.
       req(A::Gradients, j, "g." + id, gbytes, s.backward_w[j], s.grad_drain_w[j]);
     }
-    req(A::NormWeights, 0, "w.norm", C * sizeof(float), s.head_load_w, s.head);
-    req(A::NormGradients, 0, "g.norm", C * sizeof(float), s.head, s.head + 1);
+    req(A::NormWeights, 0, "w.norm", cw.norm_bytes, s.head_load_w, s.head);
+    req(A::NormGradients, 0, "g.norm", cw.norm_grad_bytes, s.head, s.head + 1);
     if (s.head_chunk_rows == 0) {
       req(A::LmHead, 0, "w.lm_head", cw.lm_head_bytes, s.head_load_w, s.head);
       req(A::LmHeadGradients, 0, "g.lm_head", cw.lm_head_grad_bytes, s.head, s.head + 1);
@@ -293,7 +295,7 @@ StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>
   // Backward alternates between the two, starting from dx.0 (HEAD's output): after the L
   // backwards, dx.<L % 2> holds boundary 0's gradient for E; the other is done with B0.
   for (int k : {0, 1})
-    req(A::Dx, k, "dx." + std::to_string(k), full, s.head, k == L % 2 ? s.epilogue : s.backward_w[0]);
+    req(A::Dx, k, "dx." + std::to_string(k), full_fp32, s.head, k == L % 2 ? s.epilogue : s.backward_w[0]);
   // A layer pass's workspace: its scratch, then the saved tensors it writes when they are
   // not kept (a recompute's always), at workspace_saved_offset; they live for the window.
   LT_ASSERT(scratch.layer % kWorkspaceAlignment == 0, "the layer pass's scratch is aligned");

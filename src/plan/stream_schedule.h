@@ -126,11 +126,13 @@ struct StreamSchedule {
 
 // Backends whose compute tier is not the host's memory plan their weight and gradient
 // slots in the arena too: a layer's weight slot (the fp32 block, or bf16_weight_slot.h's
-// under bf16), its fp32 gradient slot, and an lm_head slot (fp32 or bf16): the whole
-// lm_head, or one chunk of a streamed head (its fp32 gradient slot likewise).
+// under bf16), its fp32 gradient slot, the final norm's weights and gradient (fp32), and
+// an lm_head slot (fp32 or bf16): the whole lm_head, or one chunk of a streamed head (its
+// fp32 gradient slot likewise).
 struct ComputeTierWeights {
   bool on_compute = false;
   size_t layer_bytes = 0, layer_grad_bytes = 0, lm_head_bytes = 0, lm_head_grad_bytes = 0;
+  size_t norm_bytes = 0, norm_grad_bytes = 0;
 };
 
 // A layer pass's scratch is a multiple of this, so that the saved tensors after it are as
@@ -146,12 +148,23 @@ struct StepScratch {
   size_t layer = 0, head = 0;
 };
 
+// The bytes of what the schedule places: the executor's (its fp32 activations, kernels'
+// scratch and slots: exec/streaming_executor.h) or the cost model's at the profile's
+// element sizes, so that both lay out the same requests. A boundary gradient, the head's
+// normed input and its gradient are fp32 (hidden * 4 bytes a token) and the head's rstd
+// 4 bytes a token at either.
+struct ArenaSizes {
+  size_t boundary_token = 0;  // one token's row of a boundary activation
+  // Per layer, its saved tensors (KeepInternals): in int.<j> from F{j} to B{j} when the
+  // plan keeps them, else in each pass's workspace.
+  std::vector<size_t> saved;
+  StepScratch scratch;
+  ComputeTierWeights weights;
+};
+
 // Throws lt::Error for a plan the executor cannot run (infeasible, wrong model shape,
-// a backward window whose input is neither stored nor recomputed, ...).
-// saved_numel: each layer's saved tensors (KeepInternals), in floats: in int.<j> from
-// F{j} to B{j} when the plan keeps them, else in each pass's workspace. A plan that counts
-// less scratch (Plan::scratch) than `scratch` is an error.
-StreamSchedule make_stream_schedule(const Plan& plan, const std::vector<int64_t>& saved_numel,
-                                    const StepScratch& scratch, const ComputeTierWeights& weights = {});
+// a backward window whose input is neither stored nor recomputed, ...). A plan that
+// counts less scratch (Plan::scratch) than `sizes.scratch` is an error.
+StreamSchedule make_stream_schedule(const Plan& plan, const ArenaSizes& sizes);
 
 }  // namespace lt
