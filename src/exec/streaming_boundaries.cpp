@@ -33,8 +33,9 @@ void StreamingExecutor::store_boundary(int b) {
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
   const std::byte* x = reinterpret_cast<const std::byte*>(whole_boundary(ArenaTensor::Boundary, b));
   const double t = now();
-  backend_.copy_to_host(p.host.data(), x + bs.gpu_tokens * row, bs.cpu_tokens * row);
-  backend_.copy_to_host(p.staging.data(), x + (bs.gpu_tokens + bs.cpu_tokens) * row, bs.nvme_tokens * row);
+  backend_.copy_to_host(p.host.data(), x + bs.cpu_row * row, bs.cpu_tokens * row);
+  backend_.copy_to_host(p.staging.data(), x + bs.nvme_row * row, bs.nvme_tokens * row);
+  p.nvme_rows_read = false;
   backend_.wait_host(backend_.record(Backend::Stream::D2H));  // the host parts go on to NVMe
   event(p.out_event, ExecLane::D2H, t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
   if (bs.nvme_tokens > 0) {
@@ -58,22 +59,26 @@ void StreamingExecutor::start_nvme_read(int b) {
   p.read = nvme_->read(p.slot, 0, p.staging.data(), bs.nvme_tokens * static_cast<size_t>(C_) * sizeof(float));
 }
 
-// Reassembles boundary b on the compute tier from its three parts.
-void StreamingExecutor::fetch_boundary(int b) {
+// Brings back the rows of boundary b's fetch k (plan/stream_schedule.h) after those
+// already back, first waiting for the NVMe read when the fetch takes NVMe rows.
+void StreamingExecutor::fetch_boundary(int b, size_t k) {
   const BoundarySchedule& bs = sched_.boundaries[b];
+  const BoundarySchedule::Fetch& f = bs.fetches[k];
   Parked& p = *parked_[b];
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
   std::byte* r = reinterpret_cast<std::byte*>(whole_boundary(ArenaTensor::Refetched, b));
-  if (bs.nvme_tokens > 0) {
+  if (f.nvme_to > f.nvme_from && !p.nvme_rows_read) {
     if (!p.read) start_nvme_read(b);
     nvme_->wait(std::exchange(p.read, 0));
     event(p.nvme_read_event, ExecLane::Nvme, p.read_issued_s, static_cast<double>(bs.nvme_tokens * row));
+    p.nvme_rows_read = true;
   }
   const double t = now();
-  backend_.copy_to_compute(r + bs.gpu_tokens * row, p.host.data(), bs.cpu_tokens * row);
-  backend_.copy_to_compute(r + (bs.gpu_tokens + bs.cpu_tokens) * row, p.staging.data(), bs.nvme_tokens * row);
+  const size_t cpu_rows = static_cast<size_t>(f.cpu_to - f.cpu_from), nvme_rows = static_cast<size_t>(f.nvme_to - f.nvme_from);
+  backend_.copy_to_compute(r + (bs.cpu_row + f.cpu_from) * row, p.host.data() + f.cpu_from * row, cpu_rows * row);
+  backend_.copy_to_compute(r + (bs.nvme_row + f.nvme_from) * row, p.staging.data() + f.nvme_from * row, nvme_rows * row);
   backend_.wait(Backend::Stream::Compute, backend_.record(Backend::Stream::H2D));
-  event(p.in_event, ExecLane::H2D, t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
+  event(p.in_event, ExecLane::H2D, t, static_cast<double>((cpu_rows + nvme_rows) * row));
 }
 
 }  // namespace lt

@@ -359,7 +359,8 @@ void StreamingExecutor::begin_window(int w) {
     const BoundarySchedule& bs = sched_.boundaries[b];
     if (!bs.offloaded()) continue;
     if (bs.nvme_read_w == w && bs.nvme_tokens > 0) start_nvme_read(b);
-    if (bs.fetch_w == w) fetch_boundary(b);
+    for (size_t k = 0; k < bs.fetches.size(); ++k)
+      if (bs.fetches[k].window == w) fetch_boundary(b, k);
   }
   pager_->start_reads(w, now());
   for (size_t t = 0; t < sched_.targets.size(); ++t)

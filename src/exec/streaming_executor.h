@@ -190,7 +190,7 @@ class StreamingExecutor {
   float* boundary_input(int b);  // boundary b on the compute tier during backward
   void store_boundary(int b);
   void start_nvme_read(int b);
-  void fetch_boundary(int b);
+  void fetch_boundary(int b, size_t k);  // its k-th fetch (BoundarySchedule::fetches)
   double now() const;
   void event(const std::string& name, ExecLane lane, double start, double bytes = 0);
   // The step's phases, window by window (run_step walks the plan and calls them): before

@@ -16,6 +16,7 @@ struct StreamingExecutor::Parked {
   HostBuffer staging;  // nvme_tokens rows, 4096-aligned for O_DIRECT
   size_t slot = 0;
   NvmeStore::Ticket write = 0, read = 0;
+  bool nvme_rows_read = false;  // this step's NVMe read has landed in staging
   double write_issued_s = 0, read_issued_s = 0;
   // Trace names: a.<b>.out, a.<b>.in, a.<b>.nvme write, a.<b>.nvme read.
   std::string out_event, in_event, nvme_write_event, nvme_read_event;

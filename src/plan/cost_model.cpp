@@ -1,12 +1,14 @@
 #include "plan/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "model/bf16_slot_layout.h"
 #include "model/hybrid_layers.h"
 #include "model/layer_specs.h"
 #include "plan/plan_request.h"
+#include "plan/stream_schedule.h"
 
 namespace lt {
 namespace {
@@ -61,6 +63,17 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   m.boundary_grad_bytes = static_cast<double>(boundary_bytes(c, batch, seq, sizeof(float)));
   const double tok = static_cast<double>(m.tokens);
   const double rate = hw.effective_flops();
+  // The kernels' scratch: the executor's (the request gives it), else estimates: a layer
+  // pass's, one boundary-sized temporary and the two widest gradient temporaries (MLP gate
+  // and up, [tokens, intermediate] each); the cross-entropy's, fp32 logits and their
+  // gradient for one vocabulary chunk.
+  const double chunk = static_cast<double>(std::min<int64_t>(kHeadVocabChunk, c.vocab_size));
+  // A layer pass's is a multiple of kWorkspaceAlignment, as the executor lays it out.
+  const double layer_scratch = scratch.layer_bytes >= 0
+                                   ? scratch.layer_bytes
+                                   : m.boundary_bytes + 2 * tok * static_cast<double>(c.intermediate_size) * ab;
+  m.layer_scratch_bytes = std::ceil(layer_scratch / kWorkspaceAlignment) * kWorkspaceAlignment;
+  m.head_scratch_bytes = scratch.head_bytes >= 0 ? scratch.head_bytes : 2 * tok * chunk * 4;
   double layers_params = 0;
   for (int j = 0; j < m.num_layers; ++j) {
     LayerCost l;
@@ -71,25 +84,13 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
     l.grad_bytes = gb * l.params;
     l.internals_bytes =
         static_cast<double>(layer_saved_bytes(c, j, RecomputeOption::KeepInternals, batch, seq, ab));
-    // Forward: the internals exist while the layer runs (they are its temporaries), with
-    // the pass's scratch. With the executor's scratch known (the request gives it), what
-    // the executor holds (exec/, plan/stream_schedule.h): backward and recompute add the
-    // two boundary gradients backward alternates between (dx.0, dx.1, fp32), held from
-    // HEAD to B0, and backward's internals are the recomputed ones. Without it, estimates:
-    // backward holds the incoming and outgoing boundary gradients, one more boundary-sized
-    // temporary and the two widest gradient temporaries (MLP gate and up, [tokens,
-    // intermediate] each); forward and recompute the internals alone.
-    const double layer_scratch = scratch.layer_bytes;
-    const bool scratch_known = layer_scratch >= 0;
-    l.workspace_forward = l.internals_bytes + (scratch_known ? layer_scratch : 0);
-    const double gate_and_up_grads = 2 * tok * static_cast<double>(c.intermediate_size) * ab;
-    if (scratch_known) {
-      l.workspace_recompute = l.workspace_forward + 2 * m.boundary_grad_bytes;
-      l.workspace_backward = l.workspace_recompute;
-    } else {
-      l.workspace_recompute = l.workspace_forward;
-      l.workspace_backward = l.internals_bytes + 3 * m.boundary_bytes + gate_and_up_grads;
-    }
+    // What the executor holds (exec/, plan/stream_schedule.h): a pass's internals (its
+    // temporaries, kept or not) with its scratch; backward and recompute also hold the two
+    // boundary gradients backward alternates between (dx.0, dx.1, fp32), live from HEAD to
+    // B0.
+    l.workspace_forward = l.internals_bytes + m.layer_scratch_bytes;
+    l.workspace_recompute = l.workspace_forward + 2 * m.boundary_grad_bytes;
+    l.workspace_backward = l.workspace_recompute;
     l.forward_flops = layer_forward_flops(c, j, batch, seq);
     l.forward_s = measured.forward_s > 0 ? measured.forward_s : l.forward_flops / rate;
     l.backward_s = measured.backward_s > 0 ? measured.backward_s : 2 * l.forward_flops / rate;
@@ -98,15 +99,10 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
     m.layers.push_back(l);
   }
   m.total_params = layers_params + m.embed_params + m.head_params;
-  // Head: the cross-entropy's scratch and what the executor holds besides (its figure
-  // known: the final norm's output and its gradient, its per-token rstd, and the two
-  // boundary gradients backward starts from, fp32); else fp32 logits and their gradient
-  // for one vocabulary chunk, and the fp32 gradient of the head's input boundary.
-  const double chunk = static_cast<double>(std::min<int64_t>(kHeadVocabChunk, c.vocab_size));
-  if (scratch.head_bytes >= 0)
-    m.workspace_head = scratch.head_bytes + 4 * m.boundary_grad_bytes + tok * sizeof(float);
-  else
-    m.workspace_head = 2 * tok * chunk * 4 + m.boundary_grad_bytes;
+  // Head: the cross-entropy's scratch and what the executor holds besides: the final
+  // norm's output and its gradient, its per-token rstd, and the two boundary gradients
+  // backward starts from, fp32.
+  m.workspace_head = m.head_scratch_bytes + 4 * m.boundary_grad_bytes + tok * sizeof(float);
   m.embed_grad_bytes = m.boundary_bytes;
 
   m.head_flops = kHeadForwardsPerStep * head_forward_flops(c, batch, seq);
@@ -159,7 +155,8 @@ HeadFootprint CostModel::head_footprint(int64_t chunk_rows) const {
   f.head_d2h_bytes = head_grad_bytes;
   // The compute tier holds the final norm's weights in fp32 (the kernels read norms in
   // fp32), whatever the weights' element size on the link.
-  const double norm_buffer_bytes = std::max(f.norm_weight_bytes, C * sizeof(float));
+  f.norm_buffer_bytes = std::max(f.norm_weight_bytes, C * sizeof(float));
+  const double norm_buffer_bytes = f.norm_buffer_bytes;
   if (chunk_rows <= 0) {
     f.prefetch_h2d_bytes = head_weight_bytes;
     f.weight_buffer_bytes = head_weight_bytes - f.norm_weight_bytes + norm_buffer_bytes;

@@ -32,9 +32,10 @@
 namespace lt {
 
 // What the head costs the compute tier and the links, held whole or streamed in chunks
-// (plan/plan.h's tensor names): compute-tier bytes of its weight buffers (w.head, live
-// from F{L-1} to the end of HEAD) and gradient buffers (g.head, from HEAD to the end of
-// the first backward slot), and the bytes F{L-1} prefetches and HEAD loads and drains.
+// (plan/plan.h's tensor names): compute-tier bytes of its weight buffers (w.norm and
+// w.lm_head's slots, live from F{L-1} to the end of HEAD) and gradient buffers (g.norm
+// and g.lm_head's, from HEAD to the end of the window after it), and the bytes F{L-1}
+// prefetches and HEAD loads and drains.
 struct HeadFootprint {
   int64_t chunk_rows = 0;  // 0: whole
   int64_t chunks = 1;
@@ -43,7 +44,8 @@ struct HeadFootprint {
   double head_h2d_bytes = 0;      // in HEAD: nothing, or the rest of both passes
   double head_d2h_bytes = 0;      // in HEAD: every gradient row and the final norm's
   double row_weight_bytes = 0, row_grad_bytes = 0;    // one vocabulary row of the lm_head
-  double norm_weight_bytes = 0, norm_grad_bytes = 0;  // the final norm
+  double norm_weight_bytes = 0, norm_grad_bytes = 0;  // the final norm, on the links
+  double norm_buffer_bytes = 0;  // its weights on the compute tier: fp32, whatever the link's size
   int64_t vocab = 0;
   double chunk_weight_bytes(int64_t c) const;  // chunk c's lm_head rows (streamed only)
   double chunk_grad_bytes(int64_t c) const;
@@ -90,6 +92,9 @@ struct CostModel {
   double boundary_bytes = 0;     // one boundary activation [tokens, hidden]
   double boundary_grad_bytes = 0;  // one boundary's gradient, fp32 as backward computes it
   double workspace_head = 0;     // the cross-entropy's scratch and the head's fp32 tensors
+  // The kernels' scratch in a layer pass and in the head's cross-entropy: the executor's
+  // (PlanRequest::scratch) or estimated (cost_model.cpp).
+  double layer_scratch_bytes = 0, head_scratch_bytes = 0;
   double embed_grad_bytes = 0;   // the boundary-0 gradient sent to the host (= boundary)
 
   // FLOPs and times.

@@ -140,7 +140,10 @@ struct Milp {
     constexpr double kSafety = 1 - 1e-6;
     constexpr double kSafetyBytes = 128;
     auto shrink = [&](double bytes) { return std::max(0.0, bytes * kSafety - kSafetyBytes); };
-    capG = shrink(req.gpu_cap()) / kGB;
+    // The plan holds boundaries in whole tokens (plan/stream_schedule.h rounds each part
+    // and each fetch to tokens): a few rows a boundary more than the fractions say.
+    const double rounding = 4.0 * (cm.num_layers + 1) * cm.boundary_bytes / static_cast<double>(cm.tokens);
+    capG = std::max(0.0, shrink(req.gpu_cap()) - rounding) / kGB;
     H0 = cm.host_state_bytes / kGB;
     page = may_page();
     const double host = req.hardware.host_memory_bytes;

@@ -26,44 +26,61 @@
 // gradients and the boundary-0 gradient to the host). Those are the rule's windows for
 // weight loads and gradient drains; a plan may load a layer's weights earlier (any window
 // after the layer's previous use) and drain its gradients later (in production order),
-// holding an extra slot meanwhile (wx.<j>, gx.<j>).
+// holding the slot meanwhile.
 // megatrain-code adds LD windows (a weight load with no compute) before backward windows.
 //
 // Boundary b (0..L) is the input of layer b (boundary L feeds the head). Materialized
 // boundaries are split along tokens into a gpu part, a cpu part and an nvme part
-// (fractions sum to 1): tokens [0, gpu*T) stay on the compute tier, the next cpu*T tokens
-// go to host memory, the rest to NVMe through host staging. Boundaries inside a recompute
+// (fractions sum to 1): tokens [0, gpu*T) stay on the compute tier, cpu*T of the others
+// go to host memory and the rest to NVMe through host staging (the part that comes back
+// first lies next, plan/stream_schedule.h). Boundaries inside a recompute
 // block are not stored; RC windows recompute them in backward.
 //
-// Tensor names used in transfers and memory ops:
-//   w.<j> layer j bf16 weights; in alloc/free its weight slot (the largest layer's size),
-//   allocated by the window with the rule's load and freed after the compute that reads
-//   it (a resident layer's forward load fills wres.<j> too);
-//   wres.<j> resident copy of layer j across the forward-to-backward turnaround;
-//   w.head / g.head head weights / gradients (final norm and lm_head; the embedding when
-//   tied): whole on the compute tier, w.head from its load to the end of HEAD, g.head from
-//   HEAD to the end of the window after it (a recompute window, or B{L-1});
-//   a streamed head (head_chunk_rows > 0) instead holds two weight chunk buffers and two
-//   gradient chunk buffers (w.head and g.head in alloc/free, with the final norm, same
-//   lifetimes) while the lm_head moves in vocabulary chunks of head_chunk_rows rows (the
-//   last one shorter): w.head.norm and w.head.0 are prefetched by F{L-1}; HEAD loads
-//   w.head.1 .. w.head.<n-1> for its forward pass (the logsumexp needs every row before
-//   any gradient) and w.head.0 .. w.head.<n-1> again for its backward pass, and drains
-//   g.head.0 .. g.head.<n-1> and g.head.norm; chunk c+2 reuses chunk c's buffers;
-//   g.<j> layer j gradients: its gradient slot, allocated by B{j} and freed after the
-//   rule's drain window (B{j-1}, E for layer 0, or megatrain-code's next LD);
-//   wx.<j> / gx.<j> (memory ops only) a weight slot held before the rule's load window
-//   / a gradient slot held past the rule's drain window:
-//   from a load earlier than the rule's to the window before the rule's load window, or
-//   from the window after the rule's drain window to a later drain;
-//   a.<b>.gpu, a.<b>.cpu, a.<b>.nvme parts of boundary b; a.<b>.tmp an unstored boundary
-//   between its producer and its consumer in forward; rc.<b> a recomputed boundary;
-//   int.<j> internals of layer j kept from forward to backward; in.0 the embedded input;
-//   dx.0 the boundary-0 gradient (for the host's embedding gradient); os.<j> layer j's
-//   optimizer state (NVMe <-> its host staging slot, for layers whose states page).
+// Tensor names in transfers:
+//   w.<j> layer j's weights (bf16 on GPU profiles) to the compute tier, for its next use;
+//   g.<j> layer j's gradients to the host after B{j}: by the rule in the next backward
+//   window (B{j-1}, E for layer 0, or megatrain-code's next LD), later by choice;
+//   w.head / g.head the head's weights / gradients (final norm and lm_head; the embedding
+//   when tied) whole; a streamed head (head_chunk_rows > 0) moves the lm_head in vocabulary
+//   chunks of head_chunk_rows rows (the last one shorter): w.head.norm and w.head.0 are
+//   prefetched by F{L-1}; HEAD loads w.head.1 .. w.head.<n-1> for its forward pass (the
+//   logsumexp needs every row before any gradient) and w.head.0 .. w.head.<n-1> again for
+//   its backward pass, and drains g.head.0 .. g.head.<n-1> and g.head.norm;
+//   a.<b>.cpu, a.<b>.nvme boundary b's parts for host memory and NVMe (through host
+//   staging), out after it is produced and back for its backward use; in.0 the embedded
+//   input; dx.0 the boundary-0 gradient (for the host's embedding gradient); os.<j> layer
+//   j's optimizer state (NVMe <-> its host staging slot, for layers whose states page).
 //
-// JSON schema (version 2; version 1 files, without "head", read as a whole head):
-// { "format": "lazytrain-plan", "version": 2,
+// Memory ops (alloc at window start, free at window end) are the streaming executor's
+// arena requests (plan/stream_schedule.h, laid out by plan/plan_memory.h at the cost
+// model's sizes), so that a plan says what the executor holds in every window:
+//   x.<b> boundary b as produced: whole until its last use (its backward, or its forward
+//   use when recomputed, and HEAD for b = L), or an offloaded boundary's other rows until
+//   its forward use; a.<b>.gpu an offloaded boundary's compute-tier tokens, to B{b};
+//   r.<b>, r.<b>.<k> its other rows fetched back, a piece per window the plan copies them
+//   in (the rows after those before), to B{b}; rc.<b> a boundary rebuilt by RC{b-1};
+//   int.<j> layer j's saved tensors kept from F{j} to B{j};
+//   w.<j>, wr.<j>, wb.<j> layer j's weight slot (the largest layer's size) for its forward,
+//   recompute and backward, from its load to the compute; g.<j> its gradient slot, from
+//   B{j} to its drain;
+//   w.norm, w.lm_head (whole) or w.lm_head.0, w.lm_head.1 (a streamed head's two chunk
+//   slots; chunk c+2 reuses chunk c's), from the head's load to HEAD; g.norm, g.lm_head or
+//   g.lm_head.0, g.lm_head.1 from HEAD to the window after it (they drain under it);
+//   head.norm_out, head.rstd, head.d_hidden HEAD's fp32 tensors;
+//   dx.0, dx.1 the two boundary gradients backward alternates between (fp32), from HEAD to
+//   B0, the one holding boundary 0's gradient to E;
+//   ws.<window> a computing window's workspace: the kernels' scratch, and a layer pass's
+//   saved tensors when they are not kept.
+// megatrain-code models MegaTrain's code, not this executor: two weight and two gradient
+// slots for the whole step (fixed), its own memory ops (a.<b>.gpu, a.<b>.tmp, rc.<b>,
+// int.<j>, g.<j>, w.head, g.head, dx.0) and each window's workspace_bytes. Plans written
+// before version 3 name their memory ops so too, with wres.<j> (a resident copy), wx.<j> /
+// gx.<j> (a slot held before the rule's load / after the rule's drain) and a.<b>.cpu /
+// a.<b>.nvme (an offloaded part on the compute tier).
+//
+// JSON schema (version 3; version 2 files name their memory ops as above, version 1 files,
+// without "head", read as a whole head too):
+// { "format": "lazytrain-plan", "version": 3,
 //   "policy": "milp"|"megatrain"|"megatrain-code"|"keep-all"|"recompute-all"|"greedy",
 //   "feasible": bool, "infeasible_reason": str,
 //   "model": { "name", "num_layers", "hidden_size", "num_params", "config": {HF config} },
@@ -84,7 +101,8 @@
 //                  "nvme_state_layers": [j, ...], "state_bytes_per_layer" },
 //   "windows": [ { "name", "kind": "P0"|"P1"|"forward"|"head"|"recompute"|"backward"|
 //                  "load"|"E", "layer", "stage",
-//                  "compute_flops", "compute_s", "workspace_bytes",
+//                  "compute_flops", "compute_s", "workspace_bytes" (megatrain-code's and
+//                  version 2's; 0 where the workspace is the window's ws.<window>),
 //                  "transfers": [ { "tensor", "link": "h2d"|"d2h"|"nvme_write"|"nvme_read",
 //                                   "bytes" } ],
 //                  "host": [ { "task": "optimizer"|"clip", "target", "work", "seconds" } ],
@@ -145,7 +163,7 @@ struct Window {
   int stage = -1;  // the MILP's window index this window belongs to (see plan_stages.h)
   double compute_flops = 0;
   double compute_s = 0;
-  double workspace_bytes = 0;
+  double workspace_bytes = 0;  // live during the compute beyond alloc: megatrain-code's, version 2's
   std::vector<Transfer> transfers;
   std::vector<HostTask> host;
   std::vector<MemOp> alloc;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "plan/plan_memory.h"
 #include "plan/plan_stages.h"
 #include "plan/state_paging.h"
 
@@ -29,27 +30,17 @@ struct Builder {
     return static_cast<int>(p.windows.size()) - 1;
   }
   Window& at(int i) { return p.windows[i]; }
-  static void alloc(Window& w, const std::string& t, double bytes) {
-    if (bytes > 0) w.alloc.push_back({t, bytes});
-  }
-  static void release(Window& w, const std::string& t, double bytes) {
-    if (bytes > 0) w.free.push_back({t, bytes});
-  }
   static void transfer(Window& w, const std::string& t, Link l, double bytes) {
     if (bytes > 0) w.transfers.push_back({t, l, bytes});
   }
-  // Layer j's weights into a weight slot (w.<j>, the largest layer's size), which lives
-  // from this window to the end of the compute that reads them. A plan that loads a layer
-  // earlier than here holds wx.<j> until this window (apply_transfer_windows).
-  void load_weights(Window& w, int j) {
-    transfer(w, layer_tensor("w", j), Link::H2D, cm.layer(j).weight_bytes);
-    alloc(w, layer_tensor("w", j), cm.slot_weight_bytes());
-  }
+  // Layer j's weights into a weight slot, which lives from this window to the end of the
+  // compute that reads them (plan_memory.h lays the slots out).
+  void load_weights(Window& w, int j) { transfer(w, layer_tensor("w", j), Link::H2D, cm.layer(j).weight_bytes); }
   bool materialized(int b) const { return b == L || !d.boundaries[b].recompute; }
   double A() const { return cm.boundary_bytes; }
 
   Window compute_window(const std::string& name, WindowKind kind, int layer, int stage, double flops,
-                        double seconds, double workspace) {
+                        double seconds) {
     Window w;
     w.name = name;
     w.kind = kind;
@@ -57,7 +48,6 @@ struct Builder {
     w.stage = stage;
     w.compute_flops = flops;
     w.compute_s = seconds;
-    w.workspace_bytes = workspace;
     return w;
   }
 
@@ -70,13 +60,11 @@ struct Builder {
       transfer(w, "w.head.norm", Link::H2D, head.norm_weight_bytes);
       transfer(w, "w.head.0", Link::H2D, head.chunk_weight_bytes(0));
     }
-    alloc(w, "w.head", head.weight_buffer_bytes);
   }
   // HEAD's own head traffic: a streamed head loads chunks 1.. for the forward pass, every
   // chunk again for the backward pass, and drains each chunk's gradient rows, then the
   // final norm's (computed from the input gradient the last chunk completes).
   void head_traffic(Window& w) {
-    alloc(w, "g.head", head.grad_buffer_bytes);
     if (!head.chunk_rows) {
       transfer(w, "g.head", Link::D2H, head.head_d2h_bytes);
       return;
@@ -92,55 +80,28 @@ struct Builder {
   void build() {
     stage_window.assign(st.count(), -1);
     // P0 and P1.
-    stage_window[st.p0()] = add(compute_window("P0", WindowKind::Prologue0, -1, st.p0(), 0, 0, 0));
+    stage_window[st.p0()] = add(compute_window("P0", WindowKind::Prologue0, -1, st.p0(), 0, 0));
     {
-      Window w = compute_window("P1", WindowKind::Prologue1, -1, st.p1(), 0, 0, 0);
+      Window w = compute_window("P1", WindowKind::Prologue1, -1, st.p1(), 0, 0);
       load_weights(w, 0);
       transfer(w, "in.0", Link::H2D, A());
-      if (d.resident[0]) alloc(w, "wres.0", cm.layer(0).weight_bytes);
       stage_window[st.p1()] = add(std::move(w));
     }
     // Forward.
     for (int j = 0; j < L; ++j) {
       Window w = compute_window("F" + std::to_string(j), WindowKind::Forward, j, st.forward(j),
-                                cm.layer(j).forward_flops, cm.layer(j).forward_s, cm.layer(j).workspace_forward);
-      release(w, layer_tensor("w", j), cm.slot_weight_bytes());  // its slot, loaded before
+                                cm.layer(j).forward_flops, cm.layer(j).forward_s);
       if (j + 1 < L) {
         load_weights(w, j + 1);
-        if (d.resident[j + 1]) alloc(w, layer_tensor("wres", j + 1), cm.layer(j + 1).weight_bytes);
       } else {  // the last forward prefetches the head, as every forward prefetches its successor
         prefetch_head(w);
       }
-      if (j > 0 && d.keep_internals[j - 1]) alloc(w, layer_tensor("int", j - 1), cm.layer(j - 1).internals_bytes);
       stage_window[st.forward(j)] = add(std::move(w));
-    }
-    // The boundaries each forward window produces and frees.
-    for (int b = 0; b <= L; ++b) {
-      Window& prod = at(stage_window[b == 0 ? st.p1() : st.forward(b - 1)]);
-      if (b == L) {
-        alloc(prod, "a." + std::to_string(L) + ".tmp", A());
-        continue;
-      }
-      if (!materialized(b)) {
-        alloc(prod, part(b, "tmp"), A());
-        release(at(stage_window[st.forward(b)]), part(b, "tmp"), A());
-        continue;
-      }
-      const auto& bp = d.boundaries[b];
-      alloc(prod, part(b, "gpu"), A() * bp.gpu);
-      alloc(prod, part(b, "cpu"), A() * bp.cpu);
-      alloc(prod, part(b, "nvme"), A() * bp.nvme);
     }
     // Head.
     {
-      Window w = compute_window("HEAD", WindowKind::Head, -1, st.head(), cm.head_flops, cm.head_s,
-                                cm.workspace_head);
-      // The head's gradient slot lives until the window after HEAD ends (a recompute
-      // window, or B{L-1}): it drains to the host under it, as every gradient slot does.
+      Window w = compute_window("HEAD", WindowKind::Head, -1, st.head(), cm.head_flops, cm.head_s);
       head_traffic(w);
-      if (d.keep_internals[L - 1]) alloc(w, layer_tensor("int", L - 1), cm.layer(L - 1).internals_bytes);
-      release(w, "a." + std::to_string(L) + ".tmp", A());
-      release(w, "w.head", head.weight_buffer_bytes);
       stage_window[st.head()] = add(std::move(w));
     }
     // Backward: blocks from the top down.
@@ -150,57 +111,35 @@ struct Builder {
       auto [s, e] = *it;
       for (int k = s; k + 1 < e; ++k) {
         Window w = compute_window("RC" + std::to_string(k), WindowKind::Recompute, k, st.backward(e - 1),
-                                  cm.layer(k).forward_flops, cm.layer(k).forward_s, cm.layer(k).workspace_recompute);
-        alloc(w, "rc." + std::to_string(k + 1), A());
+                                  cm.layer(k).forward_flops, cm.layer(k).forward_s);
         backward_windows.push_back(add(std::move(w)));
       }
       for (int j = e - 1; j >= s; --j) {
         bool keep = d.keep_internals[j];
         const LayerCost& lc = cm.layer(j);
-        // Kept internals are live (int.<j>) rather than rerun in the workspace.
+        // Kept internals are read where they are rather than rerun.
         Window w = compute_window("B" + std::to_string(j), WindowKind::Backward, j, st.backward(j),
-                                  (keep ? 2 : 3) * lc.forward_flops, lc.backward_s + (keep ? 0 : lc.forward_s),
-                                  lc.workspace_backward - (keep ? lc.internals_bytes : 0));
-        // Layer j's gradient slot fills here; layer j+1's drains here (the rule) and is free
-        // after (a late drain holds gx.<j+1> beyond, apply_transfer_windows).
-        alloc(w, layer_tensor("g", j), cm.slot_grad_bytes());
-        if (j + 1 < L) {
-          transfer(w, layer_tensor("g", j + 1), Link::D2H, cm.layer(j + 1).grad_bytes);
-          release(w, layer_tensor("g", j + 1), cm.slot_grad_bytes());
-        }
-        if (materialized(j)) {
-          release(w, part(j, "gpu"), A() * d.boundaries[j].gpu);
-        } else {
-          release(w, "rc." + std::to_string(j), A());
-        }
-        if (d.resident[j]) release(w, layer_tensor("wres", j), lc.weight_bytes);
-        if (keep) release(w, layer_tensor("int", j), lc.internals_bytes);
+                                  (keep ? 2 : 3) * lc.forward_flops, lc.backward_s + (keep ? 0 : lc.forward_s));
+        // Layer j's gradient slot fills here; layer j+1's drains here (the rule).
+        if (j + 1 < L) transfer(w, layer_tensor("g", j + 1), Link::D2H, cm.layer(j + 1).grad_bytes);
         int idx = add(std::move(w));
         stage_window[st.backward(j)] = idx;
         backward_windows.push_back(idx);
       }
     }
-    // The head's gradient slot drains under the window after HEAD (recompute or backward).
-    release(at(backward_windows.front()), "g.head", head.grad_buffer_bytes);
     // Weight prefetch: the window before each backward compute window loads its weights,
     // unless the layer stayed resident since its forward.
     int prev = stage_window[st.head()];
     for (int idx : backward_windows) {
       int layer = at(idx).layer;
-      if (!d.resident[layer]) {
-        load_weights(at(prev), layer);
-        release(at(idx), layer_tensor("w", layer), cm.slot_weight_bytes());
-      }
+      if (!d.resident[layer]) load_weights(at(prev), layer);
       prev = idx;
     }
     // Epilogue.
     {
-      Window w = compute_window("E", WindowKind::Epilogue, -1, st.epilogue(), 0, 0, 0);
+      Window w = compute_window("E", WindowKind::Epilogue, -1, st.epilogue(), 0, 0);
       transfer(w, "g.0", Link::D2H, cm.layer(0).grad_bytes);
-      release(w, "g.0", cm.slot_grad_bytes());
-      alloc(w, "dx.0", cm.embed_grad_bytes);
       transfer(w, "dx.0", Link::D2H, cm.embed_grad_bytes);
-      release(w, "dx.0", cm.embed_grad_bytes);
       stage_window[st.epilogue()] = add(std::move(w));
     }
     attach_traffic();
@@ -218,30 +157,12 @@ struct Builder {
     for (int b = 0; b < L; ++b) {
       if (!materialized(b)) continue;
       const BoundaryTraffic& t = d.traffic[b];
-      for (auto& x : t.d2h_cpu) {
-        transfer(stage(x.stage), part(b, "cpu"), Link::D2H, x.bytes);
-        release(stage(x.stage), part(b, "cpu"), x.bytes);
-      }
-      for (auto& x : t.d2h_nvme) {
-        transfer(stage(x.stage), part(b, "nvme"), Link::D2H, x.bytes);
-        release(stage(x.stage), part(b, "nvme"), x.bytes);
-      }
+      for (auto& x : t.d2h_cpu) transfer(stage(x.stage), part(b, "cpu"), Link::D2H, x.bytes);
+      for (auto& x : t.d2h_nvme) transfer(stage(x.stage), part(b, "nvme"), Link::D2H, x.bytes);
       for (auto& x : t.nvme_write) transfer(stage(x.stage), part(b, "nvme"), Link::NvmeWrite, x.bytes);
       for (auto& x : t.nvme_read) transfer(stage(x.stage), part(b, "nvme"), Link::NvmeRead, x.bytes);
-      double back_cpu = 0, back_nvme = 0;
-      for (auto& x : t.h2d_cpu) {
-        transfer(stage(x.stage), part(b, "cpu"), Link::H2D, x.bytes);
-        alloc(stage(x.stage), part(b, "cpu"), x.bytes);
-        back_cpu += x.bytes;
-      }
-      for (auto& x : t.h2d_nvme) {
-        transfer(stage(x.stage), part(b, "nvme"), Link::H2D, x.bytes);
-        alloc(stage(x.stage), part(b, "nvme"), x.bytes);
-        back_nvme += x.bytes;
-      }
-      Window& consumer = stage(st.backward(b));
-      release(consumer, part(b, "cpu"), back_cpu);
-      release(consumer, part(b, "nvme"), back_nvme);
+      for (auto& x : t.h2d_cpu) transfer(stage(x.stage), part(b, "cpu"), Link::H2D, x.bytes);
+      for (auto& x : t.h2d_nvme) transfer(stage(x.stage), part(b, "nvme"), Link::H2D, x.bytes);
     }
   }
 
@@ -273,9 +194,8 @@ struct Builder {
   }
 
   // The decisions' load and drain stages (plan_decisions.h), applied to the rule's windows
-  // built above. A weight loaded early occupies a slot of its own (wx.<j>)
-  // from its load until the window before the rule's load window; a gradient drained late
-  // occupies one (gx.<j>) from the window after the rule's drain window to its own.
+  // built above: a weight loaded early holds its slot from its load, a gradient drained
+  // late holds its slot to its drain (plan_memory.h).
   void apply_transfer_windows() {
     auto chosen = [&](const std::vector<int>& v, int j) { return j < static_cast<int>(v.size()) ? v[j] : -1; };
     for (int j = 1; j < L; ++j) {
@@ -284,8 +204,6 @@ struct Builder {
       LT_ASSERT(q >= st.p1() && q < rule, "forward load of layer " + std::to_string(j) + " in stage " + std::to_string(q));
       const int to = stage_window[q], rule_w = stage_window[rule];
       move_transfer(rule_w, to, layer_tensor("w", j), Link::H2D);
-      alloc(at(to), layer_tensor("wx", j), cm.layer(j).weight_bytes);
-      release(at(rule_w - 1), layer_tensor("wx", j), cm.layer(j).weight_bytes);
     }
     for (int j = 0; j + 1 < L; ++j) {
       const int k = chosen(d.backward_load, j);
@@ -300,8 +218,6 @@ struct Builder {
       for (int w = to; w < rule_w; ++w)
         LT_ASSERT(at(w).kind != WindowKind::Recompute, "an early backward load across a recompute window");
       move_transfer(rule_w, to, layer_tensor("w", j), Link::H2D);
-      alloc(at(to), layer_tensor("wx", j), cm.layer(j).weight_bytes);
-      release(at(rule_w - 1), layer_tensor("wx", j), cm.layer(j).weight_bytes);
     }
     // Late drains, latest-produced (highest layer) first: a window lists the gradients it
     // drains in the order they were produced.
@@ -312,8 +228,6 @@ struct Builder {
                 "gradient drain of layer " + std::to_string(j) + " in stage " + std::to_string(k));
       const int rule_w = stage_window[rule], to = stage_window[k];
       move_transfer(rule_w, to, layer_tensor("g", j), Link::D2H, "g.");
-      alloc(at(rule_w + 1), layer_tensor("gx", j), cm.layer(j).grad_bytes);
-      release(at(to), layer_tensor("gx", j), cm.layer(j).grad_bytes);
     }
   }
 
@@ -389,6 +303,7 @@ Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d)
   p.head_chunk_rows = d.head_chunk_rows;
   Builder b{req, cm, d, p, paging, L, Stages{L}, cm.head_footprint(d.head_chunk_rows), {}};
   b.build();
+  lay_out_plan_memory(p, cm);
   return p;
 }
 

@@ -1,5 +1,6 @@
 #include "plan/plan_json.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -135,6 +136,37 @@ bool valid_tensor_name(const std::string& t, int L, int64_t head_chunks) {
   return false;
 }
 
+// The compute-tier requests of plan.h's alloc and free (plan/stream_schedule.h's names):
+// x.<b>, r.<b>, r.<b>.<k> (boundaries 0..L; k from 1), wr.<j>, wb.<j> (layers), head.norm_out, head.rstd,
+// head.d_hidden, w.norm, g.norm, w.lm_head and g.lm_head (whole) or w.lm_head.<k> and
+// g.lm_head.<k> (k = 0, 1: a streamed head's two slots), dx.0, dx.1 and ws.<window name>;
+// besides the names valid_tensor_name takes (megatrain-code's, and those of plans written
+// before version 3).
+bool valid_memory_name(const std::string& t, int L, int64_t head_chunks, const std::vector<std::string>& windows) {
+  if (valid_tensor_name(t, L, head_chunks)) return true;
+  for (const char* fixed : {"head.norm_out", "head.rstd", "head.d_hidden", "w.norm", "g.norm", "dx.1"})
+    if (t == fixed) return true;
+  for (const char* lm : {"w.lm_head", "g.lm_head"}) {
+    if (t == lm) return head_chunks == 0;
+    if (starts_with(t, lm) && t.size() == std::strlen(lm) + 2 && t[std::strlen(lm)] == '.')
+      return head_chunks > 0 && (t.back() == '0' || t.back() == '1');
+  }
+  for (const char* boundary_prefix : {"x.", "r."})
+    if (starts_with(t, boundary_prefix)) {
+      const size_t dot = t.find('.', 2);  // r.<b>.<k>: a later fetch's rows
+      if (dot != std::string::npos && (boundary_prefix[0] != 'r' || index_at(t, dot + 1) < 1)) return false;
+      const int64_t b = index_at(t.substr(0, dot), 2);
+      return b >= 0 && b <= L;
+    }
+  for (const char* layer_prefix : {"wr.", "wb."})
+    if (starts_with(t, layer_prefix)) {
+      const int64_t j = index_at(t, 3);
+      return j >= 0 && j < L;
+    }
+  if (starts_with(t, "ws.")) return std::find(windows.begin(), windows.end(), t.substr(3)) != windows.end();
+  return false;
+}
+
 // "layer.<j>" with j in 0..L-1, "embed", "head" (and "all" where allowed).
 bool valid_target(const std::string& t, int L, bool allow_all) {
   if (t == "embed" || t == "head" || (allow_all && t == "all")) return true;
@@ -172,6 +204,8 @@ void check_structure(const Plan& p, const std::string& where) {
           std::to_string(n));
     if (!valid_target(o.target, L, false)) bad("optimizer placement target '" + o.target + "' is not a layer, embed or head");
   }
+  std::vector<std::string> window_names;
+  for (const Window& w : p.windows) window_names.push_back(w.name);
   for (const Window& w : p.windows) {
     const std::string in = " in window " + w.name;
     if (w.layer < -1 || w.layer >= L) bad("layer " + std::to_string(w.layer) + in + " is out of range");
@@ -179,7 +213,7 @@ void check_structure(const Plan& p, const std::string& where) {
       if (!valid_tensor_name(t.tensor, L, head_chunks)) bad("unknown tensor '" + t.tensor + "'" + in);
     for (const auto* ops : {&w.alloc, &w.free})
       for (const MemOp& m : *ops)
-        if (!valid_tensor_name(m.tensor, L, head_chunks)) bad("unknown tensor '" + m.tensor + "'" + in);
+        if (!valid_memory_name(m.tensor, L, head_chunks, window_names)) bad("unknown tensor '" + m.tensor + "'" + in);
     for (const HostTask& h : w.host)
       if ((h.task != "optimizer" && h.task != "clip") || !valid_target(h.target, L, true))
         bad("unknown host task '" + h.task + "' on '" + h.target + "'" + in);
@@ -206,7 +240,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   using nlohmann::json;
   json j;
   j["format"] = "lazytrain-plan";
-  j["version"] = 2;
+  j["version"] = 3;
   j["policy"] = p.policy;
   j["feasible"] = p.feasible;
   j["infeasible_reason"] = p.infeasible_reason;
@@ -277,8 +311,10 @@ nlohmann::json plan_to_json(const Plan& p) {
 Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("format") || j["format"] != "lazytrain-plan")
     throw Error("not a lazytrain plan (format field)", where, "give a file written by `lazytrain plan --out`");
-  // Version 1 predates the streamed head: its plans hold the head whole.
-  if (!j.contains("version") || (j["version"] != 1 && j["version"] != 2))
+  // Version 1 predates the streamed head: its plans hold the head whole. Version 2 names
+  // its memory ops as the planner did before they were the executor's requests (read as
+  // they are).
+  if (!j.contains("version") || (j["version"] != 1 && j["version"] != 2 && j["version"] != 3))
     throw Error("unsupported plan version " + (j.contains("version") ? short_dump(j["version"]) : std::string("(none)")),
                 where, "regenerate the plan with this lazytrain");
   const bool v1 = j["version"] == 1;

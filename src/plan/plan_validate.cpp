@@ -38,8 +38,8 @@ struct Flow {
 // A streamed head (plan.h): chunk rows a multiple of kHeadChunkQuantum below V; every
 // chunk's rows loaded twice by the end of HEAD (the first time in F{L-1} or HEAD, never
 // before), its gradient rows drained once in HEAD; the final norm loaded once and drained
-// once; the buffers (w.head, g.head) two chunks and the norm (its weights in fp32). A
-// whole head moves none of these tensors.
+// once; the slots (w.lm_head.<k>, g.lm_head.<k>) one chunk each, the norm's (w.norm,
+// g.norm) its weights in fp32 and its gradient. A whole head moves none of these tensors.
 template <typename Through>
 std::vector<std::string> head_problems(const Plan& p, const Through& through, double tol) {
   std::vector<std::string> out;
@@ -83,14 +83,21 @@ std::vector<std::string> head_problems(const Plan& p, const Through& through, do
   if (!near(through("g.head.norm", Link::D2H, n - 1), grow) ||
       !near(through("g.head.norm", Link::D2H, head) - through("g.head.norm", Link::D2H, head - 1), grow))
     out.push_back("g.head.norm: the final norm's gradient must drain once, in HEAD");
-  // The final norm's weights are held in fp32 whatever the weights' size on the link.
-  const double wbuf = 2 * static_cast<double>(R) * wrow + std::max(wrow, C * 4.0);
-  const double gbuf = 2 * static_cast<double>(R) * grow + grow;
+  // Each of the two chunk slots holds a chunk; the final norm's weights are held in fp32
+  // whatever the weights' size on the link.
+  const double wslot = static_cast<double>(R) * wrow, gslot = static_cast<double>(R) * grow;
+  const auto expected = [&](const std::string& t) {
+    if (t == "w.lm_head.0" || t == "w.lm_head.1") return wslot;
+    if (t == "g.lm_head.0" || t == "g.lm_head.1") return gslot;
+    if (t == "w.norm") return std::max(wrow, C * 4.0);
+    if (t == "g.norm") return grow;
+    return -1.0;
+  };
   for (const auto& w : p.windows)
     for (const auto& a : w.alloc)
-      if ((a.tensor == "w.head" && !near(a.bytes, wbuf)) || (a.tensor == "g.head" && !near(a.bytes, gbuf)))
-        out.push_back("window " + w.name + " allocates " + a.tensor + " of " + fmt_gb(a.bytes) +
-                      ", not two chunks and the final norm (" + fmt_gb(a.tensor == "w.head" ? wbuf : gbuf) + ")");
+      if (const double want = expected(a.tensor); want >= 0 && !near(a.bytes, want))
+        out.push_back("window " + w.name + " allocates " + a.tensor + " of " + fmt_gb(a.bytes) + ", not " +
+                      fmt_gb(want) + (a.tensor.find("lm_head") != std::string::npos ? " (one chunk)" : " (the final norm)"));
   return out;
 }
 

@@ -63,6 +63,53 @@ void schedule_state_paging(StreamSchedule& s, const Plan& plan) {
   s.state_slots = static_cast<int>(slot_free_after.size());
 }
 
+double bytes_moved(const Window& w, const std::string& tensor, Link link) {
+  double bytes = 0;
+  for (const Transfer& t : w.transfers)
+    if (t.link == link && t.tensor == tensor) bytes += t.bytes;
+  return bytes;
+}
+
+// Offloaded boundary b's fetches: each part's tokens come back in proportion to the
+// plan's h2d copies of it after the forward use, and whatever those leave in the first
+// backward window; then the parts' order in the boundary and the NVMe read's window.
+void schedule_fetches(BoundarySchedule& bs, const Plan& plan, int b) {
+  const std::string cpu = "a." + std::to_string(b) + ".cpu", nvme = "a." + std::to_string(b) + ".nvme";
+  const int from = bs.forward_use_w + 1, last = bs.backward_first_w;
+  double cpu_total = 0, nvme_total = 0;
+  for (int w = from; w <= last; ++w) {
+    cpu_total += bytes_moved(plan.windows[w], cpu, Link::H2D);
+    nvme_total += bytes_moved(plan.windows[w], nvme, Link::H2D);
+  }
+  const auto tokens = [](double moved, double total, int64_t n) {
+    return total > 0 ? std::min<int64_t>(n, std::llround(moved / total * static_cast<double>(n))) : 0;
+  };
+  double cpu_moved = 0, nvme_moved = 0;
+  int64_t cpu_back = 0, nvme_back = 0;
+  int first_cpu = last + 1, first_nvme = last + 1;
+  for (int w = from; w <= last; ++w) {
+    cpu_moved += bytes_moved(plan.windows[w], cpu, Link::H2D);
+    nvme_moved += bytes_moved(plan.windows[w], nvme, Link::H2D);
+    const int64_t c = w == last ? bs.cpu_tokens : tokens(cpu_moved, cpu_total, bs.cpu_tokens);
+    const int64_t n = w == last ? bs.nvme_tokens : tokens(nvme_moved, nvme_total, bs.nvme_tokens);
+    if (c == cpu_back && n == nvme_back) continue;
+    bs.fetches.push_back({w, cpu_back, c, nvme_back, n});
+    if (c > cpu_back) first_cpu = std::min(first_cpu, w);
+    if (n > nvme_back) first_nvme = std::min(first_nvme, w);
+    cpu_back = c;
+    nvme_back = n;
+  }
+  const bool nvme_first = first_nvme < first_cpu;
+  bs.cpu_row = bs.gpu_tokens + (nvme_first ? bs.nvme_tokens : 0);
+  bs.nvme_row = bs.gpu_tokens + (nvme_first ? 0 : bs.cpu_tokens);
+  bs.nvme_read_w = std::min(first_nvme, last);
+  for (int w = from; w < bs.nvme_read_w; ++w)
+    if (moves(plan.windows[w], nvme, Link::NvmeRead)) {
+      bs.nvme_read_w = w;
+      break;
+    }
+}
+
 }  // namespace
 
 StreamSchedule make_stream_schedule(const Plan& plan, const ArenaSizes& sizes) {
@@ -150,21 +197,7 @@ StreamSchedule make_stream_schedule(const Plan& plan, const ArenaSizes& sizes) {
       bs.cpu_tokens += bs.nvme_tokens;
       bs.nvme_tokens = 0;
     }
-    // The plan's first copy back (after the forward consumer) starts the fetch; the
-    // backward consumer is the latest it can be.
-    const std::string cpu = "a." + std::to_string(b) + ".cpu", nvme = "a." + std::to_string(b) + ".nvme";
-    bs.fetch_w = bs.backward_first_w;
-    for (int w = bs.forward_use_w + 1; w < bs.backward_first_w; ++w)
-      if (moves(plan.windows[w], cpu, Link::H2D) || moves(plan.windows[w], nvme, Link::H2D)) {
-        bs.fetch_w = w;
-        break;
-      }
-    bs.nvme_read_w = bs.fetch_w;
-    for (int w = bs.forward_use_w + 1; w < bs.fetch_w; ++w)
-      if (moves(plan.windows[w], nvme, Link::NvmeRead)) {
-        bs.nvme_read_w = w;
-        break;
-      }
+    schedule_fetches(bs, plan, b);
   }
 
   // Lazy optimizer: each target updates at its planned window, or at the latest just
@@ -258,7 +291,23 @@ StreamSchedule make_stream_schedule(const Plan& plan, const ArenaSizes& sizes) {
       req(A::BoundaryGpuPart, b, "a." + id + ".gpu", gpu, bs.produce_w, bs.backward_last_w);
       const int head = gpu > 0 ? s.arena_index(A::BoundaryGpuPart, b) : -1;
       req(A::Boundary, b, "x." + id, rest, bs.produce_w, bs.forward_use_w, head);
-      req(A::Refetched, b, "r." + id, rest, bs.fetch_w, bs.backward_last_w, head);
+      // The rows each fetch brings beyond those placed before it, in the parts' order.
+      int64_t placed = 0;
+      int prev = head, more = 0;
+      for (size_t k = 0; k < bs.fetches.size(); ++k) {
+        const BoundarySchedule::Fetch& f = bs.fetches[k];
+        const int64_t reach = std::max(f.cpu_to > 0 ? bs.cpu_row - bs.gpu_tokens + f.cpu_to : 0,
+                                       f.nvme_to > 0 ? bs.nvme_row - bs.gpu_tokens + f.nvme_to : 0);
+        if (reach <= placed) continue;
+        const size_t bytes = static_cast<size_t>(reach - placed) * row;
+        if (placed == 0)
+          req(A::Refetched, b, "r." + id, bytes, f.window, bs.backward_last_w, prev);
+        else
+          req(A::RefetchedMore, static_cast<int>(s.arena_by_tensor[static_cast<int>(A::RefetchedMore)].size()),
+              "r." + id + "." + std::to_string(++more), bytes, f.window, bs.backward_last_w, prev);
+        prev = static_cast<int>(s.arena.size()) - 1;
+        placed = reach;
+      }
     }
     if (b < L && !bs.stored && b > 0) req(A::Recomputed, b, "rc." + id, full, s.recompute_w[b - 1], bs.backward_last_w);
   }

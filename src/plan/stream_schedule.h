@@ -3,12 +3,11 @@
 // recompute and backward windows; and the compute-tier allocations (names, bytes,
 // lifetimes in plan windows) that follow from it. Computed once at setup, so that every
 // byte the step touches on the compute tier is planned before step 1 (DESIGN.md:
-// "memory is planned, not discovered"). It lives with the plan, not the executor, so that
-// the planner and the simulator can read the same allocations under the same names
-// (exec/streaming_executor.h runs them).
-//
-// The executor keeps activations in fp32 (the kernels' type), so its arena bytes are
-// those of the plan's tensors at 4 bytes per element, not the plan's act_bytes.
+// "memory is planned, not discovered"). It lives with the plan, not the executor: the
+// planner writes these allocations as the plan's memory ops at the cost model's sizes
+// (plan/plan_memory.h), the simulators read them, and the executor places them at its
+// own (exec/streaming_executor.h: executor_arena_sizes; it keeps activations in fp32,
+// the kernels' type).
 #pragma once
 
 #include <cstdint>
@@ -29,15 +28,27 @@ struct BoundarySchedule {
   int forward_use_w = -1;     // F{b}, or HEAD for b = L
   int backward_first_w = -1;  // RC{b} or B{b}, whichever runs first; -1 for b = L
   int backward_last_w = -1;   // B{b}; -1 for b = L
-  int fetch_w = -1;           // offloaded parts copied back to the compute tier
-  int nvme_read_w = -1;       // NVMe read issued (<= fetch_w)
+  // An offloaded boundary's other rows come back in the windows the plan copies them in
+  // (its h2d copies of a.<b>.cpu and a.<b>.nvme, in proportion; what it leaves, in the
+  // first backward window): piece k copies cpu tokens [cpu_from, cpu_to) and nvme tokens
+  // [nvme_from, nvme_to) of the parts in window `window`.
+  struct Fetch {
+    int window = -1;
+    int64_t cpu_from = 0, cpu_to = 0, nvme_from = 0, nvme_to = 0;
+  };
+  std::vector<Fetch> fetches;
+  // Where the parts lie in the boundary, in tokens: the compute part first, then the part
+  // whose rows come back first (the cpu part on a tie), so that the rows fetched so far
+  // lie together after the compute part.
+  int64_t cpu_row = 0, nvme_row = 0;
+  int nvme_read_w = -1;  // NVMe read issued (no later than the first piece with nvme rows)
   bool offloaded() const { return stored && gpu_tokens < gpu_tokens + cpu_tokens + nvme_tokens; }
 };
 
 // The compute-tier tensors the schedule places in the arena, each kind indexed by a
 // boundary b, a layer j or a slot k (0 where there is one). The executor resolves them to
 // arena indices once, at setup, so that its step does no name lookups; the names (in
-// ArenaRequest, for reports and errors) say the same: x.<b>, a.<b>.gpu, r.<b>, rc.<b>,
+// ArenaRequest, for reports and errors) say the same: x.<b>, a.<b>.gpu, r.<b>, r.<b>.<k>, rc.<b>,
 // int.<j>, head.norm_out, head.rstd, head.d_hidden, w.<j>, wr.<j>, wb.<j>,
 // g.<j>, w.norm, g.norm, w.lm_head (or w.lm_head.<k>), g.lm_head (or g.lm_head.<k>), dx.<k>,
 // ws.<window name>.
@@ -46,7 +57,9 @@ enum class ArenaTensor : uint8_t {
                     // offloaded one's other rows, until its forward use, after a.<b>.gpu
   BoundaryGpuPart,  // a.<b>.gpu: an offloaded boundary's compute-tier tokens
   Refetched,        // r.<b>: an offloaded boundary's other rows, fetched back for its
-                    // backward, after a.<b>.gpu
+                    // backward, after a.<b>.gpu: those its first fetch brings (and any
+                    // before them), then r.<b>.<k> after it for each later fetch's
+  RefetchedMore,    // r.<b>.<k>, indexed in the order the schedule places them
   Recomputed,       // rc.<b>: a dropped boundary rebuilt by its RC window
   Internals,        // int.<j>: layer j's saved tensors, kept from forward to backward
   HeadNormOut,      // head.norm_out, head.rstd, head.d_hidden: the HEAD window's

@@ -205,12 +205,6 @@ void EventGraph::note_compute(const Window& win, int id) {
   }
 }
 
-bool EventGraph::allocates(int window, const std::string& tensor) const {
-  for (const MemOp& m : p_.windows[window].alloc)
-    if (m.tensor == tensor) return true;
-  return false;
-}
-
 // Boundary b as forward produces it on the compute tier: F{b-1}, or the in.0 copy.
 int EventGraph::forward_producer(int b) const {
   if (b == 0) return covering("in.0", Link::H2D, boundary_bytes_);
@@ -255,7 +249,7 @@ void EventGraph::add_weight_dependencies() {
     // load, or in the window after an early one).
     const bool resident = std::find(p_.resident_layers.begin(), p_.resident_layers.end(), j) != p_.resident_layers.end() &&
                           std::none_of(loads_.begin(), loads_.end(), [&](const Load& l) { return l.layer == j; });
-    loads_.push_back({id, j, resident, allocates(ops_[id].window, "wx." + std::to_string(j)), -1});
+    loads_.push_back({id, j, resident, false, -1});
   }
   // Each compute reads its layer's earliest unread load issued by its window (a later one
   // there is a prefetch for the layer's next compute), else the layer's resident copy.
@@ -294,9 +288,13 @@ void EventGraph::add_weight_dependencies() {
       need(id, -1, what);
     }
   }
+  // A load issued before the window ahead of its reader's (the rule's load window) is
+  // early: it holds a slot of its own from its load (plan_decisions.h).
+  for (Load& l : loads_)
+    l.early = !l.resident && l.reader >= 0 && ops_[l.op].window < ops_[l.reader].window - 1;
   // Two slots in turn, in the order their loads are read: a load overwrites what the
   // load two before it brought, once that load's reader is done. An early load lands in
-  // its own buffer (wx.<j>) and waits for no slot.
+  // a buffer of its own and waits for no slot.
   std::vector<const Load*> slot_loads;
   for (const Load& l : loads_)
     if (!l.resident) slot_loads.push_back(&l);
@@ -366,13 +364,12 @@ void EventGraph::wait_for_update(int consumer, const std::string& target) {
   for (int part : it->second) need(consumer, part, "the host update of " + target);
 }
 
-// A gradient drained later than the window after its backward leaves its slot for an
-// extra buffer (gx.<j>) and holds the slot no longer.
+// A gradient drained later than the rule's window (B{j-1}'s) holds a slot of its own to
+// its drain (plan_decisions.h), not one of the two the backwards take in turn.
 bool EventGraph::drained_late(int layer) const {
-  const std::string gx = "gx." + std::to_string(layer);
-  for (size_t w = 0; w < p_.windows.size(); ++w)
-    if (allocates(static_cast<int>(w), gx)) return true;
-  return false;
+  if (layer < 1 || layer >= static_cast<int>(backward_op_.size()) || backward_op_[layer - 1] < 0) return false;
+  const int drain = last_piece("g." + std::to_string(layer), Link::D2H);
+  return drain >= 0 && ops_[drain].window > ops_[backward_op_[layer - 1]].window;
 }
 
 // Two gradient slots in turn: B{j} writes the slot the gradient two before it drained from.

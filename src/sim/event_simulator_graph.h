@@ -65,7 +65,7 @@ class EventGraph {
   struct Load {  // a w.<j> copy to the compute tier
     int op = -1, layer = -1;
     bool resident = false;  // into wres.<j>, held from forward to backward, not a slot
-    bool early = false;     // into wx.<j>, an extra buffer, until its slot is free
+    bool early = false;     // before the rule's load window: into a buffer of its own
     int reader = -1;        // the compute that reads it
   };
   std::vector<Load> loads_;
@@ -82,7 +82,6 @@ class EventGraph {
   void add_events();
   void add_compute(const Window& win, int w);
   void note_compute(const Window& win, int id);
-  bool allocates(int window, const std::string& tensor) const;
   int forward_producer(int b) const;
   const Pieces* pieces(const std::string& tensor, Link l) const;
   int covering(const std::string& tensor, Link l, double bytes) const;
@@ -109,6 +108,8 @@ class EventGraph {
   void gpu_span(EventSimResult& r, int w, const MemOp& m);
   void weight_slot_span(EventSimResult& r, int w, const MemOp& m, int j);
   void boundary_span(EventSimResult& r, int w, const MemOp& m, int b, const std::string& part);
+  bool arena_span(EventSimResult& r, int w, const MemOp& m);
+  int freed_in(const std::string& tensor) const;
   void host_spans(EventSimResult& r) const;
   int last_backward_reader(int b) const;
   int transfer_from(const std::string& prefix, Link l, int w, bool prefix_match = false) const;

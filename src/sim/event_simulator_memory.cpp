@@ -75,6 +75,7 @@ void EventGraph::gpu_span(EventSimResult& r, int w, const MemOp& m) {
   const std::string& x = m.tensor;
   int b = -1, j = -1;
   std::string part;
+  if (arena_span(r, w, m)) return;
   if (x == "w.head") {  // whole, or the final norm and two chunk buffers
     span(start_of(transfer_from("w.head", Link::H2D, w, true)), end_or(head_last_, step));
   } else if (x == "g.head") {  // whole (streaming out from HEAD's start), or two chunk buffers
@@ -114,10 +115,11 @@ void EventGraph::gpu_span(EventSimResult& r, int w, const MemOp& m) {
   } else if (starts_with(x, "rc.") && (b = number_after(x, 3)) > 0 && b <= L) {
     span(start_of(recompute_op_[b - 1]), end_or(last_backward_reader(b), step));
   } else if (starts_with(x, "int.") && (j = number_after(x, 4)) >= 0 && j < L) {
-    // Kept internals: written by the recompute that allocates them, or held by F{j}'s
-    // workspace (counted there) until F{j} ends.
-    const bool by_recompute = p_.windows[w].kind == WindowKind::Recompute && p_.windows[w].layer == j;
-    span(by_recompute ? start_of(first_compute_[w]) : end_or(forward_op_[j], 0), end_or(backward_op_[j], step));
+    // Kept internals: written by the forward or the recompute that allocates them, or (a
+    // plan before version 3) held by F{j}'s workspace, counted there, until F{j} ends.
+    const bool by_own_pass = p_.windows[w].layer == j && (p_.windows[w].kind == WindowKind::Recompute ||
+                                                           p_.windows[w].kind == WindowKind::Forward);
+    span(by_own_pass ? start_of(first_compute_[w]) : end_or(forward_op_[j], 0), end_or(backward_op_[j], step));
   } else if (x == "dx.0") {  // B0's output, held by its workspace until it ends
     span(end_or(L > 0 ? backward_op_[0] : -1, 0), end_or(last_piece(x, Link::D2H), step));
   } else {
@@ -126,20 +128,99 @@ void EventGraph::gpu_span(EventSimResult& r, int w, const MemOp& m) {
   }
 }
 
-// Layer j's weight slot, allocated by window w with the rule's load for the next compute
-// of layer j: from that load's start to the end of the compute (an early load holds
-// wx.<j> until its reader starts, and the slot from then; a resident layer's forward load
-// is read as its resident copy).
+// Layer j's weight slot for one compute (w.<j>: its forward, or in a plan before version 3
+// the next compute after window w; wr.<j>: its recompute; wb.<j>: its backward), allocated
+// by window w with its load: from that load's start to the end of the compute. In a plan
+// before version 3 the slot is allocated with the rule's load, and an early load holds
+// wx.<j> until its reader starts; a resident layer's forward load is read as its resident
+// copy.
 void EventGraph::weight_slot_span(EventSimResult& r, int w, const MemOp& m, int j) {
   int reader = -1;
-  for (int c : {forward_op_[j], recompute_op_[j], backward_op_[j]})
-    if (c >= 0 && ops_[c].window > w && (reader < 0 || ops_[c].window < ops_[reader].window)) reader = c;
+  if (starts_with(m.tensor, "wr.")) {
+    reader = recompute_op_[j];
+  } else if (starts_with(m.tensor, "wb.")) {
+    reader = backward_op_[j];
+  } else {
+    for (int c : {forward_op_[j], recompute_op_[j], backward_op_[j]})
+      if (c >= 0 && ops_[c].window > w && (reader < 0 || ops_[c].window < ops_[reader].window)) reader = c;
+  }
   const Load* load = nullptr;
   for (const Load& l : loads_)
     if ((reader >= 0 && l.reader == reader) || (l.resident && l.layer == j && ops_[l.op].window == w)) load = &l;
   const double to = end_or(reader, r.step_s);
-  const double from = !load ? 0 : load->early && reader >= 0 ? ops_[reader].start : ops_[load->op].start;
+  const bool slot_from_reader = load && load->early && reader >= 0 && ops_[load->op].window != w;
+  const double from = !load ? (reader >= 0 ? ops_[reader].start : 0)
+                            : slot_from_reader ? ops_[reader].start : ops_[load->op].start;
   r.gpu_spans.push_back({m.tensor, m.bytes, from, std::max(from, to)});
+}
+
+// The window that frees `tensor`, or -1.
+int EventGraph::freed_in(const std::string& tensor) const {
+  for (size_t w = 0; w < p_.windows.size(); ++w)
+    for (const MemOp& f : p_.windows[w].free)
+      if (f.tensor == tensor) return static_cast<int>(w);
+  return -1;
+}
+
+// The executor's requests that a plan before version 3 does not name
+// (plan/stream_schedule.h): a boundary's rows (x.<b>: whole, or an offloaded one's
+// other rows until they have gone out) and those fetched back (r.<b>, r.<b>.<k>), a use's weight
+// slot (wr.<j>, wb.<j>), the head's tensors and slots, the two boundary gradients
+// backward alternates between (dx.<k> from HEAD), and a window's workspace (ws.<window>).
+// False for other names.
+bool EventGraph::arena_span(EventSimResult& r, int w, const MemOp& m) {
+  const double step = r.step_s;
+  const int L = p_.num_layers;
+  const std::string& x = m.tensor;
+  auto span = [&](double from, double to) { r.gpu_spans.push_back({x, m.bytes, from, std::max(from, to)}); };
+  auto start_of = [&](int op) { return op < 0 ? 0.0 : ops_[op].start; };
+  int b = -1, j = -1;
+  if (starts_with(x, "x.") && (b = number_after(x, 2)) >= 0 && b <= L) {
+    const int producer = forward_producer(b);
+    const double made = producer >= 0 ? ops_[producer].start : 0;
+    const int forward_reader = b < L ? forward_op_[b] : head_last_;
+    const std::string id = "a." + std::to_string(b) + ".";
+    const int out_cpu = last_piece(id + "cpu", Link::D2H), out_nvme = last_piece(id + "nvme", Link::D2H);
+    if (out_cpu >= 0 || out_nvme >= 0) {  // an offloaded boundary's other rows: until read and gone out
+      span(made, std::max({end_or(forward_reader, step), end_or(out_cpu, 0), end_or(out_nvme, 0)}));
+    } else if (b < L && !p_.boundaries[b].recompute) {  // stored whole
+      span(made, end_or(last_backward_reader(b), step));
+    } else {
+      span(made, end_or(forward_reader, step));
+    }
+  } else if (starts_with(x, "r.") && (b = number_after(x.substr(0, x.find('.', 2)), 2)) >= 0 && b < L) {
+    // r.<b>, or r.<b>.<k>: rows a fetch brings back, from the window's first copy back
+    const std::string id = "a." + std::to_string(b) + ".";
+    int first = -1;
+    for (const char* part : {"cpu", "nvme"})
+      if (const int h2d = transfer_from(id + part, Link::H2D, w); h2d >= 0 && (first < 0 || ops_[h2d].start < ops_[first].start))
+        first = h2d;
+    span(first >= 0 ? ops_[first].start : 0, end_or(last_backward_reader(b), step));
+  } else if ((starts_with(x, "wr.") || starts_with(x, "wb.")) && (j = number_after(x, 3)) >= 0 && j < L) {
+    weight_slot_span(r, w, m, j);
+  } else if (x == "head.norm_out" || x == "head.rstd" || x == "head.d_hidden") {
+    span(start_of(head_first_), end_or(head_last_, step));
+  } else if (x == "w.norm" || x == "w.lm_head" || starts_with(x, "w.lm_head.")) {
+    span(start_of(transfer_from("w.head", Link::H2D, w, true)), end_or(head_last_, step));
+  } else if (x == "g.norm" || x == "g.lm_head" || starts_with(x, "g.lm_head.")) {
+    const int from = head_backward_.empty() ? head_first_ : head_backward_.front();
+    int drained = -1;
+    for (auto [id, t] : transfers_)
+      if (t->link == Link::D2H && (t->tensor == "g.head" || starts_with(t->tensor, "g.head."))) drained = id;
+    span(start_of(from), end_or(drained, step));
+  } else if ((x == "dx.0" || x == "dx.1") && p_.windows[w].kind == WindowKind::Head) {
+    // From HEAD, whose output is dx.0; the one holding boundary 0's gradient until E has
+    // sent it to the host, the other until B0 ends.
+    const int freed = freed_in(x);
+    const bool to_epilogue = freed >= 0 && p_.windows[freed].kind == WindowKind::Epilogue;
+    span(start_of(head_first_), to_epilogue ? end_or(last_piece("dx.0", Link::D2H), step)
+                                            : end_or(L > 0 ? backward_op_[0] : -1, step));
+  } else if (starts_with(x, "ws.") && p_.windows[w].name == x.substr(3)) {
+    if (first_compute_[w] >= 0) span(ops_[first_compute_[w]].start, ops_[last_compute_[w]].end);
+  } else {
+    return false;
+  }
+  return true;
 }
 
 void EventGraph::boundary_span(EventSimResult& r, int w, const MemOp& m, int b, const std::string& part) {

@@ -1,8 +1,8 @@
 // The compute tier, window by window, on the emu backend (weights, gradients and
-// activations all in the arena): a plan made for the step it runs (fp32 activations, the
+// activations all in the arena): a plan's alloc and free are the executor's arena
+// requests, name for name; a plan made for the step it runs (fp32 activations, the
 // executor's weight slots and kernel scratch at its precision) counts exactly the bytes
-// the executor holds in every window (its allocations so far plus the window's
-// workspace), and the executor's measured peak is the plan's. Covers the head's weight
+// the executor holds in every window, and the executor's measured peak is the plan's. Covers the head's weight
 // and gradient slots, recompute blocks longer than two layers (whose weights load once
 // for RC and again for B), kept internals, bf16 weight slots, and Qwen3.5's hybrid
 // layers (DeltaNet and attention layers of different sizes in one set of slots).
@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -41,6 +43,26 @@ std::vector<double> planned_live(const Plan& p) {
     for (const MemOp& f : w.free) live -= f.bytes;
   }
   return out;
+}
+
+// The plan's alloc and free are the executor's arena requests (plan/stream_schedule.h),
+// name for name and window for window, and with the same bytes when the plan is made for
+// this executor's sizes.
+void expect_plan_memory_is_the_arena(const Plan& p, const StreamSchedule& s, bool same_bytes, const std::string& what) {
+  using Op = std::tuple<int, std::string, double>;  // window, tensor, bytes
+  std::multiset<Op> plan_alloc, plan_free, arena_alloc, arena_free;
+  for (int w = 0; w < static_cast<int>(p.windows.size()); ++w) {
+    for (const MemOp& a : p.windows[w].alloc) plan_alloc.insert({w, a.tensor, same_bytes ? a.bytes : 0});
+    for (const MemOp& f : p.windows[w].free) plan_free.insert({w, f.tensor, same_bytes ? f.bytes : 0});
+  }
+  for (const ArenaRequest& r : s.arena) {
+    const double bytes = same_bytes ? static_cast<double>(r.bytes) : 0;
+    arena_alloc.insert({r.first_window, r.name, bytes});
+    arena_free.insert({r.last_window, r.name, bytes});
+  }
+  EXPECT_EQ(plan_alloc, arena_alloc) << what << ": the plan allocates other than the executor's arena";
+  EXPECT_EQ(plan_free, arena_free) << what << ": the plan frees other than the executor's arena";
+  EXPECT_FALSE(arena_alloc.empty()) << what;
 }
 
 // One step of each plan for c on the emu backend, window by window against the plan.
@@ -85,6 +107,8 @@ void expect_plans_count_the_executors_bytes(const ModelConfig& c, bool with_offl
     o.compute_copy = copy.data(params);
     const StreamingStepResult r = ex.step(params, grads, ids.data(), labels.data(), o);
     EXPECT_LE(ex.measured_peak_bytes(), ex.planned_peak_bytes()) << plan.policy;
+    if (plan.policy != "megatrain-code")  // MegaTrain's code's accounting, under its own names
+      expect_plan_memory_is_the_arena(plan, ex.schedule(), exact, c.model_type + " " + plan.policy);
     if (exact) {  // the plan's peak, and the window replay's (sim/simulator.h), are the executor's
       EXPECT_EQ(static_cast<double>(ex.measured_peak_bytes()), plan.predicted_peak.gpu) << plan.policy;
       EXPECT_EQ(simulate_plan(plan).peak.gpu, plan.predicted_peak.gpu) << plan.policy;

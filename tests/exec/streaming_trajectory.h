@@ -185,9 +185,10 @@ inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const st
     const StreamSchedule& sc = ex.schedule();
     for (int b = 0; b <= sc.L; ++b) {
       const BoundarySchedule& bs = sc.boundaries[b];
-      std::fprintf(stderr, "%s b%d stored %d gpu %ld cpu %ld nvme %ld fetch %d read %d\n", plan.policy.c_str(), b,
-                   bs.stored, static_cast<long>(bs.gpu_tokens), static_cast<long>(bs.cpu_tokens),
-                   static_cast<long>(bs.nvme_tokens), bs.fetch_w, bs.nvme_read_w);
+      std::fprintf(stderr, "%s b%d stored %d gpu %ld cpu %ld nvme %ld fetches %zu (first %d) read %d\n",
+                   plan.policy.c_str(), b, bs.stored, static_cast<long>(bs.gpu_tokens),
+                   static_cast<long>(bs.cpu_tokens), static_cast<long>(bs.nvme_tokens), bs.fetches.size(),
+                   bs.fetches.empty() ? -1 : bs.fetches.front().window, bs.nvme_read_w);
     }
     int keep = 0, rc = 0;
     for (int j = 0; j < sc.L; ++j) keep += sc.keep_internals[j], rc += sc.recompute_w[j] >= 0;

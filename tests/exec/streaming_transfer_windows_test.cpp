@@ -6,6 +6,7 @@
 // the extra weight and gradient slots included.
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -42,12 +43,30 @@ ModelConfig config() {
 struct Moved {
   int loads = 0, drains = 0;
 };
+// Loads issued before the window ahead of the compute that reads them, and drains of
+// layer j's gradients after B{j-1} (the rule's windows, plan_decisions.h).
 Moved moved(const Plan& p) {
   Moved m;
-  for (const Window& w : p.windows)
-    for (const MemOp& a : w.alloc) {
-      if (a.tensor.rfind("wx.", 0) == 0) ++m.loads;
-      if (a.tensor.rfind("gx.", 0) == 0) ++m.drains;
+  const int n = static_cast<int>(p.windows.size());
+  const auto layer_of = [](const std::string& t, const char* prefix) {
+    return t.rfind(prefix, 0) == 0 && t.size() > 2 && std::isdigit(static_cast<unsigned char>(t[2])) ? std::stoi(t.substr(2))
+                                                                                                  : -1;
+  };
+  const auto computes = [&](int v, int j) {
+    const Window& w = p.windows[v];
+    return w.layer == j && (w.kind == WindowKind::Forward || w.kind == WindowKind::Recompute ||
+                            w.kind == WindowKind::Backward);
+  };
+  for (int w = 0; w < n; ++w)
+    for (const Transfer& t : p.windows[w].transfers) {
+      if (const int j = layer_of(t.tensor, "w."); j >= 0 && t.link == Link::H2D) {
+        int reader = w + 1;
+        while (reader < n && !computes(reader, j)) ++reader;
+        if (reader > w + 1) ++m.loads;
+      }
+      if (const int j = layer_of(t.tensor, "g."); j >= 1 && t.link == Link::D2H)
+        for (int v = 0; v < w; ++v)
+          if (p.windows[v].kind == WindowKind::Backward && p.windows[v].layer == j - 1) ++m.drains;
     }
   return m;
 }

@@ -58,6 +58,11 @@ double alloc_of(const Plan& p, const std::string& tensor) {
       if (a.tensor == tensor) s += a.bytes;
   return s;
 }
+// A streamed head's slots: the final norm's and two chunk slots (plan/stream_schedule.h).
+double head_slots(const Plan& p, const char* weights_or_grads) {
+  const std::string k = weights_or_grads;
+  return alloc_of(p, k + ".norm") + alloc_of(p, k + ".lm_head.0") + alloc_of(p, k + ".lm_head.1");
+}
 
 // The bytes the cost model gives, from the shapes and element sizes directly.
 TEST(HeadStreaming, FootprintIsTwoChunksOfWeightsAndTwoOfGradients) {
@@ -106,8 +111,8 @@ TEST(HeadStreaming, BuiltPlanHoldsChunksAndMovesEveryRowTwice) {
   const HeadFootprint f = cm.head_footprint(2 * kHeadChunkQuantum);
   EXPECT_EQ(p.head_chunk_rows, 2 * kHeadChunkQuantum);
   EXPECT_EQ(p.head_chunks(), 4);
-  EXPECT_DOUBLE_EQ(alloc_of(p, "w.head"), f.weight_buffer_bytes);
-  EXPECT_DOUBLE_EQ(alloc_of(p, "g.head"), f.grad_buffer_bytes);
+  EXPECT_DOUBLE_EQ(head_slots(p, "w"), f.weight_buffer_bytes);
+  EXPECT_DOUBLE_EQ(head_slots(p, "g"), f.grad_buffer_bytes);
   const double lm = 8.0 * kHeadChunkQuantum * 512 * req.hardware.weight_bytes, norm = 512.0 * req.hardware.weight_bytes;
   EXPECT_DOUBLE_EQ(sum_over(p, "w.head.", Link::H2D), 2 * lm + norm);
   EXPECT_DOUBLE_EQ(sum_over(p, "g.head.", Link::D2H), cm.head_grad_bytes);
@@ -160,8 +165,8 @@ TEST(HeadStreaming, ValidatorCatchesBrokenChunkTraffic) {
   {
     Plan p = good;
     for (MemOp& a : find_head(p).alloc)
-      if (a.tensor == "g.head") a.bytes /= 2;
-    EXPECT_TRUE(has(validate_plan(p), "allocates g.head"));
+      if (a.tensor == "g.lm_head.0") a.bytes /= 2;
+    EXPECT_TRUE(has(validate_plan(p), "allocates g.lm_head.0"));
   }
   {
     Decisions dw = d;
@@ -213,8 +218,8 @@ TEST(HeadStreaming, CapBelowTheWholeHeadNowPlans) {
     EXPECT_LT(p.head_chunk_rows, req.model.vocab_size);
     EXPECT_LE(p.predicted_peak.gpu, req.gpu_cap_bytes * (1 + 1e-9));
     const HeadFootprint g = cm.head_footprint(p.head_chunk_rows);
-    EXPECT_DOUBLE_EQ(alloc_of(p, "w.head"), g.weight_buffer_bytes);
-    EXPECT_DOUBLE_EQ(alloc_of(p, "g.head"), g.grad_buffer_bytes);
+    EXPECT_DOUBLE_EQ(head_slots(p, "w"), g.weight_buffer_bytes);
+    EXPECT_DOUBLE_EQ(head_slots(p, "g"), g.grad_buffer_bytes);
     EXPECT_LT(g.weight_buffer_bytes, cm.head_weight_bytes);
     const auto problems = validate_plan(p);
     EXPECT_TRUE(problems.empty()) << problems.front();
@@ -255,7 +260,7 @@ TEST(HeadStreaming, ChunksWidenToTheLargestThatFits) {
   EXPECT_EQ(widen_head_chunks(req, cm, d, p).head_chunk_rows, 8 * Q);
 }
 
-// Version 2 files carry the chunk size; version 1 files read as a whole head; edited
+// Version 2 and 3 files carry the chunk size; version 1 files read as a whole head; edited
 // chunk fields are an lt::Error.
 TEST(HeadStreaming, PlanJsonRoundTripAndVersions) {
   const PlanRequest req = big_vocab_request();
@@ -265,7 +270,7 @@ TEST(HeadStreaming, PlanJsonRoundTripAndVersions) {
   Plan p = build_plan(req, cm, d);
   evaluate_plan(p);
   const nlohmann::json j = plan_to_json(p);
-  EXPECT_EQ(j["version"], 2);
+  EXPECT_EQ(j["version"], 3);
   EXPECT_EQ(j["head"]["chunk_rows"], kHeadChunkQuantum);
   EXPECT_EQ(j["head"]["chunks"], 8);
   const Plan q = plan_from_json(j, "streamed.json");

@@ -32,6 +32,7 @@
 // counts from the window that issues them, as the executor holds them) run under the
 // window before: then the peak less those is within the plan's.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -161,9 +162,15 @@ double live_at(const EventSimResult& r, const Plan& p, double t) {
 double weight_slots_ahead(const EventSimResult& ev, const Plan& p, double t) {
   double ahead = 0;
   for (const LiveSpan& s : ev.gpu_spans) {
-    if (!(s.from <= t && t < s.to) || s.tensor.rfind("w.", 0) != 0 || s.tensor.rfind("w.head", 0) == 0) continue;
+    // A layer's slot for its forward, recompute or backward (w.<j>, wr.<j>, wb.<j>), which
+    // the load of w.<j> fills.
+    const size_t dot = s.tensor.find('.');
+    const std::string kind = s.tensor.substr(0, dot);
+    if (!(s.from <= t && t < s.to) || (kind != "w" && kind != "wr" && kind != "wb") || dot + 1 >= s.tensor.size() ||
+        !std::isdigit(static_cast<unsigned char>(s.tensor[dot + 1])))
+      continue;
     for (const SimEvent& load : ev.events) {
-      if (load.lane != SimLane::H2D || load.name != s.tensor || load.start != s.from) continue;
+      if (load.lane != SimLane::H2D || load.name != "w" + s.tensor.substr(dot) || load.start != s.from) continue;
       size_t w = 0;
       while (w < p.windows.size() && p.windows[w].name != load.window) ++w;
       if (w == 0 || w == p.windows.size()) continue;
@@ -287,7 +294,9 @@ TEST(EventSimulatorProperty, EveryPresetProfileAndPolicy) {
               }
             double head_grad = 0;
             for (const LiveSpan& s : ev.gpu_spans)
-              if (s.tensor == "g.head" && s.from <= t_peak && t_peak < s.to) head_grad += s.bytes;
+              if ((s.tensor == "g.head" || s.tensor == "g.norm" || s.tensor.rfind("g.lm_head", 0) == 0) &&
+                  s.from <= t_peak && t_peak < s.to)
+                head_grad += s.bytes;
             EXPECT_NEAR(live_at(ev, p, t_peak), ev.peak.gpu, 1e-9 * ev.peak.gpu) << what;
             const double ahead = weight_slots_ahead(ev, p, t_peak);
             EXPECT_GT(head_grad + ahead, 0) << what << ": the compute-tier peak " << ev.peak.gpu
