@@ -784,7 +784,7 @@ struct Milp {
       } else {  // backward slot j: everything of boundary j, resident weights, internals
         int j = st.backward_layer(w);
         for (int col : {g[j], c[j], n[j]}) tt.emplace_back(col, -A);
-        tt.emplace_back(y[j], -W[j]);
+        tt.emplace_back(y[j], -Ws);  // a resident layer's weight slot (plan_memory.h)
         tt.emplace_back(k[j], -I[j]);
         if (j == L - 1) constant -= Wgh;  // the head's gradient slot, drained
         if (j == L - 1 && hs >= 0) tt.emplace_back(hs, Wgh - Wgh_s);
@@ -796,7 +796,7 @@ struct Milp {
       double constant = 0;  // allocations that do not depend on decisions
       if (w == st.p1()) {
         constant += A;
-        tt.emplace_back(y[0], -W[0]);
+        tt.emplace_back(y[0], -Ws);
       } else {
         tt.emplace_back(live[w - 1], -1);
         Terms fr;
@@ -807,7 +807,7 @@ struct Milp {
         if (w < st.head()) {
           int j = w - 2;
           constant += A;  // boundary j+1, the output
-          if (j + 1 < L) tt.emplace_back(y[j + 1], -W[j + 1]);
+          if (j + 1 < L) tt.emplace_back(y[j + 1], -Ws);
           if (j + 1 == L) constant += Whb;  // the head's weights, prefetched
           if (j + 1 == L && hs >= 0) tt.emplace_back(hs, Whb - Wh_s);  // streamed: the chunk buffers
           if (j >= 1) tt.emplace_back(k[j - 1], -I[j - 1]);

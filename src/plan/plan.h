@@ -61,8 +61,9 @@
 //   in (the rows after those before), to B{b}; rc.<b> a boundary rebuilt by RC{b-1};
 //   int.<j> layer j's saved tensors kept from F{j} to B{j};
 //   w.<j>, wr.<j>, wb.<j> layer j's weight slot (the largest layer's size) for its forward,
-//   recompute and backward, from its load to the compute; g.<j> its gradient slot, from
-//   B{j} to its drain;
+//   recompute and backward, from its load to the compute (a resident layer's w.<j> to its
+//   backward, which reads it, as its recompute does); g.<j> its gradient slot, from B{j}
+//   to its drain;
 //   w.norm, w.lm_head (whole) or w.lm_head.0, w.lm_head.1 (a streamed head's two chunk
 //   slots; chunk c+2 reuses chunk c's), from the head's load to HEAD; g.norm, g.lm_head or
 //   g.lm_head.0, g.lm_head.1 from HEAD to the window after it (they drain under it);

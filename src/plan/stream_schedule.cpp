@@ -167,6 +167,9 @@ StreamSchedule make_stream_schedule(const Plan& plan, const ArenaSizes& sizes) {
   s.keep_internals.assign(L, false);
   for (int j : plan.keep_internals)
     if (j >= 0 && j < L) s.keep_internals[j] = true;
+  s.resident.assign(L, false);
+  for (int j : plan.resident_layers)
+    if (j >= 0 && j < L) s.resident[j] = true;
 
   // Boundaries: token split and windows.
   const int64_t T = s.tokens;
@@ -236,13 +239,18 @@ StreamSchedule make_stream_schedule(const Plan& plan, const ArenaSizes& sizes) {
   for (int j = 0; j < L; ++j) {
     const std::string wj = "w." + std::to_string(j);
     s.fwd_load_w[j] = last_load(wj, -1, s.forward_w[j]);
-    if (s.recompute_w[j] >= 0) {
-      if (s.recompute_w[j] > s.backward_w[j]) bad_plan("RC" + std::to_string(j) + " runs after B" + std::to_string(j));
-      s.rc_load_w[j] = last_load(wj, s.forward_w[j], s.recompute_w[j]);
-    }
-    s.bwd_load_w[j] = last_load(wj, s.recompute_w[j] >= 0 ? s.recompute_w[j] : s.forward_w[j], s.backward_w[j]);
     // The compute copy is taken after the update: the update moves up to the load.
     if (weights_on_compute) s.update_w[1 + j] = std::min(s.update_w[1 + j], s.fwd_load_w[j]);
+    if (s.recompute_w[j] > s.backward_w[j]) bad_plan("RC" + std::to_string(j) + " runs after B" + std::to_string(j));
+    if (s.resident[j]) {  // its forward's weights stay for its recompute and backward
+      for (int w = s.forward_w[j]; w < s.backward_w[j]; ++w)
+        if (moves(plan.windows[w], wj, Link::H2D))
+          bad_plan("layer " + std::to_string(j) + " is resident, but window " + plan.windows[w].name +
+                   " loads its weights again");
+      continue;
+    }
+    if (s.recompute_w[j] >= 0) s.rc_load_w[j] = last_load(wj, s.forward_w[j], s.recompute_w[j]);
+    s.bwd_load_w[j] = last_load(wj, s.recompute_w[j] >= 0 ? s.recompute_w[j] : s.forward_w[j], s.backward_w[j]);
   }
 
   // Gradient drains: the plan's copy of g.<j> to the host after B{j}.
@@ -323,9 +331,18 @@ StreamSchedule make_stream_schedule(const Plan& plan, const ArenaSizes& sizes) {
     const size_t wbytes = cw.layer_bytes, gbytes = cw.layer_grad_bytes;
     for (int j = 0; j < L; ++j) {
       const std::string id = std::to_string(j);
-      req(A::Weights, j, "w." + id, wbytes, s.fwd_load_w[j], s.forward_w[j]);
-      if (s.recompute_w[j] >= 0) req(A::RecomputeWeights, j, "wr." + id, wbytes, s.rc_load_w[j], s.recompute_w[j]);
-      req(A::BackwardWeights, j, "wb." + id, wbytes, s.bwd_load_w[j], s.backward_w[j]);
+      if (s.resident[j]) {  // one slot from the forward's load to the backward, for every use
+        req(A::Weights, j, "w." + id, wbytes, s.fwd_load_w[j], s.backward_w[j]);
+        for (A use : {A::RecomputeWeights, A::BackwardWeights}) {
+          std::vector<int>& at = s.arena_by_tensor[static_cast<int>(use)];
+          if (static_cast<int>(at.size()) <= j) at.resize(j + 1, -1);
+          at[j] = s.arena_index(A::Weights, j);
+        }
+      } else {
+        req(A::Weights, j, "w." + id, wbytes, s.fwd_load_w[j], s.forward_w[j]);
+        if (s.recompute_w[j] >= 0) req(A::RecomputeWeights, j, "wr." + id, wbytes, s.rc_load_w[j], s.recompute_w[j]);
+        req(A::BackwardWeights, j, "wb." + id, wbytes, s.bwd_load_w[j], s.backward_w[j]);
+      }
       // A gradient slot drains to the host under its drain window's compute.
       req(A::Gradients, j, "g." + id, gbytes, s.backward_w[j], s.grad_drain_w[j]);
     }

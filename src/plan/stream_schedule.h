@@ -97,14 +97,19 @@ struct StreamSchedule {
   int p0 = -1, p1 = -1, head = -1, epilogue = -1;
   std::vector<BoundarySchedule> boundaries;  // L+1
   std::vector<bool> keep_internals;          // per layer
+  // Per layer: its weights stay on the compute tier from its forward to its backward (the
+  // plan's resident layers), in its forward's slot (w.<j>), which its recompute and
+  // backward read too (no wr.<j>, wb.<j>, and no load for them).
+  std::vector<bool> resident;
   std::vector<int> forward_w, backward_w, recompute_w;  // per layer (-1: none)
   std::vector<UpdateTarget> targets;
   std::vector<int> update_w;  // per target: the window whose start runs its update
   // Backends whose compute tier is separate memory: the windows that copy layer j's
   // weights in for its forward, its recompute (RC; -1 without one) and its backward, and
-  // the head's (final norm and lm_head) for HEAD. Each use has its own slot (w.<j>,
-  // wr.<j>, wb.<j>) that lives from its load to its use, so a recompute block holds no
-  // more weights at once than the plan's two slots.
+  // the head's (final norm and lm_head) for HEAD (-1: no load, for a resident layer's
+  // recompute and backward). Each use has its own slot (w.<j>, wr.<j>, wb.<j>) that lives
+  // from its load to its use, so a recompute block holds no more weights at once than the
+  // plan's two slots.
   std::vector<int> fwd_load_w, rc_load_w, bwd_load_w;
   // The window whose start copies layer j's gradient slot (g.<j>) to the host: the plan's
   // g.<j> transfer after B{j} (the window after B{j} for a plan that moves none). Drains

@@ -128,8 +128,9 @@ void EventGraph::gpu_span(EventSimResult& r, int w, const MemOp& m) {
   }
 }
 
-// Layer j's weight slot for one compute (w.<j>: its forward, or in a plan before version 3
-// the next compute after window w; wr.<j>: its recompute; wb.<j>: its backward), allocated
+// Layer j's weight slot for one compute (w.<j>: its forward, a resident layer's every
+// compute, or in a plan before version 3 the next compute after window w; wr.<j>: its
+// recompute; wb.<j>: its backward), allocated
 // by window w with its load: from that load's start to the end of the compute. In a plan
 // before version 3 the slot is allocated with the rule's load, and an early load holds
 // wx.<j> until its reader starts; a resident layer's forward load is read as its resident
@@ -140,6 +141,8 @@ void EventGraph::weight_slot_span(EventSimResult& r, int w, const MemOp& m, int 
     reader = recompute_op_[j];
   } else if (starts_with(m.tensor, "wb.")) {
     reader = backward_op_[j];
+  } else if (backward_op_[j] >= 0 && freed_in(m.tensor) == ops_[backward_op_[j]].window) {
+    reader = backward_op_[j];  // a resident layer's slot, read by every compute of the layer
   } else {
     for (int c : {forward_op_[j], recompute_op_[j], backward_op_[j]})
       if (c >= 0 && ops_[c].window > w && (reader < 0 || ops_[c].window < ops_[reader].window)) reader = c;

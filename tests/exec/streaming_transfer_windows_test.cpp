@@ -71,7 +71,7 @@ Moved moved(const Plan& p) {
   return m;
 }
 
-// Random decisions (tiers, kept internals) and random windows within the MILP's horizons
+// Random decisions (tiers, kept internals, resident layers) and random windows within the MILP's horizons
 // (two stages): forward loads from P1 on, backward loads over stored boundaries, drains in
 // production order, paged states read and written around an update placed between them.
 // Returns an empty plan for a draw that does not make one.
@@ -135,6 +135,11 @@ Plan random_window_plan(const ModelConfig& c, uint64_t seed) {
     d.state_write[j] = w;
     d.layer_optimizer[j] = {{at, 1.0}};
   }
+  // Resident layers (their forward's weights kept for the backward), among those that load
+  // nothing early for their backward and run no recompute (as the MILP's: res_z rows).
+  for (int j = 0; j < L; ++j)
+    d.resident[j] = d.backward_load[j] < 0 && !d.boundaries[j].recompute && !d.boundaries[j + 1].recompute &&
+                    u(rng) < 0.3;
   if (!assign_asap_traffic(d, cm)) return Plan{};
   Plan p = build_plan(req, cm, d);
   evaluate_plan(p);
@@ -148,7 +153,7 @@ TEST(StreamingTransferWindows, RandomWindowsTrainBitwiseLikeInMemory) {
   const ModelConfig c = config();
   const RunOptions eight_bit{.eight_bit = true};
   const Trajectory ref = run_reference(c, eight_bit);
-  int ran = 0;
+  int ran = 0, resident_on_emu = 0;
   Moved total;
   for (uint64_t seed = 1; ran < 6 && seed < 200; ++seed) {
     const Plan p = random_window_plan(c, seed);
@@ -162,14 +167,16 @@ TEST(StreamingTransferWindows, RandomWindowsTrainBitwiseLikeInMemory) {
     total.loads += m.loads;
     total.drains += m.drains;
     const bool emu = ran % 2 == 1;
-    std::printf("[windows plan %llu] %s: %d loads early, %d drains late, %zu paged states\n",
+    if (emu) resident_on_emu += static_cast<int>(p.resident_layers.size());
+    std::printf("[windows plan %llu] %s: %d loads early, %d drains late, %zu paged states, %zu resident layers\n",
                 static_cast<unsigned long long>(seed), emu ? "emu" : "cpu", m.loads, m.drains,
-                p.nvme_state_layers.size());
+                p.nvme_state_layers.size(), p.resident_layers.size());
     expect_bitwise_equal(run_streaming(c, p, dir, emu ? make_emu_backend(5, 5) : make_cpu_backend(), eight_bit), ref,
                          std::string(emu ? "emu" : "cpu") + " windows plan " + std::to_string(seed));
     ++ran;
   }
   EXPECT_EQ(ran, 6) << "too few random decisions made a plan";
+  EXPECT_GT(resident_on_emu, 0) << "no resident layer kept its forward's slot on emu";
   EXPECT_GT(total.loads, 0);
   EXPECT_GT(total.drains, 0);
   std::filesystem::remove_all(dir);
