@@ -137,8 +137,8 @@ PlanRequest bench_request(const StreamingBenchArgs& a, const std::string& profil
   hw.nvme_read_bw = nr;
   hw.nvme_write_bw = nw;
   hw.nvme_capacity_bytes = 16e9;
-  // Rows of both precisions plan from this request: the larger scratch of the two.
-  req.scratch = executor_scratch(req.model, req.batch, req.seq, cpu_kernel_table());
+  // The kernels' scratch of a step at a.precision: its plans count what it holds.
+  req.scratch = executor_scratch(req.model, req.batch, req.seq, cpu_kernel_table(), a.precision);
   return req;
 }
 

@@ -179,6 +179,7 @@ void run_predict(const StreamingBenchArgs& a) {
   PlanRequest req16 = req;
   req16.hardware.name += ", bf16";
   req16.hardware.weight_bytes = 2;  // the emu moves bf16 weight matrices (its fp32 norms are a few KB)
+  req16.scratch = executor_scratch(req.model, req.batch, req.seq, cpu_kernel_table(), Precision::BF16);
   const Measured probe16 = measure_layer_times(req16, a16);
   if (a.step_times) print_step_times("probe bf16", probe16);
   std::printf("measured bf16: forward %.2f ms, backward %.2f ms, head %.2f ms per layer step\n",
