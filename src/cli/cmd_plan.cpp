@@ -26,7 +26,7 @@ struct PlanArgs {
   std::string model, hardware = "h800", policy = "milp", out, act_budget, offload_dir;
   int64_t batch = 1, seq = 1024;
   int nvme_state_layers = -1;
-  double gpu_cap_gb = 0, time_limit_s = 10, gap = 0.002;
+  double gpu_cap_gb = 0, host_budget_gb = 0, time_limit_s = 10, gap = 0.002;
   bool max_batch = false, json = false;
 };
 
@@ -73,8 +73,9 @@ void print_table(const Plan& p) {
                 p.solve.solve_cpu_s, 100 * p.solve.mip_gap, p.solve.status.c_str(), p.solve.columns, p.solve.rows);
   std::printf("  %-24s gpu %.2f  cpu %.2f  nvme %.2f  recompute %.0f\n", "boundaries", tc.gpu, tc.cpu, tc.nvme,
               tc.recompute);
-  std::printf("  %-24s gpu %.3f GB (cap %.3f)  cpu %.3f GB  nvme %.3f GB\n", "peak", p.predicted_peak.gpu / 1e9,
-              p.gpu_cap_bytes / 1e9, p.predicted_peak.cpu / 1e9, p.predicted_peak.nvme / 1e9);
+  std::printf("  %-24s gpu %.3f GB (cap %.3f)  cpu %.3f GB (host %.3f)  nvme %.3f GB\n", "peak",
+              p.predicted_peak.gpu / 1e9, p.gpu_cap_bytes / 1e9, p.predicted_peak.cpu / 1e9,
+              p.hardware.host_memory_bytes / 1e9, p.predicted_peak.nvme / 1e9);
   std::printf("  %-24s %zu resident, %zu keep internals, optimizer %s\n", "layers", p.resident_layers.size(),
               p.keep_internals.size(), p.lazy_optimizer ? "lazy (overlapped with forward)" : "after backward");
   if (!p.nvme_state_layers.empty())
@@ -95,6 +96,9 @@ void run_plan(const PlanArgs& a) {
   if (!(a.time_limit_s > 0)) throw Error("--time-limit must be positive", "--time-limit", "e.g. 10 (seconds)");
   if (!(a.gap >= 0 && a.gap < 1)) throw Error("--gap must lie in [0, 1)", "--gap", "e.g. 0.002");
   req.gpu_cap_bytes = a.gpu_cap_gb * 1e9;
+  if (!(a.host_budget_gb >= 0))
+    throw Error("--host-budget-gb must not be negative", "--host-budget-gb", "give GB, or 0 for the profile's host memory");
+  if (a.host_budget_gb > 0) req.hardware.host_memory_bytes = a.host_budget_gb * 1e9;
   req.time_limit_s = a.time_limit_s;
   req.target_gap = a.gap;
   req.nvme_state_layers = a.nvme_state_layers;
@@ -156,6 +160,9 @@ void add_plan_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember(plan_policies()));
   cmd->add_option("--gpu-cap", a->gpu_cap_gb, "Compute-tier cap in GB (default: the profile's)");
+  cmd->add_option("--host-budget-gb", a->host_budget_gb,
+                  "Host memory the plan may use, GB; optimizer states page to NVMe to stay within it "
+                  "(default: the profile's host memory)");
   cmd->add_option("--act-budget", a->act_budget, "Activation budgets in GB, e.g. cpu=15,nvme=32");
   cmd->add_option("--offload-dir", a->offload_dir,
                   "Where training will put the NVMe tier: plan within its free space (a larger nvme budget is an "

@@ -58,6 +58,7 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model) {
   req.batch = cfg.batch;
   req.seq = cfg.seq_len;
   req.gpu_cap_bytes = cfg.compute_budget_gb * 1e9;
+  if (cfg.host_budget_gb > 0) req.hardware.host_memory_bytes = cfg.host_budget_gb * 1e9;
   // The NVMe tier gets at most what the offload directory's disk has free.
   const std::string dir = offload_dir_of(cfg);
   limit_nvme_to_free_space(req, free_disk_bytes(dir, "train config (offload_dir)"), dir, "train config (offload_dir)");

@@ -68,6 +68,10 @@ std::vector<Field> fields(TrainConfig& c) {
       {"offload_dir", "directory for the plan's NVMe tier (empty: the system temp directory)", &c.offload_dir},
       {"compute_budget_gb", "plan this run (MILP) for a compute tier of this many GB and train out of core (0: off)",
        &c.compute_budget_gb},
+      {"host_budget_gb",
+       "host memory the compute_budget_gb plan may use, GB: optimizer states page to NVMe to stay within it "
+       "(0: the profile's)",
+       &c.host_budget_gb},
       {"hardware", "hardware profile for compute_budget_gb (profiles/*.json name or file)", &c.hardware},
       {"plan_time_limit", "seconds the MILP may take (the run's plan and each re-plan)", &c.plan_time_limit},
       {"adaptive_plan",
@@ -182,6 +186,11 @@ void validate(const TrainConfig& c) {
     throw Error("both a plan and a compute budget were given", "train config (plan, compute_budget_gb)",
                 "give one: --plan FILE to run a plan, or --compute-budget-gb GB to have the trainer plan");
   if (c.compute_budget_gb < 0) throw Error("compute_budget_gb must not be negative", "train config", "");
+  if (!(c.host_budget_gb >= 0)) throw Error("host_budget_gb must not be negative", "train config (host_budget_gb)", "");
+  if (c.host_budget_gb > 0 && !(c.compute_budget_gb > 0))
+    throw Error("host_budget_gb is a budget for the run's own plan, and this run plans nothing",
+                "train config (host_budget_gb)",
+                "give compute_budget_gb too, or plan with `lazytrain plan --host-budget-gb` and pass --plan");
   if (c.document_mask != "auto" && c.document_mask != "on" && c.document_mask != "off")
     throw Error("unknown document_mask '" + c.document_mask + "'", "train config (document_mask)",
                 "use on, off or auto (on except for the text format)");

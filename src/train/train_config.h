@@ -61,6 +61,9 @@ struct TrainConfig {
   // `hardware` profile (default: profiles/local.json, from `lazytrain profile`) with that
   // compute-tier budget, and writes the plan to output_dir/plan.json.
   double compute_budget_gb = 0;
+  // The host memory that plan may use, GB (0: the profile's): the planner pages optimizer
+  // states to NVMe to keep the host peak within it.
+  double host_budget_gb = 0;
   std::string hardware = "local";
   double plan_time_limit = 10;  // seconds the MILP may take, for the run's plan and re-plans
   // Re-planning (train/replanner.h): "on" watches a streamed run whose plan is a MILP plan;

@@ -15,6 +15,8 @@
 #include "plan/hardware_profile.h"
 #include "plan/plan_json.h"
 #include "plan/planner.h"
+#include "plan/state_paging.h"
+#include "train/streamed_training.h"
 #include "train/trainer.h"
 #include "../exec/streaming_test_util.h"
 #include "test_util.h"
@@ -160,6 +162,51 @@ TEST_F(StreamedTraining, PlansItselfForAComputeBudget) {
     FAIL() << "expected an lt::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("compute-tier memory short by"), std::string::npos) << e.what();
+  }
+}
+
+// host_budget_gb: the trainer's plan keeps the host peak within it by paging optimizer
+// states to NVMe (the training stays the in-memory run's); a budget that the states alone
+// exceed, or one without a plan of the trainer's, is a clear error.
+TEST_F(StreamedTraining, PlansWithinAHostBudget) {
+  const std::string profile = plan_dir_.str() + "/cpu.json";
+  {
+    std::ofstream f(profile);
+    f << hardware_profile_to_json(test::streaming_cpu_profile()).dump(2);
+  }
+  const Plan given = load_plan(plan_path_);
+  test::TempDir out("streamed-host-budget");
+  TrainConfig c = tiny_config(out.str());
+  c.compute_budget_gb = given.gpu_cap_bytes / 1e9;
+  c.hardware = profile;
+  c.offload_dir = plan_dir_.str();
+  // A host whose share for the state is short of the whole state by one and a half
+  // layers' optimizer states (state_paging.h).
+  const PlanRequest req = run_plan_request(c, load_model_config(reference_.checkpoint_dir));
+  const CostModel cm = build_cost_model(req);
+  c.host_budget_gb = (cm.host_state_bytes - 1.5 * cm.layer(0).state_bytes) / kHostStateShare / 1e9;
+  expect_same_as_reference(run_training(c), "within a host budget");
+  const Plan own = load_plan(out.str() + "/plan.json");
+  EXPECT_TRUE(own.feasible);
+  EXPECT_DOUBLE_EQ(own.hardware.host_memory_bytes, c.host_budget_gb * 1e9);
+  EXPECT_FALSE(own.nvme_state_layers.empty()) << "no optimizer state paged for a budget below the unpaged peak";
+  EXPECT_LE(own.predicted_peak.cpu, own.hardware.host_memory_bytes);
+
+  test::TempDir out2("streamed-host-budget-small");
+  c.output_dir = out2.str();
+  c.host_budget_gb = 1e-6;  // 1 kB
+  try {
+    run_training(c);
+    FAIL() << "expected an lt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("host memory short by"), std::string::npos) << e.what();
+  }
+  c.compute_budget_gb = 0;
+  try {
+    run_training(c);
+    FAIL() << "expected an lt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("host_budget_gb"), std::string::npos) << e.what();
   }
 }
 
