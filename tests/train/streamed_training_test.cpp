@@ -63,6 +63,21 @@ Plan out_of_core_plan(const std::string& checkpoint, const TrainConfig& c) {
 
 class StreamedTraining : public ::testing::Test {
  protected:
+  // A run that plans itself (compute_budget_gb) on the streaming cpu profile, for the
+  // compute cap of the fixture's plan, into `out`.
+  TrainConfig self_planned(const std::string& out) {
+    const std::string profile = plan_dir_.str() + "/cpu.json";
+    {
+      std::ofstream f(profile);
+      f << hardware_profile_to_json(test::streaming_cpu_profile()).dump(2);
+    }
+    TrainConfig c = tiny_config(out);
+    c.compute_budget_gb = load_plan(plan_path_).gpu_cap_bytes / 1e9;
+    c.hardware = profile;
+    c.offload_dir = plan_dir_.str();
+    return c;
+  }
+
   void SetUp() override {
     reference_ = run_training(tiny_config(ref_dir_.str()));
     const Plan p = out_of_core_plan(reference_.checkpoint_dir, tiny_config(""));
@@ -138,17 +153,8 @@ TEST_F(StreamedTraining, ResumesBitwise) {
 // the executors' fp32 sizes), keeps within the budget, writes the plan beside its
 // checkpoints, and still matches the in-memory run; a budget too small is a clear error.
 TEST_F(StreamedTraining, PlansItselfForAComputeBudget) {
-  const std::string profile = plan_dir_.str() + "/cpu.json";
-  {
-    std::ofstream f(profile);
-    f << hardware_profile_to_json(test::streaming_cpu_profile()).dump(2);
-  }
-  const Plan given = load_plan(plan_path_);
   test::TempDir out("streamed-budget");
-  TrainConfig c = tiny_config(out.str());
-  c.compute_budget_gb = given.gpu_cap_bytes / 1e9;
-  c.hardware = profile;
-  c.offload_dir = plan_dir_.str();
+  TrainConfig c = self_planned(out.str());
   expect_same_as_reference(run_training(c), "planned by the trainer");
   const Plan own = load_plan(out.str() + "/plan.json");
   EXPECT_TRUE(own.feasible);
@@ -169,17 +175,8 @@ TEST_F(StreamedTraining, PlansItselfForAComputeBudget) {
 // states to NVMe (the training stays the in-memory run's); a budget that the states alone
 // exceed, or one without a plan of the trainer's, is a clear error.
 TEST_F(StreamedTraining, PlansWithinAHostBudget) {
-  const std::string profile = plan_dir_.str() + "/cpu.json";
-  {
-    std::ofstream f(profile);
-    f << hardware_profile_to_json(test::streaming_cpu_profile()).dump(2);
-  }
-  const Plan given = load_plan(plan_path_);
   test::TempDir out("streamed-host-budget");
-  TrainConfig c = tiny_config(out.str());
-  c.compute_budget_gb = given.gpu_cap_bytes / 1e9;
-  c.hardware = profile;
-  c.offload_dir = plan_dir_.str();
+  TrainConfig c = self_planned(out.str());
   // A host whose share for the state is short of the whole state by one and a half
   // layers' optimizer states (state_paging.h).
   const PlanRequest req = run_plan_request(c, load_model_config(reference_.checkpoint_dir));
