@@ -9,13 +9,14 @@
 #include "plan/plan_evaluate.h"
 
 namespace lt {
-namespace {
 
 std::string fmt_gb(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.3f GB", bytes / 1e9);
   return buf;
 }
+
+namespace {
 
 // The decimal index that ends s from pos on ("w.12" -> 12 from 2), or -1: a plan built in
 // memory is not checked like a loaded one (plan_json.cpp), so names are parsed here

@@ -24,4 +24,7 @@ std::vector<std::string> capacity_problems(const Plan& p);
 // executor trusts the plan it runs, so it is checked once, where it enters.
 void require_valid_plan(const Plan& p, const std::string& source);
 
+// Bytes as the problems above print them: "12.345 GB".
+std::string fmt_gb(double bytes);
+
 }  // namespace lt

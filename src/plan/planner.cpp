@@ -7,6 +7,7 @@
 #include "plan/cost_model.h"
 #include "plan/milp_planner.h"
 #include "plan/plan_validate.h"
+#include "plan/state_paging.h"
 
 namespace lt {
 namespace {
@@ -94,6 +95,17 @@ InfeasibleReport diagnose_infeasible(const PlanRequest& req, const std::string& 
     Plan rc = plan_recompute_all(req, cm);
     if (rc.predicted_peak.gpu < best.predicted_peak.gpu) best = rc;
     problems = capacity_problems(best);
+    // The host's share for the persistent state (state_paging.h), with every optimizer
+    // state that can page on NVMe.
+    const StatePaging paged = plan_state_paging(req, cm, /*lazy_optimizer=*/true);
+    const double room = kHostStateShare * req.hardware.host_memory_bytes;
+    if (problems.empty() && req.nvme_state_layers < 0 && paged.host_state_bytes > room * (1 + 1e-9))
+      problems.push_back("host memory short: the training state takes " + fmt_gb(paged.host_state_bytes) +
+                         " of host memory with the optimizer states of layers 2.." +
+                         std::to_string(cm.num_layers - 1) + " on NVMe, over " +
+                         std::to_string(static_cast<int>(kHostStateShare * 100)) + "% of its " +
+                         fmt_gb(req.hardware.host_memory_bytes) + " (master weights, the bf16 copy and gradients " +
+                         "stay on the host)");
   }
   rep.shortage = problems.empty() ? "no budget is short, but no plan was found in the time limit" : problems.front();
   rep.largest_batch = largest_feasible_batch(req, policy, std::max<int64_t>(req.batch - 1, 1));

@@ -5,6 +5,7 @@
 #include "plan/plan_evaluate.h"
 #include "plan/plan_validate.h"
 #include "plan/planner.h"
+#include "plan/state_paging.h"
 #include "plan_test_util.h"
 
 namespace lt {
@@ -88,6 +89,24 @@ TEST(Planner, InfeasibleNamesTheShortBudgetAndLargestBatch) {
   req.batch = rep.largest_batch + 1;
   EXPECT_FALSE(make_plan(req, "megatrain").feasible);
   EXPECT_NE(rep.message.find("largest batch that fits: " + std::to_string(rep.largest_batch)), std::string::npos);
+}
+
+// A host whose 90% share cannot hold the state even with every pageable optimizer state
+// on NVMe, though a plan's peak would fit the whole host: the report says so, not that no
+// budget is short.
+TEST(Planner, InfeasibleNamesTheHostStateShare) {
+  PlanRequest req = test::preset_request("qwen2.5-3b", "rtx3090", 1);
+  const CostModel cm = build_cost_model(req);
+  req.nvme_state_layers = -1;
+  PlanRequest all_paged = req;
+  all_paged.nvme_state_layers = cm.num_layers - 2;
+  const double floor = plan_state_paging(all_paged, cm, true).host_state_bytes;
+  req.hardware.host_memory_bytes = floor * 1.02;  // the state fits the host, not its 90% share
+  const Plan p = make_plan(req, "milp");
+  ASSERT_FALSE(p.feasible);
+  const InfeasibleReport rep = diagnose_infeasible(req, "milp", p);
+  EXPECT_NE(rep.shortage.find("host memory short: the training state takes"), std::string::npos) << rep.shortage;
+  EXPECT_NE(rep.shortage.find("over 90%"), std::string::npos) << rep.shortage;
 }
 
 }  // namespace
