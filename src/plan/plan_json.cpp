@@ -137,11 +137,11 @@ bool valid_tensor_name(const std::string& t, int L, int64_t head_chunks) {
 }
 
 // The compute-tier requests of plan.h's alloc and free (plan/stream_schedule.h's names):
-// x.<b>, r.<b>, r.<b>.<k> (boundaries 0..L; k from 1), wr.<j>, wb.<j> (layers), head.norm_out, head.rstd,
-// head.d_hidden, w.norm, g.norm, w.lm_head and g.lm_head (whole) or w.lm_head.<k> and
-// g.lm_head.<k> (k = 0, 1: a streamed head's two slots), dx.0, dx.1 and ws.<window name>;
-// besides the names valid_tensor_name takes (megatrain-code's, and those of plans written
-// before version 3).
+// x.<b>, r.<b>, r.<b>.<k> (boundaries 0..L; k from 1), wr.<j>, wb.<j> (layers),
+// head.norm_out, head.rstd, head.d_hidden, w.norm, g.norm, w.lm_head and g.lm_head (whole)
+// or w.lm_head.<k> and g.lm_head.<k> (k = 0, 1: a streamed head's two slots), dx.0, dx.1
+// and ws.<window name>; besides the names valid_tensor_name takes (megatrain-code's, and
+// those of plans written before version 3).
 bool valid_memory_name(const std::string& t, int L, int64_t head_chunks, const std::vector<std::string>& windows) {
   if (valid_tensor_name(t, L, head_chunks)) return true;
   for (const char* fixed : {"head.norm_out", "head.rstd", "head.d_hidden", "w.norm", "g.norm", "dx.1"})
