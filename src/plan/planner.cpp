@@ -97,9 +97,10 @@ InfeasibleReport diagnose_infeasible(const PlanRequest& req, const std::string& 
     problems = capacity_problems(best);
     // The host's share for the persistent state (state_paging.h), with every optimizer
     // state that can page on NVMe.
-    const StatePaging paged = plan_state_paging(req, cm, /*lazy_optimizer=*/true);
-    const double room = kHostStateShare * req.hardware.host_memory_bytes;
-    if (problems.empty() && req.nvme_state_layers < 0 && paged.host_state_bytes > room * (1 + 1e-9))
+    const StatePaging paged = problems.empty() && req.nvme_state_layers < 0
+                                  ? plan_state_paging(req, cm, /*lazy_optimizer=*/true)
+                                  : StatePaging{};
+    if (paged.host_state_bytes > kHostStateShare * req.hardware.host_memory_bytes * (1 + 1e-9))
       problems.push_back("host memory short: the training state takes " + fmt_gb(paged.host_state_bytes) +
                          " of host memory with the optimizer states of layers 2.." +
                          std::to_string(cm.num_layers - 1) + " on NVMe, over " +

@@ -48,9 +48,9 @@ struct BoundarySchedule {
 // The compute-tier tensors the schedule places in the arena, each kind indexed by a
 // boundary b, a layer j or a slot k (0 where there is one). The executor resolves them to
 // arena indices once, at setup, so that its step does no name lookups; the names (in
-// ArenaRequest, for reports and errors) say the same: x.<b>, a.<b>.gpu, r.<b>, r.<b>.<k>, rc.<b>,
-// int.<j>, head.norm_out, head.rstd, head.d_hidden, w.<j>, wr.<j>, wb.<j>,
-// g.<j>, w.norm, g.norm, w.lm_head (or w.lm_head.<k>), g.lm_head (or g.lm_head.<k>), dx.<k>,
+// ArenaRequest, for reports and errors) say the same: x.<b>, a.<b>.gpu, r.<b>, r.<b>.<k>,
+// rc.<b>, int.<j>, head.norm_out, head.rstd, head.d_hidden, w.<j>, wr.<j>, wb.<j>, g.<j>,
+// w.norm, g.norm, w.lm_head (or w.lm_head.<k>), g.lm_head (or g.lm_head.<k>), dx.<k>,
 // ws.<window name>.
 enum class ArenaTensor : uint8_t {
   Boundary,         // x.<b>: boundary b as produced (kept here when stored whole); an

@@ -76,9 +76,12 @@ void EventGraph::gpu_span(EventSimResult& r, int w, const MemOp& m) {
   int b = -1, j = -1;
   std::string part;
   if (arena_span(r, w, m)) return;
-  if (x == "w.head") {  // whole, or the final norm and two chunk buffers
+  if (x == "w.head" || x == "w.norm" || x == "w.lm_head" || starts_with(x, "w.lm_head.")) {
+    // The head's weights: whole, or the final norm and two chunk slots (w.head before
+    // version 3)
     span(start_of(transfer_from("w.head", Link::H2D, w, true)), end_or(head_last_, step));
-  } else if (x == "g.head") {  // whole (streaming out from HEAD's start), or two chunk buffers
+  } else if (x == "g.head" || x == "g.norm" || x == "g.lm_head" || starts_with(x, "g.lm_head.")) {
+    // Its gradients: whole (streaming out from HEAD's start), or two chunk slots
     const int from = head_backward_.empty() ? head_first_ : head_backward_.front();
     int drained = -1;
     for (auto [id, t] : transfers_)
@@ -130,11 +133,10 @@ void EventGraph::gpu_span(EventSimResult& r, int w, const MemOp& m) {
 
 // Layer j's weight slot for one compute (w.<j>: its forward, a resident layer's every
 // compute, or in a plan before version 3 the next compute after window w; wr.<j>: its
-// recompute; wb.<j>: its backward), allocated
-// by window w with its load: from that load's start to the end of the compute. In a plan
-// before version 3 the slot is allocated with the rule's load, and an early load holds
-// wx.<j> until its reader starts; a resident layer's forward load is read as its resident
-// copy.
+// recompute; wb.<j>: its backward), allocated by window w with its load: from that
+// load's start to the end of the compute. In a plan before version 3 the slot is
+// allocated with the rule's load, and an early load holds wx.<j> until its reader starts;
+// a resident layer's forward load is read as its resident copy.
 void EventGraph::weight_slot_span(EventSimResult& r, int w, const MemOp& m, int j) {
   int reader = -1;
   if (starts_with(m.tensor, "wr.")) {
@@ -167,10 +169,10 @@ int EventGraph::freed_in(const std::string& tensor) const {
 
 // The executor's requests that a plan before version 3 does not name
 // (plan/stream_schedule.h): a boundary's rows (x.<b>: whole, or an offloaded one's
-// other rows until they have gone out) and those fetched back (r.<b>, r.<b>.<k>), a use's weight
-// slot (wr.<j>, wb.<j>), the head's tensors and slots, the two boundary gradients
-// backward alternates between (dx.<k> from HEAD), and a window's workspace (ws.<window>).
-// False for other names.
+// other rows until they have gone out) and those fetched back (r.<b>, r.<b>.<k>), a
+// use's weight slot (wr.<j>, wb.<j>), HEAD's tensors, the two boundary gradients backward
+// alternates between (dx.<k> from HEAD), and a window's workspace (ws.<window>). False
+// for other names (gpu_span's rules; the head's slots are there, beside w.head's).
 bool EventGraph::arena_span(EventSimResult& r, int w, const MemOp& m) {
   const double step = r.step_s;
   const int L = p_.num_layers;
@@ -203,14 +205,6 @@ bool EventGraph::arena_span(EventSimResult& r, int w, const MemOp& m) {
     weight_slot_span(r, w, m, j);
   } else if (x == "head.norm_out" || x == "head.rstd" || x == "head.d_hidden") {
     span(start_of(head_first_), end_or(head_last_, step));
-  } else if (x == "w.norm" || x == "w.lm_head" || starts_with(x, "w.lm_head.")) {
-    span(start_of(transfer_from("w.head", Link::H2D, w, true)), end_or(head_last_, step));
-  } else if (x == "g.norm" || x == "g.lm_head" || starts_with(x, "g.lm_head.")) {
-    const int from = head_backward_.empty() ? head_first_ : head_backward_.front();
-    int drained = -1;
-    for (auto [id, t] : transfers_)
-      if (t->link == Link::D2H && (t->tensor == "g.head" || starts_with(t->tensor, "g.head."))) drained = id;
-    span(start_of(from), end_or(drained, step));
   } else if ((x == "dx.0" || x == "dx.1") && p_.windows[w].kind == WindowKind::Head) {
     // From HEAD, whose output is dx.0; the one holding boundary 0's gradient until E has
     // sent it to the host, the other until B0 ends.

@@ -61,6 +61,16 @@ Plan out_of_core_plan(const std::string& checkpoint, const TrainConfig& c) {
   return Plan{};
 }
 
+// run_training(c) throws an lt::Error whose message contains `part`.
+void expect_training_error(const TrainConfig& c, const std::string& part) {
+  try {
+    run_training(c);
+    FAIL() << "expected an lt::Error mentioning " << part;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 class StreamedTraining : public ::testing::Test {
  protected:
   // A run that plans itself (compute_budget_gb) on the streaming cpu profile, for the
@@ -163,12 +173,7 @@ TEST_F(StreamedTraining, PlansItselfForAComputeBudget) {
   EXPECT_EQ(own.hardware.act_bytes, 4);
 
   c.compute_budget_gb = 1e-4;  // 100 kB: not even the weight slots
-  try {
-    run_training(c);
-    FAIL() << "expected an lt::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("compute-tier memory short by"), std::string::npos) << e.what();
-  }
+  expect_training_error(c, "compute-tier memory short by");
 }
 
 // host_budget_gb: the trainer's plan keeps the host peak within it by paging optimizer
@@ -192,39 +197,19 @@ TEST_F(StreamedTraining, PlansWithinAHostBudget) {
   test::TempDir out2("streamed-host-budget-small");
   c.output_dir = out2.str();
   c.host_budget_gb = 1e-6;  // 1 kB
-  try {
-    run_training(c);
-    FAIL() << "expected an lt::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("host memory short by"), std::string::npos) << e.what();
-  }
+  expect_training_error(c, "host memory short by");
   c.compute_budget_gb = 0;
-  try {
-    run_training(c);
-    FAIL() << "expected an lt::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("host_budget_gb"), std::string::npos) << e.what();
-  }
+  expect_training_error(c, "host_budget_gb");
 }
 
 TEST_F(StreamedTraining, PlanForAnotherShapeIsAClearError) {
   test::TempDir out("streamed-mismatch");
   TrainConfig c = streamed(out.str(), "cpu");
   c.batch = 4;
-  try {
-    run_training(c);
-    FAIL() << "expected an lt::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("batch 2 x seq 32"), std::string::npos) << e.what();
-  }
+  expect_training_error(c, "batch 2 x seq 32");
   c = streamed(out.str(), "cpu");
   c.scratch_layers = 5;
-  try {
-    run_training(c);
-    FAIL() << "expected an lt::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("another model"), std::string::npos) << e.what();
-  }
+  expect_training_error(c, "another model");
 }
 
 }  // namespace
