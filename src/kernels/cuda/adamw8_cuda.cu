@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cuda/adamw8_cuda.h"
+#include "kernels/cuda/cuda_check.cuh"
 
 namespace lt::cuda {
 
@@ -15,10 +16,6 @@ struct Maps {
 };
 // Source of the per-block shared-memory copy (constant memory serializes divergent reads).
 __constant__ Maps c_maps;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
 
 __device__ inline unsigned nearest_code(const float* tree, float x) {
   unsigned t = 1;
@@ -90,41 +87,12 @@ __global__ void adamw8_kernel(AdamW8DeviceArgs a, AdamW8DeviceConsts c) {
   }
 }
 
-template <typename T>
-struct DeviceArray {
-  T* p = nullptr;
-  explicit DeviceArray(int64_t n) {
-    if (n > 0) check(cudaMalloc(&p, sizeof(T) * n), "cudaMalloc");
-  }
-  ~DeviceArray() { cudaFree(p); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-};
-
-template <typename T>
-void to_device(DeviceArray<T>& d, const T* h, int64_t n) {
-  if (h) check(cudaMemcpy(d.p, h, sizeof(T) * n, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-}
-template <typename T>
-void to_host(T* h, const DeviceArray<T>& d, int64_t n) {
-  if (h) check(cudaMemcpy(h, d.p, sizeof(T) * n, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-}
-
 }  // namespace
-
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error
-    return 0;
-  }
-  return n;
-}
 
 void adamw8_step(const AdamW8DeviceArgs& a, const AdamW8DeviceConsts& c, const AdamW8DeviceMaps& maps, void* stream) {
   if (a.block % 32 != 0 || a.block < 32 || a.block > 1024)
     throw std::runtime_error("adamw8_step: block size must be a multiple of 32 in [32, 1024]");
-  auto s = static_cast<cudaStream_t>(stream);
+  const cudaStream_t s = as_stream(stream);
   Maps h;
   for (int k = 0; k < 256; ++k) {
     h.m_value[k] = maps.m_value[k];
@@ -133,39 +101,41 @@ void adamw8_step(const AdamW8DeviceArgs& a, const AdamW8DeviceConsts& c, const A
     h.v_tree[k] = maps.v_tree[k];
   }
   // Synchronous copy: h lives on this stack frame.
-  check(cudaMemcpyToSymbol(c_maps, &h, sizeof(Maps)), "cudaMemcpyToSymbol");
+  LT_CUDA_CHECK(cudaMemcpyToSymbol(c_maps, &h, sizeof(Maps)));
   const int64_t blocks = (a.n + a.block - 1) / a.block;
   adamw8_kernel<<<static_cast<unsigned>(blocks), a.block, 0, s>>>(a, c);
-  check(cudaGetLastError(), "adamw8_kernel launch");
+  LT_CUDA_CHECK_LAUNCH(adamw8_kernel);
 }
 
 int adamw8_step_host(float* param, const float* grad, const uint16_t* grad_bf16, uint16_t* out_bf16,
                      uint8_t* m_code, uint8_t* v_code, float* m_absmax, float* v_absmax, int64_t n, int block,
                      const AdamW8DeviceConsts& c, const AdamW8DeviceMaps& maps) {
   const int64_t nb = (n + block - 1) / block;
-  DeviceArray<float> d_p(n), d_g(grad_bf16 ? 0 : n), d_am(nb), d_av(nb);
-  DeviceArray<uint16_t> d_g16(grad_bf16 ? n : 0), d_out(out_bf16 ? n : 0);
-  DeviceArray<uint8_t> d_mc(n), d_vc(n);
-  DeviceArray<int> d_skip(1);
-  to_device(d_p, param, n);
-  if (grad_bf16) to_device(d_g16, grad_bf16, n); else to_device(d_g, grad, n);
-  to_device(d_mc, m_code, n);
-  to_device(d_vc, v_code, n);
-  to_device(d_am, m_absmax, nb);
-  to_device(d_av, v_absmax, nb);
-  check(cudaMemset(d_skip.p, 0, sizeof(int)), "cudaMemset");
-  AdamW8DeviceArgs a{d_p.p, grad_bf16 ? nullptr : d_g.p, grad_bf16 ? d_g16.p : nullptr, out_bf16 ? d_out.p : nullptr,
-                     d_mc.p, d_vc.p, d_am.p, d_av.p, d_skip.p, n, block};
+  // Copies of the host arrays (the ones given: grad or grad_bf16, out_bf16 or none).
+  auto copy_in = [](const void* h, size_t bytes) {
+    DeviceBuffer d(h ? bytes : 0);
+    if (h) d.upload(h, bytes);
+    return d;
+  };
+  const size_t f = sizeof(float) * n, h16 = sizeof(uint16_t) * n;
+  DeviceBuffer d_p = copy_in(param, f), d_g = copy_in(grad_bf16 ? nullptr : grad, f),
+               d_g16 = copy_in(grad_bf16, h16), d_out(out_bf16 ? h16 : 0), d_mc = copy_in(m_code, n),
+               d_vc = copy_in(v_code, n), d_am = copy_in(m_absmax, sizeof(float) * nb),
+               d_av = copy_in(v_absmax, sizeof(float) * nb), d_skip(sizeof(int));
+  d_skip.zero();
+  AdamW8DeviceArgs a{d_p.as<float>(), d_g.as<float>(), d_g16.as<uint16_t>(), d_out.as<uint16_t>(),
+                     d_mc.as<uint8_t>(), d_vc.as<uint8_t>(), d_am.as<float>(), d_av.as<float>(), d_skip.as<int>(), n,
+                     block};
   adamw8_step(a, c, maps, nullptr);
-  check(cudaDeviceSynchronize(), "adamw8_kernel");
+  device_synchronize();
   int skipped = 0;
-  to_host(param, d_p, n);
-  to_host(out_bf16, d_out, n);
-  to_host(m_code, d_mc, n);
-  to_host(v_code, d_vc, n);
-  to_host(m_absmax, d_am, nb);
-  to_host(v_absmax, d_av, nb);
-  to_host(&skipped, d_skip, 1);
+  d_p.download(param, f);
+  if (out_bf16) d_out.download(out_bf16, h16);
+  d_mc.download(m_code, n);
+  d_vc.download(v_code, n);
+  d_am.download(m_absmax, sizeof(float) * nb);
+  d_av.download(v_absmax, sizeof(float) * nb);
+  d_skip.download(&skipped, sizeof(int));
   return skipped;
 }
 

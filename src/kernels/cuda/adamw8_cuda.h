@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/device_memory.h"  // device_count
+
 namespace lt::cuda {
 
 struct AdamW8DeviceArgs {
@@ -38,9 +40,6 @@ struct AdamW8DeviceMaps {  // value and tree arrays of the signed (m) and unsign
   const float* v_value;
   const float* v_tree;
 };
-
-// Number of CUDA devices (0 when there is no driver or no GPU).
-int device_count();
 
 // Launches the step on `stream` (a cudaStream_t; null = default stream).
 void adamw8_step(const AdamW8DeviceArgs& a, const AdamW8DeviceConsts& c, const AdamW8DeviceMaps& maps,

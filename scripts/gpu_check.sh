@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU check: runs the CUDA code on a machine with an NVIDIA GPU and says what ran.
+#
+#   scripts/gpu_check.sh --bundle   here (the build machine, after building lt_cuda_tests and
+#                                   lt_tests in build/): packs into .device/ what the GPU
+#                                   machine needs, which may have none of the CPU engine's
+#                                   libraries: lt_cuda_tests, lt_tests with the shared
+#                                   libraries it links (minus glibc and libstdc++), and
+#                                   googletest's source for a rebuild there.
+#   scripts/gpu_check.sh            on the GPU machine, from the repository root: runs
+#                                   lt_cuda_tests (the kernel library against float64),
+#                                   then under compute-sanitizer's memcheck where it works,
+#                                   then lt_tests' AdamWCuda test (the 8-bit AdamW kernel
+#                                   against the CPU's bits). Where the carried lt_cuda_tests
+#                                   cannot start there, it is rebuilt from source with nvcc.
+# The log goes to stdout and, when OUT is set, to $OUT/gpu_check.log. Exit status: that
+# of the first check that failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ "${1:-}" == "--bundle" ]]; then
+  set -e
+  rm -rf .device && mkdir -p .device/lib
+  grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >>.git/info/exclude
+  cp build/lt_cuda_tests .device/
+  cp build/tests/lt_tests .device/
+  # The libraries of the CPU engine, not the system's (the GPU machine has its own glibc,
+  # libstdc++ and CUDA).
+  ldd build/tests/lt_tests | awk '/=> \//{print $3}' |
+    grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" .device/lib/; done
+  tar -C .device -cJf .device/lt_tests.tar.xz lt_tests lib && rm -rf .device/lt_tests .device/lib
+  cp -r /usr/src/googletest .device/googletest
+  du -sh .device
+  exit 0
+fi
+
+log=/dev/null
+[[ -n "${OUT:-}" ]] && log="$OUT/gpu_check.log"
+exec > >(tee "$log") 2>&1
+status=0
+note() { echo "=== [gpu_check] $* ==="; }
+fail() { note "FAILED: $*"; [[ $status -eq 0 ]] && status=1; }
+
+note "machine"
+nvidia-smi -L || { note "no nvidia-smi: no GPU here"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+nvcc --version | tail -1
+
+# cuBLASLt: the toolkit's, or the one PyTorch's wheels carry.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null); do
+  if ls "$d"/libcublasLt.so.13* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; note "cuBLASLt from $d"; break; fi
+done
+
+tests=.device/lt_cuda_tests
+if ! "$tests" --gtest_list_tests >/dev/null 2>&1; then
+  note "the carried lt_cuda_tests does not start here ($("$tests" --gtest_list_tests 2>&1 | head -2)); building it with nvcc"
+  mkdir -p /tmp/gpu_check
+  g=.device/googletest/googletest
+  nvcc -std=c++17 -O2 -gencode arch=compute_90,code=sm_90 -Isrc -I"$g/include" -I"$g" \
+    src/kernels/cuda/*.cu tests/cuda/*_test.cpp "$g/src/gtest-all.cc" "$g/src/gtest_main.cc" \
+    -lcublasLt -o /tmp/gpu_check/lt_cuda_tests || { fail "nvcc build"; exit $status; }
+  tests=/tmp/gpu_check/lt_cuda_tests
+fi
+
+note "lt_cuda_tests"
+mkdir -p /tmp/gpu_check
+"$tests" 2>&1 | tee /tmp/gpu_check/lt_cuda_tests.log
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail "lt_cuda_tests"
+if grep -q '^\[  SKIPPED \]' /tmp/gpu_check/lt_cuda_tests.log; then fail "lt_cuda_tests skipped tests on a GPU machine"; fi
+
+note "lt_cuda_tests under compute-sanitizer memcheck"
+if command -v compute-sanitizer >/dev/null; then
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$tests" --gtest_brief=1 || fail "memcheck"
+else
+  note "compute-sanitizer not on PATH: memcheck not run"
+fi
+
+note "lt_tests AdamWCuda (with the CPU engine's carried libraries)"
+if [[ -f .device/lt_tests.tar.xz ]]; then
+  mkdir -p /tmp/gpu_check && tar -C /tmp/gpu_check -xJf .device/lt_tests.tar.xz
+  LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" /tmp/gpu_check/lt_tests --gtest_filter='AdamWCuda.*' ||
+    fail "lt_tests AdamWCuda"
+else
+  note "no .device/lt_tests.tar.xz (run scripts/gpu_check.sh --bundle first): AdamWCuda not run"
+fi
+
+note "done, status $status"
+exit $status

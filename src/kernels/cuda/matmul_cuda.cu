@@ -1,0 +1,106 @@
+#include "kernels/cuda/matmul_cuda.h"
+
+#include <cublasLt.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace lt::cuda {
+namespace {
+
+void check_lt(cublasStatus_t s, const char* call) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    // The status names live in libcublas, which nothing else here needs: the number, then
+    // (cublas_api.h's cublasStatus_t lists them).
+    throw std::runtime_error(std::string("cuBLASLt error in ") + call + ": cublasStatus_t " +
+                             std::to_string(static_cast<int>(s)));
+}
+#define LT_CUBLAS_CHECK(call) check_lt((call), #call)
+
+// Descriptors live for one call; these free them on every path out.
+struct LayoutHandle {
+  cublasLtMatrixLayout_t h = nullptr;
+  ~LayoutHandle() { if (h) cublasLtMatrixLayoutDestroy(h); }
+};
+struct DescHandle {
+  cublasLtMatmulDesc_t h = nullptr;
+  ~DescHandle() { if (h) cublasLtMatmulDescDestroy(h); }
+};
+struct PreferenceHandle {
+  cublasLtMatmulPreference_t h = nullptr;
+  ~PreferenceHandle() { if (h) cublasLtMatmulPreferenceDestroy(h); }
+};
+
+}  // namespace
+
+struct Gemm::Impl {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+Gemm::Gemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+  LT_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  impl_->workspace_bytes = workspace_bytes;
+  if (workspace_bytes) {
+    const cudaError_t e = cudaMalloc(&impl_->workspace, workspace_bytes);
+    if (e != cudaSuccess) {
+      cublasLtDestroy(impl_->handle);
+      LT_CUDA_CHECK(e);
+    }
+  }
+}
+
+Gemm::~Gemm() {
+  cudaFree(impl_->workspace);
+  cublasLtDestroy(impl_->handle);
+}
+
+void Gemm::run(const GemmArgs& g, void* stream) {
+  if (g.m <= 0 || g.n <= 0) return;
+  if (g.k <= 0 || !g.a || !g.b || !g.c)
+    throw std::runtime_error("Gemm::run: K " + std::to_string(g.k) + " and A, B, C must be given");
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. A row-major matrix
+  // read as column-major is its transpose, so cuBLASLt's first operand is B as stored
+  // (transposed when trans_b), its second A, and C is [N, M] column-major with ld N.
+  const cudaDataType_t in = g.input == GemmInput::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  const uint64_t m = static_cast<uint64_t>(g.m), n = static_cast<uint64_t>(g.n), k = static_cast<uint64_t>(g.k);
+  LayoutHandle first, second, out;
+  // B stored [K,N] (ld N) or [N,K] (ld K), read column-major: [N,K] or [K,N].
+  if (g.trans_b)
+    LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&first.h, in, k, n, static_cast<int64_t>(k)));
+  else
+    LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&first.h, in, n, k, static_cast<int64_t>(n)));
+  // A stored [M,K] (ld K) or [K,M] (ld M), read column-major: [K,M] or [M,K].
+  if (g.trans_a)
+    LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&second.h, in, m, k, static_cast<int64_t>(m)));
+  else
+    LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&second.h, in, k, m, static_cast<int64_t>(k)));
+  LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&out.h, CUDA_R_32F, n, m, static_cast<int64_t>(n)));
+
+  DescHandle desc;
+  LT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
+  LT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+
+  PreferenceHandle pref;
+  LT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
+  LT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &impl_->workspace_bytes, sizeof impl_->workspace_bytes));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  LT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(impl_->handle, desc.h, first.h, second.h, out.h, out.h, pref.h, 1,
+                                                 &result, &found));
+  if (found == 0)
+    throw std::runtime_error("Gemm::run: cuBLASLt has no algorithm for M " + std::to_string(g.m) + ", N " +
+                             std::to_string(g.n) + ", K " + std::to_string(g.k));
+  LT_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, desc.h, &g.alpha, g.b, first.h, g.a, second.h, &g.beta, g.c, out.h,
+                                 g.c, out.h, &result.algo, impl_->workspace, impl_->workspace_bytes,
+                                 as_stream(stream)));
+}
+
+}  // namespace lt::cuda
