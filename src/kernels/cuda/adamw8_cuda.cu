@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cuda/adamw8_cuda.h"
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
 namespace lt::cuda {
@@ -22,13 +23,6 @@ __device__ inline unsigned nearest_code(const float* tree, float x) {
 #pragma unroll
   for (int level = 0; level < 8; ++level) t = 2 * t + (x > tree[t] ? 1u : 0u);
   return t - 256;
-}
-
-// Same recipe as lt::f32_to_bf16: round to nearest even, NaN kept a quiet NaN.
-__device__ inline uint16_t to_bf16(float f) {
-  const unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 // Max over the thread block of x (>= 0, never NaN here); every thread gets the result.
@@ -59,7 +53,7 @@ __global__ void adamw8_kernel(AdamW8DeviceArgs a, AdamW8DeviceConsts c) {
   float m = 0.f, v = 0.f;
   bool bad = false;
   if (live) {
-    float g = a.grad ? a.grad[i] : __uint_as_float(static_cast<unsigned>(a.grad_bf16[i]) << 16);
+    float g = a.grad ? a.grad[i] : bf16_bits_to_f32(a.grad_bf16[i]);
     g = __fmul_rn(g, c.clip);
     const float m_old = __fmul_rn(maps.m_value[a.m_code[i]], a.m_absmax[b]);
     const float v_old = __fmul_rn(maps.v_value[a.v_code[i]], a.v_absmax[b]);
@@ -78,7 +72,7 @@ __global__ void adamw8_kernel(AdamW8DeviceArgs a, AdamW8DeviceConsts c) {
   const float denom = __fmaf_rn(__fsqrt_rn(v), c.inv_sqrt_bc2, c.eps);
   const float p = __fmaf_rn(-c.step_size, __fdiv_rn(m, denom), __fmul_rn(a.param[i], c.decay));
   a.param[i] = p;
-  if (a.out_bf16) a.out_bf16[i] = to_bf16(p);
+  if (a.out_bf16) a.out_bf16[i] = f32_to_bf16_bits(p);
   a.m_code[i] = static_cast<uint8_t>(nearest_code(maps.m_tree, __fmul_rn(m, im)));
   a.v_code[i] = static_cast<uint8_t>(nearest_code(maps.v_tree, __fmul_rn(v, iv)));
   if (threadIdx.x == 0) {

@@ -1,5 +1,6 @@
 #include "kernels/cuda/convert_cuda.h"
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
 namespace lt::cuda {
@@ -11,19 +12,12 @@ __global__ void fill_kernel(float* x, float value, int64_t n) {
   LT_GRID_STRIDE(i, n) x[i] = value;
 }
 
-// The integer recipe of core/dtype.h, so NaN payloads and ties round as on the CPU.
-__device__ inline uint16_t to_bf16(float f) {
-  const unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 __global__ void f32_to_bf16_kernel(uint16_t* dst, const float* src, int64_t n) {
-  LT_GRID_STRIDE(i, n) dst[i] = to_bf16(src[i]);
+  LT_GRID_STRIDE(i, n) dst[i] = f32_to_bf16_bits(src[i]);
 }
 
 __global__ void bf16_to_f32_kernel(float* dst, const uint16_t* src, int64_t n) {
-  LT_GRID_STRIDE(i, n) dst[i] = __uint_as_float(static_cast<unsigned>(src[i]) << 16);
+  LT_GRID_STRIDE(i, n) dst[i] = bf16_bits_to_f32(src[i]);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "kernels/cuda/sum_of_squares_cuda.h"
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
@@ -9,9 +10,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __device__ inline double value(const float* x, int64_t i) { return x[i]; }
-__device__ inline double value(const uint16_t* x, int64_t i) {
-  return __uint_as_float(static_cast<unsigned>(x[i]) << 16);
-}
+__device__ inline double value(const uint16_t* x, int64_t i) { return bf16_bits_to_f32(x[i]); }
 
 template <typename In>
 __global__ void chunk_sums_kernel(double* partial, const In* x, int64_t n) {
