@@ -1,0 +1,51 @@
+// GeGLU on the GPU against float64 (kernels/cpu/geglu.h's ref:: in double) from the same
+// fp32 inputs. Bound: y's five roundings move it by gamma(5) of its terms' magnitudes;
+// the gate sigmoid(2y) moves by its slope 2 s (1 - s) times that, plus expf's 2 ulp, the
+// add and the division relative to s; products then add their roundings.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda_test_util.h"
+#include "kernels/cpu/geglu.h"
+#include "kernels/cuda/geglu_cuda.h"
+
+namespace lt {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::to_device;
+using cuda::to_host;
+using test::gamma;
+
+TEST(CudaKernels, GegluMatchesFloat64) {
+  LT_REQUIRE_CUDA_DEVICE();
+  const int64_t n = 1 << 20;
+  const std::vector<float> g = test::normal_floats(n, 3.0f, 61), u = test::normal_floats(n, 1.0f, 62),
+                           dh = test::normal_floats(n, 1.0f, 63);
+  DeviceBuffer dg_in = to_device(g), du_in = to_device(u), ddh = to_device(dh), dh_out(n * 4), ddg(n * 4), ddu(n * 4);
+  cuda::geglu_forward(dh_out.as<float>(), dg_in.as<float>(), du_in.as<float>(), n);
+  cuda::geglu_backward(ddg.as<float>(), ddu.as<float>(), ddh.as<float>(), dg_in.as<float>(), du_in.as<float>(), n);
+  const std::vector<float> h = to_host<float>(dh_out, n), dg = to_host<float>(ddg, n), du = to_host<float>(ddu, n);
+  const std::vector<double> gd = test::widen(g), ud = test::widen(u), dhd = test::widen(dh);
+  std::vector<double> h_ref(n), dg_ref(n), du_ref(n), h_b(n), dg_b(n), du_b(n);
+  ref::geglu_forward<double>(h_ref.data(), gd.data(), ud.data(), n);
+  ref::geglu_backward<double>(dg_ref.data(), du_ref.data(), dhd.data(), gd.data(), ud.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = gd[i], s = ref::gelu_tanh_gate(x), ax = std::fabs(x);
+    const double y_err = gamma(5) * kGeluTanhK * (ax + kGeluTanhA * ax * ax * ax);
+    const double s_err = (2 * s * (1 - s) * y_err + gamma(4) * s) * 1.01;  // ds/dy = 2 s (1 - s)
+    h_b[i] = std::fabs(x * ud[i]) * s_err + gamma(2) * std::fabs(h_ref[i]);
+    du_b[i] = std::fabs(dhd[i] * x) * s_err + gamma(2) * std::fabs(du_ref[i]);
+    const double dy = kGeluTanhK * (1 + 3 * kGeluTanhA * x * x);
+    const double t = s + 2 * x * s * (1 - s) * dy;
+    const double t_err = s_err + 2 * ax * dy * (s_err + gamma(6) * s * (1 - s)) + gamma(3) * (s + std::fabs(t - s));
+    dg_b[i] = std::fabs(dhd[i] * ud[i]) * t_err + gamma(2) * std::fabs(dg_ref[i]);
+  }
+  test::expect_within(h, h_ref, h_b, "geglu h");
+  test::expect_within(du, du_ref, du_b, "geglu du");
+  test::expect_within(dg, dg_ref, dg_b, "geglu dg");
+}
+
+}  // namespace
+}  // namespace lt
