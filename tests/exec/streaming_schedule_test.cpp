@@ -35,6 +35,9 @@ std::string expected_name(const ArenaKey& k, bool streamed_head, const Plan& pla
     case A::Boundary: return "x." + i;
     case A::BoundaryGpuPart: return "a." + i + ".gpu";
     case A::Refetched: return "r." + i;
+    // Indexed by placement, not by boundary: the name is r.<b>.<k>, the boundary's k-th
+    // later fetch, which the caller checks against the request before it.
+    case A::RefetchedMore: return "";
     case A::Recomputed: return "rc." + i;
     case A::Internals: return "int." + i;
     case A::HeadNormOut: return "head.norm_out";
@@ -99,7 +102,18 @@ TEST(StreamingSchedule, EveryArenaRequestHasOneTypedIdSpelledAsItsName) {
       const ArenaKey& key = s.arena_keys[i];
       EXPECT_TRUE(seen.insert({static_cast<int>(key.tensor), key.index}).second) << what << ": " << s.arena[i].name;
       EXPECT_EQ(s.arena_index(key.tensor, key.index), static_cast<int>(i)) << what << ": " << s.arena[i].name;
-      EXPECT_EQ(s.arena[i].name, expected_name(key, s.head_chunk_rows > 0, plan)) << what;
+      const std::string want = expected_name(key, s.head_chunk_rows > 0, plan);
+      if (key.tensor != A::RefetchedMore) {
+        EXPECT_EQ(s.arena[i].name, want) << what;
+        continue;
+      }
+      // r.<b>.<k> follows r.<b> (k = 1) or r.<b>.<k-1> in the arena.
+      const std::string& name = s.arena[i].name;
+      const size_t dot = name.rfind('.');
+      ASSERT_TRUE(i > 0 && name.rfind("r.", 0) == 0 && dot > 2) << what << ": " << name;
+      const int k = std::stoi(name.substr(dot + 1));
+      const std::string before = k == 1 ? name.substr(0, dot) : name.substr(0, dot + 1) + std::to_string(k - 1);
+      EXPECT_EQ(s.arena[i - 1].name, before) << what;
     }
     // Every id that looks up names its own request: nothing else answers.
     size_t answering = 0;
