@@ -59,6 +59,40 @@ double measure_gemm(int reps, Precision precision) {
   return median(rates);
 }
 
+// The bf16 GEMM paths (kernels/cpu/matmul.h) side by side at a linear layer's three
+// layouts (2048 tokens, 2048 x 2048 weight, bf16 operands as the step has them), GFLOP/s.
+struct Bf16PathRates {
+  const char* layout;
+  double native = 0, widened = 0;
+};
+std::vector<Bf16PathRates> measure_bf16_paths(int reps) {
+  const int64_t n = 2048;
+  std::vector<bf16> a(n * n), b(n * n);
+  for (int64_t i = 0; i < n * n; ++i) {
+    a[i] = f32_to_bf16(static_cast<float>((i % 97) - 48) / 97.f);
+    b[i] = f32_to_bf16(static_cast<float>((i % 89) - 44) / 89.f);
+  }
+  AlignedBuffer<float> c(n * n);
+  std::vector<Bf16PathRates> out = {{"x.W^T"}, {"dy.W"}, {"dy^T.x"}};
+  const bool trans[3][2] = {{false, true}, {false, false}, {true, false}};
+  for (Bf16GemmPath path : {Bf16GemmPath::Native, Bf16GemmPath::Widened}) {
+    set_bf16_gemm_path(path);
+    for (int l = 0; l < 3; ++l) {
+      auto run = [&] { matmul_bf16(c.data(), a.data(), trans[l][0], b.data(), trans[l][1], n, n, n, false); };
+      run();  // warm-up, and the primitive's creation
+      std::vector<double> rates;
+      for (int r = 0; r < reps; ++r) {
+        auto t0 = Clock::now();
+        run();
+        rates.push_back(2.0 * n * n * n / seconds_since(t0) / 1e9);
+      }
+      (path == Bf16GemmPath::Native ? out[l].native : out[l].widened) = median(rates);
+    }
+  }
+  set_bf16_gemm_path(std::nullopt);
+  return out;
+}
+
 // Bytes copied per second by memcpy on 256 MB buffers.
 double measure_memcpy(int reps) {
   const size_t bytes = size_t{256} << 20;
@@ -160,6 +194,29 @@ void run_profile(const ProfileArgs& a) {
               matmul_impl_name(2048, 2048, 2048, Precision::F32).c_str());
   const double gemm_bf16 = measure_gemm(a.reps, Precision::BF16);
   std::printf("  bf16 GEMM 2048^3          %.1f GFLOP/s (%s)\n", gemm_bf16 / 1e9, matmul_bf16_path().c_str());
+  // Both bf16 paths, where there are two (at the avx512 level and above): the rule that
+  // picks one (matmul.h) is checked against this machine's numbers.
+  nlohmann::json paths;
+  if (active_isa() >= Isa::Avx512) {
+    const std::vector<Bf16PathRates> rates = measure_bf16_paths(a.reps);
+    int native_wins = 0;
+    for (const Bf16PathRates& r : rates) {
+      std::printf("  bf16 GEMM %-7s 2048^3    native %.1f, widened to fp32 %.1f GFLOP/s\n", r.layout, r.native,
+                  r.widened);
+      native_wins += r.native > r.widened;
+      paths[r.layout] = {{"native_gflops", r.native}, {"widened_gflops", r.widened}};
+    }
+    const Bf16GemmChoice choice = bf16_gemm_choice();
+    const bool measured_native = native_wins >= 2;
+    paths["chosen"] = choice.path == Bf16GemmPath::Native ? "native" : "widened";
+    paths["reason"] = choice.reason;
+    if (measured_native != (choice.path == Bf16GemmPath::Native))
+      std::printf("  note: bf16 runs %s (%s), but the %s path measured faster here in %d of 3 layouts: set "
+                  "LT_BF16_GEMM=%s to use it\n",
+                  choice.path == Bf16GemmPath::Native ? "native" : "widened", choice.reason.c_str(),
+                  measured_native ? "native" : "widened", measured_native ? native_wins : 3 - native_wins,
+                  measured_native ? "native" : "widened");
+  }
   double copy = measure_memcpy(a.reps);
   std::printf("  memcpy                    %.2f GB/s\n", copy / 1e9);
   auto [rd, wr] = measure_nvme(a.dir, a.nvme_mb);
@@ -193,6 +250,7 @@ void run_profile(const ProfileArgs& a) {
   j["host"] = {{"memory_gb", measured(host / 1e9)},
                {"optimizer_gparams_per_s", measured(opt / 1e9, "plain fp32 AdamW loop, all threads")},
                {"memory_bandwidth_gbps", measured(copy / 1e9, "memcpy")}};
+  if (!paths.is_null()) j["bf16_gemm_paths"] = paths;  // informational: the planner reads bf16_peak_tflops
   write_file_atomic(a.out, j.dump(2) + "\n");
   std::printf("written %s\n", a.out.c_str());
 }

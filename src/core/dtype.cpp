@@ -95,4 +95,8 @@ void convert_f32_to_bf16(bf16* dst, const float* src, size_t n) {
   LT_ISA_PICK(kDTypeConvertKernels).f32_to_bf16(dst, src, n);
 }
 
+void round_to_bf16_values(float* dst, const float* src, size_t n) {
+  LT_ISA_PICK(kDTypeConvertKernels).round_to_bf16_values(dst, src, n);
+}
+
 }  // namespace lt

@@ -46,5 +46,8 @@ void convert_to_f32(float* dst, const void* src, DType t, size_t n);
 // Converts n fp32 values to bf16 (f32_to_bf16 on each), vectorized for the ISA level in
 // force and threaded for large n.
 void convert_f32_to_bf16(bf16* dst, const float* src, size_t n);
+// dst[i] = src[i] rounded to bf16 and widened back (bf16_to_f32(f32_to_bf16(src[i]))), in
+// one pass: the fp32 operand of a GEMM that computes on bf16 values. dst may be src.
+void round_to_bf16_values(float* dst, const float* src, size_t n);
 
 }  // namespace lt

@@ -20,9 +20,13 @@ void bf16_to_f32(float* dst, const bf16* src, size_t n) {
 #pragma omp parallel for simd if (n > kParallelMin) schedule(static)
   for (size_t i = 0; i < n; ++i) dst[i] = lt::bf16_to_f32(src[i]);
 }
+void round_to_bf16_values(float* dst, const float* src, size_t n) {
+#pragma omp parallel for simd if (n > kParallelMin) schedule(static)
+  for (size_t i = 0; i < n; ++i) dst[i] = lt::bf16_to_f32(lt::f32_to_bf16(src[i]));
+}
 }  // namespace
 
-extern const DTypeConvertKernels kDTypeConvertKernels{f32_to_bf16, bf16_to_f32};
+extern const DTypeConvertKernels kDTypeConvertKernels{f32_to_bf16, bf16_to_f32, round_to_bf16_values};
 
 }  // namespace lt::LT_ISA_NS
 

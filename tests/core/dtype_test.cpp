@@ -72,10 +72,16 @@ TEST(DType, BulkConversionsMatchTheElementFunctions) {
       convert_f32_to_bf16(got16.data(), x.data(), n);
       std::vector<float> got32(n, 1.0f);
       convert_to_f32(got32.data(), h.data(), DType::BF16, n);
+      std::vector<float> rounded(n), in_place = x;
+      round_to_bf16_values(rounded.data(), x.data(), n);
+      round_to_bf16_values(in_place.data(), in_place.data(), n);
       for (size_t i = 0; i < n; ++i) {
         ASSERT_EQ(got16[i].bits, want16[i]) << "f32 bits " << std::bit_cast<uint32_t>(x[i]);
         ASSERT_EQ(std::bit_cast<uint32_t>(got32[i]), std::bit_cast<uint32_t>(bf16_to_f32(h[i])))
             << "bf16 bits " << h[i].bits;
+        const uint32_t want_rounded = uint32_t(want16[i]) << 16;
+        ASSERT_EQ(std::bit_cast<uint32_t>(rounded[i]), want_rounded) << "f32 bits " << std::bit_cast<uint32_t>(x[i]);
+        ASSERT_EQ(std::bit_cast<uint32_t>(in_place[i]), want_rounded) << "in place";
       }
     });
   }

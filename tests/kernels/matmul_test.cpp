@@ -10,9 +10,11 @@
 // by the fp32 GEMM), so the bf16 tests run at every ISA level the machine has.
 #include "kernels/cpu/matmul.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "core/cpu_features.h"
+#include "core/error.h"
 #include "isa_test_util.h"
 #include "kernels/kernel_test_util.h"
 
@@ -78,6 +80,58 @@ TEST(Matmul, Bf16IsWidenedToF32BelowAvx512) {
     }
     EXPECT_EQ(matmul_bf16_path().find("fp32 GEMM") != std::string::npos, widened) << matmul_bf16_path();
   });
+}
+
+// Puts the process's bf16 path back to its rule when a test ends.
+struct Bf16PathOverride {
+  explicit Bf16PathOverride(Bf16GemmPath p) { set_bf16_gemm_path(p); }
+  ~Bf16PathOverride() { set_bf16_gemm_path(std::nullopt); }
+};
+
+TEST(Matmul, Bf16RunsNativeExactlyWhereTheCpuHasAmx) {
+  test::for_each_isa([](Isa isa) {
+    const Bf16GemmChoice c = bf16_gemm_choice();
+    for (const char* env : {"LT_BF16_GEMM", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"})
+      if (std::getenv(env)) GTEST_SKIP() << env << " is set: bf16 runs " << c.reason;
+    const bool native = isa >= Isa::Avx512 && cpu_features().amx_bf16;
+    EXPECT_EQ(c.path == Bf16GemmPath::Native, native) << c.reason;
+    EXPECT_NE(matmul_bf16_path().find(c.reason), std::string::npos) << matmul_bf16_path();
+  });
+}
+
+TEST(Matmul, WidenedBf16IsTheFp32GemmOfTheRoundedOperands) {
+  // Set the path by hand, at every level: the widened path must be exactly the fp32
+  // GEMM of the bf16 values (the same primitive configuration, so the same bits), and
+  // the native one on an AMX CPU must not widen.
+  test::for_each_isa([](Isa isa) {
+    const int64_t M = 37, N = 64, K = 300;
+    const auto a = test::round_bf16(test::random_floats(size_t(M * K), 31));
+    const auto b = test::round_bf16(test::random_floats(size_t(N * K), 32));
+    std::vector<float> wide(size_t(M * N)), f32(size_t(M * N));
+    {
+      const Bf16PathOverride widened(Bf16GemmPath::Widened);
+      EXPECT_NE(matmul_impl_name(M, N, K, Precision::BF16).find("widened"), std::string::npos);
+      matmul(wide.data(), a.data(), false, b.data(), true, M, N, K, false, Precision::BF16);
+    }
+    matmul(f32.data(), a.data(), false, b.data(), true, M, N, K, false, Precision::F32);
+    EXPECT_EQ(wide, f32);
+    if (isa >= Isa::Avx512 && cpu_features().amx_bf16) {
+      const Bf16PathOverride native(Bf16GemmPath::Native);
+      const std::string impl = matmul_impl_name(M, N, K, Precision::BF16);
+      EXPECT_EQ(impl.find("widened"), std::string::npos) << impl;
+    }
+  });
+}
+
+TEST(Matmul, AnUnknownBf16PathIsNamed) {
+  setenv("LT_BF16_GEMM", "fastest", 1);
+  try {
+    (void)bf16_gemm_choice();
+    ADD_FAILURE() << "LT_BF16_GEMM=fastest was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("native or widened"), std::string::npos) << e.what();
+  }
+  unsetenv("LT_BF16_GEMM");
 }
 
 TEST(Matmul, Bf16InputsSkipConversion) {

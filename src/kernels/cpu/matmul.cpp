@@ -3,8 +3,9 @@
 // Creating a primitive costs ~ms, and a training step repeats the same few shapes, so
 // each MatmulContext caches its primitives by the full key of what was asked.
 //
-// bf16 on every CPU: oneDNN 2.6 has bf16 matmuls only from AVX-512 on. Where it has none
-// (or the kernels run below the avx512 level: LT_CPU, a test's ScopedIsaCap), a
+// bf16 on every CPU: oneDNN 2.6 has bf16 matmuls only from AVX-512 on, and they beat its
+// fp32 GEMM only with AMX. Where it has none (or the kernels run below the avx512 level:
+// LT_CPU, a test's ScopedIsaCap), or where the CPU has no AMX (Bf16GemmPath, matmul.h), a
 // Precision::BF16 matmul widens its bf16 operands to fp32 and runs the fp32 GEMM. A
 // bf16 x bf16 product is exact in fp32 (8 + 8 significant bits), so the widened path
 // computes the same products and only the summation order differs.
@@ -12,6 +13,8 @@
 
 #include <omp.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -33,6 +36,9 @@ int threads_for(int64_t M, int64_t N, int64_t K) {
   return 2.0 * double(M) * double(N) * double(K) < kSerialFlops ? 1 : omp_get_max_threads();
 }
 
+// Whether a Precision::BF16 matmul takes the widened path now (defined below).
+bool widen_bf16();
+
 // oneDNN fixes a primitive's work split for the thread count at creation and runs that
 // many threads whatever omp_set_num_threads says later, so the count is part of the key:
 // set_num_threads then takes effect on the next call.
@@ -40,8 +46,8 @@ struct Key {
   int64_t M, N, K;
   bool trans_a, trans_b, accumulate, bias;
   Precision p;
-  // BF16 asked for while the kernels run below the avx512 level: take the widened path.
-  bool widen = p == Precision::BF16 && active_isa() < Isa::Avx512;
+  // BF16 asked for below the avx512 level or where the chosen path is Widened.
+  bool widen = p == Precision::BF16 && widen_bf16();
   int threads = threads_for(M, N, K);
   bool operator==(const Key&) const = default;
 };
@@ -93,6 +99,40 @@ void cap_onednn_isa() {
     return true;
   }();
   (void)once;
+}
+
+// set_bf16_gemm_path's override, if any.
+std::atomic<int> g_bf16_path_override{-1};  // -1: none, else a Bf16GemmPath
+
+// LT_BF16_GEMM, when set; a value other than native or widened is an error at any level.
+std::optional<Bf16GemmPath> env_path() {
+  const char* env = std::getenv("LT_BF16_GEMM");
+  if (!env || !*env) return std::nullopt;
+  const std::string v = env;
+  if (v == "native") return Bf16GemmPath::Native;
+  if (v == "widened") return Bf16GemmPath::Widened;
+  throw Error("LT_BF16_GEMM is '" + v + "'", "the environment", "set it to native or widened, or unset it");
+}
+
+Bf16GemmChoice rule_choice() {
+  if (const std::optional<Bf16GemmPath> p = env_path())
+    return {*p, *p == Bf16GemmPath::Native ? "LT_BF16_GEMM=native" : "LT_BF16_GEMM=widened"};
+  // AMX as oneDNN will use it: ONEDNN_MAX_CPU_ISA may cap it below the CPU's.
+  cap_onednn_isa();  // before the query, which fixes oneDNN's ISA
+  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  if (cpu_features().amx_bf16 && (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) == amx)
+    return {Bf16GemmPath::Native, "AMX-BF16 on this CPU"};
+  return {Bf16GemmPath::Widened, cpu_features().amx_bf16
+                                     ? "oneDNN capped below AMX: its bf16 GEMM is slower than its fp32 one there"
+                                     : "no AMX-BF16 on this CPU: oneDNN's bf16 GEMM is slower than its fp32 one there"};
+}
+
+bool widen_bf16() {
+  if (active_isa() < Isa::Avx512) return true;
+  const int o = g_bf16_path_override.load(std::memory_order_relaxed);
+  if (o >= 0) return static_cast<Bf16GemmPath>(o) == Bf16GemmPath::Widened;
+  static const Bf16GemmPath rule = rule_choice().path;  // the environment, read once
+  return rule == Bf16GemmPath::Widened;
 }
 
 }  // namespace
@@ -171,11 +211,16 @@ struct MatmulContext::Impl {
   }
 
   // The fp32 operand of the widened path: the bf16 values, exactly, as fp32 (a bf16 copy
-  // is widened; fp32 data is rounded to bf16 first, as the bf16 path would round it).
-  const float* widened(MatmulOperand o, size_t n, AlignedBuffer<bf16>& rounding, AlignedBuffer<float>& wide) {
-    const bf16* h = as_bf16(o, n, rounding);
+  // is widened; fp32 data is rounded to bf16 values, as the bf16 path would round it, in
+  // the same single pass).
+  const float* widened(MatmulOperand o, size_t n, AlignedBuffer<float>& wide) {
     if (wide.size() < n) wide.resize(n);
-    convert_to_f32(wide.data(), h, DType::BF16, n);
+    if (o.b16) {
+      convert_to_f32(wide.data(), o.b16, DType::BF16, n);
+    } else {
+      LT_ASSERT(o.f32, "matmul operand has neither fp32 nor bf16 data");
+      round_to_bf16_values(wide.data(), o.f32, n);
+    }
     return wide.data();
   }
 };
@@ -202,8 +247,8 @@ void MatmulContext::run(float* c, MatmulOperand a, bool trans_a, MatmulOperand b
   const void* pa;
   const void* pb;
   if (e.widened) {
-    pa = impl_->widened(a, size_t(M * K), impl_->scratch_a, impl_->wide_a);
-    pb = impl_->widened(b, size_t(K * N), impl_->scratch_b, impl_->wide_b);
+    pa = impl_->widened(a, size_t(M * K), impl_->wide_a);
+    pb = impl_->widened(b, size_t(K * N), impl_->wide_b);
   } else if (p == Precision::BF16) {
     pa = impl_->as_bf16(a, size_t(M * K), impl_->scratch_a);
     pb = impl_->as_bf16(b, size_t(K * N), impl_->scratch_b);
@@ -276,11 +321,26 @@ std::string matmul_impl_name(int64_t M, int64_t N, int64_t K, Precision p) {
   return d.ctx.impl_name(M, N, K, false, false, p);
 }
 
+Bf16GemmChoice bf16_gemm_choice() {
+  (void)env_path();  // checked at every level
+  if (active_isa() < Isa::Avx512)
+    return {Bf16GemmPath::Widened, "kernels below the avx512 level: oneDNN has no bf16 matmul there"};
+  const int o = g_bf16_path_override.load(std::memory_order_relaxed);
+  if (o >= 0) return {static_cast<Bf16GemmPath>(o), "set for this process"};
+  return rule_choice();
+}
+
+void set_bf16_gemm_path(std::optional<Bf16GemmPath> path) {
+  g_bf16_path_override.store(path ? static_cast<int>(*path) : -1, std::memory_order_relaxed);
+}
+
 std::string matmul_bf16_path() {
   const std::string impl = matmul_impl_name(256, 256, 256, Precision::BF16);
   const bool widened = impl.find("widened") != std::string::npos;
-  return widened ? "bf16 storage, fp32 GEMM (" + impl + "; oneDNN has no bf16 matmul at this ISA level)"
-                 : "native bf16 GEMM (" + impl + ")";
+  std::string reason = bf16_gemm_choice().reason;
+  if (widened && bf16_gemm_choice().path == Bf16GemmPath::Native)
+    reason = "oneDNN has no bf16 matmul for this CPU";  // the fallback in get()
+  return (widened ? "bf16 storage, fp32 GEMM (" : "native bf16 GEMM (") + impl + "; " + reason + ")";
 }
 
 }  // namespace lt

@@ -6,15 +6,16 @@
 //   op(B) = B [K,N], or with trans_b B is stored as [N,K]
 //
 // Precision::BF16 rounds A and B to bf16 (nearest even) and accumulates in fp32; on a
-// CPU with AMX, oneDNN runs its avx512_core_amx_bf16 kernel. Where oneDNN has no bf16
-// matmul (below AVX-512, or kernels capped below the avx512 level), the bf16 operands are
-// widened to fp32 and the fp32 GEMM runs: the same exact products, another summation
-// order. Precision::F32 is fp32 all the way. Primitives are created once per shape and
+// CPU with AMX, oneDNN runs its avx512_core_amx_bf16 kernel. Elsewhere (no AMX, below
+// AVX-512, or kernels capped below the avx512 level: Bf16GemmPath below), the bf16
+// operands are widened to fp32 and the fp32 GEMM runs: the same exact products, another
+// summation order. Precision::F32 is fp32 all the way. Primitives are created once per shape and
 // cached (creation costs ~ms).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/dtype.h"
@@ -32,9 +33,30 @@ void matmul_bf16(float* c, const bf16* a, bool trans_a, const bf16* b, bool tran
 // The oneDNN implementation name chosen for a shape, e.g. "brg:avx512_core_amx_bf16",
 // so tests and benchmarks can check which kernel runs.
 std::string matmul_impl_name(int64_t M, int64_t N, int64_t K, Precision p);
-// Which path Precision::BF16 matmuls take now, for startup lines: "native bf16 GEMM (...)"
-// or "bf16 storage, fp32 GEMM (...)".
+// Which path Precision::BF16 matmuls take now and why, for startup lines:
+// "native bf16 GEMM (impl; reason)" or "bf16 storage, fp32 GEMM (impl; reason)".
 std::string matmul_bf16_path();
+
+// How Precision::BF16 matmuls run at the avx512 level and above, where oneDNN has bf16
+// kernels: Native, oneDNN's bf16 GEMM; Widened, the bf16 operands widened to fp32 and the
+// fp32 GEMM (the same exact products, another summation order). Below avx512 it is always
+// Widened. Native pays only with AMX: on an AVX-512 CPU without it (AVX512-BF16 or not),
+// oneDNN's bf16 GEMM runs at about 2/3 of its own fp32 GEMM (issue 31's measurements), so
+// a bf16 step there would be slower than an fp32 one.
+enum class Bf16GemmPath { Native, Widened };
+struct Bf16GemmChoice {
+  Bf16GemmPath path;
+  std::string reason;  // "LT_BF16_GEMM=widened", "no AMX-BF16 on this CPU", ...
+};
+// The process's choice, fixed per machine so that results are reproducible run to run
+// (a choice timed at start-up could differ between a run and its resume): LT_BF16_GEMM
+// (native, widened) when set, else Native exactly where the CPU has AMX-BF16.
+// `lazytrain profile` measures both paths and says when they disagree with this.
+Bf16GemmChoice bf16_gemm_choice();
+// Overrides the choice for this process (tests, the profile's measurement); nullopt goes
+// back to bf16_gemm_choice's rule. Cached primitives key on the path: a change takes
+// effect at the next call.
+void set_bf16_gemm_path(std::optional<Bf16GemmPath> path);
 
 // One matmul operand: fp32 data and/or its bf16 copy. Under Precision::BF16 the bf16 copy
 // is used when present, else the fp32 data is rounded into the context's scratch; under
