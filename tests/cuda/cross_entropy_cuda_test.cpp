@@ -24,11 +24,8 @@ using test::gamma;
 void check_head(cuda::GemmInput input, int64_t T, int64_t C, int64_t V, int64_t vocab_chunk) {
   const bool bf = input == cuda::GemmInput::BF16;
   std::vector<float> x = test::normal_floats(T * C, 1.0f, 41), w = test::normal_floats(V * C, 0.2f, 42);
-  std::vector<uint16_t> x16(x.size()), w16(w.size());
-  if (bf) {
-    for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(bf16{x16[i] = f32_to_bf16(x[i]).bits});
-    for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_f32(bf16{w16[i] = f32_to_bf16(w[i]).bits});
-  }
+  std::vector<uint16_t> x16, w16;
+  if (bf) x16 = test::round_to_bf16(x), w16 = test::round_to_bf16(w);
   std::vector<int32_t> targets(T);
   for (int64_t t = 0; t < T; ++t) targets[t] = t % 5 == 4 ? -100 : static_cast<int32_t>((t * 7919) % V);
   const std::vector<float> dw0 = test::normal_floats(V * C, 0.01f, 43);

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/cuda/device_memory.h"
 
 // Skips the test, printing why, on a machine without a CUDA device.
@@ -36,6 +37,30 @@ inline std::vector<float> normal_floats(size_t n, float stddev, uint64_t seed, f
 }
 
 inline std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// Rounds v to bf16 values in place and returns their bits: the GPU reads the bits, the
+// float64 reference the same values.
+inline std::vector<uint16_t> round_to_bf16(std::vector<float>& v) {
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_f32(bf16{bits[i] = f32_to_bf16(v[i]).bits});
+  return bits;
+}
+
+// An elementwise gate (SwiGLU, GeGLU) run on the GPU: h = forward(g, u), and dg, du from
+// backward(dh, g, u).
+struct GateOutputs {
+  std::vector<float> h, dg, du;
+};
+template <class Forward, class Backward>
+GateOutputs run_gate(Forward forward, Backward backward, const std::vector<float>& g, const std::vector<float>& u,
+                     const std::vector<float>& dh) {
+  const int64_t n = static_cast<int64_t>(g.size());
+  const cuda::DeviceBuffer dg_in = cuda::to_device(g), du_in = cuda::to_device(u), ddh = cuda::to_device(dh);
+  const cuda::DeviceBuffer h(n * 4), dg(n * 4), du(n * 4);
+  forward(h.as<float>(), dg_in.as<float>(), du_in.as<float>(), n, nullptr);
+  backward(dg.as<float>(), du.as<float>(), ddh.as<float>(), dg_in.as<float>(), du_in.as<float>(), n, nullptr);
+  return {cuda::to_host<float>(h, n), cuda::to_host<float>(dg, n), cuda::to_host<float>(du, n)};
+}
 
 inline uint32_t bits_of(float f) {
   uint32_t u;

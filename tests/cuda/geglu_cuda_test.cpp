@@ -13,9 +13,6 @@
 namespace lt {
 namespace {
 
-using cuda::DeviceBuffer;
-using cuda::to_device;
-using cuda::to_host;
 using test::gamma;
 
 TEST(CudaKernels, GegluMatchesFloat64) {
@@ -23,10 +20,7 @@ TEST(CudaKernels, GegluMatchesFloat64) {
   const int64_t n = 1 << 20;
   const std::vector<float> g = test::normal_floats(n, 3.0f, 61), u = test::normal_floats(n, 1.0f, 62),
                            dh = test::normal_floats(n, 1.0f, 63);
-  DeviceBuffer dg_in = to_device(g), du_in = to_device(u), ddh = to_device(dh), dh_out(n * 4), ddg(n * 4), ddu(n * 4);
-  cuda::geglu_forward(dh_out.as<float>(), dg_in.as<float>(), du_in.as<float>(), n);
-  cuda::geglu_backward(ddg.as<float>(), ddu.as<float>(), ddh.as<float>(), dg_in.as<float>(), du_in.as<float>(), n);
-  const std::vector<float> h = to_host<float>(dh_out, n), dg = to_host<float>(ddg, n), du = to_host<float>(ddu, n);
+  const auto [h, dg, du] = test::run_gate(cuda::geglu_forward, cuda::geglu_backward, g, u, dh);
   const std::vector<double> gd = test::widen(g), ud = test::widen(u), dhd = test::widen(dh);
   std::vector<double> h_ref(n), dg_ref(n), du_ref(n), h_b(n), dg_b(n), du_b(n);
   ref::geglu_forward<double>(h_ref.data(), gd.data(), ud.data(), n);

@@ -24,11 +24,8 @@ void check_gemm(cuda::Gemm& gemm, int64_t M, int64_t N, int64_t K, bool ta, bool
   std::vector<float> a = test::normal_floats(M * K, 1.0f, 21 + M), b = test::normal_floats(K * N, 1.0f, 22 + N);
   std::vector<float> c0 = test::normal_floats(M * N, 1.0f, 23);
   const bool bf = input == cuda::GemmInput::BF16;
-  std::vector<uint16_t> a16(a.size()), b16(b.size());
-  if (bf) {  // the reference reads the bf16 values the GPU reads
-    for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_f32(bf16{a16[i] = f32_to_bf16(a[i]).bits});
-    for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_to_f32(bf16{b16[i] = f32_to_bf16(b[i]).bits});
-  }
+  std::vector<uint16_t> a16, b16;
+  if (bf) a16 = test::round_to_bf16(a), b16 = test::round_to_bf16(b);  // the reference reads the GPU's values
   DeviceBuffer da = bf ? to_device(a16) : to_device(a), db = bf ? to_device(b16) : to_device(b);
   DeviceBuffer dc = to_device(c0), dc2 = to_device(c0);
   cuda::GemmArgs g;

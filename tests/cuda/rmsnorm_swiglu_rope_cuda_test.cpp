@@ -95,10 +95,7 @@ TEST(CudaKernels, SwigluMatchesFloat64) {
   const int64_t n = 1 << 20;
   const std::vector<float> g = test::normal_floats(n, 4.0f, 5), u = test::normal_floats(n, 1.0f, 6),
                            dh = test::normal_floats(n, 1.0f, 7);
-  DeviceBuffer dg_in = to_device(g), du_in = to_device(u), ddh = to_device(dh), dh_out(n * 4), ddg(n * 4), ddu(n * 4);
-  cuda::swiglu_forward(dh_out.as<float>(), dg_in.as<float>(), du_in.as<float>(), n);
-  cuda::swiglu_backward(ddg.as<float>(), ddu.as<float>(), ddh.as<float>(), dg_in.as<float>(), du_in.as<float>(), n);
-  const std::vector<float> h = to_host<float>(dh_out, n), dg = to_host<float>(ddg, n), du = to_host<float>(ddu, n);
+  const auto [h, dg, du] = test::run_gate(cuda::swiglu_forward, cuda::swiglu_backward, g, u, dh);
   std::vector<double> h_ref(n), h_b(n), dg_ref(n), dg_b(n), du_ref(n), du_b(n);
   // expf is within 2 ulp (CUDA's table of maximum ulp errors): sigmoid = 1 / (1 + e) then
   // carries 2 ulp of e (scaled by e / (1 + e) <= 1) plus the add and the division: 4 u.

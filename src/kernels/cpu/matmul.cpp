@@ -337,8 +337,9 @@ void set_bf16_gemm_path(std::optional<Bf16GemmPath> path) {
 std::string matmul_bf16_path() {
   const std::string impl = matmul_impl_name(256, 256, 256, Precision::BF16);
   const bool widened = impl.find("widened") != std::string::npos;
-  std::string reason = bf16_gemm_choice().reason;
-  if (widened && bf16_gemm_choice().path == Bf16GemmPath::Native)
+  const Bf16GemmChoice choice = bf16_gemm_choice();
+  std::string reason = choice.reason;
+  if (widened && choice.path == Bf16GemmPath::Native)
     reason = "oneDNN has no bf16 matmul for this CPU";  // the fallback in get()
   return (widened ? "bf16 storage, fp32 GEMM (" : "native bf16 GEMM (") + impl + "; " + reason + ")";
 }

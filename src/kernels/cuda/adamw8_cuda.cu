@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/adamw8_cuda.h"
 #include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
 namespace lt::cuda {
@@ -23,18 +24,6 @@ __device__ inline unsigned nearest_code(const float* tree, float x) {
 #pragma unroll
   for (int level = 0; level < 8; ++level) t = 2 * t + (x > tree[t] ? 1u : 0u);
   return t - 256;
-}
-
-// Max over the thread block of x (>= 0, never NaN here); every thread gets the result.
-__device__ inline float block_max(float x, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  if (lane == 0) scratch[warp] = x;
-  __syncthreads();
-  float r = 0.f;
-  for (int w = 0; w < warps; ++w) r = fmaxf(r, scratch[w]);
-  __syncthreads();
-  return r;
 }
 
 __global__ void adamw8_kernel(AdamW8DeviceArgs a, AdamW8DeviceConsts c) {

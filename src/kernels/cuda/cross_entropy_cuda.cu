@@ -83,8 +83,6 @@ __global__ void logits_grad_kernel(Out* grad, const float* logits, TokenState st
   }
 }
 
-size_t aligned(size_t b) { return (b + 255) / 256 * 256; }
-
 struct Workspace {
   float* logits;
   void* grad;  // bf16 under bf16 inputs; fp32 inputs reuse the logits
@@ -95,13 +93,13 @@ Workspace cut(void* w, int64_t T, int64_t vc, GemmInput input) {
   char* p = static_cast<char*>(w);
   Workspace ws{};
   ws.logits = reinterpret_cast<float*>(p);
-  p += aligned(static_cast<size_t>(T * vc) * sizeof(float));
+  p += align_workspace(static_cast<size_t>(T * vc) * sizeof(float));
   ws.grad = input == GemmInput::BF16 ? static_cast<void*>(p) : static_cast<void*>(ws.logits);
-  if (input == GemmInput::BF16) p += aligned(static_cast<size_t>(T * vc) * sizeof(uint16_t));
+  if (input == GemmInput::BF16) p += align_workspace(static_cast<size_t>(T * vc) * sizeof(uint16_t));
   float** fields[] = {&ws.st.max, &ws.st.sum, &ws.st.target_logit, &ws.st.lse};
   for (float** f : fields) {
     *f = reinterpret_cast<float*>(p);
-    p += aligned(static_cast<size_t>(T) * sizeof(float));
+    p += align_workspace(static_cast<size_t>(T) * sizeof(float));
   }
   return ws;
 }
@@ -112,9 +110,9 @@ size_t element_bytes(GemmInput in) { return in == GemmInput::BF16 ? 2 : 4; }
 
 size_t head_cross_entropy_workspace_bytes(int64_t T, int64_t V, int64_t vocab_chunk, GemmInput input) {
   const int64_t vc = std::min(V, vocab_chunk);
-  return aligned(static_cast<size_t>(T * vc) * sizeof(float)) +
-         (input == GemmInput::BF16 ? aligned(static_cast<size_t>(T * vc) * sizeof(uint16_t)) : 0) +
-         4 * aligned(static_cast<size_t>(T) * sizeof(float));
+  return align_workspace(static_cast<size_t>(T * vc) * sizeof(float)) +
+         (input == GemmInput::BF16 ? align_workspace(static_cast<size_t>(T * vc) * sizeof(uint16_t)) : 0) +
+         4 * align_workspace(static_cast<size_t>(T) * sizeof(float));
 }
 
 void head_cross_entropy(Gemm& gemm, const HeadCrossEntropyArgs& a, void* workspace, void* stream) {

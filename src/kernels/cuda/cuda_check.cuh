@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace lt::cuda {
@@ -24,6 +25,9 @@ namespace lt::cuda {
 #define LT_GRID_STRIDE(i, n)                                                              \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Workspace pieces start on 256-byte boundaries (cudaMalloc's own alignment).
+inline size_t align_workspace(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 

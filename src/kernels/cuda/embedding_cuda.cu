@@ -54,11 +54,9 @@ size_t sort_temp_bytes(int64_t T) {
   return bytes;
 }
 
-size_t aligned(size_t b) { return (b + 255) / 256 * 256; }
-
 Scratch cut(void* workspace, int64_t T) {
   char* p = static_cast<char*>(workspace);
-  const size_t ints = aligned(static_cast<size_t>(T) * sizeof(int32_t));
+  const size_t ints = align_workspace(static_cast<size_t>(T) * sizeof(int32_t));
   return {reinterpret_cast<int32_t*>(p), reinterpret_cast<int32_t*>(p + ints),
           reinterpret_cast<int32_t*>(p + 2 * ints), p + 3 * ints, sort_temp_bytes(T)};
 }
@@ -73,7 +71,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* table, in
 }
 
 size_t embedding_backward_workspace_bytes(int64_t T) {
-  return 3 * aligned(static_cast<size_t>(T) * sizeof(int32_t)) + sort_temp_bytes(T);
+  return 3 * align_workspace(static_cast<size_t>(T) * sizeof(int32_t)) + sort_temp_bytes(T);
 }
 
 void embedding_backward(float* dtable, const int32_t* tokens, const float* dout, int64_t T, int64_t V, int64_t C,
