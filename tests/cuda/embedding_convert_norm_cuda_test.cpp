@@ -71,6 +71,19 @@ TEST(CudaKernels, Bf16ConversionIsTheCpusBitForBit) {
   for (float f : filled) ASSERT_EQ(f, -2.5f);
 }
 
+// start + sum x^2: the squares are exact in long double (a float's square has 48
+// significant bits), the sum compensated, so the result is the exact value to double's
+// last bit or so.
+double compensated_sum_of_squares(const std::vector<float>& x, double start) {
+  long double sum = start, carry = 0;
+  for (float f : x) {
+    const long double term = static_cast<long double>(f) * f, t = sum + term;
+    carry += std::fabs(sum) >= std::fabs(term) ? (sum - t) + term : (term - t) + sum;
+    sum = t;
+  }
+  return static_cast<double>(sum + carry);
+}
+
 TEST(CudaKernels, SumOfSquaresMatchesFloat64AndRepeatsItsBits) {
   LT_REQUIRE_CUDA_DEVICE();
   for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{3} << 20, (int64_t{1} << 16) * 300 + 17}) {
@@ -84,13 +97,12 @@ TEST(CudaKernels, SumOfSquaresMatchesFloat64AndRepeatsItsBits) {
     cuda::sum_of_squares_f64(out.as<double>() + 1, dx.as<float>(), n, ws.data());
     cuda::sum_of_squares_f64_bf16(out.as<double>() + 2, dx16.as<uint16_t>(), n, ws.data());
     const std::vector<double> got = to_host<double>(out, 3);
-    double want = 0.25, want16 = 0, abs = 0.25;
-    for (int64_t i = 0; i < n; ++i) {
-      want += double(x[i]) * x[i];
-      const double v16 = bf16_to_f32(bf16{x16[i]});
-      want16 += v16 * v16;
-      abs += double(x[i]) * x[i];
-    }
+    // The references summed in long double with compensation (Neumaier): a plain double
+    // sum of millions of terms is itself off by more than the kernel's bound.
+    const double want = compensated_sum_of_squares(x, 0.25), abs = want;
+    std::vector<float> v16(n);
+    for (int64_t i = 0; i < n; ++i) v16[i] = bf16_to_f32(bf16{x16[i]});
+    const double want16 = compensated_sum_of_squares(v16, 0.0);
     // A thread's 256-long chain, the block's 8 levels, the chunk sums' chain and 8 levels,
     // and the add onto *out; every term is >= 0, so the bound is that chain times the sum.
     const double chain = 256 + 8 + static_cast<double>((n / (int64_t{1} << 16) + 255) / 256) + 8 + 1;

@@ -148,9 +148,10 @@ void check_rope(int64_t B, int64_t S, int64_t H, int64_t D, int64_t rotary, bool
         const double a = x[row * D + i], b = x[row * D + i + half];
         ref[row * D + i] = a * c - b * s;
         ref[row * D + i + half] = b * c + a * s;
-        // Two products and their sum, whether or not the compiler fuses one into an FMA.
+        // Two products and their sum, whether or not the compiler fuses one into an FMA;
+        // each output's own two products.
         bound[row * D + i] = gamma(2) * (std::fabs(a * c) + std::fabs(b * s));
-        bound[row * D + i + half] = bound[row * D + i];
+        bound[row * D + i + half] = gamma(2) * (std::fabs(b * c) + std::fabs(a * s));
       }
     }
     test::expect_within(sign > 0 ? fwd : bwd, ref, bound, sign > 0 ? "rope forward" : "rope backward");
