@@ -1,6 +1,7 @@
 #include "kernels/cuda/rmsnorm_cuda.h"
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/chunk_partials.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
 namespace lt::cuda {
@@ -39,23 +40,16 @@ __global__ void rmsnorm_dx_kernel(float* dx, const float* dy, const float* x, co
 }
 
 // partial[chunk, c] = sum over the chunk's tokens, in order, of dy * x * rstd.
+// Grid: chunks on x (which takes 2^31 - 1 blocks; y takes 65535), blocks of columns on y.
 __global__ void rmsnorm_dw_partial_kernel(float* partial, const float* dy, const float* x, const float* rstd,
                                           int64_t T, int64_t C) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokenChunk;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokenChunk;
   const int64_t t1 = t0 + kTokenChunk < T ? t0 + kTokenChunk : T;
   float s = 0.f;
   for (int64_t t = t0; t < t1; ++t) s = fmaf(dy[t * C + c] * x[t * C + c], rstd[t], s);
-  partial[blockIdx.y * C + c] = s;
-}
-
-__global__ void rmsnorm_dw_sum_kernel(float* dw, const float* partial, int64_t chunks, int64_t C) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = dw[c];
-  for (int64_t k = 0; k < chunks; ++k) s += partial[k * C + c];
-  dw[c] = s;
+  partial[blockIdx.x * C + c] = s;
 }
 
 }  // namespace
@@ -80,11 +74,10 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
   const int64_t chunks = (T + kTokenChunk - 1) / kTokenChunk;
   auto* partial = static_cast<float*>(workspace);
   const unsigned col_blocks = static_cast<unsigned>((C + kThreads - 1) / kThreads);
-  rmsnorm_dw_partial_kernel<<<dim3(col_blocks, static_cast<unsigned>(chunks)), kThreads, 0, s>>>(partial, dy, x, rstd,
+  rmsnorm_dw_partial_kernel<<<dim3(static_cast<unsigned>(chunks), col_blocks), kThreads, 0, s>>>(partial, dy, x, rstd,
                                                                                                  T, C);
   LT_CUDA_CHECK_LAUNCH(rmsnorm_dw_partial_kernel);
-  rmsnorm_dw_sum_kernel<<<col_blocks, kThreads, 0, s>>>(dw, partial, chunks, C);
-  LT_CUDA_CHECK_LAUNCH(rmsnorm_dw_sum_kernel);
+  add_chunk_partials(dw, partial, chunks, C, s);
 }
 
 }  // namespace lt::cuda
