@@ -9,10 +9,12 @@
 #                                   googletest's source for a rebuild there.
 #   scripts/gpu_check.sh            on the GPU machine, from the repository root: runs
 #                                   lt_cuda_tests (the kernel library against float64),
-#                                   then under compute-sanitizer's memcheck where it works,
 #                                   then lt_tests' AdamWCuda test (the 8-bit AdamW kernel
-#                                   against the CPU's bits). Where the carried lt_cuda_tests
-#                                   cannot start there, it is rebuilt from source with nvcc.
+#                                   against the CPU's bits) and CudaBackend tests (the cuda
+#                                   backend's memory, copies and events), then
+#                                   lt_cuda_tests under compute-sanitizer's memcheck where
+#                                   it works. Where the carried lt_cuda_tests cannot start
+#                                   there, it is rebuilt from source with nvcc.
 # The log goes to stdout and, when OUT is set, to $OUT/gpu_check.log. Exit status: that
 # of the first check that failed.
 set -uo pipefail
@@ -70,11 +72,13 @@ mkdir -p /tmp/gpu_check
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "lt_cuda_tests"
 if grep -q '^\[  SKIPPED \]' /tmp/gpu_check/lt_cuda_tests.log; then fail "lt_cuda_tests skipped tests on a GPU machine"; fi
 
-note "lt_tests AdamWCuda (with the CPU engine's carried libraries)"
+note "lt_tests AdamWCuda and CudaBackend (with the CPU engine's carried libraries)"
 if [[ -f .device/lt_tests.tar.xz ]]; then
   mkdir -p /tmp/gpu_check && tar -C /tmp/gpu_check -xJf .device/lt_tests.tar.xz
-  LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" /tmp/gpu_check/lt_tests --gtest_filter='AdamWCuda.*' ||
-    fail "lt_tests AdamWCuda"
+  LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" /tmp/gpu_check/lt_tests --gtest_filter='AdamWCuda.*:CudaBackend.*' \
+    2>&1 | tee /tmp/gpu_check/lt_tests.log
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "lt_tests AdamWCuda and CudaBackend"
+  if grep -q '^\[  SKIPPED \]' /tmp/gpu_check/lt_tests.log; then fail "lt_tests skipped GPU tests on a GPU machine"; fi
 else
   note "no .device/lt_tests.tar.xz (run scripts/gpu_check.sh --bundle first): AdamWCuda not run"
 fi

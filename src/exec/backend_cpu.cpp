@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "exec/backend.h"
+#include "exec/backend_cuda.h"
 
 namespace lt {
 namespace {
@@ -30,8 +31,9 @@ std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "emu") return make_emu_backend();
-  throw Error("unknown backend '" + name + "'", "streaming executor",
-              "use --backend cpu or emu (cuda is not built yet)");
+  if (name == "cuda")
+    throw Error(cuda_backend_unavailable_reason(), "streaming executor (backend cuda)", "use --backend cpu or emu");
+  throw Error("unknown backend '" + name + "'", "streaming executor", "use --backend cpu or emu");
 }
 
 }  // namespace lt

@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.h"
+#include "exec/backend_cuda.h"
 
 namespace lt {
 
@@ -64,7 +65,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"precision", "matmul precision: bf16 (fp32 accumulation) or f32", &c.precision},
       {"seed", "seed for initialisation and data order", &c.seed},
       {"plan", "plan JSON from `lazytrain plan` to train out of core with (empty: in memory)", &c.plan},
-      {"backend", "streaming backend: cpu, or emu (separate compute tier with copy threads)", &c.backend},
+      {"backend", "streaming backend: cpu, emu (separate compute tier with copy threads), or cuda (not complete yet: says why it cannot run)", &c.backend},
       {"offload_dir", "directory for the plan's NVMe tier (empty: the system temp directory)", &c.offload_dir},
       {"compute_budget_gb", "plan this run (MILP) for a compute tier of this many GB and train out of core (0: off)",
        &c.compute_budget_gb},
@@ -204,8 +205,12 @@ void validate(const TrainConfig& c) {
     throw Error("replan_margin must be in [0, 1)", "train config (replan_margin)", "e.g. 0.05 for 5%");
   if (!(c.plan_time_limit > 0) || !std::isfinite(c.plan_time_limit))
     throw Error("plan_time_limit must be a positive number of seconds", "train config (plan_time_limit)", "e.g. 10");
-  if (c.backend != "cpu" && c.backend != "emu")
-    throw Error("unknown backend '" + c.backend + "'", "train config (backend)", "use cpu or emu");
+  if (c.backend == "cuda") {
+    const std::string why = cuda_backend_unavailable_reason();
+    if (!why.empty()) throw Error(why, "train config (backend)", "use cpu or emu");
+  } else if (c.backend != "cpu" && c.backend != "emu") {
+    throw Error("unknown backend '" + c.backend + "'", "train config (backend)", "use cpu, emu or cuda");
+  }
   if (c.eval_problems < 0 || c.log_every < 0 || c.eval_every < 0 || c.save_every < 0)
     throw Error("intervals and counts must not be negative", "train config", "");
   // The optimizer's and schedule's numbers, checked here so that a typo fails before the

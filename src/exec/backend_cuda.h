@@ -1,0 +1,28 @@
+// The cuda backend (shared/DESIGN.md, "Backends"): device memory for the compute tier,
+// pinned host memory for the host tier (taken once, at setup), and three CUDA streams
+// (compute, H2D, D2H) whose copies run as cudaMemcpyAsync, ordered by CUDA events.
+//
+// What is built so far (issue 27, part 2, its first step): the memory, the streams, the
+// copies and fills, the events and the copies' timing. Not yet: its kernel table (the
+// kernels of kernels/cuda/ behind KernelTable's entries), so kernels() throws, and
+// make_backend("cuda") and `train` refuse it, saying so, rather than running half a step.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "exec/backend.h"
+
+namespace lt {
+
+// Why `train` cannot run on the cuda backend here: this build has no CUDA, or the machine
+// no CUDA device (with the driver's reason), or the backend is not complete. Empty once
+// it can run.
+std::string cuda_backend_unavailable_reason();
+
+// The backend on CUDA device `device`. lt::Error when this build has no CUDA or there is
+// no such device. For tests and benches of the backend itself until its kernel table
+// lands; `train` goes through make_backend, which refuses it until then.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+
+}  // namespace lt
