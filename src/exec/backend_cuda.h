@@ -2,10 +2,12 @@
 // pinned host memory for the host tier (taken once, at setup), and three CUDA streams
 // (compute, H2D, D2H) whose copies run as cudaMemcpyAsync, ordered by CUDA events.
 //
-// What is built so far (issue 27, part 2, its first step): the memory, the streams, the
-// copies and fills, the events and the copies' timing. Not yet: its kernel table (the
-// kernels of kernels/cuda/ behind KernelTable's entries), so kernels() throws, and
-// make_backend("cuda") and `train` refuse it, saying so, rather than running half a step.
+// What is built so far (issue 27, part 2): the memory, the streams, the copies and fills,
+// the events, the copies' timing, and a kernel table (kernels/cuda/cuda_kernel_table.h) on
+// the compute stream with most families. Not yet: the table's linear layers, head
+// cross-entropy and sum of squares (null entries), and device entries for the elementwise
+// steps the layer code runs as its own loops; so make_backend("cuda") and `train` refuse
+// it, saying so, rather than running half a step.
 #pragma once
 
 #include <memory>

@@ -1,8 +1,9 @@
 // The kernel table: every op family the models run, forward and backward, as one table of
 // function pointers that a backend hands out (exec/backend.h: Backend::kernels()), after
 // ggml-backend's split of "what the graph needs" from "who computes it". The CPU table
-// (kernels/cpu/cpu_kernel_table.cpp) holds the dispatched kernels of kernels/cpu/; a GPU's
-// table holds its own kernels, with the same signatures over device pointers.
+// (kernels/cpu/cpu_kernel_table.cpp) holds the dispatched kernels of kernels/cpu/; the CUDA
+// table (kernels/cuda/cuda_kernel_table.h) holds kernels/cuda/'s, with the same signatures
+// over device pointers.
 //
 // Each entry has exactly its CPU kernel's signature and contract (outputs first, then
 // inputs, then sizes; whether backward overwrites or accumulates is said in the kernel's

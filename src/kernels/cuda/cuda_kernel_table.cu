@@ -1,0 +1,138 @@
+#include "kernels/cuda/cuda_kernel_table.h"
+
+#include <atomic>
+
+#include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/causal_conv1d_cuda.h"
+#include "kernels/cuda/convert_cuda.h"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/embedding_cuda.h"
+#include "kernels/cuda/gated_delta_rule_cuda.h"
+#include "kernels/cuda/gated_rmsnorm_cuda.h"
+#include "kernels/cuda/geglu_cuda.h"
+#include "kernels/cuda/rmsnorm_cuda.h"
+#include "kernels/cuda/rope_cuda.h"
+#include "kernels/cuda/swiglu_cuda.h"
+
+namespace lt::cuda {
+namespace {
+
+std::atomic<void*> g_stream{nullptr};
+void* stream() { return g_stream.load(std::memory_order_relaxed); }
+
+// Scratch for one kernel call, from the stream-ordered pool: taken and given back on the
+// table's stream, so it is free for reuse only after the kernel that used it.
+class Scratch {
+ public:
+  explicit Scratch(size_t bytes) {
+    if (bytes) LT_CUDA_CHECK(cudaMallocAsync(&p_, bytes, as_stream(stream())));
+  }
+  ~Scratch() {
+    if (p_) cudaFreeAsync(p_, as_stream(stream()));
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+};
+
+size_t floats_for(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
+
+KernelTable make_table() {
+  KernelTable k;
+  k.name = "cuda";
+  k.embedding_forward = [](float* out, const int32_t* tokens, const float* table, int64_t T, int64_t V, int64_t C) {
+    embedding_forward(out, tokens, table, T, V, C, stream());
+  };
+  k.embedding_backward = [](float* dtable, const int32_t* tokens, const float* dout, int64_t T, int64_t V,
+                            int64_t C) {
+    Scratch ws(embedding_backward_workspace_bytes(T));
+    embedding_backward(dtable, tokens, dout, T, V, C, ws.get(), stream());
+  };
+  k.rmsnorm_forward = [](float* y, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps,
+                         float w_offset) { rmsnorm_forward(y, rstd, x, w, T, C, eps, w_offset, stream()); };
+  k.rmsnorm_backward = [](float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
+                          int64_t T, int64_t C, float w_offset) {
+    Scratch ws(rmsnorm_backward_workspace_bytes(T, C));
+    rmsnorm_backward(dx, dw, dy, x, w, rstd, T, C, w_offset, ws.get(), stream());
+  };
+  k.gated_rmsnorm_forward = [](float* y, float* rstd, const float* x, const float* z, const float* w, int64_t T,
+                               int64_t D, float eps) { gated_rmsnorm_forward(y, rstd, x, z, w, T, D, eps, stream()); };
+  k.gated_rmsnorm_backward_workspace_floats = [](int64_t T, int64_t D) {
+    return floats_for(gated_rmsnorm_backward_workspace_bytes(T, D));
+  };
+  k.gated_rmsnorm_backward = [](float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
+                                const float* w, const float* rstd, int64_t T, int64_t D, float* workspace) {
+    gated_rmsnorm_backward(dx, dz, dw, dy, x, z, w, rstd, T, D, workspace, stream());
+  };
+  k.rope_forward = [](float* x, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H, int64_t D,
+                      const int32_t* positions, int64_t rotary) {
+    rope_forward(x, cos, sin, B, S, H, D, positions, rotary, stream());
+  };
+  k.rope_backward = [](float* dx, const float* cos, const float* sin, int64_t B, int64_t S, int64_t H, int64_t D,
+                       const int32_t* positions, int64_t rotary) {
+    rope_backward(dx, cos, sin, B, S, H, D, positions, rotary, stream());
+  };
+  k.attention_forward = [](float* o, float* lse, const float* q, const float* kk, const float* v, int64_t B,
+                           int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
+                           int64_t window) {
+    attention_forward(o, lse, q, kk, v, B, S, Hq, Hkv, D, scale, doc_start, window, stream());
+  };
+  k.attention_backward = [](float* dq, float* dk, float* dv, const float* dout, const float* q, const float* kk,
+                            const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
+                            int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window) {
+    attention_backward(dq, dk, dv, dout, q, kk, v, o, lse, B, S, Hq, Hkv, D, scale, doc_start, window, stream());
+  };
+  k.swiglu_forward = [](float* h, const float* g, const float* u, int64_t n) { swiglu_forward(h, g, u, n, stream()); };
+  k.swiglu_backward = [](float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
+    swiglu_backward(dg, du, dh, g, u, n, stream());
+  };
+  k.geglu_forward = [](float* h, const float* g, const float* u, int64_t n) { geglu_forward(h, g, u, n, stream()); };
+  k.geglu_backward = [](float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
+    geglu_backward(dg, du, dh, g, u, n, stream());
+  };
+  k.causal_conv1d_silu_forward = [](float* y, const float* x, const float* w, const CausalConvShape& s) {
+    causal_conv1d_silu_forward(y, x, w, s.batch, s.seq, s.channels, s.kernel, stream());
+  };
+  k.causal_conv1d_silu_backward = [](float* dx, float* dw, const float* dy, const float* x, const float* w,
+                                     const CausalConvShape& s) {
+    Scratch ws(causal_conv1d_backward_workspace_bytes(s.batch, s.seq, s.channels, s.kernel));
+    causal_conv1d_silu_backward(dx, dw, dy, x, w, s.batch, s.seq, s.channels, s.kernel, ws.get(), stream());
+  };
+  k.gated_delta_rule_forward_workspace_floats = [](const GatedDeltaShape& s) {
+    return floats_for(gated_delta_rule_forward_workspace_bytes(s));
+  };
+  k.gated_delta_rule_backward_workspace_floats = [](const GatedDeltaShape& s) {
+    return floats_for(gated_delta_rule_backward_workspace_bytes(s));
+  };
+  k.gated_delta_rule_forward = [](float* out, float* final_state, float* chunk_states, const float* q, const float* kk,
+                                  const float* v, const float* g, const float* beta, const float* initial_state,
+                                  const GatedDeltaShape& s, float* workspace) {
+    gated_delta_rule_forward(out, final_state, chunk_states, q, kk, v, g, beta, initial_state, s, workspace, stream());
+  };
+  k.gated_delta_rule_backward = [](float* dq, float* dk, float* dv, float* dg, float* dbeta, float* d_initial_state,
+                                   const float* d_out, const float* d_final_state, const float* q, const float* kk,
+                                   const float* v, const float* g, const float* beta, const float* chunk_states,
+                                   const GatedDeltaShape& s, float* workspace) {
+    gated_delta_rule_backward(dq, dk, dv, dg, dbeta, d_initial_state, d_out, d_final_state, q, kk, v, g, beta,
+                              chunk_states, s, workspace, stream());
+  };
+  k.convert_f32_to_bf16 = [](bf16* dst, const float* src, size_t n) {
+    static_assert(sizeof(bf16) == sizeof(uint16_t), "bf16 is its 16 bits");
+    convert_f32_to_bf16(reinterpret_cast<uint16_t*>(dst), src, static_cast<int64_t>(n), stream());
+  };
+  return k;
+}
+
+}  // namespace
+
+void set_kernel_table_stream(void* s) { g_stream.store(s, std::memory_order_relaxed); }
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = make_table();
+  return table;
+}
+
+}  // namespace lt::cuda

@@ -1,0 +1,22 @@
+// The CUDA kernel table: the kernels of this folder behind kernels/kernel_table.h's
+// entries, each with its CPU entry's signature and contract over device pointers, run on
+// the stream set_kernel_table_stream() names (the cuda backend's compute stream).
+//
+// In the table so far: embedding, RMSNorm and its gated form, RoPE, attention, SwiGLU,
+// GeGLU, the causal conv1d, the gated delta rule and fp32 -> bf16. Null still (their
+// entries need more than a wrapper): the linear layers and matmul (cuBLASLt with the bf16
+// compute copy), the head's cross-entropy (its loss is a host double, its stream an
+// object), the float64 sum of squares (a host double). Entries whose CPU signature has no
+// workspace (the embedding's, RMSNorm's and the conv's backward) take their scratch from
+// CUDA's stream-ordered pool (cudaMallocAsync), outside the plan's arena.
+#pragma once
+
+#include "kernels/kernel_table.h"
+
+namespace lt::cuda {
+
+// A cudaStream_t; null: the default stream. Process-wide: one cuda backend at a time.
+void set_kernel_table_stream(void* stream);
+const KernelTable& kernel_table();
+
+}  // namespace lt::cuda
