@@ -312,7 +312,7 @@ std::string cuda_backend_unavailable_reason() {
   const std::string no_device = no_device_reason();
   if (!no_device.empty()) return no_device;
   return "the cuda backend is not complete: its memory, streams, copies and events are built, but its kernel table "
-         "has no linear layers, head cross-entropy or sum of squares yet, and the layers' own elementwise steps "
+         "has no linear layers or head cross-entropy yet, and the layers' own elementwise steps "
          "(residual adds, gates) have no device entries";
 }
 

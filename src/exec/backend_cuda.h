@@ -4,8 +4,8 @@
 //
 // What is built so far (issue 27, part 2): the memory, the streams, the copies and fills,
 // the events, the copies' timing, and a kernel table (kernels/cuda/cuda_kernel_table.h) on
-// the compute stream with most families. Not yet: the table's linear layers, head
-// cross-entropy and sum of squares (null entries), and device entries for the elementwise
+// the compute stream with most families. Not yet: the table's linear layers and head
+// cross-entropy (null entries), and device entries for the elementwise
 // steps the layer code runs as its own loops; so make_backend("cuda") and `train` refuse
 // it, saying so, rather than running half a step.
 #pragma once

@@ -23,6 +23,7 @@
 #include "kernels/cuda/geglu_cuda.h"
 #include "kernels/cuda/rmsnorm_cuda.h"
 #include "kernels/cuda/rope_cuda.h"
+#include "kernels/cuda/sum_of_squares_cuda.h"
 #include "kernels/cuda/swiglu_cuda.h"
 
 namespace lt {
@@ -68,10 +69,11 @@ TEST_F(CudaKernelTable, HasTheEntriesItClaims) {
               k().swiglu_forward && k().swiglu_backward && k().geglu_forward && k().geglu_backward &&
               k().causal_conv1d_silu_forward && k().causal_conv1d_silu_backward &&
               k().gated_delta_rule_forward_workspace_floats && k().gated_delta_rule_backward_workspace_floats &&
-              k().gated_delta_rule_forward && k().gated_delta_rule_backward && k().convert_f32_to_bf16);
+              k().gated_delta_rule_forward && k().gated_delta_rule_backward && k().sum_of_squares &&
+              k().convert_f32_to_bf16);
   // Not yet (cuda_kernel_table.h says why): null, so a caller fails at once, not in a kernel.
   EXPECT_FALSE(k().linear_forward || k().linear_backward || k().matmul || k().head_cross_entropy ||
-               k().head_cross_entropy_stream || k().sum_of_squares);
+               k().head_cross_entropy_stream);
 }
 
 TEST_F(CudaKernelTable, EmbeddingRmsnormAndConvert) {
@@ -107,6 +109,16 @@ TEST_F(CudaKernelTable, EmbeddingRmsnormAndConvert) {
     expect_same(r1, r2, T, "rmsnorm rstd" + o);
     expect_same(dx1, dx2, T * C, "rmsnorm dx" + o);
     expect_same(dw1, dw2, C, "rmsnorm dw" + o);
+  }
+
+  // The sum of squares comes back to the host as the kernel's own double, bit for bit.
+  for (int64_t n : {int64_t{1}, int64_t{1000}, (int64_t{1} << 16) * 3 + 5}) {
+    DeviceBuffer x = buf(n, 9), out = to_device(std::vector<double>{0.0}), ws(cuda::sum_of_squares_workspace_bytes(n));
+    sync();
+    const double got = k().sum_of_squares(x.as<float>(), n);
+    cuda::sum_of_squares_f64(out.as<double>(), x.as<float>(), n, ws.data());
+    sync();
+    EXPECT_EQ(got, to_host<double>(out, 1)[0]) << "sum of squares, n " << n;
   }
 
   DeviceBuffer src = buf(T * C, 8), b1(T * C * 2), b2(T * C * 2);

@@ -12,6 +12,7 @@
 #include "kernels/cuda/geglu_cuda.h"
 #include "kernels/cuda/rmsnorm_cuda.h"
 #include "kernels/cuda/rope_cuda.h"
+#include "kernels/cuda/sum_of_squares_cuda.h"
 #include "kernels/cuda/swiglu_cuda.h"
 
 namespace lt::cuda {
@@ -118,6 +119,21 @@ KernelTable make_table() {
                                    const GatedDeltaShape& s, float* workspace) {
     gated_delta_rule_backward(dq, dk, dv, dg, dbeta, d_initial_state, d_out, d_final_state, q, kk, v, g, beta,
                               chunk_states, s, workspace, stream());
+  };
+  // The table's contract returns the sum to the host: the device double comes back and the
+  // stream is waited for (the gradient sink sums on the host's copies; a device-side
+  // accumulation for the whole step is sum_of_squares_f64's own += form).
+  k.sum_of_squares = [](const float* x, int64_t n) -> double {
+    const size_t partial_at = align_workspace(sizeof(double));
+    Scratch ws(partial_at + sum_of_squares_workspace_bytes(n));
+    auto* total = static_cast<double*>(ws.get());
+    const cudaStream_t s = as_stream(stream());
+    LT_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(double), s));
+    sum_of_squares_f64(total, x, n, static_cast<char*>(ws.get()) + partial_at, s);
+    double host = 0;
+    LT_CUDA_CHECK(cudaMemcpyAsync(&host, total, sizeof(double), cudaMemcpyDeviceToHost, s));
+    LT_CUDA_CHECK(cudaStreamSynchronize(s));
+    return host;
   };
   k.convert_f32_to_bf16 = [](bf16* dst, const float* src, size_t n) {
     static_assert(sizeof(bf16) == sizeof(uint16_t), "bf16 is its 16 bits");
