@@ -25,6 +25,8 @@ if [[ "${1:-}" == "--bundle" ]]; then
   rm -rf .device && mkdir -p .device/lib
   grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >>.git/info/exclude
   cp build/lt_cuda_tests .device/
+  # The kernels' benchmark, when built (run there: bench/cuda/cuda_kernels_bench.py).
+  if [[ -x build/cuda_kernels_bench ]]; then cp build/cuda_kernels_bench .device/; fi
   cp build/tests/lt_tests .device/
   # The libraries of the CPU engine, not the system's (the GPU machine has its own glibc,
   # libstdc++ and CUDA).
