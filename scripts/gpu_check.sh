@@ -45,6 +45,16 @@ exec > >(tee "$log") 2>&1
 status=0
 note() { echo "=== [gpu_check] $* ==="; }
 fail() { note "FAILED: $*"; [[ $status -eq 0 ]] && status=1; }
+# run_gtest NAME CMD...: runs a googletest binary, its log in /tmp/gpu_check/NAME.log; a
+# failure fails the check, and so does a skip (on a GPU machine every test must run).
+run_gtest() {
+  local name=$1
+  shift
+  mkdir -p /tmp/gpu_check
+  "$@" 2>&1 | tee "/tmp/gpu_check/$name.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "$name"
+  if grep -q '^\[  SKIPPED \]' "/tmp/gpu_check/$name.log"; then fail "$name skipped tests on a GPU machine"; fi
+}
 
 note "machine"
 nvidia-smi -L || { note "no nvidia-smi: no GPU here"; exit 1; }
@@ -69,20 +79,15 @@ if ! "$tests" --gtest_list_tests >/dev/null 2>&1; then
 fi
 
 note "lt_cuda_tests"
-mkdir -p /tmp/gpu_check
-"$tests" 2>&1 | tee /tmp/gpu_check/lt_cuda_tests.log
-[[ ${PIPESTATUS[0]} -eq 0 ]] || fail "lt_cuda_tests"
-if grep -q '^\[  SKIPPED \]' /tmp/gpu_check/lt_cuda_tests.log; then fail "lt_cuda_tests skipped tests on a GPU machine"; fi
+run_gtest lt_cuda_tests "$tests"
 
 note "lt_tests AdamWCuda and CudaBackend (with the CPU engine's carried libraries)"
 if [[ -f .device/lt_tests.tar.xz ]]; then
   mkdir -p /tmp/gpu_check && tar -C /tmp/gpu_check -xJf .device/lt_tests.tar.xz
-  LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" /tmp/gpu_check/lt_tests --gtest_filter='AdamWCuda.*:CudaBackend.*' \
-    2>&1 | tee /tmp/gpu_check/lt_tests.log
-  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "lt_tests AdamWCuda and CudaBackend"
-  if grep -q '^\[  SKIPPED \]' /tmp/gpu_check/lt_tests.log; then fail "lt_tests skipped GPU tests on a GPU machine"; fi
+  run_gtest lt_tests env LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" \
+    /tmp/gpu_check/lt_tests --gtest_filter='AdamWCuda.*:CudaBackend.*'
 else
-  note "no .device/lt_tests.tar.xz (run scripts/gpu_check.sh --bundle first): AdamWCuda not run"
+  note "no .device/lt_tests.tar.xz (run scripts/gpu_check.sh --bundle first): AdamWCuda and CudaBackend not run"
 fi
 
 note "lt_cuda_tests under compute-sanitizer memcheck"

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -31,14 +30,6 @@ std::string name(const GatedDeltaShape& s) {
          " chunk=" + std::to_string(s.chunk);
 }
 
-// Checks got against the float64 reference within the bound, printing the worst element
-// as a fraction of its bound either way (the margin the GPU run leaves).
-void expect_within_bound(const std::vector<float>& got, const Vec& want, const Vec& bound, const std::string& what) {
-  const ::testing::AssertionResult r = test::within_bound(got, want, bound);
-  EXPECT_TRUE(r) << what;
-  std::printf("  %s: %s\n", what.c_str(), r.message());
-}
-
 void check_forward(const GatedDeltaShape& s, uint64_t seed, bool with_state) {
   const Data d = test::gdn::make_data(s, seed, with_state, false);
   const auto in = test::gdn::to_inputs(d);
@@ -57,8 +48,8 @@ void check_forward(const GatedDeltaShape& s, uint64_t seed, bool with_state) {
   const std::vector<float> o = to_host<float>(out, n_out), f = to_host<float>(fin, s.state_floats()),
                            cs = to_host<float>(chunks, s.chunk_state_floats());
   const std::string what = name(s) + " state=" + std::to_string(with_state);
-  expect_within_bound(o, out_ref, fb.out, "out " + what);
-  expect_within_bound(f, fin_ref, fb.final_state, "final state " + what);
+  test::expect_within(o, out_ref, fb.out, ("out " + what).c_str());
+  test::expect_within(f, fin_ref, fb.final_state, ("final state " + what).c_str());
   // Chunk 0's saved state is the initial one, exactly.
   const int64_t dkdv = s.k_dim * s.v_dim;
   for (int64_t bh = 0; bh < s.batch * s.v_heads; ++bh)
@@ -136,12 +127,12 @@ TEST(CudaKernels, GatedDeltaRuleBackwardMatchesReverseMode) {
       const Grads got = run_backward(d, s);
       const std::string what = name(s) + " variant " + std::to_string(variant);
       auto filled = [](const Vec& ref_grad, double b) { return Vec(ref_grad.size(), b); };
-      expect_within_bound(got.dq, ref.dq, filled(ref.dq, bb.dq), "dq " + what);
-      expect_within_bound(got.dk, ref.dk, filled(ref.dk, bb.dk), "dk " + what);
-      expect_within_bound(got.dv, ref.dv, filled(ref.dv, bb.dv), "dv " + what);
-      expect_within_bound(got.dg, ref.dg, filled(ref.dg, bb.dg), "dg " + what);
-      expect_within_bound(got.dbeta, ref.dbeta, filled(ref.dbeta, bb.dbeta), "dbeta " + what);
-      expect_within_bound(got.ds0, ref.ds0, filled(ref.ds0, bb.ds0), "d_initial_state " + what);
+      test::expect_within(got.dq, ref.dq, filled(ref.dq, bb.dq), ("dq " + what).c_str());
+      test::expect_within(got.dk, ref.dk, filled(ref.dk, bb.dk), ("dk " + what).c_str());
+      test::expect_within(got.dv, ref.dv, filled(ref.dv, bb.dv), ("dv " + what).c_str());
+      test::expect_within(got.dg, ref.dg, filled(ref.dg, bb.dg), ("dg " + what).c_str());
+      test::expect_within(got.dbeta, ref.dbeta, filled(ref.dbeta, bb.dbeta), ("dbeta " + what).c_str());
+      test::expect_within(got.ds0, ref.ds0, filled(ref.ds0, bb.ds0), ("d_initial_state " + what).c_str());
       // The same inputs twice: the same bits (no atomics, fixed orders).
       const Grads again = run_backward(d, s);
       EXPECT_EQ(0, std::memcmp(got.dq.data(), again.dq.data(), got.dq.size() * 4)) << what;

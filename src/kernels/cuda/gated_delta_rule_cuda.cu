@@ -13,9 +13,14 @@ namespace {
 constexpr int kThreads = 256;
 constexpr float kL2Eps = 1e-6f;  // transformers' l2norm eps (inside the square root)
 
-// Sizes and index maps of one (batch, value head) task; passed by value to the kernel.
+// Sizes and index maps of one (batch, head) task, and the queries' scale; passed by value
+// to the kernels.
 struct Task {
+  explicit Task(const GatedDeltaShape& s)
+      : seq(s.seq), k_heads(s.k_heads), v_heads(s.v_heads), dk(s.k_dim), dv(s.v_dim), chunk(s.chunk),
+        n_chunks(s.n_chunks()), scale(static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.k_dim)))) {}
   int64_t seq, k_heads, v_heads, dk, dv, chunk, n_chunks;
+  float scale;  // 1/sqrt(dk), as the CPU kernel rounds it
   __device__ int64_t qk(int64_t b, int64_t t, int64_t hk) const { return ((b * seq + t) * k_heads + hk) * dk; }
   __device__ int64_t v(int64_t b, int64_t t, int64_t h) const { return ((b * seq + t) * v_heads + h) * dv; }
   __device__ int64_t gate(int64_t b, int64_t t, int64_t h) const { return (b * seq + t) * v_heads + h; }
@@ -47,7 +52,7 @@ __device__ inline float log_decay_minus(const float* hi, const float* lo, int64_
 // The chunk's rows t0..t0+n-1 (one warp per row): qc = l2norm(q) * scale, kc = l2norm(k);
 // rq, rk (nullable) get the inverse norms 1/sqrt(|x|^2 + eps).
 __device__ void load_qk_rows(float* qc, float* kc, float* rq, float* rk, const float* q, const float* k,
-                             const Task& at, int64_t b, int64_t hk, int64_t t0, int64_t n, float scale) {
+                             const Task& at, int64_t b, int64_t hk, int64_t t0, int64_t n) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int64_t dk = at.dk;
   for (int64_t r = warp; r < n; r += warps) {
@@ -57,7 +62,7 @@ __device__ void load_qk_rows(float* qc, float* kc, float* rq, float* rk, const f
     for (int64_t i = lane; i < dk; i += 32) sq = fmaf(qr[i], qr[i], sq), sk = fmaf(kr[i], kr[i], sk);
     sq = warp_sum(sq);
     sk = warp_sum(sk);
-    const float iq = 1.0f / sqrtf(sq + kL2Eps), ik = 1.0f / sqrtf(sk + kL2Eps), sqs = iq * scale;
+    const float iq = 1.0f / sqrtf(sq + kL2Eps), ik = 1.0f / sqrtf(sk + kL2Eps), sqs = iq * at.scale;
     if (rq && lane == 0) rq[r] = iq, rk[r] = ik;
     for (int64_t i = lane; i < dk; i += 32) qc[r * dk + i] = qr[i] * sqs, kc[r * dk + i] = kr[i] * ik;
   }
@@ -107,7 +112,7 @@ __device__ void solve_delta(float* Dl, const float* KKD, const float* kc, const 
 
 __global__ void gated_delta_forward_kernel(float* out, float* final_state, float* chunk_states, const float* q,
                                            const float* k, const float* v, const float* g, const float* beta,
-                                           const float* initial_state, Task at, float scale, float* workspace) {
+                                           const float* initial_state, Task at, float* workspace) {
   const int64_t b = blockIdx.x / at.v_heads, h = blockIdx.x % at.v_heads, hk = h / (at.v_heads / at.k_heads);
   const int64_t C = at.chunk, dk = at.dk, dv = at.dv, nt = blockDim.x, tid = threadIdx.x;
   float* w = workspace + static_cast<int64_t>(blockIdx.x) * task_floats(C, dk, dv);
@@ -120,7 +125,7 @@ __global__ void gated_delta_forward_kernel(float* out, float* final_state, float
     const int64_t t0 = c * C, n = C < at.seq - t0 ? C : at.seq - t0;
     if (chunk_states)
       for (int64_t i = tid; i < dk * dv; i += nt) chunk_states[at.chunk_state(b, h, c) + i] = S[i];
-    load_qk_rows(qc, kc, nullptr, nullptr, q, k, at, b, hk, t0, n, scale);
+    load_qk_rows(qc, kc, nullptr, nullptr, q, k, at, b, hk, t0, n);
     chunk_matrices(hi, lo, nullptr, P, KKD, qc, kc, g, at, b, h, t0, n);
     solve_delta(Dl, KKD, kc, hi, lo, S, v, beta, at, b, h, t0, n);
     __syncthreads();
@@ -340,7 +345,7 @@ __device__ void l2norm_backward_rows(float* dx, const float* x, const float* dy,
 __global__ void gated_delta_backward_kernel(float* dq, float* dk, float* dv, float* dg, float* dbeta,
                                             float* d_initial_state, const float* d_out, const float* d_final_state,
                                             const float* q, const float* k, const float* v, const float* g,
-                                            const float* beta, const float* chunk_states, Task at, float scale,
+                                            const float* beta, const float* chunk_states, Task at,
                                             float* workspace) {
   const int64_t grp = at.v_heads / at.k_heads;
   const int64_t b = blockIdx.x / at.k_heads, hk = blockIdx.x % at.k_heads;
@@ -352,7 +357,7 @@ __global__ void gated_delta_backward_kernel(float* dq, float* dk, float* dv, flo
   for (int64_t c = at.n_chunks - 1; c >= 0; --c) {
     const int64_t t0 = c * C, n = C < at.seq - t0 ? C : at.seq - t0;
     // qc, kc and their inverse norms (as the forward), dqc = dkc = 0
-    load_qk_rows(w.qc, w.kc, w.rq, w.rk, q, k, at, b, hk, t0, n, scale);
+    load_qk_rows(w.qc, w.kc, w.rq, w.rk, q, k, at, b, hk, t0, n);
     for (int64_t i = tid; i < n * kd; i += nt) w.dqc[i] = 0.f, w.dkc[i] = 0.f;
     __syncthreads();
     for (int64_t m = 0; m < grp; ++m) {
@@ -360,7 +365,7 @@ __global__ void gated_delta_backward_kernel(float* dq, float* dk, float* dv, flo
       backward_chunk_head(w, w.dS + m * kd * vd, dv, dg, dbeta, d_out, v, g, beta,
                           chunk_states + at.chunk_state(b, h, c), at, b, h, t0, n);
     }
-    l2norm_backward_rows(dq, q, w.dqc, w.rq, scale, at, b, hk, t0, n);
+    l2norm_backward_rows(dq, q, w.dqc, w.rq, at.scale, at, b, hk, t0, n);
     l2norm_backward_rows(dk, k, w.dkc, w.rk, 1.0f, at, b, hk, t0, n);
     __syncthreads();
   }
@@ -369,6 +374,8 @@ __global__ void gated_delta_backward_kernel(float* dq, float* dk, float* dv, flo
       for (int64_t i = tid; i < kd * vd; i += nt) d_initial_state[at.state(b, hk * grp + m) + i] = w.dS[m * kd * vd + i];
 }
 
+// The CPU kernel's check_gated_delta_shape lives in the CPU engine, which this library
+// does not link (lt_cuda_tests runs where that engine's libraries are absent).
 void check_shape(const GatedDeltaShape& s) {
   auto bad = [](const std::string& what) {
     throw std::invalid_argument("gated delta rule (CUDA): " + what);
@@ -399,10 +406,9 @@ void gated_delta_rule_forward(float* out, float* final_state, float* chunk_state
                               const float* v, const float* g, const float* beta, const float* initial_state,
                               const GatedDeltaShape& s, void* workspace, void* stream) {
   check_shape(s);
-  const Task at{s.seq, s.k_heads, s.v_heads, s.k_dim, s.v_dim, s.chunk, s.n_chunks()};
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.k_dim)));
+  const Task at(s);
   gated_delta_forward_kernel<<<static_cast<unsigned>(s.batch * s.v_heads), kThreads, 0, as_stream(stream)>>>(
-      out, final_state, chunk_states, q, k, v, g, beta, initial_state, at, scale, static_cast<float*>(workspace));
+      out, final_state, chunk_states, q, k, v, g, beta, initial_state, at, static_cast<float*>(workspace));
   LT_CUDA_CHECK_LAUNCH(gated_delta_forward_kernel);
 }
 
@@ -415,10 +421,9 @@ void gated_delta_rule_backward(float* dq, float* dk, float* dv, float* dg, float
     throw std::invalid_argument(
         "gated delta rule backward (CUDA): no chunk states given; pass the chunk_states buffer that the "
         "forward with the same inputs filled");
-  const Task at{s.seq, s.k_heads, s.v_heads, s.k_dim, s.v_dim, s.chunk, s.n_chunks()};
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.k_dim)));
+  const Task at(s);
   gated_delta_backward_kernel<<<static_cast<unsigned>(s.batch * s.k_heads), kThreads, 0, as_stream(stream)>>>(
-      dq, dk, dv, dg, dbeta, d_initial_state, d_out, d_final_state, q, k, v, g, beta, chunk_states, at, scale,
+      dq, dk, dv, dg, dbeta, d_initial_state, d_out, d_final_state, q, k, v, g, beta, chunk_states, at,
       static_cast<float*>(workspace));
   LT_CUDA_CHECK_LAUNCH(gated_delta_backward_kernel);
 }
