@@ -74,7 +74,7 @@ if ! "$tests" --gtest_list_tests >/dev/null 2>&1; then
   g=.device/googletest/googletest
   nvcc -std=c++17 -O2 -gencode arch=compute_90,code=sm_90 -Isrc -Itests -I"$g/include" -I"$g" \
     src/kernels/cuda/*.cu tests/cuda/*_test.cpp "$g/src/gtest-all.cc" "$g/src/gtest_main.cc" \
-    -lcublasLt -o /tmp/gpu_check/lt_cuda_tests || { fail "nvcc build"; exit $status; }
+    -ldl -o /tmp/gpu_check/lt_cuda_tests || { fail "nvcc build"; exit $status; }
   tests=/tmp/gpu_check/lt_cuda_tests
 fi
 

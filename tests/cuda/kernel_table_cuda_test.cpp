@@ -21,6 +21,7 @@
 #include "kernels/cuda/gated_delta_rule_cuda.h"
 #include "kernels/cuda/gated_rmsnorm_cuda.h"
 #include "kernels/cuda/geglu_cuda.h"
+#include "kernels/cuda/linear_cuda.h"
 #include "kernels/cuda/rmsnorm_cuda.h"
 #include "kernels/cuda/rope_cuda.h"
 #include "kernels/cuda/sum_of_squares_cuda.h"
@@ -70,10 +71,52 @@ TEST_F(CudaKernelTable, HasTheEntriesItClaims) {
               k().causal_conv1d_silu_forward && k().causal_conv1d_silu_backward &&
               k().gated_delta_rule_forward_workspace_floats && k().gated_delta_rule_backward_workspace_floats &&
               k().gated_delta_rule_forward && k().gated_delta_rule_backward && k().sum_of_squares &&
-              k().convert_f32_to_bf16);
+              k().convert_f32_to_bf16 && k().linear_forward && k().linear_backward && k().matmul);
   // Not yet (cuda_kernel_table.h says why): null, so a caller fails at once, not in a kernel.
-  EXPECT_FALSE(k().linear_forward || k().linear_backward || k().matmul || k().head_cross_entropy ||
-               k().head_cross_entropy_stream);
+  EXPECT_FALSE(k().head_cross_entropy || k().head_cross_entropy_stream);
+}
+
+TEST_F(CudaKernelTable, LinearAndMatmul) {
+  // The table's products run on its own cuBLASLt handle; the direct calls on another with
+  // the same workspace size, for which cuBLASLt picks the same algorithm.
+  cuda::Gemm gemm;
+  const int64_t M = 130, K = 96, N = 200;
+  for (Precision p : {Precision::BF16, Precision::F32})
+    for (bool with_bf16_copy : {false, true}) {
+      if (p == Precision::F32 && with_bf16_copy) continue;
+      const cuda::GemmInput in = p == Precision::BF16 ? cuda::GemmInput::BF16 : cuda::GemmInput::F32;
+      const std::string what = std::string(p == Precision::BF16 ? "bf16" : "fp32") +
+                               (with_bf16_copy ? " (bf16 copy)" : "") + " linear";
+      DeviceBuffer x = buf(M * K, 21), w = buf(N * K, 22), bias = buf(N, 23), dy = buf(M * N, 24), w16(N * K * 2);
+      cuda::convert_f32_to_bf16(w16.as<uint16_t>(), w.as<float>(), N * K);
+      const uint16_t* w16_bits = with_bf16_copy ? w16.as<uint16_t>() : nullptr;
+      DeviceBuffer y1(M * N * 4), y2(M * N * 4), dx1 = buf(M * K, 25), dx2 = copy_of(dx1, M * K);
+      DeviceBuffer dw1 = buf(N * K, 26), dw2 = copy_of(dw1, N * K), db1 = buf(N, 27), db2 = copy_of(db1, N);
+      sync();  // the uploads (on the default stream) have landed
+      k().linear_forward(y1.as<float>(), x.as<float>(), w.as<float>(), reinterpret_cast<const bf16*>(w16_bits),
+                         bias.as<float>(), M, K, N, p);
+      k().linear_backward(dx1.as<float>(), dw1.as<float>(), db1.as<float>(), dy.as<float>(), x.as<float>(),
+                          w.as<float>(), reinterpret_cast<const bf16*>(w16_bits), M, K, N, true, p);
+      DeviceBuffer fws(cuda::linear_forward_workspace_bytes(M, K, N, in, w16_bits != nullptr));
+      DeviceBuffer bws(cuda::linear_backward_workspace_bytes(M, K, N, in, w16_bits != nullptr, true));
+      cuda::linear_forward(gemm, y2.as<float>(), x.as<float>(), w.as<float>(), w16_bits, bias.as<float>(), M, K, N,
+                           in, fws.data());
+      cuda::linear_backward(gemm, dx2.as<float>(), dw2.as<float>(), db2.as<float>(), dy.as<float>(), x.as<float>(),
+                            w.as<float>(), w16_bits, M, K, N, true, in, bws.data());
+      sync();
+      expect_same(y1, y2, M * N, what + " y");
+      expect_same(dx1, dx2, M * K, what + " dx");
+      expect_same(dw1, dw2, N * K, what + " dw");
+      expect_same(db1, db2, N, what + " dbias");
+
+      // matmul: c (+)= x^T dy, [K, N], a shape whose operands are both transposed reads.
+      DeviceBuffer c1 = buf(K * N, 28), c2 = copy_of(c1, K * N), mws(cuda::matmul_workspace_bytes(K, N, M, in));
+      sync();
+      k().matmul(c1.as<float>(), x.as<float>(), true, dy.as<float>(), false, K, N, M, true, p);
+      cuda::matmul(gemm, c2.as<float>(), x.as<float>(), true, dy.as<float>(), false, K, N, M, true, in, mws.data());
+      sync();
+      expect_same(c1, c2, K * N, what + " matmul");
+    }
 }
 
 TEST_F(CudaKernelTable, EmbeddingRmsnormAndConvert) {

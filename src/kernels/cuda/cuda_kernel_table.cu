@@ -10,6 +10,7 @@
 #include "kernels/cuda/gated_delta_rule_cuda.h"
 #include "kernels/cuda/gated_rmsnorm_cuda.h"
 #include "kernels/cuda/geglu_cuda.h"
+#include "kernels/cuda/linear_cuda.h"
 #include "kernels/cuda/rmsnorm_cuda.h"
 #include "kernels/cuda/rope_cuda.h"
 #include "kernels/cuda/sum_of_squares_cuda.h"
@@ -40,6 +41,20 @@ class Scratch {
 };
 
 size_t floats_for(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
+
+GemmInput gemm_input(Precision p) { return p == Precision::BF16 ? GemmInput::BF16 : GemmInput::F32; }
+const uint16_t* bits(const bf16* p) {
+  static_assert(sizeof(bf16) == sizeof(uint16_t), "bf16 is its 16 bits");
+  return reinterpret_cast<const uint16_t*>(p);
+}
+
+// The table's products share one cuBLASLt handle and workspace, made at the first product
+// (which is when cuBLASLt is loaded: cublaslt_api.cuh). They run on the table's stream only,
+// so the one workspace is never in use twice at once.
+Gemm& table_gemm() {
+  static Gemm gemm;
+  return gemm;
+}
 
 KernelTable make_table() {
   KernelTable k;
@@ -94,6 +109,22 @@ KernelTable make_table() {
   k.geglu_backward = [](float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
     geglu_backward(dg, du, dh, g, u, n, stream());
   };
+  k.linear_forward = [](float* y, const float* x, const float* w, const bf16* w_bf16, const float* bias, int64_t M,
+                       int64_t K, int64_t N, Precision p) {
+    Scratch ws(linear_forward_workspace_bytes(M, K, N, gemm_input(p), w_bf16 != nullptr));
+    linear_forward(table_gemm(), y, x, w, bits(w_bf16), bias, M, K, N, gemm_input(p), ws.get(), stream());
+  };
+  k.linear_backward = [](float* dx, float* dw, float* dbias, const float* dy, const float* x, const float* w,
+                         const bf16* w_bf16, int64_t M, int64_t K, int64_t N, bool accumulate_dx, Precision p) {
+    Scratch ws(linear_backward_workspace_bytes(M, K, N, gemm_input(p), w_bf16 != nullptr, dbias != nullptr));
+    linear_backward(table_gemm(), dx, dw, dbias, dy, x, w, bits(w_bf16), M, K, N, accumulate_dx, gemm_input(p),
+                    ws.get(), stream());
+  };
+  k.matmul = [](float* c, const float* a, bool trans_a, const float* b, bool trans_b, int64_t M, int64_t N, int64_t K,
+                bool accumulate, Precision p) {
+    Scratch ws(matmul_workspace_bytes(M, N, K, gemm_input(p)));
+    matmul(table_gemm(), c, a, trans_a, b, trans_b, M, N, K, accumulate, gemm_input(p), ws.get(), stream());
+  };
   k.causal_conv1d_silu_forward = [](float* y, const float* x, const float* w, const CausalConvShape& s) {
     causal_conv1d_silu_forward(y, x, w, s.batch, s.seq, s.channels, s.kernel, stream());
   };
@@ -136,7 +167,6 @@ KernelTable make_table() {
     return host;
   };
   k.convert_f32_to_bf16 = [](bf16* dst, const float* src, size_t n) {
-    static_assert(sizeof(bf16) == sizeof(uint16_t), "bf16 is its 16 bits");
     convert_f32_to_bf16(reinterpret_cast<uint16_t*>(dst), src, static_cast<int64_t>(n), stream());
   };
   return k;

@@ -3,13 +3,13 @@
 // the stream set_kernel_table_stream() names (the cuda backend's compute stream).
 //
 // In the table so far: embedding, RMSNorm and its gated form, RoPE, attention, SwiGLU,
-// GeGLU, the causal conv1d, the gated delta rule, the float64 sum of squares (returned to
-// the host, so it waits for the stream) and fp32 -> bf16. Null still (their entries need
-// more than a wrapper): the linear layers and matmul (cuBLASLt with the bf16 compute copy;
-// and linking it makes every executable load cuBLASLt), the head's cross-entropy (its loss
-// is a host double, its streamed form an object). Entries whose CPU signature has no
-// workspace (the embedding's, RMSNorm's and the conv's backward) take their scratch from
-// CUDA's stream-ordered pool (cudaMallocAsync), outside the plan's arena.
+// GeGLU, the linear layers and matmul (cuBLASLt, one handle for the table, loaded at the
+// first product), the causal conv1d, the gated delta rule, the float64 sum of squares
+// (returned to the host, so it waits for the stream) and fp32 -> bf16. Null still: the
+// head's cross-entropy (its loss is a host double, its streamed form an object). Entries
+// whose CPU signature has no workspace (the embedding's, RMSNorm's and the conv's backward,
+// the linear layers' bf16 roundings of their operands and dbias partials) take their
+// scratch from CUDA's stream-ordered pool (cudaMallocAsync), outside the plan's arena.
 #pragma once
 
 #include "kernels/kernel_table.h"

@@ -1,10 +1,9 @@
 #include "kernels/cuda/matmul_cuda.h"
 
-#include <cublasLt.h>
-
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/cublaslt_api.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
 namespace lt::cuda {
@@ -22,15 +21,15 @@ void check_lt(cublasStatus_t s, const char* call) {
 // Descriptors live for one call; these free them on every path out.
 struct LayoutHandle {
   cublasLtMatrixLayout_t h = nullptr;
-  ~LayoutHandle() { if (h) cublasLtMatrixLayoutDestroy(h); }
+  ~LayoutHandle() { if (h) cublaslt().layout_destroy(h); }
 };
 struct DescHandle {
   cublasLtMatmulDesc_t h = nullptr;
-  ~DescHandle() { if (h) cublasLtMatmulDescDestroy(h); }
+  ~DescHandle() { if (h) cublaslt().desc_destroy(h); }
 };
 struct PreferenceHandle {
   cublasLtMatmulPreference_t h = nullptr;
-  ~PreferenceHandle() { if (h) cublasLtMatmulPreferenceDestroy(h); }
+  ~PreferenceHandle() { if (h) cublaslt().preference_destroy(h); }
 };
 
 }  // namespace
@@ -42,12 +41,12 @@ struct Gemm::Impl {
 };
 
 Gemm::Gemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
-  LT_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  LT_CUBLAS_CHECK(cublaslt().create(&impl_->handle));
   impl_->workspace_bytes = workspace_bytes;
   if (workspace_bytes) {
     const cudaError_t e = cudaMalloc(&impl_->workspace, workspace_bytes);
     if (e != cudaSuccess) {
-      cublasLtDestroy(impl_->handle);
+      cublaslt().destroy(impl_->handle);
       LT_CUDA_CHECK(e);
     }
   }
@@ -55,7 +54,7 @@ Gemm::Gemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
 
 Gemm::~Gemm() {
   cudaFree(impl_->workspace);
-  cublasLtDestroy(impl_->handle);
+  cublaslt().destroy(impl_->handle);
 }
 
 void Gemm::run(const GemmArgs& g, void* stream) {
@@ -70,35 +69,35 @@ void Gemm::run(const GemmArgs& g, void* stream) {
   LayoutHandle first, second, out;
   // B stored [K,N] (ld N) or [N,K] (ld K), read column-major: [N,K] or [K,N].
   if (g.trans_b)
-    LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&first.h, in, k, n, static_cast<int64_t>(k)));
+    LT_CUBLAS_CHECK(cublaslt().layout_create(&first.h, in, k, n, static_cast<int64_t>(k)));
   else
-    LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&first.h, in, n, k, static_cast<int64_t>(n)));
+    LT_CUBLAS_CHECK(cublaslt().layout_create(&first.h, in, n, k, static_cast<int64_t>(n)));
   // A stored [M,K] (ld K) or [K,M] (ld M), read column-major: [K,M] or [M,K].
   if (g.trans_a)
-    LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&second.h, in, m, k, static_cast<int64_t>(m)));
+    LT_CUBLAS_CHECK(cublaslt().layout_create(&second.h, in, m, k, static_cast<int64_t>(m)));
   else
-    LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&second.h, in, k, m, static_cast<int64_t>(k)));
-  LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&out.h, CUDA_R_32F, n, m, static_cast<int64_t>(n)));
+    LT_CUBLAS_CHECK(cublaslt().layout_create(&second.h, in, k, m, static_cast<int64_t>(k)));
+  LT_CUBLAS_CHECK(cublaslt().layout_create(&out.h, CUDA_R_32F, n, m, static_cast<int64_t>(n)));
 
   DescHandle desc;
-  LT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT_CUBLAS_CHECK(cublaslt().desc_create(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
-  LT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+  LT_CUBLAS_CHECK(cublaslt().desc_set_attribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
+  LT_CUBLAS_CHECK(cublaslt().desc_set_attribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
 
   PreferenceHandle pref;
-  LT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
-  LT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+  LT_CUBLAS_CHECK(cublaslt().preference_create(&pref.h));
+  LT_CUBLAS_CHECK(cublaslt().preference_set_attribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                        &impl_->workspace_bytes, sizeof impl_->workspace_bytes));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  LT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(impl_->handle, desc.h, first.h, second.h, out.h, out.h, pref.h, 1,
+  LT_CUBLAS_CHECK(cublaslt().algo_get_heuristic(impl_->handle, desc.h, first.h, second.h, out.h, out.h, pref.h, 1,
                                                  &result, &found));
   if (found == 0)
     throw std::runtime_error("Gemm::run: cuBLASLt has no algorithm for M " + std::to_string(g.m) + ", N " +
                              std::to_string(g.n) + ", K " + std::to_string(g.k));
-  LT_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, desc.h, &g.alpha, g.b, first.h, g.a, second.h, &g.beta, g.c, out.h,
+  LT_CUBLAS_CHECK(cublaslt().matmul(impl_->handle, desc.h, &g.alpha, g.b, first.h, g.a, second.h, &g.beta, g.c, out.h,
                                  g.c, out.h, &result.algo, impl_->workspace, impl_->workspace_bytes,
                                  as_stream(stream)));
 }
