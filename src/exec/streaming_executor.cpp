@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "exec/streaming_parked.h"
+#include "model/config_moe.h"
 #include "memory/arena_layout.h"
 #include "model/rope_frequencies.h"
 
@@ -111,6 +112,7 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
       live_(sched_),
       host_("host activations", 0, backend.host_tier_memory()),
       workspace_(plan.model, plan.batch, plan.seq, backend.kernels()) {
+  reject_router_aux_loss(config_, "streaming executor");
   weights_ = make_weight_source(config_, sched_, backend_, live_, host_, options.precision);
   grads_ = make_gradient_sink(
       config_, sched_, backend_, live_, host_, [this] { return now(); },

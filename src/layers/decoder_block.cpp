@@ -91,6 +91,7 @@ void embed_backward(const KernelTable& k, float* dtable, const int32_t* ids, flo
 BlockContext layer_context(const BlockContext& step, const ModelConfig& c, int64_t layer) {
   BlockContext ctx = step;
   ctx.kind = c.layer_kind(layer);
+  ctx.sparse = c.layer_is_sparse(layer);
   ctx.window = c.layer_window(layer);
   if (c.layer_is_sliding(layer) && step.local_rope_cos) {
     ctx.rope_cos = step.local_rope_cos;
@@ -150,6 +151,14 @@ BlockShape block_shape(const ModelConfig& c, int64_t batch, int64_t seq) {
   s.output_gate = c.attn_output_gate;
   s.rotary = rotary_dim(c);
   s.linear = c.linear;
+  if (c.has_moe()) {
+    s.moe.tokens = batch * seq;
+    s.moe.hidden = c.hidden_size;
+    s.moe.experts = c.moe.num_experts;
+    s.moe.top_k = c.moe.experts_per_token;
+    s.moe.intermediate = c.moe.expert_intermediate;
+    s.moe.norm_topk_prob = c.moe.norm_topk_prob;
+  }
   return s;
 }
 
@@ -183,6 +192,10 @@ BlockSavedLayout block_saved_layout(const ModelConfig& c, int64_t layer, int64_t
       {"beta", &BlockSaved::beta},                     {"decay", &BlockSaved::decay},
       {"chunk_states", &BlockSaved::chunk_states},     {"delta_out", &BlockSaved::delta_out},
       {"delta_norm_rstd", &BlockSaved::delta_norm_rstd}, {"delta_gated", &BlockSaved::delta_gated},
+      {"moe_probs", &BlockSaved::moe_probs},           {"moe_weights", &BlockSaved::moe_weights},
+      {"moe_experts", &BlockSaved::moe_experts},       {"moe_offsets", &BlockSaved::moe_offsets},
+      {"moe_row_of", &BlockSaved::moe_row_of},         {"moe_gate", &BlockSaved::moe_gate},
+      {"moe_up", &BlockSaved::moe_up},                 {"moe_act", &BlockSaved::moe_act},
   };
   BlockSavedLayout layout;
   for (const auto& spec : layer_saved_activations(c, layer, RecomputeOption::KeepInternals, batch, seq, 4)) {
@@ -195,7 +208,8 @@ BlockSavedLayout block_saved_layout(const ModelConfig& c, int64_t layer, int64_t
   const auto has = [&](F m) {
     return std::any_of(layout.fields.begin(), layout.fields.end(), [&](const auto& f) { return f.first == m; });
   };
-  LT_ASSERT(has(&BlockSaved::mlp_act) && has(&BlockSaved::resid_mid));
+  LT_ASSERT(has(c.layer_is_sparse(layer) ? &BlockSaved::moe_act : &BlockSaved::mlp_act) &&
+            has(&BlockSaved::resid_mid));
   if (c.layer_kind(layer) == LayerKind::LinearAttention) {
     LT_ASSERT(has(&BlockSaved::conv_in) && has(&BlockSaved::chunk_states) && has(&BlockSaved::delta_gated));
     return layout;
@@ -252,6 +266,11 @@ BlockWorkspace::BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq,
   if (linear) {
     fields_.emplace_back(&BlockWorkspace::mixer, shared);
     floats_ = std::max(floats_, shared + linear_mixer_workspace_floats(k, linear_mixer_shape(s)));
+  }
+  // The MoE MLP's scratch is live only inside the MLP, never with the token mixer's.
+  if (c.has_moe()) {
+    fields_.emplace_back(&BlockWorkspace::moe, shared);
+    floats_ = std::max(floats_, shared + moe_workspace_floats(s.moe));
   }
 }
 
@@ -353,6 +372,54 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
   k.linear_backward(ws.d_norm_out, g.wv, g.bv, ws.dv, h1, w.wv, wb.wv, T, C, KD, true, p);
 }
 
+// The dense MLP's backward: d_out is the gradient of the block's output; leaves dh2 (the
+// gradient of the MLP's input norm output) in ws.d_norm_out.
+void dense_mlp_backward(BlockTensors& g, BlockWorkspace& ws, const float* d_out, const BlockTensors& w,
+                        const BlockTensorsBf16& wb, const BlockSaved& sv, const BlockContext& ctx) {
+  const BlockShape& s = ctx.shape;
+  const KernelTable& k = *ctx.kernels;
+  const int64_t T = s.tokens(), C = s.hidden, I = s.inter;
+  const Precision p = ctx.precision;
+  const float* d_down = d_out;
+  if (s.sandwich_norms) {  // d_norm_in is free until the MLP's input norm
+    k.rmsnorm_backward(ws.d_norm_in, g.post_mlp_norm, d_out, sv.mlp_down_out, w.post_mlp_norm,
+                       sv.post_mlp_norm_rstd, T, C, s.norm_offset);
+    d_down = ws.d_norm_in;
+  }
+  k.linear_backward(ws.d_act, g.wd, g.bd, d_down, sv.mlp_act, w.wd, wb.wd, T, I, C, false, p);
+  if (s.act == MlpActivation::GeluTanh)
+    k.geglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
+  else
+    k.swiglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
+  k.linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, sv.mlp_norm_out, w.wg, wb.wg, T, C, I, false, p);
+  k.linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, sv.mlp_norm_out, w.wu, wb.wu, T, C, I, true, p);
+}
+
+// The MoE block's views of a sparse layer's saved tensors and weights.
+MoeSaved moe_saved_views(const BlockSaved& sv) {
+  MoeSaved m;
+  m.probs = sv.moe_probs;
+  m.weights = sv.moe_weights;
+  m.experts = reinterpret_cast<int32_t*>(sv.moe_experts);
+  m.offsets = reinterpret_cast<int32_t*>(sv.moe_offsets);
+  m.row_of = reinterpret_cast<int32_t*>(sv.moe_row_of);
+  m.gate = sv.moe_gate;
+  m.up = sv.moe_up;
+  m.act = sv.moe_act;
+  return m;
+}
+MoeWeights moe_weights(const BlockTensors& w) { return {w.moe_router, w.moe_gate_up, w.moe_down}; }
+MoeWeightsBf16 moe_weights_bf16(const BlockTensorsBf16& wb) { return {wb.moe_router, wb.moe_gate_up, wb.moe_down}; }
+
+// The MoE block runs the CPU's kernels (its per-expert GEMMs are not kernel-table entries
+// yet): refuse a device table rather than hand it device pointers.
+const MoeShape& host_moe_shape(const BlockContext& ctx) {
+  if (std::string(ctx.kernels->name) != cpu_kernel_table().name)
+    throw Error(std::string("the mixture-of-experts MLP has no kernels on the '") + ctx.kernels->name + "' backend yet",
+                "decoder layer (qwen3_moe / mixtral)", "train this model with --backend cpu or emu");
+  return ctx.shape.moe;
+}
+
 }  // namespace
 
 void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float* x_in, const BlockTensors& w,
@@ -377,6 +444,12 @@ void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float
   add_inplace(sv.resid_mid, x_in, T * C);
 
   k.rmsnorm_forward(sv.mlp_norm_out, sv.mlp_norm_rstd, sv.resid_mid, w.mlp_norm, T, C, s.eps, off);
+  if (ctx.sparse) {  // x_out = x_mid + moe(h2)
+    MoeSaved moe = moe_saved_views(sv);
+    moe_forward(x_out, moe, sv.mlp_norm_out, moe_weights(w), moe_weights_bf16(wb), host_moe_shape(ctx), p, ws.moe);
+    add_inplace(x_out, sv.resid_mid, T * C);
+    return;
+  }
   k.linear_forward(sv.mlp_gate, sv.mlp_norm_out, w.wg, wb.wg, w.bg, T, C, I, p);
   k.linear_forward(sv.mlp_up, sv.mlp_norm_out, w.wu, wb.wu, w.bu, T, C, I, p);
   if (s.act == MlpActivation::GeluTanh) k.geglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
@@ -395,24 +468,19 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
                     const BlockSaved& sv, const BlockContext& ctx) {
   const BlockShape& s = ctx.shape;
   const KernelTable& k = *ctx.kernels;
-  const int64_t T = s.tokens(), C = s.hidden, I = s.inter;
+  const int64_t T = s.tokens(), C = s.hidden;
   const Precision p = ctx.precision;
   const float off = s.norm_offset;
 
-  // MLP: x_out = x_mid + down(act(gate(h2)) * up(h2)) [Gemma: norm(down(...))].
-  const float* d_down = dx_out;
-  if (s.sandwich_norms) {  // d_norm_in is free until the MLP's input norm
-    k.rmsnorm_backward(ws.d_norm_in, g.post_mlp_norm, dx_out, sv.mlp_down_out, w.post_mlp_norm,
-                  sv.post_mlp_norm_rstd, T, C, off);
-    d_down = ws.d_norm_in;
+  // MLP: x_out = x_mid + down(act(gate(h2)) * up(h2)) [Gemma: norm(down(...))], or on a
+  // sparse layer x_out = x_mid + moe(h2); either leaves dh2 in d_norm_out.
+  if (ctx.sparse) {
+    MoeGrads mg{g.moe_router, g.moe_gate_up, g.moe_down};
+    moe_backward(ws.d_norm_out, mg, dx_out, sv.mlp_norm_out, moe_weights(w), moe_weights_bf16(wb),
+                 moe_saved_views(sv), nullptr, host_moe_shape(ctx), p, ws.moe);
+  } else {
+    dense_mlp_backward(g, ws, dx_out, w, wb, sv, ctx);
   }
-  k.linear_backward(ws.d_act, g.wd, g.bd, d_down, sv.mlp_act, w.wd, wb.wd, T, I, C, false, p);
-  if (s.act == MlpActivation::GeluTanh)
-    k.geglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
-  else
-    k.swiglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
-  k.linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, sv.mlp_norm_out, w.wg, wb.wg, T, C, I, false, p);
-  k.linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, sv.mlp_norm_out, w.wu, wb.wu, T, C, I, true, p);
   k.rmsnorm_backward(ws.d_norm_in, g.mlp_norm, ws.d_norm_out, sv.resid_mid, w.mlp_norm, sv.mlp_norm_rstd, T, C, off);
   float* dx_mid = dx_in;  // dx_in accumulates the residual path from here on
   add_into(dx_mid, dx_out, ws.d_norm_in, T * C);

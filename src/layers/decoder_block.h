@@ -13,6 +13,10 @@
 //   x_mid = x_in + rmsnorm(o·Wo^T), x_out = x_mid + rmsnorm(m·Wd^T); m uses gelu (tanh)
 //   instead of silu; the attention scale is query_pre_attn_scalar^-1/2.
 //
+// qwen3_moe, mixtral: on a sparse layer the MLP is the mixture of experts of
+//   layers/moe_mlp.h, x_out = x_mid + moe(h2); it runs the CPU's kernels (not yet in the
+//   kernel table), so the model's compute tier must be host memory.
+//
 // Qwen3.5 (hybrid): a linear-attention layer runs the Gated DeltaNet mixer
 //   (layers/linear_attention_mixer.h) on h1 in place of attention, x_mid = x_in + mixer(h1);
 //   a full-attention layer's q_proj yields each head's query and a gate, with 1 + w q/k
@@ -28,6 +32,7 @@
 #include "core/aligned_buffer.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/kernel_table.h"
+#include "layers/moe_mlp.h"
 #include "model/config.h"
 #include "model/parameters.h"
 
@@ -45,6 +50,7 @@ struct BlockShape {
   bool output_gate = false;  // Qwen3.5: attention's output times sigmoid(gate from q_proj)
   int64_t rotary = 0;        // channels of each head that RoPE rotates (head_dim unless partial)
   LinearAttentionShape linear;  // the Gated DeltaNet layers' (hybrid models)
+  MoeShape moe;                 // the sparse MoE layers' MLP (experts 0: none), for tokens()
   int64_t tokens() const { return batch * seq; }
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
@@ -69,6 +75,10 @@ struct BlockSaved {
   float *conv_in = nullptr, *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr, *z = nullptr;
   float *beta = nullptr, *decay = nullptr, *chunk_states = nullptr;
   float *delta_out = nullptr, *delta_norm_rstd = nullptr, *delta_gated = nullptr;
+  // A sparse MoE layer's MLP, in place of mlp_gate/up/act (layers/moe_mlp.h's MoeSaved;
+  // experts, offsets and row_of hold int32).
+  float *moe_probs = nullptr, *moe_weights = nullptr, *moe_experts = nullptr, *moe_offsets = nullptr,
+        *moe_row_of = nullptr, *moe_gate = nullptr, *moe_up = nullptr, *moe_act = nullptr;
 };
 int64_t block_saved_numel(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq);
 // The largest layer's (one scratch buffer serves every recomputed layer).
@@ -104,6 +114,7 @@ class BlockWorkspace {
   // (backward) [T, Hq*2D], and o_proj's input, the gated attention output [T, Hq*D].
   float *q_and_gate = nullptr, *gated = nullptr;
   float* mixer = nullptr;  // the Gated DeltaNet mixer's workspace (null without one)
+  float* moe = nullptr;    // the MoE MLP's workspace (null without sparse layers)
 
  private:
   std::vector<std::pair<float* BlockWorkspace::*, size_t>> fields_;  // each pointer's offset, in floats
@@ -129,6 +140,7 @@ struct BlockContext {
   const float* local_rope_cos = nullptr;
   const float* local_rope_sin = nullptr;
   LayerKind kind = LayerKind::Attention;
+  bool sparse = false;  // this layer's MLP is the MoE block (shape.moe)
   // The kernels the block runs on (kernels/kernel_table.h): the streaming executor gives
   // its backend's; the CPU's otherwise.
   const KernelTable* kernels = &cpu_kernel_table();

@@ -84,6 +84,21 @@ Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
     q_and_gate_.resize(2 * n * QD);
     attn_gate_.resize(n * QD);
   }
+  if (c.has_moe()) {  // both sizes grow with the token count: enough for any call's n <= max_len
+    moe_saved_.resize((moe_saved_bytes(moe_shape(n)) + sizeof(float) - 1) / sizeof(float));
+    moe_ws_.resize(moe_workspace_floats(moe_shape(n)));
+  }
+}
+
+MoeShape Generator::moe_shape(int64_t n) const {
+  MoeShape s;
+  s.tokens = n;
+  s.hidden = config_.hidden_size;
+  s.experts = config_.moe.num_experts;
+  s.top_k = config_.moe.experts_per_token;
+  s.intermediate = config_.moe.expert_intermediate;
+  s.norm_topk_prob = config_.moe.norm_topk_prob;
+  return s;
 }
 
 namespace {
@@ -101,13 +116,23 @@ void split_heads(float* query, float* gate, const float* qg, int64_t rows, int64
 void Generator::refresh_compute_copy(const ModelParameters& params) { compute_copy_.refresh(params); }
 
 // The MLP half of a layer on n rows of x_ (residual included).
-void Generator::mlp(ModelParameters& params, const BlockTensors& w, int64_t n) {
+void Generator::mlp(ModelParameters& params, const BlockTensors& w, int64_t n, int64_t layer) {
   const ModelConfig& c = config_;
   const int64_t C = c.hidden_size, I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float off = static_cast<float>(c.norm_weight_offset);
   const Precision p = precision_;
   kernels_.rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.mlp_norm, n, C, eps, off);
+  if (c.layer_is_sparse(layer)) {  // the mixture of experts (no sandwich norms in these families)
+    const MoeShape s = moe_shape(n);
+    MoeSaved routing = moe_bind_saved(moe_saved_.data(), s);
+    const MoeWeights mw{w.moe_router, w.moe_gate_up, w.moe_down};
+    const MoeWeightsBf16 mb{compute_copy_.of(params, w.moe_router), compute_copy_.of(params, w.moe_gate_up),
+                            compute_copy_.of(params, w.moe_down)};
+    moe_forward(tmp_.data(), routing, h_.data(), mw, mb, s, p, moe_ws_.data());
+    add_inplace(x_.data(), tmp_.data(), n * C);
+    return;
+  }
   kernels_.linear_forward(gate_.data(), h_.data(), w.wg, compute_copy_.of(params, w.wg), w.bg, n, C, I, p);
   kernels_.linear_forward(up_.data(), h_.data(), w.wu, compute_copy_.of(params, w.wu), w.bu, n, C, I, p);
   if (c.mlp_activation == MlpActivation::GeluTanh) kernels_.geglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
@@ -151,7 +176,7 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
       if (pos == 0) decoder.reset();
       for (int64_t t = 0; t < n; ++t) decoder.step(tmp_.data() + t * C, h_.data() + t * C, w, wb, p);
       add_inplace(x_.data(), tmp_.data(), n * C);
-      mlp(params, w, n);
+      mlp(params, w, n, l);
       continue;
     }
     const int64_t window = c.layer_window(l);
@@ -198,7 +223,7 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
     } else {
       add_inplace(x_.data(), tmp_.data(), n * C);
     }
-    mlp(params, w, n);
+    mlp(params, w, n, l);
   }
   // Only the last position's logits are needed.
   const float* last = x_.data() + (n - 1) * C;

@@ -14,6 +14,7 @@
 #include "kernels/kernel_table.h"
 #include "layers/compute_copy.h"
 #include "layers/linear_attention_decode.h"
+#include "layers/moe_mlp.h"
 #include "model/config.h"
 #include "model/parameters.h"
 
@@ -47,7 +48,9 @@ class Generator {
   // Runs tokens[0..n) at positions pos..pos+n, filling the caches; leaves the final
   // hidden state of the last position in hidden_last_.
   void run(const ModelParameters& params, const int32_t* tokens, int64_t n, int64_t pos);
-  void mlp(ModelParameters& params, const BlockTensors& w, int64_t n);
+  void mlp(ModelParameters& params, const BlockTensors& w, int64_t n, int64_t layer);
+  // The MoE block's shape for n tokens (sparse layers).
+  MoeShape moe_shape(int64_t n) const;
 
   ModelConfig config_;
   // The host's kernels: the caches and the scratch below are host memory. (Attention for
@@ -67,6 +70,7 @@ class Generator {
   AlignedBuffer<float> x_, h_, q_pre_, k_pre_, q_, k_, v_, att_, tmp_, gate_, up_, act_;
   AlignedBuffer<float> rstd_, head_rstd_, lse_, scores_, logits_;
   AlignedBuffer<float> q_and_gate_, attn_gate_;  // gated attention (Qwen3.5)
+  AlignedBuffer<float> moe_saved_, moe_ws_;      // the MoE block's outputs and scratch (sparse layers)
   std::vector<LinearAttentionDecoder> linear_;   // one per linear-attention layer
 };
 

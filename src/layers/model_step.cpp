@@ -1,6 +1,7 @@
 #include "layers/model_step.h"
 
 #include "core/error.h"
+#include "model/config_moe.h"
 #include "model/rope_frequencies.h"
 
 namespace lt {
@@ -21,6 +22,7 @@ ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision
     throw Error("sequence length " + std::to_string(seq) + " exceeds max_position_embeddings " +
                     std::to_string(c.max_position_embeddings),
                 "model config", "use a shorter sequence");
+  reject_router_aux_loss(c, "model step");
   workspace_.allocate();
   ctx_.shape = block_shape(c, batch, seq);
   set_rope_tables(ctx_, rope_cos_, rope_sin_, c, seq);

@@ -3,7 +3,7 @@
 // gemma3_text (the same block with Gemma's (1 + w) norms, a norm after attention and
 // after the MLP, GeGLU, scaled embeddings, and sliding-window and global layers);
 // qwen3_5_text (hybrid, model/config_qwen3_5.h); qwen3_moe and mixtral (sparse MoE MLP,
-// model/config_moe.h: parsed, not yet run).
+// model/config_moe.h).
 #pragma once
 
 #include <algorithm>
@@ -48,7 +48,7 @@ enum class LayerAttention { Full, Sliding };
 enum class MlpActivation { Silu, GeluTanh };
 
 // The sparse mixture-of-experts MLP of qwen3_moe and mixtral (layers/moe_mlp.h): which
-// layers have it and its shape. Parsed (model/config_moe.cpp); not yet run.
+// layers have it and its shape (model/config_moe.cpp).
 struct MoeConfig {
   int64_t num_experts = 0;            // 0: no sparse layers (every other family)
   int64_t experts_per_token = 0;      // num_experts_per_tok

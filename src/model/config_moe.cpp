@@ -92,8 +92,16 @@ ModelConfig parse_moe_config(const json& j, const std::string& where) {
   c.sliding_window = mixtral ? c.sliding_window : window;
 
   MoeConfig& m = c.moe;
-  const std::string experts_key = mixtral ? "num_local_experts" : "num_experts";
+  // qwen3_moe: the hub's configs say num_experts; transformers 5.x's Qwen3MoeConfig keeps it
+  // as num_local_experts (num_experts is an alias) and save_pretrained writes that name.
+  std::string experts_key = mixtral ? "num_local_experts" : "num_experts";
+  if (!mixtral && !f.has("num_experts") && f.has("num_local_experts")) experts_key = "num_local_experts";
   m.num_experts = f.opt_int(experts_key, mixtral ? 8 : 128);
+  if (!mixtral && f.has("num_experts") && f.has("num_local_experts") &&
+      f.opt_int("num_local_experts", 0) != m.num_experts)
+    throw Error("num_experts is " + std::to_string(m.num_experts) + " and num_local_experts " +
+                    std::to_string(f.opt_int("num_local_experts", 0)) + ": two expert counts",
+                f.at("num_local_experts"), "keep one of the two (transformers reads them as the same field)");
   if (m.num_experts <= 0)
     throw Error("is " + std::to_string(m.num_experts) + ": a model without experts", f.at(experts_key),
                 mixtral ? "Mixtral models have experts; fix config.json"
@@ -169,12 +177,13 @@ json moe_config_to_json(const ModelConfig& c, json j) {
   return j;
 }
 
-void reject_unwired_moe(const ModelConfig& c, const std::string& stage) {
-  if (!c.has_moe()) return;
-  throw Error(c.model_type + " models (sparse mixture-of-experts MLP) are parsed but not yet planned or run",
+void reject_router_aux_loss(const ModelConfig& c, const std::string& stage) {
+  if (!c.has_moe() || !c.moe.output_router_logits) return;
+  throw Error("output_router_logits is true: transformers adds the router's load-balancing loss (times "
+                  "router_aux_loss_coef) to this model's loss, which lazytrain does not compute yet",
               "model config (" + c.model_type + "), " + stage,
-              "the MoE block (layers/moe_mlp.h) is not wired into the layer specs and the executor yet; use a dense "
-              "model (llama, mistral, qwen2, qwen3, gemma3_text) or qwen3_5_text");
+              "set \"output_router_logits\": false in config.json to train without that loss (the released "
+              "qwen3_moe and mixtral configs do)");
 }
 
 }  // namespace lt

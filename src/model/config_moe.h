@@ -1,8 +1,7 @@
 // Sparse mixture-of-experts configs (model/config_moe.cpp): transformers' Qwen3MoeConfig
 // (model_type "qwen3_moe") and MixtralConfig ("mixtral"). parse_model_config and
 // model_config_to_json hand these model types here. The MoE block itself is
-// layers/moe_mlp.h; until the layer specs and the executor have it, such models are parsed
-// but refused by both (reject_unwired_moe).
+// layers/moe_mlp.h; the layer specs lay out its weights and saved tensors per sparse layer.
 #pragma once
 
 #include <string>
@@ -21,8 +20,9 @@ nlohmann::json moe_config_to_json(const ModelConfig& c, nlohmann::json twin_fiel
 // The dense family whose fields a MoE family shares: "qwen3" or "mistral".
 std::string moe_dense_twin(const std::string& model_type);
 
-// Throws lt::Error when c has sparse MoE layers, which nothing past the parser computes
-// yet; `stage` names the caller ("the executor", "the planner's layer specs").
-void reject_unwired_moe(const ModelConfig& c, const std::string& stage);
+// Throws lt::Error when c asks for the router's load-balancing loss in the loss
+// (output_router_logits), which the training step does not add yet; `stage` names the
+// caller ("model step", "streaming executor"). Generation does not need it.
+void reject_router_aux_loss(const ModelConfig& c, const std::string& stage);
 
 }  // namespace lt

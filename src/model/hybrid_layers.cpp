@@ -39,7 +39,7 @@ std::vector<ActivationSpec> layer_saved_activations(const ModelConfig& c, int64_
   // The uniform block's list (its norms, attention and MLP); a hybrid layer swaps the
   // token mixer's part, between the input norm and the residual, for its own.
   std::vector<ActivationSpec> a = block_saved_activations(c, opt, batch, seq, act_bytes);
-  if (!c.hybrid() || a.empty()) return a;
+  if (a.empty()) return a;
   const int64_t T = batch * seq;
   auto named = [&](const char* name) {
     return std::find_if(a.begin(), a.end(), [&](const ActivationSpec& s) { return s.name == name; });
@@ -50,6 +50,20 @@ std::vector<ActivationSpec> layer_saved_activations(const ModelConfig& c, int64_
   auto stat = [&](const std::string& name, Shape shape) {
     return ActivationSpec{name, shape, shape_numel(shape) * kStatBytes};
   };
+  if (c.layer_is_sparse(layer)) {
+    // The MoE MLP (layers/moe_mlp.h's MoeSaved) in place of the dense gate, up and act:
+    // the router's probabilities and the routing, then each routed row's projections in
+    // the experts' grouped order (T * k rows).
+    const int64_t E = c.moe.num_experts, k = c.moe.experts_per_token, I = c.moe.expert_intermediate;
+    const std::vector<ActivationSpec> moe = {
+        stat("moe_probs", {T, E}),       stat("moe_weights", {T, k}),  stat("moe_experts", {T, k}),  // int32
+        stat("moe_offsets", {E + 1}),    stat("moe_row_of", {T, k}),   // int32
+        act("moe_gate", {T * k, I}),     act("moe_up", {T * k, I}),    act("moe_act", {T * k, I}),
+    };
+    const auto pos = a.erase(named("mlp_gate"), named("mlp_act") + 1);
+    a.insert(pos, moe.begin(), moe.end());
+  }
+  if (!c.hybrid()) return a;
   if (c.layer_kind(layer) == LayerKind::Attention) {
     // Pre-sigmoid; o_proj's input (gate * attention output) is recomputed in backward.
     if (c.attn_output_gate) a.insert(named("attn_out"), act("attn_gate", {T, c.q_dim()}));

@@ -1,13 +1,35 @@
 #include "model/layer_specs.h"
 
 #include "core/error.h"
-#include "model/config_moe.h"
 #include "model/hybrid_layers.h"
 
 namespace lt {
 
+namespace {
+
+// A sparse layer's MLP, one checkpoint tensor per expert (what the hub's files and
+// transformers' save_pretrained hold), in the order that lays them out as the block's
+// fused arrays (layers/moe_mlp.h): the router [E, C]; gate_up [E, 2I, C], expert by
+// expert its gate projection then its up projection; down [E, C, I].
+void append_moe_weights(std::vector<WeightSpec>& w, const ModelConfig& c, const std::string& p) {
+  LT_ASSERT(!c.mlp_bias && !c.sandwich_norms, "a MoE layer with MLP biases or sandwich norms");
+  const bool mixtral = c.model_type == "mixtral";
+  const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  const int64_t C = c.hidden_size, E = c.moe.num_experts, I = c.moe.expert_intermediate;
+  w.push_back({block + "gate.weight", {E, C}});
+  auto expert = [&](int64_t e, const char* qwen3_moe_name, const char* mixtral_name) {
+    return block + "experts." + std::to_string(e) + "." + (mixtral ? mixtral_name : qwen3_moe_name) + ".weight";
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    w.push_back({expert(e, "gate_proj", "w1"), {I, C}});
+    w.push_back({expert(e, "up_proj", "w3"), {I, C}});
+  }
+  for (int64_t e = 0; e < E; ++e) w.push_back({expert(e, "down_proj", "w2"), {C, I}});
+}
+
+}  // namespace
+
 std::vector<WeightSpec> block_weight_specs(const ModelConfig& c, int64_t layer) {
-  reject_unwired_moe(c, "the planner's layer specs");
   LT_ASSERT(layer >= 0 && layer < c.num_layers, "layer index out of range");
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   const int64_t C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
@@ -35,6 +57,10 @@ std::vector<WeightSpec> block_weight_specs(const ModelConfig& c, int64_t layer) 
   // and pre_feedforward_layernorm is the MLP's input norm.
   w.push_back({p + "post_attention_layernorm.weight", {C}});
   if (c.sandwich_norms) w.push_back({p + "pre_feedforward_layernorm.weight", {C}});
+  if (c.layer_is_sparse(layer)) {
+    append_moe_weights(w, c, p);
+    return w;
+  }
   linear("mlp.gate_proj", I, C, c.mlp_bias);
   linear("mlp.up_proj", I, C, c.mlp_bias);
   linear("mlp.down_proj", C, I, c.mlp_bias);
@@ -119,8 +145,15 @@ int64_t boundary_bytes(const ModelConfig& c, int64_t batch, int64_t seq, int act
 double block_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq, int64_t layer) {
   const double T = static_cast<double>(batch) * static_cast<double>(seq);
   const double C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
-  // Matmul parameters: q, k, v, o projections and the three MLP matrices.
-  const double matmul_params = C * Q + 2 * C * KV + Q * C + 3 * C * I;
+  // Matmul parameters: q, k, v, o projections and the three MLP matrices; a sparse MoE
+  // layer's MLP counts what a token runs: the router and its top-k experts' three matrices
+  // (layer -1: layer 0's MLP).
+  double mlp_params = 3 * C * I;
+  if (c.layer_is_sparse(layer >= 0 ? layer : 0)) {
+    const double E = c.moe.num_experts, k = c.moe.experts_per_token, EI = c.moe.expert_intermediate;
+    mlp_params = C * E + k * 3 * C * EI;
+  }
+  const double matmul_params = C * Q + 2 * C * KV + Q * C + mlp_params;
   // QK^T and PV, each 2 FLOPs per MAC, over the (query, key) pairs attention computes:
   // the causal triangle of seq*(seq+1)/2 pairs, or under a window W < seq the first W
   // rows' triangle and W keys for each row after it.

@@ -3,12 +3,10 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/config_moe.h"
 
 namespace lt {
 
 std::vector<BlockField> block_fields(const ModelConfig& c, int64_t layer) {
-  reject_unwired_moe(c, "the executor's block tensors");
   // The order here is block_weight_specs()'s order; ModelParameters checks the total.
   const int64_t C = c.hidden_size, QD = c.q_dim(), KD = c.kv_dim(), I = c.intermediate_size;
   using T = BlockTensors;
@@ -42,6 +40,13 @@ std::vector<BlockField> block_fields(const ModelConfig& c, int64_t layer) {
   }
   if (c.sandwich_norms) add(&T::post_attn_norm, C);
   add(&T::mlp_norm, C);
+  if (c.layer_is_sparse(layer)) {
+    const int64_t E = c.moe.num_experts, EI = c.moe.expert_intermediate;
+    add(&T::moe_router, E * C, true);
+    add(&T::moe_gate_up, E * 2 * EI * C, true);
+    add(&T::moe_down, E * C * EI, true);
+    return f;  // the MoE families have no MLP biases and no sandwich norms
+  }
   add(&T::wg, I * C, true);
   if (c.mlp_bias) add(&T::bg, I);
   add(&T::wu, I * C, true);
@@ -66,6 +71,9 @@ const bf16* BlockTensorsBf16::* bf16_member(float* BlockTensors::*matrix) {
   if (matrix == &T::la_in_proj_z) return &B::la_in_proj_z;
   if (matrix == &T::la_in_proj_b) return &B::la_in_proj_b;
   if (matrix == &T::la_in_proj_a) return &B::la_in_proj_a;
+  if (matrix == &T::moe_router) return &B::moe_router;
+  if (matrix == &T::moe_gate_up) return &B::moe_gate_up;
+  if (matrix == &T::moe_down) return &B::moe_down;
   LT_ASSERT(matrix == &T::la_out_proj, "not a projection matrix");
   return &B::la_out_proj;
 }

@@ -48,6 +48,10 @@ struct BlockTensors {
   float* wd = nullptr;  // [C, I]
   float* bd = nullptr;
   float* post_mlp_norm = nullptr;  // [C] Gemma 3: on down_proj's output
+  // A sparse MoE layer's MLP (qwen3_moe, mixtral; layers/moe_mlp.h), in place of wg/wu/wd:
+  float* moe_router = nullptr;   // [E, C]
+  float* moe_gate_up = nullptr;  // [E, 2I, C]: expert e's gate rows, then its up rows
+  float* moe_down = nullptr;     // [E, C, I]
 };
 
 // The same views for a bf16 copy (only matmul weights are read in bf16).
@@ -56,6 +60,7 @@ struct BlockTensorsBf16 {
   const bf16 *wg = nullptr, *wu = nullptr, *wd = nullptr;
   const bf16 *la_in_proj_qkv = nullptr, *la_in_proj_z = nullptr, *la_in_proj_b = nullptr,
              *la_in_proj_a = nullptr, *la_out_proj = nullptr;
+  const bf16 *moe_router = nullptr, *moe_gate_up = nullptr, *moe_down = nullptr;
 };
 
 // One view of a decoder layer in block_weight_specs() order: which member, how many

@@ -214,5 +214,40 @@ TEST_F(StreamingInvariance, Qwen35HybridLayersMatchBitwise) {
                        "qwen3.5 bf16 emu megatrain");
 }
 
+// qwen3_moe: sparse layers (4 experts, top 2, renormalized) with a dense one among them
+// (mlp_only_layers), so the weight and gradient slots hold layers of two sizes, and the
+// MoE block's routing (int32) and expert projections among the saved tensors. The streamed
+// executor gives the in-memory step's bits under every kind of plan, both backends, fp32
+// and bf16, with documents.
+ModelConfig qwen3_moe_tiny_config() {
+  ModelConfig c = test::streaming_tiny_config(4);
+  c.model_type = "qwen3_moe";
+  c.qk_norm = true;
+  c.moe.num_experts = 4;
+  c.moe.experts_per_token = 2;
+  c.moe.expert_intermediate = 48;
+  c.moe.norm_topk_prob = true;
+  c.moe.mlp_only_layers = {2};
+  return c;
+}
+
+TEST_F(StreamingInvariance, Qwen3MoeLayersMatchBitwise) {
+  const ModelConfig m = qwen3_moe_tiny_config();
+  ASSERT_TRUE(m.layer_is_sparse(0) && !m.layer_is_sparse(2));
+  const Trajectory ref = run_reference(m);
+  EXPECT_NE(ref.loss.front(), ref.loss.back());
+  for (const char* policy : {"keep-all", "recompute-all", "megatrain", "milp"})
+    expect_bitwise_equal(run_streaming(m, make_plan(request(m), policy), dir_), ref, std::string("qwen3_moe ") + policy);
+  expect_bitwise_equal(run_streaming(m, offloading_milp_plan(m), dir_), ref, "qwen3_moe milp offload");
+  expect_bitwise_equal(run_streaming(m, offloading_milp_plan(m), dir_, make_emu_backend(5, 5)), ref,
+                       "qwen3_moe emu milp offload");
+  const RunOptions bf16{.eight_bit = true, .precision = Precision::BF16};
+  expect_bitwise_equal(run_streaming(m, make_plan(request(m), "megatrain"), dir_, make_emu_backend(), bf16),
+                       run_reference(m, bf16), "qwen3_moe bf16 emu megatrain");
+  const RunOptions docs{.document_mask = true};
+  expect_bitwise_equal(run_streaming(m, make_plan(request(m), "recompute-all"), dir_, make_cpu_backend(), docs),
+                       run_reference(m, docs), "qwen3_moe documents recompute-all");
+}
+
 }  // namespace
 }  // namespace lt

@@ -237,7 +237,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          "mistral_gqa4_tied", "mistral_window_untied",
                                          "qwen2_bias_gqa3", "qwen3_qknorm_untied",
                                          "gemma3_sliding_tied", "gemma3_pattern_untied",
-                                         "qwen3_5_hybrid_untied", "qwen3_5_interval_tied"),
+                                         "qwen3_5_hybrid_untied", "qwen3_5_interval_tied",
+                                         "qwen3_moe_mixed_untied", "qwen3_moe_normtopk_tied", "mixtral_untied"),
                        ::testing::Values(Precision::F32, Precision::BF16)),
     [](const auto& info) {
       return std::get<0>(info.param) + (std::get<1>(info.param) == Precision::F32 ? "_f32" : "_bf16");
@@ -300,7 +301,8 @@ INSTANTIATE_TEST_SUITE_P(Families, GeneratorParity,
                                            "mistral_window_untied", "qwen2_bias_gqa3",
                                            "qwen3_qknorm_untied", "gemma3_sliding_tied",
                                            "gemma3_pattern_untied", "qwen3_5_hybrid_untied",
-                                           "qwen3_5_interval_tied"));
+                                           "qwen3_5_interval_tied", "qwen3_moe_mixed_untied",
+                                           "qwen3_moe_normtopk_tied", "mixtral_untied"));
 
 }  // namespace
 }  // namespace lt

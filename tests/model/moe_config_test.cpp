@@ -1,11 +1,12 @@
 // qwen3_moe and mixtral configs (model/config_moe.h): the MoE classes' defaults
 // (transformers 5.24 Qwen3MoeConfig / MixtralConfig), which layers are sparse, what the
-// parser refuses, the round trip through model_config_to_json, and that the planner's layer
-// specs and the executor refuse the models until the MoE block is wired in; transformers
+// parser refuses, the round trip through model_config_to_json, how a sparse layer's experts
+// are laid out, and the refusal of the router's loss in the loss; transformers
 // reads the same values from both the input configs and the ones we write
 // (tests/reference/moe_config_check.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -194,18 +195,69 @@ TEST(MoeConfig, WrittenConfigReadsBackTheSame) {
   EXPECT_THROW(model_config_to_json(dense), Error);
 }
 
-TEST(MoeConfig, PlannerAndExecutorRefuseUntilTheBlockIsWired) {
+TEST(MoeConfig, SparseLayersLayOutTheirExpertsPerCheckpointTensor) {
   for (const char* type : {"qwen3_moe", "mixtral"}) {
-    const ModelConfig c = parse_model_config(tiny(type), "test");
-    for (auto call : {+[](const ModelConfig& m) { (void)block_fields(m, 0); },
-                      +[](const ModelConfig& m) { (void)block_weight_specs(m, 0); }}) {
-      try {
-        call(c);
-        ADD_FAILURE() << type << " was not refused";
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("parsed but not yet planned or run"), std::string::npos) << e.what();
-      }
+    json j = tiny(type);
+    const bool mixtral = std::string(type) == "mixtral";
+    j[mixtral ? "num_local_experts" : "num_experts"] = 3;
+    j["num_experts_per_tok"] = 2;
+    if (!mixtral) j["moe_intermediate_size"] = 40, j["mlp_only_layers"] = {1};
+    const ModelConfig c = parse_model_config(j, "test");
+    const int64_t C = 64, E = 3, I = mixtral ? 96 : 40;
+    const std::string block = mixtral ? "model.layers.0.block_sparse_moe." : "model.layers.0.mlp.";
+    const std::vector<WeightSpec> w = block_weight_specs(c, 0);
+    // input norm, q, k, v, o (+ q/k norms for qwen3_moe), post-attention norm, then the MoE.
+    const auto router = std::find_if(w.begin(), w.end(), [&](const WeightSpec& s) { return s.hf_name == block + "gate.weight"; });
+    ASSERT_NE(router, w.end()) << type;
+    EXPECT_EQ(router->shape, (Shape{E, C}));
+    ASSERT_EQ(w.end() - router, 1 + 3 * E) << type << ": the router, then three tensors per expert, last";
+    const std::string gate = mixtral ? "w1" : "gate_proj", up = mixtral ? "w3" : "up_proj", down = mixtral ? "w2" : "down_proj";
+    for (int64_t e = 0; e < E; ++e) {  // gate_up [E, 2I, C]: each expert's gate rows, then its up rows
+      EXPECT_EQ(router[1 + 2 * e].hf_name, block + "experts." + std::to_string(e) + "." + gate + ".weight");
+      EXPECT_EQ(router[2 + 2 * e].hf_name, block + "experts." + std::to_string(e) + "." + up + ".weight");
+      EXPECT_EQ(router[1 + 2 * e].shape, (Shape{I, C}));
+      EXPECT_EQ(router[1 + 2 * E + e].hf_name, block + "experts." + std::to_string(e) + "." + down + ".weight");
+      EXPECT_EQ(router[1 + 2 * E + e].shape, (Shape{C, I}));
     }
+    // The block's views cover the same elements in the same order (ModelParameters checks
+    // the total; here the MoE fields' sizes).
+    const std::vector<BlockField> f = block_fields(c, 0);
+    ASSERT_GE(f.size(), 3u);
+    EXPECT_EQ(f[f.size() - 3].numel, E * C);
+    EXPECT_EQ(f[f.size() - 2].numel, E * 2 * I * C);
+    EXPECT_EQ(f[f.size() - 1].numel, E * C * I);
+    EXPECT_EQ(block_numel(c, 0), [&] {
+      int64_t n = 0;
+      for (const BlockField& x : f) n += x.numel;
+      return n;
+    }());
+    if (!mixtral) {  // layer 1 is dense (mlp_only_layers)
+      const std::vector<WeightSpec> dense = block_weight_specs(c, 1);
+      EXPECT_EQ(dense.back().hf_name, "model.layers.1.mlp.down_proj.weight");
+    }
+  }
+}
+
+TEST(MoeConfig, Qwen3MoeReadsTransformersNameForTheExpertCount) {
+  // transformers 5.x's save_pretrained writes qwen3_moe's expert count as num_local_experts.
+  json j = tiny("qwen3_moe");
+  j["num_experts_per_tok"] = 2;
+  j["num_local_experts"] = 6;
+  EXPECT_EQ(parse_model_config(j, "test").moe.num_experts, 6);
+  j["num_experts"] = 6;
+  EXPECT_EQ(parse_model_config(j, "test").moe.num_experts, 6);
+  j["num_experts"] = 5;
+  EXPECT_NE(error_of(j).find("two expert counts"), std::string::npos) << error_of(j);
+}
+
+TEST(MoeConfig, TheRouterLossInTheLossIsRefused) {
+  for (const char* type : {"qwen3_moe", "mixtral"}) {
+    json j = tiny(type);
+    j["num_experts_per_tok"] = 2;
+    EXPECT_NO_THROW(reject_router_aux_loss(parse_model_config(j, "test"), "test"));
+    j["output_router_logits"] = true;
+    const std::string e = test::error_of([&] { reject_router_aux_loss(parse_model_config(j, "test"), "test"); });
+    EXPECT_NE(e.find("output_router_logits is true"), std::string::npos) << type << ": " << e;
   }
 }
 

@@ -22,12 +22,14 @@ usage: model_parity.py CASE OUT_DIR
 import contextlib
 import copy
 import sys
+import tempfile
 import types
 
 import torch
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config,
-                          Qwen3_5TextConfig, Qwen3Config)
+from safetensors.torch import load_file
+from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig,
+                          Qwen2Config, Qwen3_5TextConfig, Qwen3Config, Qwen3MoeConfig)
 
 COMMON = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=96, vocab_size=101,
               max_position_embeddings=128, rms_norm_eps=1e-5, initializer_range=0.2)
@@ -89,9 +91,37 @@ CASES = {
         **{**COMMON, "num_hidden_layers": 3}, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
         full_attention_interval=2, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
         linear_value_head_dim=8, linear_conv_kernel_dim=3, tie_word_embeddings=True),
+    # qwen3_moe: 4 experts, top 2 without renormalization, layer 1 dense (mlp_only_layers)
+    # with its own intermediate_size, an untied head.
+    "qwen3_moe_mixed_untied": lambda: Qwen3MoeConfig(
+        **COMMON, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=False, mlp_only_layers=[1],
+        tie_word_embeddings=False),
+    # qwen3_moe: every layer sparse, 6 experts, top 3 renormalized, tied.
+    "qwen3_moe_normtopk_tied": lambda: Qwen3MoeConfig(
+        **COMMON, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=6,
+        num_experts_per_tok=3, moe_intermediate_size=24, norm_topk_prob=True, tie_word_embeddings=True),
+    # Mixtral: 4 experts of intermediate_size, top 2 (always renormalized), GQA 2, untied.
+    "mixtral_untied": lambda: MixtralConfig(
+        **COMMON, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=None, tie_word_embeddings=False),
 }
 
 BATCH, SEQ = 2, 11
+
+
+def checkpoint_named_grads(model):
+    """Every gradient under the name save_pretrained writes its parameter as. transformers
+    fuses a MoE layer's experts in memory (mlp.experts.gate_up_proj [E, 2I, C]) and splits
+    them per expert on save; its own save does that mapping for the gradients here."""
+    holder = copy.deepcopy(model)
+    with torch.no_grad():
+        for p, q in zip(model.parameters(), holder.parameters()):
+            q.copy_(p.grad)
+    with tempfile.TemporaryDirectory() as d:
+        holder.save_pretrained(d, safe_serialization=True)
+        grads = load_file(f"{d}/model.safetensors")
+    return {"grad." + name: g.float().contiguous() for name, g in grads.items()}
 
 
 class _Float64Torch(types.ModuleType):
@@ -167,8 +197,11 @@ def main():
         "logits": out.logits.detach().float().contiguous(),
         "loss": out.loss.detach().float().reshape(1),
     }
-    for name, p in model.named_parameters():
-        tensors["grad." + name] = p.grad.detach().float().contiguous()
+    if config.model_type in ("qwen3_moe", "mixtral"):
+        tensors.update(checkpoint_named_grads(model))
+    else:
+        for name, p in model.named_parameters():
+            tensors["grad." + name] = p.grad.detach().float().contiguous()
     tensors.update(peer_grads)
     save_file(tensors, f"{out_dir}/ref.safetensors")
     print("cases:", case, "params:", sum(p.numel() for p in model.parameters()))
