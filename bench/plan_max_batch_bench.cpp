@@ -1,5 +1,6 @@
-// The largest feasible batch on an RTX 3090 (24 GB) for the paper's four models, MegaTrain's
-// rule vs the MILP, at seq 1024, as the LazyTrain paper reports (+1 batch at each size).
+// The largest feasible batch on an RTX 3090 (24 GB) for the paper's four models and two MoE
+// models (qwen3-30b-a3b, mixtral-8x7b), MegaTrain's rule vs the MILP, at seq 1024, as the
+// LazyTrain paper reports (+1 batch at each size).
 // A benchmark, not a test: it prints the table and the tokens/s at each batch.
 //   plan_max_batch_bench [profile] [seq] [model]
 #include <cstdio>
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
   std::printf("largest feasible batch on %s, seq %lld (paper, RTX 3090: 3B 7/8, 7B 5/6, 14B 3/4, 27B 1/2)\n",
               hardware.c_str(), static_cast<long long>(seq));
   std::printf("%-14s %10s %12s %10s %12s %8s\n", "model", "megatrain", "tok/s", "milp", "tok/s", "gain");
-  for (const char* model : {"qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b", "qwen3.6-27b"}) {
+  for (const char* model : {"qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b", "qwen3.6-27b", "qwen3-30b-a3b", "mixtral-8x7b"}) {
     if (argc > 3 && std::string(argv[3]) != model) continue;
     PlanRequest req;
     ResolvedModel m = resolve_model(model);

@@ -64,10 +64,18 @@ void print_table(const Plan& p) {
                 static_cast<long long>(linear), static_cast<long long>(p.model.num_layers - linear),
                 p.num_params / 1e9);
   }
+  if (p.model.has_moe()) {
+    int64_t sparse = 0;
+    for (int64_t l = 0; l < p.model.num_layers; ++l) sparse += p.model.layer_is_sparse(l);
+    std::printf("  %-24s %lld sparse (%lld experts, top %lld), %lld dense (%.2fB parameters, %.2fB active)\n",
+                "decoder layers", static_cast<long long>(sparse), static_cast<long long>(p.model.moe.num_experts),
+                static_cast<long long>(p.model.moe.experts_per_token),
+                static_cast<long long>(p.model.num_layers - sparse), p.num_params / 1e9, p.num_active_params / 1e9);
+  }
   std::printf("  %-24s %s\n", "feasible", p.feasible ? "yes" : ("no: " + p.infeasible_reason).c_str());
   std::printf("  %-24s %.4f s\n", "predicted step", p.predicted_step_s);
   std::printf("  %-24s %.1f\n", "tokens/s", p.tokens_per_s());
-  std::printf("  %-24s %.2f (6 * N * tokens / step)\n", "TFLOPS", p.tflops());
+  std::printf("  %-24s %.2f (6 * N%s * tokens / step)\n", "TFLOPS", p.tflops(), p.model.has_moe() ? " active" : "");
   if (p.policy == "milp")
     std::printf("  %-24s %.3f s wall, %.3f s cpu, gap %.4f%% (%s, %d columns, %d rows)\n", "solve", p.solve.solve_s,
                 p.solve.solve_cpu_s, 100 * p.solve.mip_gap, p.solve.status.c_str(), p.solve.columns, p.solve.rows);

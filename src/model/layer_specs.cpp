@@ -89,6 +89,15 @@ std::vector<WeightSpec> all_weight_specs(const ModelConfig& c) {
   return w;
 }
 
+int64_t active_params(const ModelConfig& c) {
+  int64_t n = 0;
+  for (const WeightSpec& w : all_weight_specs(c)) n += w.numel();
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (c.layer_is_sparse(l))
+      n -= (c.moe.num_experts - c.moe.experts_per_token) * 3 * c.hidden_size * c.moe.expert_intermediate;
+  return n;
+}
+
 std::vector<ActivationSpec> block_saved_activations(const ModelConfig& c, RecomputeOption opt, int64_t batch,
                                                     int64_t seq, int act_bytes) {
   if (opt == RecomputeOption::RecomputeFromInput) return {};

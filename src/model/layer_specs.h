@@ -27,6 +27,10 @@ WeightSpec embedding_weight_spec(const ModelConfig& c);
 std::vector<WeightSpec> head_weight_specs(const ModelConfig& c);
 // Every trainable weight in checkpoint order: embedding, layers, head.
 std::vector<WeightSpec> all_weight_specs(const ModelConfig& c);
+// The parameters one token computes with: every parameter, less the experts a sparse MoE
+// layer does not route it to ((num_experts - experts_per_token) experts' three matrices per
+// sparse layer). All of them for a dense model. The FLOP conventions (6 * N * tokens) use it.
+int64_t active_params(const ModelConfig& c);
 
 // What a block keeps for its backward pass.
 enum class RecomputeOption {

@@ -211,6 +211,7 @@ struct Plan {
   int64_t batch = 0, seq = 0;
   int num_layers = 0;
   double num_params = 0;
+  double num_active_params = 0;  // per token: a MoE model's routed share (model/layer_specs.h)
 
   double gpu_cap_bytes = 0, cpu_act_budget_bytes = 0, nvme_act_budget_bytes = 0;
   double fixed_gpu_bytes = 0;  // compute-tier bytes held for the whole step (plan.h's "fixed")
@@ -243,9 +244,10 @@ struct Plan {
 
   double tokens() const { return static_cast<double>(batch * seq); }
   double tokens_per_s() const { return predicted_step_s > 0 ? tokens() / predicted_step_s : 0; }
-  // The paper's convention: 6 * N_params * tokens / step time (ignores recompute).
+  // The paper's convention: 6 * N_params * tokens / step time (ignores recompute); N counts
+  // the parameters a token computes with (a MoE model's active ones).
   double tflops() const {
-    return predicted_step_s > 0 ? 6 * num_params * tokens() / predicted_step_s / 1e12 : 0;
+    return predicted_step_s > 0 ? 6 * num_active_params * tokens() / predicted_step_s / 1e12 : 0;
   }
   // How many boundaries (0..L) sit in each tier, counting a split boundary by fractions.
   struct TierCounts {

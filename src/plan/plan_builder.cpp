@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/layer_specs.h"
 #include "plan/plan_memory.h"
 #include "plan/plan_stages.h"
 #include "plan/state_paging.h"
@@ -272,6 +273,7 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   p.seq = req.seq;
   p.num_layers = cm.num_layers;
   p.num_params = cm.total_params;
+  p.num_active_params = static_cast<double>(active_params(req.model));
   p.gpu_cap_bytes = req.gpu_cap();
   p.cpu_act_budget_bytes = req.cpu_budget(host_state_bytes);
   p.nvme_act_budget_bytes = req.nvme_budget(nvme_state_bytes);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/layer_specs.h"
 
 namespace lt {
 
@@ -328,6 +329,7 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     p.num_layers = int_field<int>(mj.at("num_layers"), "model.num_layers", where);
     p.num_params = mj.at("num_params").get<double>();
     p.model = parse_model_config(mj.at("config"), where + ": model.config");
+    p.num_active_params = static_cast<double>(active_params(p.model));
     p.hardware = parse_hardware_profile(j.at("hardware"), where + ": hardware");
     p.batch = int_field<int64_t>(j.at("batch"), "batch", where);
     p.seq = int_field<int64_t>(j.at("seq"), "seq", where);

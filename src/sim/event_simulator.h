@@ -68,8 +68,9 @@
 // a model of that code: for megatrain-code, whose LD windows stand for MegaTrain's loads
 // with no look-ahead, it prefetches what that code does not); the executor copies a
 // whole head's g.head after the head's compute rather than in chunks; memory as a
-// dependency beyond the fixed buffers above (a compute never waits for room, so the
-// compute-tier peak may exceed the plan's); host staging slots of paged optimizer states
+// dependency beyond the fixed buffers above (a compute never waits for room, nor an NVMe
+// read for host room, so the compute-tier and host peaks may exceed the plan's); host
+// staging slots of paged optimizer states
 // (counted in host_state_bytes); launch latencies, contention between h2d and d2h, host
 // work other than the plan's optimizer and clip tasks; the previous step (every event
 // may start at 0).

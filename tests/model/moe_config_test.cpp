@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +17,7 @@
 #include "model/config_moe.h"
 #include "model/layer_specs.h"
 #include "model/parameters.h"
+#include "plan/model_preset.h"
 #include "test_util.h"
 
 namespace lt {
@@ -248,6 +251,28 @@ TEST(MoeConfig, Qwen3MoeReadsTransformersNameForTheExpertCount) {
   EXPECT_EQ(parse_model_config(j, "test").moe.num_experts, 6);
   j["num_experts"] = 5;
   EXPECT_NE(error_of(j).find("two expert counts"), std::string::npos) << error_of(j);
+}
+
+// The presets' sizes against the published ones, within one unit of the last digit given
+// (a figure may be truncated rather than rounded: the 3.35B a token of Qwen3-30B-A3B
+// computes with, embedding and head included, is published as 3.3B): Qwen3-30B-A3B 30.5B
+// total, 3.3B activated (its model card); Mixtral 8x7B 46.7B total, 12.9B per token
+// (Mistral AI's model card).
+TEST(MoeConfig, PresetsHaveTheirPublishedSizes) {
+  struct Published {
+    const char* preset;
+    double total, active, digit;
+  };
+  for (const Published& p : {Published{"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.1e9}, Published{"mixtral-8x7b", 46.7e9, 12.9e9, 0.1e9}}) {
+    const ModelConfig c = resolve_model(p.preset).config;
+    const double total = static_cast<double>(c.num_params()), active = static_cast<double>(active_params(c));
+    std::printf("  %s: %.4fB parameters, %.4fB active\n", p.preset, total / 1e9, active / 1e9);
+    EXPECT_LE(std::fabs(total - p.total), p.digit) << p.preset;
+    EXPECT_LE(std::fabs(active - p.active), p.digit) << p.preset;
+  }
+  // A dense model computes with all of its parameters.
+  const ModelConfig dense = parse_model_config(tiny("qwen3"), "test");
+  EXPECT_EQ(active_params(dense), dense.num_params());
 }
 
 TEST(MoeConfig, TheRouterLossInTheLossIsRefused) {

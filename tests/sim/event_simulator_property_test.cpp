@@ -30,7 +30,11 @@
 // head gradient (g.head, whose slot the plan frees one window after HEAD) is still
 // draining while the computes after HEAD run, or weight loads (whose slots the plan
 // counts from the window that issues them, as the executor holds them) run under the
-// window before: then the peak less those is within the plan's.
+// window before: then the peak less those is within the plan's. Likewise the host peak,
+// except where NVMe reads of offloaded boundaries (which the plan stages from the window
+// that issues them) run ahead under the windows before, as soon as the NVMe queue is free:
+// then the peak less those staged bytes is within the plan's (seen first with
+// mixtral-8x7b on the rtx3090 at batch 16, where ten boundaries' reads land at once).
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -159,6 +163,47 @@ double live_at(const EventSimResult& r, const Plan& p, double t) {
 // the one that issues it ended. Without the barriers a load waits only for its slot (two
 // in turn), so past a resident layer, which loads nothing for its backward, it may run
 // under the window before its own, where the plan does not count it.
+// Whether event e of window `window` starts before the compute of the window before it
+// ends: no window barrier held it back (it runs ahead of where the plan puts it).
+bool runs_ahead(const EventSimResult& ev, const Plan& p, const std::string& window, double start) {
+  size_t w = 0;
+  while (w < p.windows.size() && p.windows[w].name != window) ++w;
+  if (w == 0 || w == p.windows.size()) return false;
+  for (const SimEvent& c : ev.events)
+    if (c.lane == SimLane::Compute && c.window == p.windows[w - 1].name && start < c.end) return true;
+  return false;
+}
+
+// Host bytes live at t that NVMe reads staged ahead of their windows: the event-driven
+// simulation issues a read as soon as the NVMe queue is free, and, like a compute that
+// never waits for room (sim/event_simulator.h), a read never waits for host room.
+double nvme_reads_ahead(const EventSimResult& ev, const Plan& p, double t) {
+  double ahead = 0;
+  for (const LiveSpan& s : ev.host_spans) {
+    if (!(s.from <= t && t < s.to) || s.tensor.size() < 5 || s.tensor.compare(s.tensor.size() - 5, 5, ".nvme") != 0)
+      continue;
+    for (const SimEvent& read : ev.events)
+      if (read.lane == SimLane::Nvme && read.name == s.tensor && read.start == s.from) {
+        // A read, not the write's staging (whose span starts at the d2h).
+        if (runs_ahead(ev, p, read.window, read.start)) ahead += s.bytes;
+        break;
+      }
+  }
+  return ahead;
+}
+
+// When the host holds the most: Plan::host_state_bytes plus the pieces live then.
+double host_peak_time(const EventSimResult& ev, const Plan& p) {
+  std::vector<std::pair<double, double>> d;
+  for (const LiveSpan& s : ev.host_spans)
+    if (s.to > s.from && s.bytes != 0) d.emplace_back(s.from, s.bytes), d.emplace_back(s.to, -s.bytes);
+  std::sort(d.begin(), d.end());
+  double cur = p.host_state_bytes, peak = cur, at = 0;
+  for (auto [t, v] : d)
+    if ((cur += v) > peak) peak = cur, at = t;
+  return at;
+}
+
 double weight_slots_ahead(const EventSimResult& ev, const Plan& p, double t) {
   double ahead = 0;
   for (const LiveSpan& s : ev.gpu_spans) {
@@ -307,7 +352,14 @@ TEST(EventSimulatorProperty, EveryPresetProfileAndPolicy) {
                         "and weight slots (%.3f GB) loading ahead of their windows\n",
                         ev.peak.gpu / 1e9, p.predicted_peak.gpu / 1e9, t_peak, head_grad / 1e9, ahead / 1e9);
           }
-          EXPECT_LE(ev.peak.cpu, p.predicted_peak.cpu * (1 + 1e-6)) << what;
+          if (ev.peak.cpu > p.predicted_peak.cpu * (1 + 1e-6)) {
+            const double t_host = host_peak_time(ev, p), ahead = nvme_reads_ahead(ev, p, t_host);
+            EXPECT_LE(ev.peak.cpu - ahead, p.predicted_peak.cpu * (1 + 1e-6))
+                << what << ": the host peak is over the plan's by more than the NVMe reads staged ahead";
+            std::printf("    host peak %.3f GB over the plan's %.3f GB at %.4f s, with NVMe reads (%.3f GB) staged "
+                        "ahead of their windows\n",
+                        ev.peak.cpu / 1e9, p.predicted_peak.cpu / 1e9, t_host, ahead / 1e9);
+          }
           EXPECT_NEAR(ev.peak.nvme, p.predicted_peak.nvme, 1e-6 * p.predicted_peak.nvme) << what;
         }
       }
