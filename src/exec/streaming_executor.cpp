@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "exec/streaming_parked.h"
-#include "model/config_moe.h"
 #include "memory/arena_layout.h"
 #include "model/rope_frequencies.h"
 
@@ -111,8 +110,8 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
       sched_(make_stream_schedule(plan, executor_arena_sizes(plan, backend, options.precision))),
       live_(sched_),
       host_("host activations", 0, backend.host_tier_memory()),
-      workspace_(plan.model, plan.batch, plan.seq, backend.kernels()) {
-  reject_router_aux_loss(config_, "streaming executor");
+      workspace_(plan.model, plan.batch, plan.seq, backend.kernels()),
+      router_loss_(plan.model) {
   weights_ = make_weight_source(config_, sched_, backend_, live_, host_, options.precision);
   grads_ = make_gradient_sink(
       config_, sched_, backend_, live_, host_, [this] { return now(); },
@@ -305,6 +304,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   state_.batch = step_targets(labels, batch_, seq_, config_.vocab_size, options.grad_scale);
   documents_.bind(ctx_, options.doc_start, batch_, seq_);
   state_.result.predicted_tokens = state_.batch.predicted;
+  router_loss_.begin_step();
   if (arena_->current_window() >= 0) {  // a previous step walked this arena
     arena_->reset();
     live_.clear();
@@ -391,6 +391,7 @@ void StreamingExecutor::forward(int j) {
   const auto [wj, bj] = weights_->layer(ArenaTensor::Weights, j);
   block_forward(whole_boundary(ArenaTensor::Boundary, j + 1), sv, workspace_,
                 whole_boundary(ArenaTensor::Boundary, j), wj, bj, layer_context(ctx_, config_, j));
+  router_loss_.add_layer(config_, j, sv, ctx_.shape);
   if (j + 1 < sched_.L) store_boundary(j + 1);
 }
 
@@ -409,7 +410,8 @@ void StreamingExecutor::backward(int j) {
   LT_ASSERT(state_.d_out != nullptr, "backward window before HEAD");
   const float* x_in = boundary_input(j);
   const auto [wj, bj] = weights_->layer(ArenaTensor::BackwardWeights, j);
-  const BlockContext ctx = layer_context(ctx_, config_, j);
+  BlockContext ctx = layer_context(ctx_, config_, j);
+  ctx.router_loss = router_loss_.grad();
   BlockSaved sv;
   if (sched_.keep_internals[j]) {
     sv = bind_block_saved(saved_layout_[j], buf(ArenaTensor::Internals, j));

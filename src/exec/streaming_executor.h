@@ -61,6 +61,7 @@
 #include "exec/state_pager.h"
 #include "exec/weight_source.h"
 #include "layers/decoder_block.h"
+#include "layers/router_loss.h"
 #include "layers/step_batch.h"
 #include "memory/compute_arena.h"
 #include "memory/host_pool.h"
@@ -132,7 +133,8 @@ struct WindowTiming {
 };
 
 struct StreamingStepResult {
-  double loss = 0;
+  double loss = 0;  // as ModelStep's: the cross-entropy plus router_loss
+  double router_loss = 0;
   int64_t predicted_tokens = 0;
   double grad_sq_sum = 0;  // squared global gradient norm of this step's gradients
   double step_s = 0;
@@ -259,6 +261,9 @@ class StreamingExecutor {
   std::unique_ptr<NvmeStore> nvme_;
   // Its layout; bound to the window's ws.<window> range at each layer window's start.
   BlockWorkspace workspace_;
+  // The routers' load-balancing loss (MoE models with output_router_logits): summed over
+  // the forward windows, read by every sparse layer's backward.
+  RouterLoss router_loss_;
   // Per step: the clock origin, the window running, and the events so far.
   std::chrono::steady_clock::time_point t0_;
   const std::string* window_name_ = nullptr;

@@ -27,6 +27,8 @@ void StreamingExecutor::head(int w) {
   const StepTargets& batch = state_.batch;
   const double loss_sum = run_head(w, batch.targets.data(), batch.grad_scale, state_.sq);
   state_.result.loss = batch.predicted > 0 ? loss_sum / static_cast<double>(batch.predicted) : 0.0;
+  state_.result.router_loss = router_loss_.finish_forward(batch.grad_scale, batch.predicted);
+  state_.result.loss += state_.result.router_loss;
   state_.d_out = buf(ArenaTensor::Dx, 0);  // the final norm's input gradient, for layer L-1's backward
   state_.d_in = buf(ArenaTensor::Dx, 1);
 }

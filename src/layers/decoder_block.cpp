@@ -222,6 +222,19 @@ BlockSavedLayout block_saved_layout(const ModelConfig& c, int64_t layer, int64_t
   return layout;
 }
 
+MoeSaved block_moe_saved(const BlockSaved& sv) {
+  MoeSaved m;
+  m.probs = sv.moe_probs;
+  m.weights = sv.moe_weights;
+  m.experts = reinterpret_cast<int32_t*>(sv.moe_experts);
+  m.offsets = reinterpret_cast<int32_t*>(sv.moe_offsets);
+  m.row_of = reinterpret_cast<int32_t*>(sv.moe_row_of);
+  m.gate = sv.moe_gate;
+  m.up = sv.moe_up;
+  m.act = sv.moe_act;
+  return m;
+}
+
 BlockSaved bind_block_saved(const BlockSavedLayout& layout, float* base) {
   BlockSaved s;
   for (const auto& [member, offset] : layout.fields) s.*member = base + offset;
@@ -247,6 +260,7 @@ BlockWorkspace::BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq,
   take(&BlockWorkspace::d_up, T * I);
   take(&BlockWorkspace::d_norm_out, T * C);
   take(&BlockWorkspace::d_norm_in, T * C);
+  if (c.has_moe() && c.moe.output_router_logits) take(&BlockWorkspace::moe_d_logits, T * c.moe.num_experts);
   // The attention scratch and the mixer's are never live together (a layer is one kind),
   // so they share one region.
   const size_t shared = at;
@@ -395,19 +409,7 @@ void dense_mlp_backward(BlockTensors& g, BlockWorkspace& ws, const float* d_out,
   k.linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, sv.mlp_norm_out, w.wu, wb.wu, T, C, I, true, p);
 }
 
-// The MoE block's views of a sparse layer's saved tensors and weights.
-MoeSaved moe_saved_views(const BlockSaved& sv) {
-  MoeSaved m;
-  m.probs = sv.moe_probs;
-  m.weights = sv.moe_weights;
-  m.experts = reinterpret_cast<int32_t*>(sv.moe_experts);
-  m.offsets = reinterpret_cast<int32_t*>(sv.moe_offsets);
-  m.row_of = reinterpret_cast<int32_t*>(sv.moe_row_of);
-  m.gate = sv.moe_gate;
-  m.up = sv.moe_up;
-  m.act = sv.moe_act;
-  return m;
-}
+// The MoE block's views of a sparse layer's weights.
 MoeWeights moe_weights(const BlockTensors& w) { return {w.moe_router, w.moe_gate_up, w.moe_down}; }
 MoeWeightsBf16 moe_weights_bf16(const BlockTensorsBf16& wb) { return {wb.moe_router, wb.moe_gate_up, wb.moe_down}; }
 
@@ -445,7 +447,7 @@ void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float
 
   k.rmsnorm_forward(sv.mlp_norm_out, sv.mlp_norm_rstd, sv.resid_mid, w.mlp_norm, T, C, s.eps, off);
   if (ctx.sparse) {  // x_out = x_mid + moe(h2)
-    MoeSaved moe = moe_saved_views(sv);
+    MoeSaved moe = block_moe_saved(sv);
     moe_forward(x_out, moe, sv.mlp_norm_out, moe_weights(w), moe_weights_bf16(wb), host_moe_shape(ctx), p, ws.moe);
     add_inplace(x_out, sv.resid_mid, T * C);
     return;
@@ -475,9 +477,17 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
   // MLP: x_out = x_mid + down(act(gate(h2)) * up(h2)) [Gemma: norm(down(...))], or on a
   // sparse layer x_out = x_mid + moe(h2); either leaves dh2 in d_norm_out.
   if (ctx.sparse) {
+    const MoeShape& ms = host_moe_shape(ctx);
+    const MoeSaved moe = block_moe_saved(sv);
+    float* d_logits = nullptr;  // the routers' loss gradient into this layer's router logits
+    if (ctx.router_loss) {
+      d_logits = ws.moe_d_logits;
+      std::fill_n(d_logits, ms.tokens * ms.experts, 0.0f);
+      moe_aux_backward(d_logits, moe, /*mask=*/nullptr, *ctx.router_loss->totals, ctx.router_loss->scale, ms);
+    }
     MoeGrads mg{g.moe_router, g.moe_gate_up, g.moe_down};
-    moe_backward(ws.d_norm_out, mg, dx_out, sv.mlp_norm_out, moe_weights(w), moe_weights_bf16(wb),
-                 moe_saved_views(sv), nullptr, host_moe_shape(ctx), p, ws.moe);
+    moe_backward(ws.d_norm_out, mg, dx_out, sv.mlp_norm_out, moe_weights(w), moe_weights_bf16(wb), moe, d_logits, ms,
+                 p, ws.moe);
   } else {
     dense_mlp_backward(g, ws, dx_out, w, wb, sv, ctx);
   }

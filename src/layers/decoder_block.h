@@ -92,6 +92,8 @@ struct BlockSavedLayout {
 };
 BlockSavedLayout block_saved_layout(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq);
 BlockSaved bind_block_saved(const BlockSavedLayout& layout, float* base);
+// A sparse layer's saved MoE tensors as the MoE block's views.
+MoeSaved block_moe_saved(const BlockSaved& saved);
 
 // Scratch for one layer's forward or backward, reused layer after layer; sized for every
 // kind of layer the model has, as the kernels of k need it. Built with its layout and no
@@ -115,6 +117,7 @@ class BlockWorkspace {
   float *q_and_gate = nullptr, *gated = nullptr;
   float* mixer = nullptr;  // the Gated DeltaNet mixer's workspace (null without one)
   float* moe = nullptr;    // the MoE MLP's workspace (null without sparse layers)
+  float* moe_d_logits = nullptr;  // [T, E]: the routers' loss gradient (output_router_logits only)
 
  private:
   std::vector<std::pair<float* BlockWorkspace::*, size_t>> fields_;  // each pointer's offset, in floats
@@ -129,6 +132,14 @@ class BlockWorkspace {
 // window: this layer's sliding attention window (0: full causal attention); the step's
 // context has 0 and the sliding layers' RoPE tables in local_rope_* (null when they use
 // the global ones); layer_context() makes one layer's context from it, and its kind.
+// The routers' load-balancing loss in backward (layers/router_loss.h): the step's totals
+// over every sparse layer and the gradient's weight (router_aux_loss_coef times the loss
+// gradient's scale).
+struct RouterLossGrad {
+  const MoeAuxStats* totals = nullptr;
+  float scale = 0;
+};
+
 struct BlockContext {
   BlockShape shape;
   const float* rope_cos = nullptr;
@@ -141,6 +152,7 @@ struct BlockContext {
   const float* local_rope_sin = nullptr;
   LayerKind kind = LayerKind::Attention;
   bool sparse = false;  // this layer's MLP is the MoE block (shape.moe)
+  const RouterLossGrad* router_loss = nullptr;  // backward: the routers' loss term, or null
   // The kernels the block runs on (kernels/kernel_table.h): the streaming executor gives
   // its backend's; the CPU's otherwise.
   const KernelTable* kernels = &cpu_kernel_table();

@@ -1,7 +1,6 @@
 #include "layers/model_step.h"
 
 #include "core/error.h"
-#include "model/config_moe.h"
 #include "model/rope_frequencies.h"
 
 namespace lt {
@@ -13,7 +12,8 @@ ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision
       tokens_(batch * seq),
       precision_(precision),
       compute_copy_(precision),
-      workspace_(c, batch, seq, cpu_kernel_table()) {
+      workspace_(c, batch, seq, cpu_kernel_table()),
+      router_loss_(c) {
   if (batch <= 0 || seq <= 0)
     throw Error("batch and seq must be positive (got batch " + std::to_string(batch) + ", seq " +
                     std::to_string(seq) + ")",
@@ -22,7 +22,6 @@ ModelStep::ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision
     throw Error("sequence length " + std::to_string(seq) + " exceeds max_position_embeddings " +
                     std::to_string(c.max_position_embeddings),
                 "model config", "use a shorter sequence");
-  reject_router_aux_loss(c, "model step");
   workspace_.allocate();
   ctx_.shape = block_shape(c, batch, seq);
   set_rope_tables(ctx_, rope_cos_, rope_sin_, c, seq);
@@ -72,6 +71,7 @@ void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids
                     std::to_string(c.num_layers),
                 "model step", "give one option per layer");
   embed_forward(*ctx_.kernels, boundary(0), input_ids, params.embedding(), tokens_, c);
+  router_loss_.begin_step();
   const size_t scratch_numel = static_cast<size_t>(max_block_saved_numel(c, batch_, seq_));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
@@ -85,6 +85,7 @@ void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids
     BlockSaved sv = bind_block_saved(c, l, batch_, seq_, store.data());
     block_forward(boundary(l + 1), sv, workspace_, boundary(l), params.block(l), block_bf16(params, l),
                   layer_context(ctx_, c, l));
+    router_loss_.add_layer(c, l, sv, ctx_.shape);
   }
 }
 
@@ -110,6 +111,8 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
                                                batch.targets.data(), T, C, V, batch.grad_scale, precision_, {},
                                                /*workspace: its own*/ nullptr);
   result.loss = batch.predicted > 0 ? loss_sum / static_cast<double>(batch.predicted) : 0.0;
+  result.router_loss = router_loss_.finish_forward(batch.grad_scale, batch.predicted);
+  result.loss += result.router_loss;
 
   float* d_out = d_boundary_[0].data();
   float* d_in = d_boundary_[1].data();
@@ -119,7 +122,8 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
     const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
     BlockTensors w = params.block(l);
     BlockTensorsBf16 wb = block_bf16(params, l);
-    const BlockContext ctx = layer_context(ctx_, c, l);
+    BlockContext ctx = layer_context(ctx_, c, l);
+    ctx.router_loss = router_loss_.grad();
     BlockSaved sv;
     if (keep) {
       sv = bind_block_saved(c, l, batch_, seq_, saved_[l].data());

@@ -12,6 +12,7 @@
 #include "layers/compute_copy.h"
 #include "layers/decoder_block.h"
 #include "layers/step_batch.h"
+#include "layers/router_loss.h"
 #include "model/config.h"
 #include "model/layer_specs.h"
 #include "model/parameters.h"
@@ -19,8 +20,11 @@
 namespace lt {
 
 struct StepResult {
-  double loss = 0;                // mean cross-entropy over the predicted tokens
+  // Mean cross-entropy over the predicted tokens, plus the routers' load-balancing term
+  // where the model adds one (router_loss).
+  double loss = 0;
   int64_t predicted_tokens = 0;   // labels that were not -100 after the shift
+  double router_loss = 0;         // router_aux_loss_coef * aux (layers/router_loss.h), or 0
 };
 
 // Positions that predict a token: labels[b*seq + s + 1] != -100 for s + 1 < seq.
@@ -86,6 +90,7 @@ class ModelStep {
   AlignedBuffer<float> recompute_saved_;    // one block's saved tensors, rebuilt in backward
   AlignedBuffer<float> final_norm_out_, final_norm_rstd_, d_hidden_, d_boundary_[2];
   BlockWorkspace workspace_;
+  RouterLoss router_loss_;
 };
 
 }  // namespace lt

@@ -177,13 +177,4 @@ json moe_config_to_json(const ModelConfig& c, json j) {
   return j;
 }
 
-void reject_router_aux_loss(const ModelConfig& c, const std::string& stage) {
-  if (!c.has_moe() || !c.moe.output_router_logits) return;
-  throw Error("output_router_logits is true: transformers adds the router's load-balancing loss (times "
-                  "router_aux_loss_coef) to this model's loss, which lazytrain does not compute yet",
-              "model config (" + c.model_type + "), " + stage,
-              "set \"output_router_logits\": false in config.json to train without that loss (the released "
-              "qwen3_moe and mixtral configs do)");
-}
-
 }  // namespace lt

@@ -20,9 +20,4 @@ nlohmann::json moe_config_to_json(const ModelConfig& c, nlohmann::json twin_fiel
 // The dense family whose fields a MoE family shares: "qwen3" or "mistral".
 std::string moe_dense_twin(const std::string& model_type);
 
-// Throws lt::Error when c asks for the router's load-balancing loss in the loss
-// (output_router_logits), which the training step does not add yet; `stage` names the
-// caller ("model step", "streaming executor"). Generation does not need it.
-void reject_router_aux_loss(const ModelConfig& c, const std::string& stage);
-
 }  // namespace lt

@@ -247,6 +247,19 @@ TEST_F(StreamingInvariance, Qwen3MoeLayersMatchBitwise) {
   const RunOptions docs{.document_mask = true};
   expect_bitwise_equal(run_streaming(m, make_plan(request(m), "recompute-all"), dir_, make_cpu_backend(), docs),
                        run_reference(m, docs), "qwen3_moe documents recompute-all");
+
+  // With the routers' load-balancing loss: summed over the forward windows before any
+  // backward reads it, and not again by a recompute.
+  ModelConfig a = m;
+  a.moe.output_router_logits = true;
+  a.moe.router_aux_loss_coef = 0.5;
+  const Trajectory aref = run_reference(a);
+  EXPECT_NE(aref.loss.front(), ref.loss.front()) << "the routers' loss should be in the loss";
+  for (const char* policy : {"keep-all", "recompute-all", "megatrain"})
+    expect_bitwise_equal(run_streaming(a, make_plan(request(a), policy), dir_), aref,
+                         std::string("qwen3_moe router loss ") + policy);
+  expect_bitwise_equal(run_streaming(a, offloading_milp_plan(a), dir_, make_emu_backend(5, 5)), aref,
+                       "qwen3_moe router loss emu milp offload");
 }
 
 }  // namespace

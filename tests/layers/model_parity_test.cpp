@@ -238,7 +238,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          "qwen2_bias_gqa3", "qwen3_qknorm_untied",
                                          "gemma3_sliding_tied", "gemma3_pattern_untied",
                                          "qwen3_5_hybrid_untied", "qwen3_5_interval_tied",
-                                         "qwen3_moe_mixed_untied", "qwen3_moe_normtopk_tied", "mixtral_untied"),
+                                         "qwen3_moe_mixed_untied", "qwen3_moe_normtopk_tied", "mixtral_untied",
+                                         "qwen3_moe_routerloss_tied", "mixtral_routerloss_untied"),
                        ::testing::Values(Precision::F32, Precision::BF16)),
     [](const auto& info) {
       return std::get<0>(info.param) + (std::get<1>(info.param) == Precision::F32 ? "_f32" : "_bf16");

@@ -1,7 +1,7 @@
 // qwen3_moe and mixtral configs (model/config_moe.h): the MoE classes' defaults
 // (transformers 5.24 Qwen3MoeConfig / MixtralConfig), which layers are sparse, what the
-// parser refuses, the round trip through model_config_to_json, how a sparse layer's experts
-// are laid out, and the refusal of the router's loss in the loss; transformers
+// parser refuses, the round trip through model_config_to_json, and how a sparse layer's
+// experts are laid out; transformers
 // reads the same values from both the input configs and the ones we write
 // (tests/reference/moe_config_check.py).
 #include <gtest/gtest.h>
@@ -273,17 +273,6 @@ TEST(MoeConfig, PresetsHaveTheirPublishedSizes) {
   // A dense model computes with all of its parameters.
   const ModelConfig dense = parse_model_config(tiny("qwen3"), "test");
   EXPECT_EQ(active_params(dense), dense.num_params());
-}
-
-TEST(MoeConfig, TheRouterLossInTheLossIsRefused) {
-  for (const char* type : {"qwen3_moe", "mixtral"}) {
-    json j = tiny(type);
-    j["num_experts_per_tok"] = 2;
-    EXPECT_NO_THROW(reject_router_aux_loss(parse_model_config(j, "test"), "test"));
-    j["output_router_logits"] = true;
-    const std::string e = test::error_of([&] { reject_router_aux_loss(parse_model_config(j, "test"), "test"); });
-    EXPECT_NE(e.find("output_router_logits is true"), std::string::npos) << type << ": " << e;
-  }
 }
 
 // transformers' reading of each input config (class defaults included) and of what we write

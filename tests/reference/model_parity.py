@@ -101,10 +101,21 @@ CASES = {
     "qwen3_moe_normtopk_tied": lambda: Qwen3MoeConfig(
         **COMMON, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=6,
         num_experts_per_tok=3, moe_intermediate_size=24, norm_topk_prob=True, tie_word_embeddings=True),
+    # qwen3_moe with the routers' load-balancing loss in the loss (output_router_logits),
+    # its weight raised from 0.001 so that its share of the gradients is not lost in the
+    # cross-entropy's; the dense layer in between does not count in it.
+    "qwen3_moe_routerloss_tied": lambda: Qwen3MoeConfig(
+        **{**COMMON, "num_hidden_layers": 3}, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=False, mlp_only_layers=[1],
+        output_router_logits=True, router_aux_loss_coef=0.5, tie_word_embeddings=True),
     # Mixtral: 4 experts of intermediate_size, top 2 (always renormalized), GQA 2, untied.
     "mixtral_untied": lambda: MixtralConfig(
         **COMMON, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
         sliding_window=None, tie_word_embeddings=False),
+    # Mixtral with its routers' loss (Mixtral-8x7B's own weight, 0.02).
+    "mixtral_routerloss_untied": lambda: MixtralConfig(
+        **COMMON, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=None, output_router_logits=True, router_aux_loss_coef=0.02, tie_word_embeddings=False),
 }
 
 BATCH, SEQ = 2, 11
