@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark (not a test): one whole training step (forward + backward, no optimizer) of a
 ~110M-parameter Llama shape (or, with --family qwen3_5, a ~127M Qwen3.5 hybrid: three
-Gated DeltaNet layers to each gated full-attention one), lazytrain against PyTorch on the
+Gated DeltaNet layers to each gated full-attention one; with --family qwen3_moe, a ~102M
+qwen3_moe: 8 experts, 2 per token), lazytrain against PyTorch on the
 same transformers model, in fp32 and in bf16 (PyTorch: CPU autocast), with the same thread
 count, in one run. PyTorch runs transformers' own Qwen3.5 code; without the
 flash-linear-attention and causal-conv1d packages (CUDA-only) that is its torch fallback,
@@ -11,7 +12,7 @@ Each configuration runs in its own process (so peak RSS is its own), and the rou
 interleaved, ours then PyTorch's, because this machine is shared and noisy: figures are
 medians over rounds, and the comparison is a ratio measured side by side.
 
-usage: .venv/bin/python bench/train_step_bench.py [--build build] [--rounds 3] [--steps 3] [--family qwen3_5]
+usage: .venv/bin/python bench/train_step_bench.py [--build build] [--rounds 3] [--steps 3] [--family qwen3_5|qwen3_moe]
        [--peer-timeout 1200]
 Last line: RESULT train_step bf16_ratio=... fp32_ratio=... mfu=... rss_ratio=... isa=... family=...
 
@@ -42,6 +43,14 @@ QWEN3_5_SHAPE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=
                      linear_value_head_dim=64, linear_conv_kernel_dim=4, full_attention_interval=4,
                      rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
                                       "partial_rotary_factor": 0.25})
+
+# A qwen3_moe at ~102M (102.0M: the 32000 x 512 embedding and head, untied, are 32.8M):
+# 8 sparse layers of 8 experts 640 wide, 2 per token, renormalized as Qwen3-30B-A3B does,
+# q/k norms, 8 heads of 64 over 4 KV heads.
+QWEN3_MOE_SHAPE = dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4,
+                       head_dim=64, intermediate_size=1536, moe_intermediate_size=640, num_experts=8,
+                       num_experts_per_tok=2, norm_topk_prob=True, vocab_size=32000, max_position_embeddings=1024,
+                       tie_word_embeddings=False)
 
 
 def torch_worker(model_dir, mode, batch, seq, steps, threads):
@@ -103,7 +112,7 @@ def main():
     ap.add_argument("--worker", choices=["torch"])
     ap.add_argument("--mode", choices=["f32", "bf16"])
     ap.add_argument("--model-dir")
-    ap.add_argument("--family", choices=["llama", "qwen3_5"], default="llama")
+    ap.add_argument("--family", choices=["llama", "qwen3_5", "qwen3_moe"], default="llama")
     ap.add_argument("--peer-timeout", type=float, default=1200,
                     help="seconds a PyTorch worker may run (model load and warm-up included); one that runs "
                          "longer is stopped, its rate bounded by steps x tokens / timeout, and the ratio "
@@ -113,7 +122,8 @@ def main():
         return torch_worker(a.model_dir, a.mode, a.batch, a.seq, a.steps, a.threads)
 
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3MoeConfig,
+                              Qwen3MoeForCausalLM)
     ours_bin = os.path.join(a.build, "bench", "train_step_bench")
     if not os.path.exists(ours_bin):
         sys.exit(f"{ours_bin} not found: build first (bash scripts/setup.sh)")
@@ -122,6 +132,8 @@ def main():
         torch.manual_seed(0)
         if a.family == "qwen3_5":
             shape, model = QWEN3_5_SHAPE, Qwen3_5ForCausalLM(Qwen3_5TextConfig(**QWEN3_5_SHAPE))
+        elif a.family == "qwen3_moe":
+            shape, model = QWEN3_MOE_SHAPE, Qwen3MoeForCausalLM(Qwen3MoeConfig(**QWEN3_MOE_SHAPE))
         else:
             shape, model = SHAPE, LlamaForCausalLM(LlamaConfig(**SHAPE))
         n_params = sum(p.numel() for p in model.parameters())
