@@ -196,6 +196,7 @@ BlockSavedLayout block_saved_layout(const ModelConfig& c, int64_t layer, int64_t
       {"moe_experts", &BlockSaved::moe_experts},       {"moe_offsets", &BlockSaved::moe_offsets},
       {"moe_row_of", &BlockSaved::moe_row_of},         {"moe_gate", &BlockSaved::moe_gate},
       {"moe_up", &BlockSaved::moe_up},                 {"moe_act", &BlockSaved::moe_act},
+      {"moe_shared_logit", &BlockSaved::moe_shared_logit},
   };
   BlockSavedLayout layout;
   for (const auto& spec : layer_saved_activations(c, layer, RecomputeOption::KeepInternals, batch, seq, 4)) {
@@ -261,6 +262,7 @@ BlockWorkspace::BlockWorkspace(const ModelConfig& c, int64_t batch, int64_t seq,
   take(&BlockWorkspace::d_norm_out, T * C);
   take(&BlockWorkspace::d_norm_in, T * C);
   if (c.has_moe() && c.moe.output_router_logits) take(&BlockWorkspace::moe_d_logits, T * c.moe.num_experts);
+  if (c.has_moe() && c.moe.shared_expert_intermediate > 0) take(&BlockWorkspace::moe_d_shared_logit, T);
   // The attention scratch and the mixer's are never live together (a layer is one kind),
   // so they share one region.
   const size_t shared = at;
@@ -389,7 +391,8 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
 // The dense MLP's backward: d_out is the gradient of the block's output; leaves dh2 (the
 // gradient of the MLP's input norm output) in ws.d_norm_out.
 void dense_mlp_backward(BlockTensors& g, BlockWorkspace& ws, const float* d_out, const BlockTensors& w,
-                        const BlockTensorsBf16& wb, const BlockSaved& sv, const BlockContext& ctx) {
+                        const BlockTensorsBf16& wb, const BlockSaved& sv, const BlockContext& ctx,
+                        bool accumulate_dh = false) {
   const BlockShape& s = ctx.shape;
   const KernelTable& k = *ctx.kernels;
   const int64_t T = s.tokens(), C = s.hidden, I = s.inter;
@@ -405,8 +408,51 @@ void dense_mlp_backward(BlockTensors& g, BlockWorkspace& ws, const float* d_out,
     k.geglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
   else
     k.swiglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
-  k.linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, sv.mlp_norm_out, w.wg, wb.wg, T, C, I, false, p);
+  k.linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, sv.mlp_norm_out, w.wg, wb.wg, T, C, I, accumulate_dh, p);
   k.linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, sv.mlp_norm_out, w.wu, wb.wu, T, C, I, true, p);
+}
+
+// qwen3_5_moe's shared expert in forward: the dense MLP on h2 into mlp_down_out, its gate's
+// logit, and out += sigmoid(logit) * mlp_down_out, token by token.
+void shared_expert_forward(float* out, BlockSaved& sv, const BlockTensors& w, const BlockTensorsBf16& wb,
+                           const BlockContext& ctx) {
+  const BlockShape& s = ctx.shape;
+  const KernelTable& k = *ctx.kernels;
+  const int64_t T = s.tokens(), C = s.hidden, I = s.inter;
+  const Precision p = ctx.precision;
+  k.linear_forward(sv.mlp_gate, sv.mlp_norm_out, w.wg, wb.wg, nullptr, T, C, I, p);
+  k.linear_forward(sv.mlp_up, sv.mlp_norm_out, w.wu, wb.wu, nullptr, T, C, I, p);
+  k.swiglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
+  k.linear_forward(sv.mlp_down_out, sv.mlp_act, w.wd, wb.wd, nullptr, T, I, C, p);
+  shared_gate_forward(sv.moe_shared_logit, sv.mlp_norm_out, w.moe_shared_gate, T, C, p);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float gate = sigmoid(sv.moe_shared_logit[t]);
+    for (int64_t c = 0; c < C; ++c) out[t * C + c] += gate * sv.mlp_down_out[t * C + c];
+  }
+}
+
+// Its backward: adds its part of dh2 into ws.d_norm_out (which the experts' backward wrote).
+void shared_expert_backward(BlockTensors& g, BlockWorkspace& ws, const float* d_out, const BlockTensors& w,
+                            const BlockTensorsBf16& wb, const BlockSaved& sv, const BlockContext& ctx) {
+  const BlockShape& s = ctx.shape;
+  const KernelTable& k = *ctx.kernels;
+  const int64_t T = s.tokens(), C = s.hidden;
+  float* d_down = ws.d_norm_in;  // free until the MLP's input norm
+  float* d_logit = ws.moe_d_shared_logit;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float gate = sigmoid(sv.moe_shared_logit[t]);
+    float dot = 0.f;  // d loss / d gate
+    for (int64_t c = 0; c < C; ++c) {
+      dot += d_out[t * C + c] * sv.mlp_down_out[t * C + c];
+      d_down[t * C + c] = gate * d_out[t * C + c];
+    }
+    d_logit[t] = dot * gate * (1.0f - gate);
+  }
+  shared_gate_backward(ws.d_norm_out, g.moe_shared_gate, d_logit, sv.mlp_norm_out, w.moe_shared_gate, T, C,
+                       ctx.precision);
+  dense_mlp_backward(g, ws, d_down, w, wb, sv, ctx, /*accumulate_dh=*/true);
 }
 
 // The MoE block's views of a sparse layer's weights.
@@ -423,6 +469,32 @@ const MoeShape& host_moe_shape(const BlockContext& ctx) {
 }
 
 }  // namespace
+
+namespace {
+float as_operand(float x, Precision p) { return p == Precision::BF16 ? bf16_to_f32(f32_to_bf16(x)) : x; }
+}  // namespace
+
+void shared_gate_forward(float* logit, const float* h, const float* w, int64_t T, int64_t C, Precision p) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    float s = 0.f;
+    for (int64_t c = 0; c < C; ++c) s += as_operand(h[t * C + c], p) * as_operand(w[c], p);
+    logit[t] = s;
+  }
+}
+
+void shared_gate_backward(float* dh, float* dw, const float* d_logit, const float* h, const float* w, int64_t T,
+                          int64_t C, Precision p) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c) dh[t * C + c] += d_logit[t] * as_operand(w[c], p);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) {
+    float s = 0.f;
+    for (int64_t t = 0; t < T; ++t) s += d_logit[t] * as_operand(h[t * C + c], p);
+    dw[c] += s;
+  }
+}
 
 void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float* x_in, const BlockTensors& w,
                    const BlockTensorsBf16& wb, const BlockContext& ctx) {
@@ -449,6 +521,7 @@ void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float
   if (ctx.sparse) {  // x_out = x_mid + moe(h2)
     MoeSaved moe = block_moe_saved(sv);
     moe_forward(x_out, moe, sv.mlp_norm_out, moe_weights(w), moe_weights_bf16(wb), host_moe_shape(ctx), p, ws.moe);
+    if (w.moe_shared_gate) shared_expert_forward(x_out, sv, w, wb, ctx);
     add_inplace(x_out, sv.resid_mid, T * C);
     return;
   }
@@ -488,6 +561,7 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
     MoeGrads mg{g.moe_router, g.moe_gate_up, g.moe_down};
     moe_backward(ws.d_norm_out, mg, dx_out, sv.mlp_norm_out, moe_weights(w), moe_weights_bf16(wb), moe, d_logits, ms,
                  p, ws.moe);
+    if (w.moe_shared_gate) shared_expert_backward(g, ws, dx_out, w, wb, sv, ctx);
   } else {
     dense_mlp_backward(g, ws, dx_out, w, wb, sv, ctx);
   }

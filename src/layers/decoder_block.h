@@ -15,7 +15,9 @@
 //
 // qwen3_moe, mixtral: on a sparse layer the MLP is the mixture of experts of
 //   layers/moe_mlp.h, x_out = x_mid + moe(h2); it runs the CPU's kernels (not yet in the
-//   kernel table), so the model's compute tier must be host memory.
+//   kernel table), so the model's compute tier must be host memory. qwen3_5_moe adds a
+//   shared expert, the layer's dense MLP gated per token:
+//   x_out = x_mid + moe(h2) + sigmoid(h2 . wsg) * down(silu(gate(h2)) * up(h2)).
 //
 // Qwen3.5 (hybrid): a linear-attention layer runs the Gated DeltaNet mixer
 //   (layers/linear_attention_mixer.h) on h1 in place of attention, x_mid = x_in + mixer(h1);
@@ -79,6 +81,9 @@ struct BlockSaved {
   // experts, offsets and row_of hold int32).
   float *moe_probs = nullptr, *moe_weights = nullptr, *moe_experts = nullptr, *moe_offsets = nullptr,
         *moe_row_of = nullptr, *moe_gate = nullptr, *moe_up = nullptr, *moe_act = nullptr;
+  // qwen3_5_moe's shared expert keeps mlp_gate/up/act and mlp_down_out (its output before
+  // the gate), and the gate's logit [T].
+  float* moe_shared_logit = nullptr;
 };
 int64_t block_saved_numel(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq);
 // The largest layer's (one scratch buffer serves every recomputed layer).
@@ -118,6 +123,7 @@ class BlockWorkspace {
   float* mixer = nullptr;  // the Gated DeltaNet mixer's workspace (null without one)
   float* moe = nullptr;    // the MoE MLP's workspace (null without sparse layers)
   float* moe_d_logits = nullptr;  // [T, E]: the routers' loss gradient (output_router_logits only)
+  float* moe_d_shared_logit = nullptr;  // [T]: the shared expert gate's logit gradient (qwen3_5_moe)
 
  private:
   std::vector<std::pair<float* BlockWorkspace::*, size_t>> fields_;  // each pointer's offset, in floats
@@ -185,6 +191,15 @@ void embed_backward(const KernelTable& k, float* dtable, const int32_t* ids, flo
 // new one at doc_start == s). Fills positions = s - doc_start (the token's position in its
 // document, what RoPE reads). Throws lt::Error naming the first bad token otherwise.
 void document_positions(int32_t* positions, const int32_t* doc_start, int64_t batch, int64_t seq);
+
+// qwen3_5_moe's shared expert gate, a [1, C] projection: logit[t] = h[t] . w, one token per
+// thread and the channels in order, from the fp32 weight (kept fp32 in every tier, as the
+// norms are: it is not one of the block's matrices). Under Precision::BF16 both operands
+// are rounded to bf16 first, as the matmuls round theirs. Backward: dh (+=)
+// d_logit[t] w, dw (+=) sum over tokens in order of d_logit[t] h[t].
+void shared_gate_forward(float* logit, const float* h, const float* w, int64_t T, int64_t C, Precision p);
+void shared_gate_backward(float* dh, float* dw, const float* d_logit, const float* h, const float* w, int64_t T,
+                          int64_t C, Precision p);
 
 void block_forward(float* x_out, BlockSaved& saved, BlockWorkspace& ws, const float* x_in, const BlockTensors& w,
                    const BlockTensorsBf16& w_bf16, const BlockContext& ctx);

@@ -87,6 +87,10 @@ Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
   if (c.has_moe()) {  // both sizes grow with the token count: enough for any call's n <= max_len
     moe_saved_.resize((moe_saved_bytes(moe_shape(n)) + sizeof(float) - 1) / sizeof(float));
     moe_ws_.resize(moe_workspace_floats(moe_shape(n)));
+    if (c.moe.shared_expert_intermediate > 0) {
+      shared_out_.resize(n * C);
+      shared_logit_.resize(n);
+    }
   }
 }
 
@@ -130,6 +134,18 @@ void Generator::mlp(ModelParameters& params, const BlockTensors& w, int64_t n, i
     const MoeWeightsBf16 mb{compute_copy_.of(params, w.moe_router), compute_copy_.of(params, w.moe_gate_up),
                             compute_copy_.of(params, w.moe_down)};
     moe_forward(tmp_.data(), routing, h_.data(), mw, mb, s, p, moe_ws_.data());
+    if (w.moe_shared_gate) {  // qwen3_5_moe: + sigmoid(h . gate) * the shared expert's output
+      kernels_.linear_forward(gate_.data(), h_.data(), w.wg, compute_copy_.of(params, w.wg), nullptr, n, C, I, p);
+      kernels_.linear_forward(up_.data(), h_.data(), w.wu, compute_copy_.of(params, w.wu), nullptr, n, C, I, p);
+      kernels_.swiglu_forward(act_.data(), gate_.data(), up_.data(), n * I);
+      kernels_.linear_forward(shared_out_.data(), act_.data(), w.wd, compute_copy_.of(params, w.wd), nullptr, n, I,
+                              C, p);
+      shared_gate_forward(shared_logit_.data(), h_.data(), w.moe_shared_gate, n, C, p);
+      for (int64_t t = 0; t < n; ++t) {
+        const float gate = 1.0f / (1.0f + std::exp(-shared_logit_.data()[t]));
+        for (int64_t i = 0; i < C; ++i) tmp_.data()[t * C + i] += gate * shared_out_.data()[t * C + i];
+      }
+    }
     add_inplace(x_.data(), tmp_.data(), n * C);
     return;
   }

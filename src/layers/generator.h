@@ -71,6 +71,7 @@ class Generator {
   AlignedBuffer<float> rstd_, head_rstd_, lse_, scores_, logits_;
   AlignedBuffer<float> q_and_gate_, attn_gate_;  // gated attention (Qwen3.5)
   AlignedBuffer<float> moe_saved_, moe_ws_;      // the MoE block's outputs and scratch (sparse layers)
+  AlignedBuffer<float> shared_out_, shared_logit_;  // qwen3_5_moe's shared expert: output, gate logit
   std::vector<LinearAttentionDecoder> linear_;   // one per linear-attention layer
 };
 

@@ -210,7 +210,7 @@ void reject_qwen_sliding_window(const Fields& f, int64_t num_layers, const std::
 std::string supported_model_types() {
   std::string out;
   for (const auto& f : kFamilies) out += (out.empty() ? "" : ", ") + std::string(f.model_type);
-  return out + ", qwen3_5_text, qwen3_moe, mixtral";
+  return out + ", qwen3_5_text, qwen3_5_moe_text, qwen3_moe, mixtral";
 }
 
 ModelConfig parse_model_config(const json& j, const std::string& where) {
@@ -346,9 +346,10 @@ ModelConfig load_model_config(const std::string& path) {
 }
 
 json model_config_to_json(const ModelConfig& c) {
-  if (c.model_type == "qwen3_5_text") {  // its shared fields, written as its qwen3 twin's
+  if (c.model_type == "qwen3_5_text" || c.model_type == "qwen3_5_moe_text") {  // its shared fields, written as its qwen3 twin's
     ModelConfig twin = c;
     twin.model_type = "qwen3";
+    twin.moe = MoeConfig{};  // written by qwen3_5_config_to_json
     twin.layer_kinds.clear();
     twin.norm_weight_offset = 0;  // Qwen3.5's (1 + w) norms are its own, not a qwen3 field
     twin.padding_idx = -1;        // written by qwen3_5_config_to_json

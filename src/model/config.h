@@ -58,6 +58,10 @@ struct MoeConfig {
   // mlp_only_layers; the others run the dense MLP of intermediate_size. Mixtral: every layer.
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
+  // qwen3_5_moe: every sparse layer also runs a shared expert, a dense SwiGLU MLP of this
+  // width (the layer's wg/wu/wd, intermediate_size wide) scaled per token by
+  // sigmoid(h . shared_expert_gate); 0: none (qwen3_moe, mixtral).
+  int64_t shared_expert_intermediate = 0;
   double router_aux_loss_coef = 0.001;  // the load-balancing loss's weight, when it is added
   bool output_router_logits = false;    // transformers adds that loss to the loss only then
 };

@@ -67,14 +67,49 @@ std::vector<LayerKind> layer_kinds(const json& j, int64_t layers, const std::str
 }  // namespace
 
 bool is_qwen3_5_type(const std::string& model_type) {
-  return model_type == "qwen3_5_text" || model_type == "qwen3_5";
+  return model_type == "qwen3_5_text" || model_type == "qwen3_5" || model_type == "qwen3_5_moe_text" ||
+         model_type == "qwen3_5_moe";
 }
 
+namespace {
+
+// Qwen3_5MoeTextConfig's MoE fields (transformers 5.24 defaults): every layer's MLP is the
+// mixture of experts plus the shared expert, whose width becomes the layer's dense
+// intermediate_size (it runs as the dense MLP does, model/config.h MoeConfig).
+constexpr const char* kQwen35MoeKeys[] = {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                          "shared_expert_intermediate_size", "router_aux_loss_coef",
+                                          "output_router_logits", "norm_topk_prob", "decoder_sparse_step",
+                                          "mlp_only_layers"};
+
+void read_qwen3_5_moe_fields(ModelConfig& c, const Fields& f) {
+  MoeConfig& m = c.moe;
+  m.num_experts = positive_int(f, "num_experts", 256);
+  m.experts_per_token = f.opt_int("num_experts_per_tok", 8);
+  if (m.experts_per_token < 1 || m.experts_per_token > m.num_experts)
+    throw Error("is " + std::to_string(m.experts_per_token) + ", not in [1, num_experts = " +
+                    std::to_string(m.num_experts) + "]",
+                f.at("num_experts_per_tok"), "each token is routed to between 1 and all of the experts");
+  m.expert_intermediate = f.opt_int("moe_intermediate_size", 512);
+  require_positive(m.expert_intermediate, f, "moe_intermediate_size");
+  require_at_most(m.expert_intermediate, kMaxIntermediate, f, "moe_intermediate_size");
+  m.shared_expert_intermediate = c.intermediate_size;
+  m.norm_topk_prob = true;  // Qwen3_5MoeTopKRouter always renormalizes the chosen probabilities
+  m.router_aux_loss_coef = f.opt_num("router_aux_loss_coef", 0.001);
+  if (!(m.router_aux_loss_coef >= 0) || !std::isfinite(m.router_aux_loss_coef))
+    throw Error("must be a non-negative number, got " + std::to_string(m.router_aux_loss_coef),
+                f.at("router_aux_loss_coef"), kFixConfig);
+  m.output_router_logits = f.opt_bool("output_router_logits", false);
+}
+
+}  // namespace
+
 ModelConfig parse_qwen3_5_config(const json& top, const std::string& top_where) {
-  // A qwen3_5 (vision-language) checkpoint keeps the language model in text_config.
-  const bool multimodal = top.value("model_type", "") == "qwen3_5";
+  // A qwen3_5 / qwen3_5_moe (vision-language) checkpoint keeps the language model in text_config.
+  const std::string top_type = top.value("model_type", "");
+  const bool multimodal = top_type == "qwen3_5" || top_type == "qwen3_5_moe";
+  const bool moe = top_type == "qwen3_5_moe" || top_type == "qwen3_5_moe_text";
   if (multimodal && !(top.contains("text_config") && top.at("text_config").is_object()))
-    throw Error("a qwen3_5 config without a \"text_config\" object", top_where,
+    throw Error("a " + top_type + " config without a \"text_config\" object", top_where,
                 "use the checkpoint's original config.json");
   const json& j = multimodal ? top.at("text_config") : top;
   const std::string where = multimodal ? top_where + ", field \"text_config\"" : top_where;
@@ -90,8 +125,16 @@ ModelConfig parse_qwen3_5_config(const json& top, const std::string& top_where) 
       for (const char* k : {"partial_rotary_factor", "mrope_section", "mrope_interleaved"}) shared[key].erase(k);
   if (!shared.contains("head_dim") || shared["head_dim"].is_null()) shared["head_dim"] = 256;  // Qwen3_5TextConfig's
   if (!shared.contains("vocab_size")) shared["vocab_size"] = 248320;
+  if (moe) {
+    for (const char* key : kQwen35MoeKeys) shared.erase(key);
+    // The shared expert is the layer's dense MLP (Qwen3_5MoeTextConfig has no intermediate_size).
+    shared["intermediate_size"] = j.contains("shared_expert_intermediate_size") &&
+                                          !j.at("shared_expert_intermediate_size").is_null()
+                                      ? j.at("shared_expert_intermediate_size")
+                                      : json(512);
+  }
   ModelConfig c = parse_model_config(shared, where);
-  c.model_type = "qwen3_5_text";
+  c.model_type = moe ? "qwen3_5_moe_text" : "qwen3_5_text";
   c.qk_norm = true;
   // Qwen3_5RMSNorm (every norm but the DeltaNet's gated one) scales by 1 + w, in fp32.
   c.norm_weight_offset = 1.0;
@@ -121,13 +164,16 @@ ModelConfig parse_qwen3_5_config(const json& top, const std::string& top_where) 
                 "ignores the key)",
                 where + ", field \"attn_output_gate\"", "remove the key or set it to true");
   c.attn_output_gate = true;
+  if (moe) read_qwen3_5_moe_fields(c, f);
   {
     // As config.cpp bounds the uniform families: every size product stays inside int64.
     const double C = static_cast<double>(c.hidden_size), L = static_cast<double>(c.num_layers);
     const double mixer = C * (static_cast<double>(c.linear.conv_dim()) + 2.0 * static_cast<double>(c.linear.value_dim()) +
                               2.0 * static_cast<double>(c.linear.value_heads)) +
                          static_cast<double>(c.linear.conv_dim() * c.linear.conv_kernel);
-    const double params = L * (mixer + 3 * C * static_cast<double>(c.intermediate_size)) +
+    const double experts = static_cast<double>(c.moe.num_experts) *
+                           (3 * C * static_cast<double>(c.moe.expert_intermediate) + C);
+    const double params = L * (mixer + 3 * C * static_cast<double>(c.intermediate_size) + experts) +
                           2 * static_cast<double>(c.vocab_size) * C;
     if (params > kMaxParams)
       throw Error("the model would have " + std::to_string(params) + " parameters, more than lazytrain supports (1e15)",
@@ -157,6 +203,18 @@ json qwen3_5_config_to_json(const ModelConfig& c, json qwen3_fields) {
   qwen3_fields["attn_output_gate"] = true;
   qwen3_fields["rope_parameters"]["partial_rotary_factor"] = c.partial_rotary_factor;
   qwen3_fields["pad_token_id"] = c.padding_idx >= 0 ? json(c.padding_idx) : json(nullptr);
+  if (c.has_moe()) {
+    const MoeConfig& m = c.moe;
+    qwen3_fields["architectures"] = {"Qwen3_5MoeForCausalLM"};
+    qwen3_fields["model_type"] = "qwen3_5_moe_text";
+    qwen3_fields.erase("intermediate_size");
+    qwen3_fields["num_experts"] = m.num_experts;
+    qwen3_fields["num_experts_per_tok"] = m.experts_per_token;
+    qwen3_fields["moe_intermediate_size"] = m.expert_intermediate;
+    qwen3_fields["shared_expert_intermediate_size"] = m.shared_expert_intermediate;
+    qwen3_fields["router_aux_loss_coef"] = m.router_aux_loss_coef;
+    qwen3_fields["output_router_logits"] = m.output_router_logits;
+  }
   return qwen3_fields;
 }
 

@@ -60,8 +60,18 @@ std::vector<ActivationSpec> layer_saved_activations(const ModelConfig& c, int64_
         stat("moe_offsets", {E + 1}),    stat("moe_row_of", {T, k}),   // int32
         act("moe_gate", {T * k, I}),     act("moe_up", {T * k, I}),    act("moe_act", {T * k, I}),
     };
-    const auto pos = a.erase(named("mlp_gate"), named("mlp_act") + 1);
-    a.insert(pos, moe.begin(), moe.end());
+    if (c.moe.shared_expert_intermediate > 0) {
+      // qwen3_5_moe: the shared expert keeps the dense MLP's saved tensors, and its output
+      // before the gate and the gate's logit.
+      const auto pos = named("mlp_act") + 1;
+      std::vector<ActivationSpec> shared = moe;
+      shared.push_back(act("mlp_down_out", {T, c.hidden_size}));
+      shared.push_back(stat("moe_shared_logit", {T}));
+      a.insert(pos, shared.begin(), shared.end());
+    } else {
+      const auto pos = a.erase(named("mlp_gate"), named("mlp_act") + 1);
+      a.insert(pos, moe.begin(), moe.end());
+    }
   }
   if (!c.hybrid()) return a;
   if (c.layer_kind(layer) == LayerKind::Attention) {
@@ -102,8 +112,8 @@ int64_t layer_saved_bytes(const ModelConfig& c, int64_t layer, RecomputeOption o
 double layer_forward_flops(const ModelConfig& c, int64_t layer, int64_t batch, int64_t seq) {
   if (!c.hybrid()) return block_forward_flops(c, batch, seq, layer);  // a sliding layer counts its window
   const double T = static_cast<double>(batch) * static_cast<double>(seq);
-  const double C = c.hidden_size, I = c.intermediate_size;
-  const double mlp = 3 * C * I;
+  const double C = c.hidden_size;
+  const double mlp = mlp_matmul_params(c, layer);
   if (c.layer_kind(layer) == LayerKind::Attention) {
     // block_forward_flops, with q_proj twice as wide when it also yields the gate.
     const double gate = c.attn_output_gate ? C * static_cast<double>(c.q_dim()) : 0;

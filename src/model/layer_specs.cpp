@@ -10,7 +10,8 @@ namespace {
 // A sparse layer's MLP, one checkpoint tensor per expert (what the hub's files and
 // transformers' save_pretrained hold), in the order that lays them out as the block's
 // fused arrays (layers/moe_mlp.h): the router [E, C]; gate_up [E, 2I, C], expert by
-// expert its gate projection then its up projection; down [E, C, I].
+// expert its gate projection then its up projection; down [E, C, I]; then qwen3_5_moe's
+// shared expert (the layer's dense MLP) and its gate [1, C].
 void append_moe_weights(std::vector<WeightSpec>& w, const ModelConfig& c, const std::string& p) {
   LT_ASSERT(!c.mlp_bias && !c.sandwich_norms, "a MoE layer with MLP biases or sandwich norms");
   const bool mixtral = c.model_type == "mixtral";
@@ -25,6 +26,12 @@ void append_moe_weights(std::vector<WeightSpec>& w, const ModelConfig& c, const 
     w.push_back({expert(e, "up_proj", "w3"), {I, C}});
   }
   for (int64_t e = 0; e < E; ++e) w.push_back({expert(e, "down_proj", "w2"), {C, I}});
+  if (const int64_t S = c.moe.shared_expert_intermediate; S > 0) {  // qwen3_5_moe's shared expert and its gate
+    w.push_back({block + "shared_expert.gate_proj.weight", {S, C}});
+    w.push_back({block + "shared_expert.up_proj.weight", {S, C}});
+    w.push_back({block + "shared_expert.down_proj.weight", {C, S}});
+    w.push_back({block + "shared_expert_gate.weight", {1, C}});
+  }
 }
 
 }  // namespace
@@ -151,18 +158,20 @@ int64_t boundary_bytes(const ModelConfig& c, int64_t batch, int64_t seq, int act
   return batch * seq * c.hidden_size * act_bytes;
 }
 
+double mlp_matmul_params(const ModelConfig& c, int64_t layer) {
+  const double C = c.hidden_size, I = c.intermediate_size;
+  if (!c.layer_is_sparse(layer)) return 3 * C * I;
+  const double E = c.moe.num_experts, k = c.moe.experts_per_token, EI = c.moe.expert_intermediate;
+  const double shared = c.moe.shared_expert_intermediate > 0 ? 3 * C * I + C : 0;  // qwen3_5_moe
+  return C * E + k * 3 * C * EI + shared;
+}
+
 double block_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq, int64_t layer) {
   const double T = static_cast<double>(batch) * static_cast<double>(seq);
-  const double C = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
-  // Matmul parameters: q, k, v, o projections and the three MLP matrices; a sparse MoE
-  // layer's MLP counts what a token runs: the router and its top-k experts' three matrices
-  // (layer -1: layer 0's MLP).
-  double mlp_params = 3 * C * I;
-  if (c.layer_is_sparse(layer >= 0 ? layer : 0)) {
-    const double E = c.moe.num_experts, k = c.moe.experts_per_token, EI = c.moe.expert_intermediate;
-    mlp_params = C * E + k * 3 * C * EI;
-  }
-  const double matmul_params = C * Q + 2 * C * KV + Q * C + mlp_params;
+  const double C = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
+  // Matmul parameters: q, k, v, o projections and the MLP's (mlp_matmul_params; layer -1:
+  // layer 0's MLP).
+  const double matmul_params = C * Q + 2 * C * KV + Q * C + mlp_matmul_params(c, layer >= 0 ? layer : 0);
   // QK^T and PV, each 2 FLOPs per MAC, over the (query, key) pairs attention computes:
   // the causal triangle of seq*(seq+1)/2 pairs, or under a window W < seq the first W
   // rows' triangle and W keys for each row after it.

@@ -61,5 +61,9 @@ int64_t boundary_bytes(const ModelConfig& c, int64_t batch, int64_t seq, int act
 // activation, RoPE) is not counted for any family.
 double block_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq, int64_t layer = -1);
 double head_forward_flops(const ModelConfig& c, int64_t batch, int64_t seq);
+// The matmul parameters of layer `layer`'s MLP that one token runs: the dense gate, up and
+// down; on a sparse MoE layer the router, its top-k experts' three matrices and
+// qwen3_5_moe's shared expert with its gate.
+double mlp_matmul_params(const ModelConfig& c, int64_t layer);
 
 }  // namespace lt

@@ -45,6 +45,12 @@ std::vector<BlockField> block_fields(const ModelConfig& c, int64_t layer) {
     add(&T::moe_router, E * C, true);
     add(&T::moe_gate_up, E * 2 * EI * C, true);
     add(&T::moe_down, E * C * EI, true);
+    if (c.moe.shared_expert_intermediate > 0) {  // qwen3_5_moe: the shared expert, as a dense MLP
+      add(&T::wg, I * C, true);
+      add(&T::wu, I * C, true);
+      add(&T::wd, C * I, true);
+      add(&T::moe_shared_gate, C);  // a dot product per token, read in fp32 (layers/decoder_block.h)
+    }
     return f;  // the MoE families have no MLP biases and no sandwich norms
   }
   add(&T::wg, I * C, true);

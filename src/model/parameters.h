@@ -52,6 +52,9 @@ struct BlockTensors {
   float* moe_router = nullptr;   // [E, C]
   float* moe_gate_up = nullptr;  // [E, 2I, C]: expert e's gate rows, then its up rows
   float* moe_down = nullptr;     // [E, C, I]
+  // qwen3_5_moe: the shared expert is wg/wu/wd (shared_expert_intermediate wide), scaled per
+  // token by sigmoid(h . moe_shared_gate).
+  float* moe_shared_gate = nullptr;  // [1, C]
 };
 
 // The same views for a bf16 copy (only matmul weights are read in bf16).

@@ -262,5 +262,29 @@ TEST_F(StreamingInvariance, Qwen3MoeLayersMatchBitwise) {
                        "qwen3_moe router loss emu milp offload");
 }
 
+// qwen3_5_moe: the hybrid layers, each with the experts and the gated shared expert (the
+// layer's dense MLP), and the routers' loss.
+TEST_F(StreamingInvariance, Qwen35MoeLayersMatchBitwise) {
+  ModelConfig h = qwen3_5_tiny_config();
+  h.model_type = "qwen3_5_moe_text";
+  h.moe.num_experts = 4;
+  h.moe.experts_per_token = 2;
+  h.moe.expert_intermediate = 32;
+  h.moe.norm_topk_prob = true;
+  h.moe.shared_expert_intermediate = h.intermediate_size;
+  h.moe.output_router_logits = true;
+  h.moe.router_aux_loss_coef = 0.1;
+  const Trajectory ref = run_reference(h);
+  EXPECT_NE(ref.loss.front(), ref.loss.back());
+  for (const char* policy : {"keep-all", "recompute-all", "megatrain", "milp"})
+    expect_bitwise_equal(run_streaming(h, make_plan(request(h), policy), dir_), ref,
+                         std::string("qwen3_5_moe ") + policy);
+  expect_bitwise_equal(run_streaming(h, offloading_milp_plan(h), dir_, make_emu_backend(5, 5)), ref,
+                       "qwen3_5_moe emu milp offload");
+  const RunOptions bf16{.eight_bit = true, .precision = Precision::BF16};
+  expect_bitwise_equal(run_streaming(h, make_plan(request(h), "megatrain"), dir_, make_emu_backend(), bf16),
+                       run_reference(h, bf16), "qwen3_5_moe bf16 emu megatrain");
+}
+
 }  // namespace
 }  // namespace lt

@@ -143,7 +143,7 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
 
   const double L = static_cast<double>(config.num_layers);
   const double logit_tol = precision == Precision::F32 ? kF32LogitTol : (4 * L + 1) * 2 * kBf16Unit;
-  const bool qwen3_5 = config.model_type == "qwen3_5_text";
+  const bool qwen3_5 = config.model_type == "qwen3_5_text" || config.model_type == "qwen3_5_moe_text";
   const double grad_tol = precision == Precision::F32 ? kF32GradTol : 2 * (4 * L + 1) * 2 * kBf16Unit;
 
   std::vector<float> logits(batch * seq * config.vocab_size);
@@ -181,6 +181,14 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
       const double f32_err = peer_error("f32grad."), peer_err = precision == Precision::F32 ? f32_err : peer_error("bf16grad.");
       const bool ill_conditioned = kPeerFactor * f32_err > kF32GradTol;
       if (precision == Precision::F32 && ill_conditioned) tol = kPeerFactor * f32_err, ++peer_bounded;
+      // A MoE layer's routing is discontinuous: under bf16 a token whose k-th and (k+1)-th
+      // router probabilities lie within bf16's error of each other may take another expert,
+      // in ours and in transformers' bf16 run alike, which the smooth stage model of
+      // grad_tol does not cover. transformers' own bf16 error against float64 measures how
+      // far this batch's gradients move with it; the factor is kPeerFactor's, for the same
+      // reason (the two sum the same terms in different orders and roundings).
+      if (precision == Precision::BF16 && !ill_conditioned && config.has_moe() && kPeerFactor * peer_err > tol)
+        tol = kPeerFactor * peer_err, ++peer_bounded;
       if (precision == Precision::BF16 && ill_conditioned) {
         bounded = false;
         char line[160];
@@ -200,10 +208,11 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
               name.c_str(), precision == Precision::F32 ? "f32" : "bf16", logit_err,
               std::fabs(loss - ref_loss) / std::fabs(ref_loss), ref_loss, worst, worst_name.c_str(),
               checked);
-  if (qwen3_5 && precision == Precision::F32)
-    std::printf("  %d tensors held to %g x transformers' own fp32 error instead; largest ratio to transformers' "
+  if (qwen3_5)
+    std::printf("  %d tensors held to %g x transformers' own %s error instead; largest ratio to transformers' "
                 "error %.2f (%s)\n",
-                peer_bounded, kPeerFactor, worst_ratio, worst_ratio_name.c_str());
+                peer_bounded, kPeerFactor, precision == Precision::F32 ? "fp32" : "bf16 (routing)", worst_ratio,
+                worst_ratio_name.c_str());
   if (!unbounded.empty())
     GTEST_SKIP() << "every other gradient checked; these bf16 gradients are ill-conditioned (see kPeerFactor) "
                     "and not bounded:" << unbounded;
@@ -239,7 +248,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          "gemma3_sliding_tied", "gemma3_pattern_untied",
                                          "qwen3_5_hybrid_untied", "qwen3_5_interval_tied",
                                          "qwen3_moe_mixed_untied", "qwen3_moe_normtopk_tied", "mixtral_untied",
-                                         "qwen3_moe_routerloss_tied", "mixtral_routerloss_untied"),
+                                         "qwen3_moe_routerloss_tied", "mixtral_routerloss_untied",
+                                         "qwen3_5_moe_hybrid_untied"),
                        ::testing::Values(Precision::F32, Precision::BF16)),
     [](const auto& info) {
       return std::get<0>(info.param) + (std::get<1>(info.param) == Precision::F32 ? "_f32" : "_bf16");
@@ -275,7 +285,7 @@ TEST_P(GeneratorParity, MatchesTrainingForwardAndTransformersGenerate) {
   // algorithms, each close to the exact row, not to each other): to the bound, or,
   // for a row that transformers' own fp32 forward misses by more than 1e-5 / 4, to
   // kPeerFactor times that miss (the row's conditioning, as for the gradients above).
-  const bool exact_reference = config.model_type == "qwen3_5_text";
+  const bool exact_reference = config.model_type == "qwen3_5_text" || config.model_type == "qwen3_5_moe_text";
   const std::vector<float> ref_logits = to_f32(r.ref->tensor("logits"));  // batch row 0 first
   const std::vector<float> peer_logits = exact_reference ? to_f32(r.ref->tensor("f32logits")) : std::vector<float>{};
   for (int64_t n = 1; n <= seq; ++n) {
@@ -303,7 +313,8 @@ INSTANTIATE_TEST_SUITE_P(Families, GeneratorParity,
                                            "qwen3_qknorm_untied", "gemma3_sliding_tied",
                                            "gemma3_pattern_untied", "qwen3_5_hybrid_untied",
                                            "qwen3_5_interval_tied", "qwen3_moe_mixed_untied",
-                                           "qwen3_moe_normtopk_tied", "mixtral_untied"));
+                                           "qwen3_moe_normtopk_tied", "mixtral_untied",
+                                           "qwen3_5_moe_hybrid_untied"));
 
 }  // namespace
 }  // namespace lt

@@ -275,6 +275,42 @@ TEST(MoeConfig, PresetsHaveTheirPublishedSizes) {
   EXPECT_EQ(active_params(dense), dense.num_params());
 }
 
+// Qwen3.5 MoE: the hybrid text config with every layer sparse and a gated shared expert,
+// whose width is the layers' dense intermediate_size; read from a qwen3_5_moe (vision-
+// language) checkpoint's text_config too, and written back as a qwen3_5_moe_text config.
+TEST(MoeConfig, Qwen35MoeReadsItsTextConfig) {
+  const json text = {{"model_type", "qwen3_5_moe_text"}, {"hidden_size", 64}, {"num_hidden_layers", 4},
+                     {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+                     {"vocab_size", 128}, {"linear_num_key_heads", 2}, {"linear_num_value_heads", 4},
+                     {"linear_key_head_dim", 8}, {"linear_value_head_dim", 12}, {"num_experts", 6},
+                     {"num_experts_per_tok", 2}, {"moe_intermediate_size", 40},
+                     {"shared_expert_intermediate_size", 56}, {"router_aux_loss_coef", 0.01},
+                     {"output_router_logits", true}};
+  const json wrapped = {{"model_type", "qwen3_5_moe"}, {"text_config", text}};
+  for (const json& j : {text, wrapped}) {
+    const ModelConfig c = parse_model_config(j, "test");
+    EXPECT_EQ(c.model_type, "qwen3_5_moe_text");
+    ASSERT_TRUE(c.hybrid() && c.has_moe());
+    EXPECT_EQ(c.layer_kind(3), LayerKind::Attention);  // full_attention_interval 4
+    EXPECT_EQ(c.moe.num_experts, 6);
+    EXPECT_EQ(c.moe.expert_intermediate, 40);
+    EXPECT_EQ(c.moe.shared_expert_intermediate, 56);
+    EXPECT_EQ(c.intermediate_size, 56);
+    EXPECT_TRUE(c.moe.norm_topk_prob);
+    EXPECT_TRUE(c.moe.output_router_logits);
+    for (int64_t l = 0; l < 4; ++l) EXPECT_TRUE(c.layer_is_sparse(l)) << l;
+    const std::vector<WeightSpec> w = block_weight_specs(c, 0);
+    EXPECT_EQ(w.back().hf_name, "model.layers.0.mlp.shared_expert_gate.weight");
+    EXPECT_EQ(w.back().shape, (Shape{1, 64}));
+    const ModelConfig back = parse_model_config(model_config_to_json(c), "written");
+    EXPECT_EQ(back.model_type, "qwen3_5_moe_text");
+    EXPECT_EQ(back.moe.num_experts, 6);
+    EXPECT_EQ(back.moe.shared_expert_intermediate, 56);
+    EXPECT_EQ(back.moe.router_aux_loss_coef, 0.01);
+    EXPECT_EQ(back.layer_kinds, c.layer_kinds);
+  }
+}
+
 // transformers' reading of each input config (class defaults included) and of what we write
 // for it equals ours; for the small cases it also builds the model and checks which layers
 // are sparse.

@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import save_file
 from safetensors.torch import load_file
 from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig,
-                          Qwen2Config, Qwen3_5TextConfig, Qwen3Config, Qwen3MoeConfig)
+                          Qwen2Config, Qwen3_5MoeTextConfig, Qwen3_5TextConfig, Qwen3Config, Qwen3MoeConfig)
 
 COMMON = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=96, vocab_size=101,
               max_position_embeddings=128, rms_norm_eps=1e-5, initializer_range=0.2)
@@ -112,6 +112,22 @@ CASES = {
     "mixtral_untied": lambda: MixtralConfig(
         **COMMON, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
         sliding_window=None, tie_word_embeddings=False),
+    # Qwen3.5 MoE: the hybrid layers with a mixture of 4 experts (top 2, renormalized) and
+    # the gated shared expert on every layer, the routers' loss in the loss; the experts run
+    # the modeling file's own loop (eager), which float64 can run. No padding token: its
+    # embedding row starts at zero, the first Gated DeltaNet layer's output for it is zero
+    # too (its gate is), so its router logits tie exactly, and among ties torch.topk's
+    # choice is unspecified (it took experts 2 and 3, ours takes 0 and 1): the block's output
+    # is zero either way, but the routers' loss counts the choice.
+    "qwen3_5_moe_hybrid_untied": lambda: Qwen3_5MoeTextConfig(
+        hidden_size=64, num_hidden_layers=3, vocab_size=101, max_position_embeddings=128, rms_norm_eps=1e-5,
+        initializer_range=0.2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        layer_types=["linear_attention", "full_attention", "linear_attention"],
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12,
+        linear_conv_kernel_dim=4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                   "partial_rotary_factor": 0.25},
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+        output_router_logits=True, router_aux_loss_coef=0.1, tie_word_embeddings=False),
     # Mixtral with its routers' loss (Mixtral-8x7B's own weight, 0.02).
     "mixtral_routerloss_untied": lambda: MixtralConfig(
         **COMMON, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
@@ -145,8 +161,11 @@ class _Float64Torch(types.ModuleType):
 
 @contextlib.contextmanager
 def qwen3_5_in_float64(model):
-    """Runs transformers' Qwen3.5 modeling code in float64 (see the module docstring)."""
-    from transformers.models.qwen3_5 import modeling_qwen3_5 as m
+    """Runs transformers' Qwen3.5 (or Qwen3.5 MoE) modeling code in float64 (see the module docstring)."""
+    if model.config.model_type == "qwen3_5_moe_text":
+        from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as m
+    else:
+        from transformers.models.qwen3_5 import modeling_qwen3_5 as m
     saved_torch, saved_float = m.torch, torch.Tensor.float
     m.torch = _Float64Torch()
     torch.Tensor.float = lambda self, *a, **k: self.to(torch.float64)
@@ -163,6 +182,8 @@ def main():
     torch.manual_seed(1234)
     config = CASES[case]()
     config._attn_implementation = "eager"
+    if config.model_type == "qwen3_5_moe_text":
+        config._experts_implementation = "eager"
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").float()
     # Norm weights start at 1 and biases at 0; perturb them so their gradients and
     # their effect on the forward pass are exercised.
@@ -180,7 +201,8 @@ def main():
         ids[1, 2] = config.pad_token_id
         labels[1, 2] = config.pad_token_id
     peer_grads = {}
-    if config.model_type == "qwen3_5_text":  # transformers' own float32 and bf16-autocast runs
+    hybrid = config.model_type in ("qwen3_5_text", "qwen3_5_moe_text")
+    if hybrid:  # transformers' own float32 and bf16-autocast runs
         for prefix, precision in (("f32grad.", None), ("bf16grad.", torch.bfloat16)):
             peer = copy.deepcopy(model)
             with torch.autocast("cpu", dtype=precision) if precision else contextlib.nullcontext():
@@ -188,9 +210,13 @@ def main():
             peer_out.loss.backward()
             if precision is None:
                 peer_grads["f32logits"] = peer_out.logits.detach().float().contiguous()
-            for name, p in peer.named_parameters():
-                peer_grads[prefix + name] = p.grad.detach().float().contiguous()
-    f64 = qwen3_5_in_float64(model) if config.model_type == "qwen3_5_text" else contextlib.nullcontext()
+            if config.model_type == "qwen3_5_moe_text":
+                for key, g in checkpoint_named_grads(peer).items():
+                    peer_grads[prefix + key[len("grad."):]] = g
+            else:
+                for name, p in peer.named_parameters():
+                    peer_grads[prefix + name] = p.grad.detach().float().contiguous()
+    f64 = qwen3_5_in_float64(model) if hybrid else contextlib.nullcontext()
     with f64:
         out = model(input_ids=ids, labels=labels)
         out.loss.backward()
@@ -208,7 +234,7 @@ def main():
         "logits": out.logits.detach().float().contiguous(),
         "loss": out.loss.detach().float().reshape(1),
     }
-    if config.model_type in ("qwen3_moe", "mixtral"):
+    if config.model_type in ("qwen3_moe", "mixtral", "qwen3_5_moe_text"):
         tensors.update(checkpoint_named_grads(model))
     else:
         for name, p in model.named_parameters():
