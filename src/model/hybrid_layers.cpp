@@ -36,8 +36,9 @@ int64_t layer_params(const ModelConfig& c, int64_t layer) {
 
 std::vector<ActivationSpec> layer_saved_activations(const ModelConfig& c, int64_t layer, RecomputeOption opt,
                                                     int64_t batch, int64_t seq, int act_bytes) {
-  // The uniform block's list (its norms, attention and MLP); a hybrid layer swaps the
-  // token mixer's part, between the input norm and the residual, for its own.
+  // The uniform block's list (its norms, attention and MLP); a sparse MoE layer swaps the
+  // MLP's part for the experts' (below), a hybrid layer the token mixer's part, between the
+  // input norm and the residual, for its own.
   std::vector<ActivationSpec> a = block_saved_activations(c, opt, batch, seq, act_bytes);
   if (a.empty()) return a;
   const int64_t T = batch * seq;
