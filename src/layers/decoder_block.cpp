@@ -151,14 +151,19 @@ BlockShape block_shape(const ModelConfig& c, int64_t batch, int64_t seq) {
   s.output_gate = c.attn_output_gate;
   s.rotary = rotary_dim(c);
   s.linear = c.linear;
-  if (c.has_moe()) {
-    s.moe.tokens = batch * seq;
-    s.moe.hidden = c.hidden_size;
-    s.moe.experts = c.moe.num_experts;
-    s.moe.top_k = c.moe.experts_per_token;
-    s.moe.intermediate = c.moe.expert_intermediate;
-    s.moe.norm_topk_prob = c.moe.norm_topk_prob;
-  }
+  s.moe = moe_block_shape(c, batch * seq);
+  return s;
+}
+
+MoeShape moe_block_shape(const ModelConfig& c, int64_t tokens) {
+  MoeShape s;
+  if (!c.has_moe()) return s;
+  s.tokens = tokens;
+  s.hidden = c.hidden_size;
+  s.experts = c.moe.num_experts;
+  s.top_k = c.moe.experts_per_token;
+  s.intermediate = c.moe.expert_intermediate;
+  s.norm_topk_prob = c.moe.norm_topk_prob;
   return s;
 }
 

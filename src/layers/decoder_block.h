@@ -58,6 +58,8 @@ struct BlockShape {
   int64_t kv_dim() const { return kv_heads * head_dim; }
 };
 BlockShape block_shape(const ModelConfig& c, int64_t batch, int64_t seq);
+// The MoE block's shape for `tokens` tokens of c's sparse layers (experts 0 without them).
+MoeShape moe_block_shape(const ModelConfig& c, int64_t tokens);
 
 // Views of the tensors a block saves for backward, bound onto one buffer laid out as
 // layer_saved_activations(KeepInternals) says (the planner's spec table, fp32 here).

@@ -85,24 +85,13 @@ Generator::Generator(const ModelConfig& c, int64_t max_len, Precision precision)
     attn_gate_.resize(n * QD);
   }
   if (c.has_moe()) {  // both sizes grow with the token count: enough for any call's n <= max_len
-    moe_saved_.resize((moe_saved_bytes(moe_shape(n)) + sizeof(float) - 1) / sizeof(float));
-    moe_ws_.resize(moe_workspace_floats(moe_shape(n)));
+    moe_saved_.resize((moe_saved_bytes(moe_block_shape(c, n)) + sizeof(float) - 1) / sizeof(float));
+    moe_ws_.resize(moe_workspace_floats(moe_block_shape(c, n)));
     if (c.moe.shared_expert_intermediate > 0) {
       shared_out_.resize(n * C);
       shared_logit_.resize(n);
     }
   }
-}
-
-MoeShape Generator::moe_shape(int64_t n) const {
-  MoeShape s;
-  s.tokens = n;
-  s.hidden = config_.hidden_size;
-  s.experts = config_.moe.num_experts;
-  s.top_k = config_.moe.experts_per_token;
-  s.intermediate = config_.moe.expert_intermediate;
-  s.norm_topk_prob = config_.moe.norm_topk_prob;
-  return s;
 }
 
 namespace {
@@ -128,7 +117,7 @@ void Generator::mlp(ModelParameters& params, const BlockTensors& w, int64_t n, i
   const Precision p = precision_;
   kernels_.rmsnorm_forward(h_.data(), rstd_.data(), x_.data(), w.mlp_norm, n, C, eps, off);
   if (c.layer_is_sparse(layer)) {  // the mixture of experts (no sandwich norms in these families)
-    const MoeShape s = moe_shape(n);
+    const MoeShape s = moe_block_shape(c, n);
     MoeSaved routing = moe_bind_saved(moe_saved_.data(), s);
     const MoeWeights mw{w.moe_router, w.moe_gate_up, w.moe_down};
     const MoeWeightsBf16 mb{compute_copy_.of(params, w.moe_router), compute_copy_.of(params, w.moe_gate_up),

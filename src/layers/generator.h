@@ -49,8 +49,6 @@ class Generator {
   // hidden state of the last position in hidden_last_.
   void run(const ModelParameters& params, const int32_t* tokens, int64_t n, int64_t pos);
   void mlp(ModelParameters& params, const BlockTensors& w, int64_t n, int64_t layer);
-  // The MoE block's shape for n tokens (sparse layers).
-  MoeShape moe_shape(int64_t n) const;
 
   ModelConfig config_;
   // The host's kernels: the caches and the scratch below are host memory. (Attention for

@@ -62,6 +62,25 @@ std::vector<int64_t> mlp_only_layers(const Fields& f, int64_t layers) {
 
 }  // namespace
 
+void read_moe_routing_fields(MoeConfig& m, const Fields& f, int64_t top_k_default, const std::string& experts_key) {
+  m.experts_per_token = f.opt_int("num_experts_per_tok", top_k_default);
+  if (m.experts_per_token < 1 || m.experts_per_token > m.num_experts)
+    throw Error("is " + std::to_string(m.experts_per_token) + ", not in [1, " + experts_key + " = " +
+                    std::to_string(m.num_experts) + "]",
+                f.at("num_experts_per_tok"), "each token is routed to between 1 and all of the experts");
+  m.router_aux_loss_coef = f.opt_num("router_aux_loss_coef", 0.001);
+  if (!(m.router_aux_loss_coef >= 0) || !std::isfinite(m.router_aux_loss_coef))
+    throw Error("must be a non-negative number, got " + std::to_string(m.router_aux_loss_coef),
+                f.at("router_aux_loss_coef"), kFixConfig);
+  m.output_router_logits = f.opt_bool("output_router_logits", false);
+}
+
+void write_moe_routing_fields(const MoeConfig& m, json& j) {
+  j["num_experts_per_tok"] = m.experts_per_token;
+  j["router_aux_loss_coef"] = m.router_aux_loss_coef;
+  j["output_router_logits"] = m.output_router_logits;
+}
+
 bool is_moe_type(const std::string& model_type) { return model_type == "qwen3_moe" || model_type == "mixtral"; }
 
 std::string moe_dense_twin(const std::string& model_type) { return model_type == "mixtral" ? "mistral" : "qwen3"; }
@@ -107,11 +126,7 @@ ModelConfig parse_moe_config(const json& j, const std::string& where) {
                 mixtral ? "Mixtral models have experts; fix config.json"
                         : "a qwen3_moe config with no experts is a dense Qwen3 model; use model_type \"qwen3\"");
   require_at_most(m.num_experts, kMaxCount, f, experts_key);
-  m.experts_per_token = f.opt_int("num_experts_per_tok", mixtral ? 2 : 8);
-  if (m.experts_per_token < 1 || m.experts_per_token > m.num_experts)
-    throw Error("is " + std::to_string(m.experts_per_token) + ", not in [1, " + experts_key + " = " +
-                    std::to_string(m.num_experts) + "]",
-                f.at("num_experts_per_tok"), "each token is routed to between 1 and all of the experts");
+  read_moe_routing_fields(m, f, mixtral ? 2 : 8, experts_key);
   if (mixtral) {
     m.expert_intermediate = c.intermediate_size;  // Mixtral's experts are intermediate_size wide
     m.norm_topk_prob = true;  // MixtralTopKRouter always renormalizes (layers/moe_mlp.h kMixtralNormTopkProb)
@@ -128,11 +143,6 @@ ModelConfig parse_moe_config(const json& j, const std::string& where) {
     require_positive(m.decoder_sparse_step, f, "decoder_sparse_step");
     m.mlp_only_layers = mlp_only_layers(f, c.num_layers);
   }
-  m.router_aux_loss_coef = f.opt_num("router_aux_loss_coef", 0.001);
-  if (!(m.router_aux_loss_coef >= 0) || !std::isfinite(m.router_aux_loss_coef))
-    throw Error("must be a non-negative number, got " + std::to_string(m.router_aux_loss_coef),
-                f.at("router_aux_loss_coef"), kFixConfig);
-  m.output_router_logits = f.opt_bool("output_router_logits", false);
   {
     // As config.cpp bounds the dense families: every size product stays inside int64.
     const double C = double(c.hidden_size), E = double(m.num_experts), I = double(m.expert_intermediate);
@@ -156,9 +166,7 @@ json moe_config_to_json(const ModelConfig& c, json j) {
   if (!c.has_moe()) unrepresentable("a model without experts");
   j["architectures"] = {mixtral ? "MixtralForCausalLM" : "Qwen3MoeForCausalLM"};
   j["model_type"] = c.model_type;
-  j["num_experts_per_tok"] = m.experts_per_token;
-  j["router_aux_loss_coef"] = m.router_aux_loss_coef;
-  j["output_router_logits"] = m.output_router_logits;
+  write_moe_routing_fields(m, j);
   if (mixtral) {
     if (m.expert_intermediate != c.intermediate_size) unrepresentable("experts narrower or wider than intermediate_size");
     if (!m.norm_topk_prob) unrepresentable("top-k probabilities without renormalization");

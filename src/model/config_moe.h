@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "model/config_fields.h"
 
 namespace lt {
 
@@ -19,5 +20,13 @@ ModelConfig parse_moe_config(const nlohmann::json& j, const std::string& where);
 nlohmann::json moe_config_to_json(const ModelConfig& c, nlohmann::json twin_fields);
 // The dense family whose fields a MoE family shares: "qwen3" or "mistral".
 std::string moe_dense_twin(const std::string& model_type);
+
+// The routing fields every MoE family (qwen3_moe, mixtral, qwen3_5_moe) has, read into m
+// after m.num_experts: num_experts_per_tok in [1, num_experts] (default top_k_default;
+// experts_key names the count in the error), router_aux_loss_coef (non-negative) and
+// output_router_logits; and written back.
+void read_moe_routing_fields(MoeConfig& m, const config_fields::Fields& f, int64_t top_k_default,
+                             const std::string& experts_key);
+void write_moe_routing_fields(const MoeConfig& m, nlohmann::json& j);
 
 }  // namespace lt

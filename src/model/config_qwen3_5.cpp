@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/config_fields.h"
+#include "model/config_moe.h"
 #include "model/config_qwen3_5.h"
 
 namespace lt {
@@ -84,21 +85,12 @@ constexpr const char* kQwen35MoeKeys[] = {"num_experts", "num_experts_per_tok", 
 void read_qwen3_5_moe_fields(ModelConfig& c, const Fields& f) {
   MoeConfig& m = c.moe;
   m.num_experts = positive_int(f, "num_experts", 256);
-  m.experts_per_token = f.opt_int("num_experts_per_tok", 8);
-  if (m.experts_per_token < 1 || m.experts_per_token > m.num_experts)
-    throw Error("is " + std::to_string(m.experts_per_token) + ", not in [1, num_experts = " +
-                    std::to_string(m.num_experts) + "]",
-                f.at("num_experts_per_tok"), "each token is routed to between 1 and all of the experts");
+  read_moe_routing_fields(m, f, 8, "num_experts");
   m.expert_intermediate = f.opt_int("moe_intermediate_size", 512);
   require_positive(m.expert_intermediate, f, "moe_intermediate_size");
   require_at_most(m.expert_intermediate, kMaxIntermediate, f, "moe_intermediate_size");
   m.shared_expert_intermediate = c.intermediate_size;
   m.norm_topk_prob = true;  // Qwen3_5MoeTopKRouter always renormalizes the chosen probabilities
-  m.router_aux_loss_coef = f.opt_num("router_aux_loss_coef", 0.001);
-  if (!(m.router_aux_loss_coef >= 0) || !std::isfinite(m.router_aux_loss_coef))
-    throw Error("must be a non-negative number, got " + std::to_string(m.router_aux_loss_coef),
-                f.at("router_aux_loss_coef"), kFixConfig);
-  m.output_router_logits = f.opt_bool("output_router_logits", false);
 }
 
 }  // namespace
@@ -209,11 +201,9 @@ json qwen3_5_config_to_json(const ModelConfig& c, json qwen3_fields) {
     qwen3_fields["model_type"] = "qwen3_5_moe_text";
     qwen3_fields.erase("intermediate_size");
     qwen3_fields["num_experts"] = m.num_experts;
-    qwen3_fields["num_experts_per_tok"] = m.experts_per_token;
     qwen3_fields["moe_intermediate_size"] = m.expert_intermediate;
     qwen3_fields["shared_expert_intermediate_size"] = m.shared_expert_intermediate;
-    qwen3_fields["router_aux_loss_coef"] = m.router_aux_loss_coef;
-    qwen3_fields["output_router_logits"] = m.output_router_logits;
+    write_moe_routing_fields(m, qwen3_fields);
   }
   return qwen3_fields;
 }
