@@ -111,13 +111,17 @@ constexpr double kBf16Unit = 0x1p-8;
 // summation lengths; ours and torch's sum the same terms in different orders and
 // blockings, and a factor 4 covers the ratio of their constants (measured: ours /
 // transformers' at most 2.4).
-// In bf16 that scaling does not hold: where rounding enters differs more (autocast rounds
-// every linear's output to bf16, we round the weights and keep fp32 outputs), and for a
+// In bf16 the same holds with transformers' bf16 error in place of its fp32 error, but for a
 // gradient that is ill-conditioned at fp32 (transformers' fp32 error above 1e-4 / 4, cond
-// above ~400) the bf16 error is cond * 2^-8 = O(1) for either: ours reached 1.6 where
-// transformers' bf16 autocast (bf16grad.*) reached 1.5, and 0.95 where it gave 0.06.
-// Those bf16 gradients are printed, not bounded, and the test reports itself skipped,
-// naming them; every other gradient gets the derived bf16 bound.
+// above ~400) the bf16 error is cond * 2^-8 = O(1), and one run's error is a sample from a
+// wide distribution: transformers' bf16 autocast misses layer 0's dt_bias in
+// qwen3_5_interval_tied by 0.06 on the saved weights and by 0.08 to 3.5 on 7 copies that
+// differ from them below bf16's resolution, each against float64 on its copy (root mean
+// square 1.97; ours 1.03). So the reference saves, as bf16err.*, that root mean square
+// over the saved weights and 7 draws: the error's scale, not one sample of it. Where
+// kPeerFactor times it exceeds the derived bf16 bound, it is the bound (for the
+// ill-conditioned gradients, and for MoE gradients, whose routing is discontinuous, see
+// below); measured: ours / that scale at most 1.53.
 constexpr double kPeerFactor = 4;
 
 class ModelParity : public ::testing::TestWithParam<std::tuple<std::string, Precision>> {};
@@ -161,7 +165,6 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
   double worst = 0, worst_ratio = 0;
   std::string worst_name, worst_ratio_name;
   int checked = 0, peer_bounded = 0;
-  std::string unbounded;  // bf16 gradients too ill-conditioned to bound (see kPeerFactor)
   for (const auto& spec : params.specs()) {
     const std::string key = "grad." + spec.hf_name;
     ASSERT_TRUE(r.ref->contains(key)) << key;
@@ -169,7 +172,6 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
     ASSERT_EQ(static_cast<int64_t>(ref_grad.size()), spec.numel()) << key;
     const double err = rel_error(grads.tensor(spec.hf_name), ref_grad.data(), spec.numel());
     double tol = grad_tol;
-    bool bounded = true;
     if (qwen3_5) {
       auto peer_error = [&](const char* prefix) {
         const std::string key = prefix + spec.hf_name;
@@ -178,28 +180,24 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
         const std::vector<float> peer = to_f32(r.ref->tensor(key));
         return rel_error(peer.data(), ref_grad.data(), spec.numel());
       };
-      const double f32_err = peer_error("f32grad."), peer_err = precision == Precision::F32 ? f32_err : peer_error("bf16grad.");
+      const std::string scale_key = "bf16err." + spec.hf_name;
+      EXPECT_TRUE(r.ref->contains(scale_key)) << scale_key;
+      const double f32_err = peer_error("f32grad.");
+      const double peer_err = precision == Precision::F32 || !r.ref->contains(scale_key)
+                                  ? f32_err
+                                  : to_f32(r.ref->tensor(scale_key))[0];
       const bool ill_conditioned = kPeerFactor * f32_err > kF32GradTol;
       if (precision == Precision::F32 && ill_conditioned) tol = kPeerFactor * f32_err, ++peer_bounded;
       // A MoE layer's routing is discontinuous: under bf16 a token whose k-th and (k+1)-th
       // router probabilities lie within bf16's error of each other may take another expert,
       // in ours and in transformers' bf16 run alike, which the smooth stage model of
-      // grad_tol does not cover. transformers' own bf16 error against float64 measures how
-      // far this batch's gradients move with it; the factor is kPeerFactor's, for the same
-      // reason (the two sum the same terms in different orders and roundings).
-      if (precision == Precision::BF16 && !ill_conditioned && config.has_moe() && kPeerFactor * peer_err > tol)
+      // grad_tol does not cover; transformers' bf16 error scale measures how far this
+      // batch's gradients move with it.
+      if (precision == Precision::BF16 && (ill_conditioned || config.has_moe()) && kPeerFactor * peer_err > tol)
         tol = kPeerFactor * peer_err, ++peer_bounded;
-      if (precision == Precision::BF16 && ill_conditioned) {
-        bounded = false;
-        char line[160];
-        std::snprintf(line, sizeof line, " %s %.3g (transformers bf16 %.3g);", spec.hf_name.c_str(), err, peer_err);
-        unbounded += line;
-      }
       if (err / peer_err > worst_ratio) worst_ratio = err / peer_err, worst_ratio_name = spec.hf_name;
     }
-    if (bounded) {
-      EXPECT_LE(err, tol) << spec.hf_name << " (the issue's bound " << grad_tol << ")";
-    }
+    EXPECT_LE(err, tol) << spec.hf_name << " (the issue's bound " << grad_tol << ")";
     if (err > worst) worst = err, worst_name = spec.hf_name;
     ++checked;
   }
@@ -209,13 +207,10 @@ TEST_P(ModelParity, LogitsLossAndGradientsMatchTransformers) {
               std::fabs(loss - ref_loss) / std::fabs(ref_loss), ref_loss, worst, worst_name.c_str(),
               checked);
   if (qwen3_5)
-    std::printf("  %d tensors held to %g x transformers' own %s error instead; largest ratio to transformers' "
+    std::printf("  %d tensors held to %g x transformers' own %s instead; largest ratio to transformers' "
                 "error %.2f (%s)\n",
-                peer_bounded, kPeerFactor, precision == Precision::F32 ? "fp32" : "bf16 (routing)", worst_ratio,
+                peer_bounded, kPeerFactor, precision == Precision::F32 ? "fp32 error" : "bf16 error scale", worst_ratio,
                 worst_ratio_name.c_str());
-  if (!unbounded.empty())
-    GTEST_SKIP() << "every other gradient checked; these bf16 gradients are ill-conditioned (see kPeerFactor) "
-                    "and not bounded:" << unbounded;
 }
 
 TEST_P(ModelParity, RecomputeGivesBitwiseIdenticalGradients) {
