@@ -28,7 +28,8 @@ done
 
 apt_packages=(build-essential cmake pkg-config git
   libdnnl-dev coinor-libcbc-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
-  liburing-dev libpcre2-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev python3-venv)
+  liburing-dev libpcre2-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev python3-venv
+  libopenmpi-dev openmpi-bin)
 # clang 14 (Debian 12), its sanitizer and libFuzzer runtimes, and libomp for -fopenmp.
 if [ $want_fuzz -eq 1 ]; then apt_packages+=(clang libclang-rt-14-dev libomp-dev); fi
 missing=()

@@ -81,6 +81,15 @@ PythonResult run_reference_script(const std::string& script, const std::string& 
   }
   const std::string cmd = "'" + python + "' '" + std::string(LT_TESTS_DIR) + "/reference/" +
                           script + "' " + args + " 2>&1";
+  const ShellResult s = run_shell(cmd);
+  r.exit_code = s.exit_code;
+  r.output = s.output;
+  if (r.exit_code != 0) r.output = "command: " + cmd + "\n" + r.output;
+  return r;
+}
+
+ShellResult run_shell(const std::string& cmd) {
+  ShellResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) {
     r.output = "popen failed for: " + cmd;
@@ -89,9 +98,9 @@ PythonResult run_reference_script(const std::string& script, const std::string& 
   std::array<char, 4096> buf;
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (r.exit_code != 0) r.output = "command: " + cmd + "\n" + r.output;
+  const int status = pclose(pipe);
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   return r;
 }
 

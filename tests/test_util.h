@@ -21,6 +21,14 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// A shell command's exit and its stdout (and whatever else the command redirects there).
+struct ShellResult {
+  int exit_code = -1;  // -1: it did not exit (killed by a signal, or popen failed)
+  int signal = 0;      // the signal that killed it
+  std::string output;
+};
+ShellResult run_shell(const std::string& cmd);
+
 struct PythonResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr together

@@ -9,6 +9,7 @@
 #include "data/jsonl_dataset.h"
 #include "data/synthetic_arith.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
 #include "layers/generator.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -56,7 +57,22 @@ void add_train_command(CLI::App& app) {
     TrainConfig run;
     if (!config_file->empty()) apply_yaml_config(run, *config_file);
     apply_given_flags(run, *parsed, *cmd);
-    run_training(run);
+    Communicator comm;  // the ranks when mpirun started this process, else one
+    if (comm.size() == 1) {
+      run_training(run, &comm);
+      return;
+    }
+    // Rank 0 prints; the others keep stderr for their errors, named by rank.
+    if (!comm.is_root() && !std::freopen("/dev/null", "w", stdout))
+      throw Error("cannot silence stdout", "rank " + std::to_string(comm.rank()), "check /dev/null");
+    try {
+      run_training(run, &comm);
+    } catch (const std::exception& e) {
+      // The other ranks may wait in a collective for this one: end them all.
+      std::fprintf(stderr, "lazytrain: error on rank %d of %d: %s\n", comm.rank(), comm.size(), e.what());
+      std::fflush(stderr);
+      comm.abort_all(1);
+    }
   });
 }
 

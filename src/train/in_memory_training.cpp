@@ -2,17 +2,19 @@
 
 #include <cstdio>
 
+#include "dist/communicator.h"
 #include "exec/streaming_executor.h"
 #include "memory/compute_arena.h"
 
 namespace lt {
 
 InMemoryTraining::InMemoryTraining(const TrainConfig& cfg, ModelParameters& params, ModelParameters& grads,
-                                   Updater& updater)
+                                   Updater& updater, Communicator* comm)
     : cfg_(cfg),
       params_(params),
       grads_(grads),
       updater_(updater),
+      comm_(comm && comm->size() > 1 ? comm : nullptr),
       precision_(cfg.precision == "bf16" ? Precision::BF16 : Precision::F32),
       model_step_(std::make_unique<ModelStep>(params.config(), cfg.batch, cfg.seq_len, precision_)) {
   model_step_->refresh_compute_copy(params);
@@ -27,6 +29,10 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
     const StepResult r = model_step_->forward_backward(params_, grads_, ids + a * tokens, labels + a * tokens, {},
                                                        1.0f / predicted, doc_start ? doc_start + a * tokens : nullptr);
     loss_sum += r.loss * r.predicted_tokens;
+  }
+  if (comm_) {  // every rank's rows: predicted counts them all already
+    comm_->sum_in_rank_order(grads_.data(), grads_.numel());
+    loss_sum = comm_->sum_in_rank_order(loss_sum);
   }
   Outcome out;
   out.loss = predicted > 0 ? loss_sum / predicted : 0.0;

@@ -15,7 +15,11 @@ namespace lt {
 
 class InMemoryTraining final : public StepEngine {
  public:
-  InMemoryTraining(const TrainConfig& cfg, ModelParameters& params, ModelParameters& grads, Updater& updater);
+  // comm: null for one process; with more ranks, each runs its rows of every micro-batch
+  // (cfg.batch of them) and the gradients and losses are summed over ranks before the
+  // update, in rank order (dist/communicator.h), so every rank applies the same update.
+  InMemoryTraining(const TrainConfig& cfg, ModelParameters& params, ModelParameters& grads, Updater& updater,
+                   Communicator* comm = nullptr);
 
   Outcome step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
                const int32_t* doc_start = nullptr) override;
@@ -32,6 +36,7 @@ class InMemoryTraining final : public StepEngine {
   ModelParameters& params_;
   ModelParameters& grads_;
   Updater& updater_;
+  Communicator* comm_;
   Precision precision_;
   std::unique_ptr<ModelStep> model_step_;
 };

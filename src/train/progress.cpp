@@ -42,6 +42,10 @@ std::string format_duration(double s) {
 Progress::Progress(const std::string& metrics_path, int64_t start_step) : tty_(isatty(STDERR_FILENO) != 0) {
   // Keep the records up to start_step (a crashed run may have logged steps past its last
   // checkpoint); a line that is not a JSON object with a step (a torn last line) goes too.
+  if (metrics_path.empty()) {  // a rank other than 0: no bar on the shared terminal, no log
+    tty_ = false;
+    return;
+  }
   std::string kept;
   if (std::ifstream in(metrics_path); in && start_step > 0) {
     for (std::string line; std::getline(in, line);) {
@@ -101,6 +105,7 @@ void Progress::message(const std::string& text) {
 }
 
 void Progress::metrics(const nlohmann::json& record) {
+  if (!metrics_) return;
   std::fprintf(metrics_, "%s\n", record.dump().c_str());
   std::fflush(metrics_);
 }

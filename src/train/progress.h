@@ -27,7 +27,8 @@ struct ProgressLine {
 
 class Progress {
  public:
-  // metrics_path: JSONL file. Records of steps after `start_step` are dropped first (a
+  // metrics_path: JSONL file (empty: none, and no progress bar: the ranks of a data-parallel
+  // run other than 0). Records of steps after `start_step` are dropped first (a
   // resumed run recomputes them; a fresh run, start_step 0, starts an empty log), so each
   // step appears once, as the run that produced the final weights computed it.
   Progress(const std::string& metrics_path, int64_t start_step);

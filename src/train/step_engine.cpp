@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/error.h"
+#include "dist/communicator.h"
 #include "train/in_memory_training.h"
 #include "train/streamed_training.h"
 
@@ -9,8 +11,10 @@ namespace lt {
 
 std::unique_ptr<StepEngine> make_step_engine(const TrainConfig& cfg, const std::optional<Plan>& plan,
                                              std::optional<PlanRequest> request, ModelParameters& params,
-                                             ModelParameters& grads, Updater& updater) {
-  if (!plan) return std::make_unique<InMemoryTraining>(cfg, params, grads, updater);
+                                             ModelParameters& grads, Updater& updater, Communicator* comm) {
+  if (!plan) return std::make_unique<InMemoryTraining>(cfg, params, grads, updater, comm);
+  // run_training refuses a plan under mpirun first, with the message for the user.
+  LT_ASSERT(!comm || comm->size() == 1, "data parallelism streams no plan yet");
   StreamedTraining::Options options;
   options.request = std::move(request);
   return std::make_unique<StreamedTraining>(cfg, *plan, params, grads, updater, std::move(options));

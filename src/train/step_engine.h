@@ -20,6 +20,8 @@
 
 namespace lt {
 
+class Communicator;
+
 class StepEngine {
  public:
   virtual ~StepEngine() = default;
@@ -58,8 +60,11 @@ class StepEngine {
 // The engine for this run: streamed under `plan` when there is one (`request`: what made
 // it, for re-plans), else the whole model in memory. `updater` must have been built with
 // the plan's paged layers; params, grads and updater must outlive the engine.
+// comm: the data-parallel world (null: one process); with more than one rank, cfg.batch is
+// this rank's share of each micro-batch, and the engine sums the ranks' gradients.
 std::unique_ptr<StepEngine> make_step_engine(const TrainConfig& cfg, const std::optional<Plan>& plan,
                                              std::optional<PlanRequest> request, ModelParameters& params,
-                                             ModelParameters& grads, Updater& updater);
+                                             ModelParameters& grads, Updater& updater,
+                                             Communicator* comm = nullptr);
 
 }  // namespace lt

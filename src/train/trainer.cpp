@@ -18,6 +18,7 @@
 #include "data/packing.h"
 #include "data/synthetic_arith.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
 #include "exec/streaming_executor.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/matmul.h"
@@ -47,6 +48,7 @@ nlohmann::json TrainSummary::to_json() const {
           {"tokens_per_s", tokens_per_s},
           {"peak_bytes", {{"compute", peak_compute_bytes}, {"host", peak_host_bytes}, {"nvme", peak_nvme_bytes}}},
           {"peak_rss_bytes", peak_rss_bytes},
+          {"world_size", world_size},
           {"checkpoint_dir", checkpoint_dir}};
 }
 
@@ -151,13 +153,56 @@ ModelConfig scratch_config(const TrainConfig& cfg, int32_t vocab) {
   return c;
 }
 
+// This rank's rows of every micro-batch: rows [rank * share, (rank + 1) * share) of each
+// of the grad_accum micro-batches of `rows` sequences in `all` (seq values per row).
+template <typename T>
+void take_rank_rows(std::vector<T>& mine, const std::vector<T>& all, int64_t grad_accum, int64_t rows, int64_t seq,
+                    int rank, int ranks) {
+  const int64_t share = rows / ranks;
+  for (int64_t a = 0; a < grad_accum; ++a)
+    std::copy_n(all.begin() + (a * rows + rank * share) * seq, share * seq, mine.begin() + a * share * seq);
+}
+
+// Data parallelism's preconditions, checked before anything is read or written.
+void check_data_parallel(const TrainConfig& cfg, const Communicator& comm) {
+  const int n = comm.size();
+  if (n == 1) return;
+  const std::string where = "train config under mpirun -np " + std::to_string(n);
+  if (cfg.batch % n != 0)
+    throw Error("batch " + std::to_string(cfg.batch) + " does not divide among " + std::to_string(n) + " ranks",
+                where, "give a --batch that is a multiple of the number of ranks (it stays the global batch)");
+  if (!cfg.plan.empty() || cfg.compute_budget_gb > 0)
+    throw Error("data parallelism over MPI trains the model in memory for now; a streamed plan runs on one process",
+                where, "drop --plan and --compute-budget-gb, or run without mpirun");
+}
+
+// Fails on every rank unless all ranks hold the same weights, bit for bit.
+uint64_t check_ranks_agree(Communicator& comm, const ModelParameters& params, int64_t step) {
+  const uint64_t mine = fingerprint(params.data(), params.numel());
+  const std::vector<uint64_t> all = comm.all_gather(mine);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw Error("after step " + std::to_string(step) + " rank " + std::to_string(r) +
+                      "'s weights differ from rank 0's (fingerprints " + std::to_string(all[r]) + " and " +
+                      std::to_string(all[0]) + ")",
+                  "data-parallel training", "please report it with the command line: the ranks must agree");
+  return mine;
+}
+
 }  // namespace
 
-TrainSummary run_training(const TrainConfig& cfg) {
+TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
   validate(cfg);
+  Communicator* comm = comm_arg && comm_arg->size() > 1 ? comm_arg : nullptr;
+  const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  const bool writer = rank == 0;  // prints, evaluates, writes metrics and checkpoints
+  if (comm) check_data_parallel(cfg, *comm);
   if (!cfg.model.empty()) check_model_dir(cfg.model, "train config (model)");
-  prepare_output_dir(cfg.output_dir);
-  clean_up_checkpoints(cfg.output_dir, cfg.keep_checkpoints);
+  if (writer) {
+    prepare_output_dir(cfg.output_dir);
+    clean_up_checkpoints(cfg.output_dir, cfg.keep_checkpoints);
+  }
+  if (comm) comm->barrier();  // the others read the output directory (resume) after rank 0 tidied it
   std::optional<std::string> resume_from;
   if (cfg.resume) {
     resume_from = newest_complete_checkpoint(cfg.output_dir);
@@ -199,9 +244,17 @@ TrainSummary run_training(const TrainConfig& cfg) {
       trained_format == data::DatasetFormat::kMessages ? std::optional(data::parse_chat_template(cfg.chat_template))
                                                        : std::nullopt,
       mc.max_position_embeddings);
+  if (comm && mc.has_moe() && mc.moe.output_router_logits)
+    throw Error("the routers' load-balancing loss counts the routing of the whole batch; each rank sees only its "
+                "rows, so under data parallelism it would be another loss",
+                weights_dir + "/config.json (output_router_logits)",
+                "set output_router_logits to false for this run, or run without mpirun");
   Updater updater(cfg, params, plan ? plan->nvme_state_layers : std::vector<int>{});
+  // Each rank's engine runs its share of every micro-batch's rows.
+  TrainConfig rank_cfg = cfg;
+  rank_cfg.batch = cfg.batch / ranks;
   const std::unique_ptr<StepEngine> engine =
-      make_step_engine(cfg, plan, std::move(plan_request), params, grads, updater);
+      make_step_engine(rank_cfg, plan, std::move(plan_request), params, grads, updater, comm);
 
   data::LoaderOptions lo;
   lo.seq_len = cfg.seq_len;
@@ -249,6 +302,11 @@ TrainSummary run_training(const TrainConfig& cfg) {
   std::printf("packing: %s\n", document_mask ? "each document attends only to itself, positions from its start (document_mask on)"
                                              : mc.hybrid() ? "documents in a row attend to each other, positions 0..seq_len-1 (document_mask off: the Gated DeltaNet state spans the row)"
                                                            : "documents in a row attend to each other, positions 0..seq_len-1 (document_mask off)");
+  if (comm)
+    std::printf("data parallel: %s; rank r runs rows [r*%lld, (r+1)*%lld) of each micro-batch of %lld; gradients "
+                "summed in rank order before each update\n",
+                comm->describe().c_str(), static_cast<long long>(rank_cfg.batch),
+                static_cast<long long>(rank_cfg.batch), static_cast<long long>(cfg.batch));
   for (const std::string& line : engine->describe()) std::printf("%s\n", line.c_str());
   if (cfg.warmup_steps > cfg.steps)
     std::printf("note: warmup_steps %lld is longer than the run (%lld steps): the learning rate rises for the whole "
@@ -272,19 +330,22 @@ TrainSummary run_training(const TrainConfig& cfg) {
                 cfg.hardware.c_str());
   std::fflush(stdout);
 
-  Progress progress(cfg.output_dir + "/metrics.jsonl", start_step);
+  Progress progress(writer ? cfg.output_dir + "/metrics.jsonl" : "", start_step);
   const std::string plot_path = cfg.output_dir + "/metrics.svg";
   const std::string plot_title = "lazytrain " + (cfg.model.empty() ? std::string("from-scratch model") : cfg.model);
   TrainSummary summary;
   const int64_t rows = cfg.batch, seq = cfg.seq_len;
   std::vector<int32_t> ids(cfg.grad_accum * rows * seq), labels(ids.size()), positions(ids.size()), doc_start(ids.size());
+  // This rank's rows of them (the same arrays with one rank).
+  std::vector<int32_t> rank_ids(comm ? ids.size() / ranks : 0), rank_labels(rank_ids.size()),
+      rank_doc_start(rank_ids.size());
   const auto run_start = Clock::now();
   double train_seconds = 0, loss = 0;
   std::string last_checkpoint;
 
   auto evaluate = [&](int64_t step) {
-    if (data.eval.empty()) return;
     engine->flush();  // evaluate the updated weights
+    if (data.eval.empty() || !writer) return;
     const auto t0 = Clock::now();
     const EvalResult e = evaluate_exact_match(params, *data.tokenizer, data.eval, precision, cfg.max_new_tokens);
     summary.eval_exact_match = e.exact_match;
@@ -296,6 +357,14 @@ TrainSummary run_training(const TrainConfig& cfg) {
   };
   auto save = [&](int64_t step) {
     engine->flush();  // a checkpoint holds no pending update
+    if (comm) {
+      const uint64_t f = check_ranks_agree(*comm, params, step);
+      char line[160];
+      std::snprintf(line, sizeof line, "data parallel: the %d ranks' weights agree bit for bit (fingerprint %016llx)",
+                    ranks, static_cast<unsigned long long>(f));
+      progress.message(line);
+    }
+    if (!writer) return;  // rank 0 writes the checkpoint (the ranks hold the same state)
     last_checkpoint = save_checkpoint(cfg.output_dir, step, cfg.keep_checkpoints, [&](const std::string& dir) {
       save_pretrained(params, dir);
       write_file_atomic(dir + "/tokenizer.json", data.tokenizer_json);
@@ -333,8 +402,15 @@ TrainSummary run_training(const TrainConfig& cfg) {
     if (document_mask) data::document_starts(doc_start.data(), positions.data(), cfg.grad_accum * rows, seq);
     int64_t predicted = 0;
     for (int64_t a = 0; a < cfg.grad_accum; ++a) predicted += count_predicted_tokens(labels.data() + a * rows * seq, rows, seq);
+    const int32_t *step_ids = ids.data(), *step_labels = labels.data(), *step_doc_start = doc_start.data();
+    if (comm) {
+      take_rank_rows(rank_ids, ids, cfg.grad_accum, rows, seq, rank, ranks);
+      take_rank_rows(rank_labels, labels, cfg.grad_accum, rows, seq, rank, ranks);
+      if (document_mask) take_rank_rows(rank_doc_start, doc_start, cfg.grad_accum, rows, seq, rank, ranks);
+      step_ids = rank_ids.data(), step_labels = rank_labels.data(), step_doc_start = rank_doc_start.data();
+    }
     const StepEngine::Outcome o =
-        engine->step(ids.data(), labels.data(), predicted, step, document_mask ? doc_start.data() : nullptr);
+        engine->step(step_ids, step_labels, predicted, step, document_mask ? step_doc_start : nullptr);
     loss = o.loss;
     const UpdateResult& u = o.update;
     report_replans(o.replans);
@@ -365,7 +441,7 @@ TrainSummary run_training(const TrainConfig& cfg) {
                      std::to_string(cfg.steps) + "; nothing to train (raise --steps to continue)");
     last_checkpoint = *resume_from;
   }
-  progress.write_plot(plot_path, plot_title);
+  if (writer) progress.write_plot(plot_path, plot_title);
   summary.steps = cfg.steps;
   summary.final_loss = loss;
   summary.peak_compute_bytes = memory.compute;
@@ -384,7 +460,8 @@ TrainSummary run_training(const TrainConfig& cfg) {
         train_seconds / static_cast<double>((cfg.steps - start_step) * cfg.grad_accum));
     if (!note.empty()) std::printf("%s\n", note.c_str());
   }
-  if (!cfg.summary_json.empty()) write_file_atomic(cfg.summary_json, summary.to_json().dump(2) + "\n");
+  summary.world_size = ranks;
+  if (!cfg.summary_json.empty() && writer) write_file_atomic(cfg.summary_json, summary.to_json().dump(2) + "\n");
   return summary;
 }
 

@@ -15,6 +15,8 @@
 
 namespace lt {
 
+class Communicator;
+
 struct TrainSummary {
   int64_t steps = 0;
   double final_loss = 0;
@@ -23,9 +25,14 @@ struct TrainSummary {
   int64_t peak_compute_bytes = 0, peak_host_bytes = 0, peak_nvme_bytes = 0;
   int64_t peak_rss_bytes = 0;
   std::string checkpoint_dir;
+  int world_size = 1;
   nlohmann::json to_json() const;
 };
 
-TrainSummary run_training(const TrainConfig& cfg);
+// comm: the data-parallel world, null for one process. With N > 1 ranks, cfg.batch stays
+// the global batch: each rank reads every global batch, runs its contiguous batch / N rows
+// of each micro-batch, and the gradients are summed over ranks before every update; rank 0
+// alone prints, evaluates and writes metrics and checkpoints.
+TrainSummary run_training(const TrainConfig& cfg, Communicator* comm = nullptr);
 
 }  // namespace lt

@@ -4,7 +4,6 @@
 // after a crash; a save on a full disk that keeps the previous checkpoint; and checkpoints
 // whose special tokens and chat template transformers sees as lazytrain trained with.
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstring>
@@ -38,11 +37,7 @@ namespace {
 using test::final_weights;
 using test::tiny_config;
 
-struct CliResult {
-  int exit_code = -1;  // -1: killed by a signal
-  int signal = 0;
-  std::string output;  // stdout and stderr
-};
+using CliResult = test::ShellResult;  // output: stdout and stderr
 
 // Runs the lazytrain binary with `args` (shell-quoted here) and captures its output.
 // `env`: NAME=value assignments put before the command.
@@ -51,15 +46,7 @@ CliResult run_cli(const std::vector<std::string>& args, const std::string& env =
   std::string cmd = env + " exec '" + std::string(LT_BINARY_DIR) + "/lazytrain' --threads 1";
   for (const std::string& a : args) cmd += " '" + a + "'";
   cmd += " 2>&1";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  const int status = pclose(p);
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  return r;
+  return test::run_shell(cmd);
 }
 
 void expect_clear_error(const CliResult& r, std::initializer_list<std::string> parts) {
