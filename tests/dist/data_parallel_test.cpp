@@ -47,7 +47,14 @@ test::ShellResult train(int ranks, const std::string& flags) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   std::string cmd = "timeout 300 ";
-  if (ranks > 0) cmd += find_mpirun() + " -np " + std::to_string(ranks) + " --oversubscribe ";
+  // In the sanitized build (.ci/run), the ranks run without LeakSanitizer: Open MPI 4.1
+  // and its PMIx load their components with dlopen and unload them in MPI_Finalize, which
+  // leaves about 120 kB in 3,350 allocations whose stacks end in unloaded modules (seen
+  // here), so no suppression can name the library. AddressSanitizer's other checks and
+  // UBSan stay on in the ranks; the one-process runs keep leak checking.
+  if (ranks > 0)
+    cmd = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" " + cmd + find_mpirun() + " -np " +
+          std::to_string(ranks) + " --oversubscribe ";
   cmd += std::string(LT_BINARY_DIR) + "/lazytrain train " + flags + " 2>&1";
   return test::run_shell(cmd);
 }
