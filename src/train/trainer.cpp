@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -398,6 +399,11 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
 
   for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
     const auto t0 = Clock::now();
+    // Fault injection for the data-parallel fault test: rank R dies as step S starts.
+    if (const char* k = std::getenv("LT_TEST_KILL_RANK_AT_STEP"); k && comm) {
+      long long r = -1, s = -1;
+      if (std::sscanf(k, "%lld:%lld", &r, &s) == 2 && r == rank && s == step) std::raise(SIGKILL);
+    }
     loader.next_batch(cfg.grad_accum * rows, ids.data(), labels.data(), positions.data());
     if (document_mask) data::document_starts(doc_start.data(), positions.data(), cfg.grad_accum * rows, seq);
     int64_t predicted = 0;

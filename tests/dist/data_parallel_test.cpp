@@ -4,6 +4,7 @@
 // mpirun or the MPI build is missing.
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -42,11 +43,12 @@ std::string skip_reason() {
 }
 
 // Runs lazytrain train with `flags`, under mpirun with `ranks` processes (0: directly).
-test::ShellResult train(int ranks, const std::string& flags) {
+// env: NAME=value assignments for the command.
+test::ShellResult train(int ranks, const std::string& flags, const std::string& env = "") {
   // Open MPI refuses root without these (CI runs as root); harmless otherwise.
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  std::string cmd = "timeout 300 ";
+  std::string cmd = env + " timeout 300 ";
   // In the sanitized build (.ci/run), the ranks run without LeakSanitizer: Open MPI 4.1
   // and its PMIx load their components with dlopen and unload them in MPI_Finalize, which
   // leaves about 120 kB in 3,350 allocations whose stacks end in unloaded modules (seen
@@ -156,6 +158,31 @@ TEST(DataParallel, RanksAgreeUnderTheDefaultsAndResume) {
   EXPECT_NE(b.output.find("resumed from"), std::string::npos) << b.output;
   EXPECT_EQ(count(b.output, "weights agree bit for bit"), 1u) << b.output;  // at step 4
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-000004/model.safetensors"));
+}
+
+// A rank killed mid-run (SIGKILL as its step 5 starts): the job ends within a bounded time
+// (mpirun ends the other rank and names the dead one) instead of hanging in a collective,
+// the checkpoint of step 4 stays complete, and resuming from it gives bitwise the weights
+// of a run that was never killed.
+TEST(DataParallel, AKilledRankEndsTheJobAndTheRunResumes) {
+  if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string killed = scratch_dir("killed"), whole = scratch_dir("whole");
+  const std::string flags = kTinyFlags + "--batch 4 --steps 6 --save-every 2 --output-dir ";
+  const auto t0 = std::chrono::steady_clock::now();
+  const test::ShellResult a = train(2, flags + killed, "LT_TEST_KILL_RANK_AT_STEP=1:5");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(a.exit_code, 0) << a.output;
+  EXPECT_LT(seconds, 60) << a.output;
+  EXPECT_NE(a.output.find("rank 1"), std::string::npos) << "the dead rank is named\n" << a.output;
+  EXPECT_TRUE(fs::exists(killed + "/checkpoint-000004/model.safetensors")) << a.output;
+  EXPECT_FALSE(fs::exists(killed + "/checkpoint-000006")) << a.output;
+
+  const test::ShellResult b = train(2, flags + killed + " --resume");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("resumed from"), std::string::npos) << b.output;
+  const test::ShellResult c = train(2, flags + whole);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(test::final_weights(killed + "/checkpoint-000006"), test::final_weights(whole + "/checkpoint-000006"));
 }
 
 TEST(DataParallel, ABatchTheRanksCannotShareIsAClearError) {
