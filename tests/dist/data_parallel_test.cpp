@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,23 +43,29 @@ std::string skip_reason() {
 #endif
 }
 
+// The environment an mpirun command line starts with. Open MPI refuses root without the
+// first two (CI runs as root); harmless otherwise. In the sanitized build (.ci/run) the
+// ranks run without LeakSanitizer: Open MPI 4.1 and its PMIx load their components with
+// dlopen and unload them in MPI_Finalize, which leaves about 120 kB in 3,350 allocations
+// whose stacks end in unloaded modules (seen here), so no suppression can name the
+// library. AddressSanitizer's other checks and UBSan stay on in the ranks; the
+// one-process runs keep leak checking.
+std::string mpirun_env() {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+         "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ";
+}
+
+std::string lazytrain_train(const std::string& flags) {
+  return std::string(LT_BINARY_DIR) + "/lazytrain train " + flags + " 2>&1";
+}
+
 // Runs lazytrain train with `flags`, under mpirun with `ranks` processes (0: directly).
 // env: NAME=value assignments for the command.
 test::ShellResult train(int ranks, const std::string& flags, const std::string& env = "") {
-  // Open MPI refuses root without these (CI runs as root); harmless otherwise.
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   std::string cmd = env + " timeout 300 ";
-  // In the sanitized build (.ci/run), the ranks run without LeakSanitizer: Open MPI 4.1
-  // and its PMIx load their components with dlopen and unload them in MPI_Finalize, which
-  // leaves about 120 kB in 3,350 allocations whose stacks end in unloaded modules (seen
-  // here), so no suppression can name the library. AddressSanitizer's other checks and
-  // UBSan stay on in the ranks; the one-process runs keep leak checking.
   if (ranks > 0)
-    cmd = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" " + cmd + find_mpirun() + " -np " +
-          std::to_string(ranks) + " --oversubscribe ";
-  cmd += std::string(LT_BINARY_DIR) + "/lazytrain train " + flags + " 2>&1";
-  return test::run_shell(cmd);
+    cmd = mpirun_env() + cmd + find_mpirun() + " -np " + std::to_string(ranks) + " --oversubscribe ";
+  return test::run_shell(cmd + lazytrain_train(flags));
 }
 
 // The step records (loss, lr, grad_norm) of a run's metrics.jsonl, in step order.
@@ -183,6 +190,57 @@ TEST(DataParallel, AKilledRankEndsTheJobAndTheRunResumes) {
   const test::ShellResult c = train(2, flags + whole);
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_EQ(test::final_weights(killed + "/checkpoint-000006"), test::final_weights(whole + "/checkpoint-000006"));
+}
+
+// Two hosts for real: two network namespaces joined by a veth pair, one rank in each,
+// Open MPI over TCP between them (mpirun in the first starts the second's daemon through
+// an rsh agent that enters that namespace, where ssh would log in to another machine).
+// The rank-order sums make the result independent of the transport: the weights equal
+// those of two ranks on one host, bit for bit. Needs root (ip netns); skips otherwise.
+TEST(DataParallel, TwoHostsInNetworkNamespacesOverTcpMatchOneHost) {
+  if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root (ip netns)";
+  if (test::run_shell("command -v ip").exit_code != 0) GTEST_SKIP() << "no ip command (install iproute2)";
+  const std::string tag = std::to_string(getpid() % 100000);
+  const std::string ns_a = "ltdp_a" + tag, ns_b = "ltdp_b" + tag, ip_a = "10.231.77.1", ip_b = "10.231.77.2";
+  struct Cleanup {
+    std::string a, b;
+    ~Cleanup() { test::run_shell("ip netns del " + a + " 2>/dev/null; ip netns del " + b + " 2>/dev/null"); }
+  } cleanup{ns_a, ns_b};
+  const test::ShellResult net = test::run_shell(
+      "set -e; ip netns add " + ns_a + "; ip netns add " + ns_b + "; ip link add lta" + tag +
+      " type veth peer name ltb" + tag + "; ip link set lta" + tag + " netns " + ns_a + "; ip link set ltb" + tag +
+      " netns " + ns_b + "; ip -n " + ns_a + " addr add " + ip_a + "/24 dev lta" + tag + "; ip -n " + ns_b +
+      " addr add " + ip_b + "/24 dev ltb" + tag + "; for n in " + ns_a + " " + ns_b + "; do ip -n $n link set lo up; " +
+      "done; ip -n " + ns_a + " link set lta" + tag + " up; ip -n " + ns_b + " link set ltb" + tag + " up 2>&1");
+  if (net.exit_code != 0) GTEST_SKIP() << "cannot make network namespaces here: " << net.output;
+
+  const std::string dir = scratch_dir("two-hosts"), one_host = scratch_dir("one-host");
+  fs::create_directories(dir);
+  // The rsh agent: "agent [options] HOST COMMAND..." runs COMMAND in HOST's namespace and
+  // notes that it did.
+  const std::string agent = dir + "-agent.sh", marker = dir + "-agent.log";
+  std::ofstream(agent) << "#!/bin/sh\n"
+                          "while [ $# -gt 0 ]; do case \"$1\" in -*) shift ;; *) break ;; esac; done\n"
+                          "host=$1; shift\n"
+                          "case \"$host\" in " << ip_a << ") ns=" << ns_a << " ;; " << ip_b << ") ns=" << ns_b
+                       << " ;; *) echo \"unknown host $host\" >&2; exit 1 ;; esac\n"
+                          "echo \"$host $ns\" >> " << marker << "\n"
+                          "exec ip netns exec \"$ns\" /bin/sh -c \"$*\"\n";
+  fs::permissions(agent, fs::perms::owner_all);
+  const std::string flags = kTinyFlags + "--batch 4 --steps 3 --output-dir ";
+  const std::string tcp = " --mca btl tcp,self --mca btl_tcp_if_include 10.231.77.0/24 --mca oob_tcp_if_include "
+                          "10.231.77.0/24 ";
+  const test::ShellResult two = test::run_shell(
+      mpirun_env() + " timeout 120 ip netns exec " + ns_a + " " + find_mpirun() + " -np 2 --host " + ip_a + ":1," +
+      ip_b + ":1 --mca plm_rsh_agent " + agent + tcp + lazytrain_train(flags + dir));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(test::read_file(marker).find(ip_b + " " + ns_b), std::string::npos)
+      << "the second rank's daemon did not start in " << ns_b;
+  EXPECT_NE(two.output.find("weights agree bit for bit"), std::string::npos) << two.output;
+  const test::ShellResult one = train(2, flags + one_host);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(test::final_weights(dir + "/checkpoint-000003"), test::final_weights(one_host + "/checkpoint-000003"));
 }
 
 TEST(DataParallel, ABatchTheRanksCannotShareIsAClearError) {
