@@ -11,6 +11,8 @@
 #include <optional>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/measure.h"
@@ -308,6 +310,12 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
                 "summed in rank order before each update\n",
                 comm->describe().c_str(), static_cast<long long>(rank_cfg.batch),
                 static_cast<long long>(rank_cfg.batch), static_cast<long long>(cfg.batch));
+  // Open MPI binds each rank to one core when it starts two or fewer; the threads default
+  // (all the CPUs this process may use) then leaves the rest of the machine idle.
+  if (const long online = sysconf(_SC_NPROCESSORS_ONLN); comm && num_threads() == 1 && online > ranks)
+    std::printf("note: rank 0 may use 1 of this machine's %ld CPUs (the launcher bound it to one core); with "
+                "mpirun --bind-to none, or --map-by slot:PE=%ld, each rank trains with more threads\n",
+                online, online / ranks);
   for (const std::string& line : engine->describe()) std::printf("%s\n", line.c_str());
   if (cfg.warmup_steps > cfg.steps)
     std::printf("note: warmup_steps %lld is longer than the run (%lld steps): the learning rate rises for the whole "
