@@ -1,6 +1,7 @@
 #include "dist/communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -92,6 +93,7 @@ std::string Communicator::describe() const {
 void Communicator::sum_in_rank_order(float* data, int64_t n) {
   if (size_ == 1 || n <= 0) return;
 #ifdef LT_HAVE_MPI
+  const auto t0 = std::chrono::steady_clock::now();
   const int64_t N = size_;
   for (int64_t start = 0; start < n; start += kChunkFloats) {
     const int64_t m = std::min(kChunkFloats, n - start);
@@ -104,6 +106,8 @@ void Communicator::sum_in_rank_order(float* data, int64_t n) {
       len[size_t(s)] = int(hi - lo);
     }
     const int mine = len[size_t(rank_)];
+    // Out: every other rank's shard of my chunk, then my summed shard to each other rank.
+    bytes_sent_ += int64_t(sizeof(float)) * ((m - mine) + mine * (N - 1));
     // Every rank's copy of my shard, rank after rank.
     scratch_.resize(size_t(mine) * size_t(N));
     std::vector<int> recv_len(static_cast<size_t>(N), mine), recv_off(static_cast<size_t>(N));
@@ -123,6 +127,7 @@ void Communicator::sum_in_rank_order(float* data, int64_t n) {
   }
   scratch_.clear();
   scratch_.shrink_to_fit();
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 #else
   LT_ASSERT(false, "a world of more than one rank without MPI");
 #endif

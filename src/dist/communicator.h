@@ -46,12 +46,20 @@ class Communicator {
   // wait in a collective that never completes. A world of one exits.
   [[noreturn]] void abort_all(int code);
 
+  // What the collectives cost this rank so far: the bytes it handed MPI for other ranks
+  // (the payload; the library's algorithm may forward more), and the wall time spent in
+  // the collective calls, summing and waiting for the slowest rank included.
+  int64_t bytes_sent() const { return bytes_sent_; }
+  double collective_seconds() const { return collective_seconds_; }
+
   // Floats summed per round of sum_in_rank_order (64 MiB): bounds its scratch.
   static constexpr int64_t kChunkFloats = int64_t(16) << 20;
 
  private:
   int rank_ = 0, size_ = 1;
   bool mpi_ = false;  // this object initialized MPI
+  int64_t bytes_sent_ = 0;
+  double collective_seconds_ = 0;
   std::vector<float> scratch_;
 };
 

@@ -52,6 +52,7 @@ nlohmann::json TrainSummary::to_json() const {
           {"peak_bytes", {{"compute", peak_compute_bytes}, {"host", peak_host_bytes}, {"nvme", peak_nvme_bytes}}},
           {"peak_rss_bytes", peak_rss_bytes},
           {"world_size", world_size},
+          {"collective_bytes_per_step", collective_bytes_per_step},
           {"checkpoint_dir", checkpoint_dir}};
 }
 
@@ -475,6 +476,16 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
     if (!note.empty()) std::printf("%s\n", note.c_str());
   }
   summary.world_size = ranks;
+  if (comm && cfg.steps > start_step) {
+    const double steps = static_cast<double>(cfg.steps - start_step);
+    summary.collective_bytes_per_step = static_cast<double>(comm->bytes_sent()) / steps;
+    std::printf("data parallel: rank 0 sent %s per step to the other ranks; the gradient sums took %.3g s of its "
+                "%.3g s of training (%s, waiting for the other ranks included; after backward, not overlapped with it "
+                "yet)\n",
+                format_bytes(static_cast<int64_t>(summary.collective_bytes_per_step)).c_str(),
+                comm->collective_seconds(), train_seconds,
+                format_percent(comm->collective_seconds() / std::max(train_seconds, 1e-9)).c_str());
+  }
   if (!cfg.summary_json.empty() && writer) write_file_atomic(cfg.summary_json, summary.to_json().dump(2) + "\n");
   return summary;
 }

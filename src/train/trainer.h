@@ -26,6 +26,7 @@ struct TrainSummary {
   int64_t peak_rss_bytes = 0;
   std::string checkpoint_dir;
   int world_size = 1;
+  double collective_bytes_per_step = 0;  // rank 0's payload to the other ranks (data parallel)
   nlohmann::json to_json() const;
 };
 

@@ -122,7 +122,8 @@ TEST(DataParallel, TwoRanksMatchOneRankWithinTheSummationBound) {
   EXPECT_NE(b.output.find("data parallel: 2 ranks over MPI"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("the 2 ranks' weights agree bit for bit"), std::string::npos) << b.output;
   EXPECT_EQ(count(b.output, "done: "), 1u) << "only rank 0 prints\n" << b.output;
-  EXPECT_EQ(nlohmann::json::parse(test::read_file(two + "/summary.json")).at("world_size"), 2);
+  const nlohmann::json summary = nlohmann::json::parse(test::read_file(two + "/summary.json"));
+  EXPECT_EQ(summary.at("world_size"), 2);
 
   const auto ra = step_records(one), rb = step_records(two);
   ASSERT_EQ(ra.size(), 4u);
@@ -140,6 +141,9 @@ TEST(DataParallel, TwoRanksMatchOneRankWithinTheSummationBound) {
   const std::vector<float> wa = test::final_weights(one + "/checkpoint-000004"),
                            wb = test::final_weights(two + "/checkpoint-000004");
   ASSERT_EQ(wa.size(), wb.size());
+  // Rank 0 sends the other rank its half of the gradient, then its summed half: 4 bytes
+  // per parameter and step.
+  EXPECT_EQ(summary.at("collective_bytes_per_step").get<double>(), 4.0 * static_cast<double>(wa.size()));
   double diff = 0, norm = 0;
   for (size_t i = 0; i < wa.size(); ++i) {
     diff += (double(wa[i]) - wb[i]) * (double(wa[i]) - wb[i]);
