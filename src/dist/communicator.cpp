@@ -115,11 +115,15 @@ void Communicator::sum_in_rank_order(float* data, int64_t n) {
     check(MPI_Alltoallv(chunk, len.data(), off.data(), MPI_FLOAT, scratch_.data(), recv_len.data(), recv_off.data(),
                         MPI_FLOAT, MPI_COMM_WORLD),
           "MPI_Alltoallv", rank_, size_);
+    // Each element: rank 0's value, plus rank 1's, ... in that order (threads split the
+    // elements, never an element's sum, so the bits do not depend on the thread count).
     float* shard = chunk + off[size_t(rank_)];
-    std::copy_n(scratch_.data(), mine, shard);
-    for (int64_t s = 1; s < N; ++s) {
-      const float* other = scratch_.data() + s * mine;
-      for (int i = 0; i < mine; ++i) shard[i] += other[i];
+    const float* received = scratch_.data();
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < mine; ++i) {
+      float sum = received[i];
+      for (int64_t s = 1; s < N; ++s) sum += received[s * mine + i];
+      shard[i] = sum;
     }
     check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, chunk, len.data(), off.data(), MPI_FLOAT,
                          MPI_COMM_WORLD),
