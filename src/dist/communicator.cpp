@@ -59,13 +59,14 @@ Communicator::Communicator() {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 #else
-  g_exists = false;
-  if (launched > 1)
+  if (launched > 1) {
+    g_exists = false;
     throw Error("started by an MPI launcher as one of " + std::to_string(launched) +
                     " processes, but this lazytrain was built without MPI",
                 "data-parallel launch",
                 "install Open MPI (apt-get install libopenmpi-dev openmpi-bin), configure and build again, or run "
                 "without mpirun");
+  }
 #endif
 }
 
@@ -133,6 +134,7 @@ void Communicator::sum_in_rank_order(float* data, int64_t n) {
   scratch_.shrink_to_fit();
   collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 #else
+  (void)data;
   LT_ASSERT(false, "a world of more than one rank without MPI");
 #endif
 }
