@@ -21,8 +21,9 @@ namespace lt {
 class Communicator {
  public:
   // Joins the launcher's world: MPI_Init when the environment says an MPI launcher started
-  // this process (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK), else a world of one. Throws
-  // lt::Error when launched by MPI but built without it. At most one per process.
+  // this process (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_SIZE or PMIX_RANK), else a world of
+  // one. Throws lt::Error when launched by MPI but built without it. At most one per
+  // process (MPI_Init may run once).
   Communicator();
   ~Communicator();  // MPI_Finalize, when this object called MPI_Init
   Communicator(const Communicator&) = delete;
@@ -63,8 +64,8 @@ class Communicator {
   std::vector<float> scratch_;
 };
 
-// A 64-bit fingerprint of n floats' bits (FNV-1a over their bytes): equal arrays give equal
-// fingerprints; for checking that the ranks hold the same weights.
+// A 64-bit fingerprint of n floats' bits (FNV-1a's mixing, one 32-bit word at a time):
+// equal arrays give equal fingerprints; for checking that the ranks hold the same weights.
 uint64_t fingerprint(const float* data, int64_t n);
 
 }  // namespace lt
