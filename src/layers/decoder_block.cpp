@@ -30,6 +30,9 @@ void add_into(float* y, const float* a, const float* b, int64_t n) {
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
+// A matmul operand as the step's precision rounds it.
+float as_operand(float x, Precision p) { return p == Precision::BF16 ? bf16_to_f32(f32_to_bf16(x)) : x; }
+
 // Gated attention's q_proj output is [T, H, 2D]: per head its query, then its gate
 // (transformers' chunk of view(..., H, 2D) into two). These move the halves between that
 // layout and two [T, H, D] arrays (the gradient goes back the same way).
@@ -430,18 +433,13 @@ void shared_expert_forward(float* out, BlockSaved& sv, const BlockTensors& w, co
   k.swiglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
   k.linear_forward(sv.mlp_down_out, sv.mlp_act, w.wd, wb.wd, nullptr, T, I, C, p);
   shared_gate_forward(sv.moe_shared_logit, sv.mlp_norm_out, w.moe_shared_gate, T, C, p);
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float gate = sigmoid(sv.moe_shared_logit[t]);
-    for (int64_t c = 0; c < C; ++c) out[t * C + c] += gate * sv.mlp_down_out[t * C + c];
-  }
+  shared_gate_apply(out, sv.moe_shared_logit, sv.mlp_down_out, T, C);
 }
 
 // Its backward: adds its part of dh2 into ws.d_norm_out (which the experts' backward wrote).
 void shared_expert_backward(BlockTensors& g, BlockWorkspace& ws, const float* d_out, const BlockTensors& w,
                             const BlockTensorsBf16& wb, const BlockSaved& sv, const BlockContext& ctx) {
   const BlockShape& s = ctx.shape;
-  const KernelTable& k = *ctx.kernels;
   const int64_t T = s.tokens(), C = s.hidden;
   float* d_down = ws.d_norm_in;  // free until the MLP's input norm
   float* d_logit = ws.moe_d_shared_logit;
@@ -475,16 +473,20 @@ const MoeShape& host_moe_shape(const BlockContext& ctx) {
 
 }  // namespace
 
-namespace {
-float as_operand(float x, Precision p) { return p == Precision::BF16 ? bf16_to_f32(f32_to_bf16(x)) : x; }
-}  // namespace
-
 void shared_gate_forward(float* logit, const float* h, const float* w, int64_t T, int64_t C, Precision p) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     float s = 0.f;
     for (int64_t c = 0; c < C; ++c) s += as_operand(h[t * C + c], p) * as_operand(w[c], p);
     logit[t] = s;
+  }
+}
+
+void shared_gate_apply(float* out, const float* logit, const float* shared_out, int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float gate = sigmoid(logit[t]);
+    for (int64_t c = 0; c < C; ++c) out[t * C + c] += gate * shared_out[t * C + c];
   }
 }
 

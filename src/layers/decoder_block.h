@@ -200,6 +200,8 @@ void document_positions(int32_t* positions, const int32_t* doc_start, int64_t ba
 // are rounded to bf16 first, as the matmuls round theirs. Backward: dh (+=)
 // d_logit[t] w, dw (+=) sum over tokens in order of d_logit[t] h[t].
 void shared_gate_forward(float* logit, const float* h, const float* w, int64_t T, int64_t C, Precision p);
+// out[t] += sigmoid(logit[t]) * shared_out[t], token by token (the block and the generator).
+void shared_gate_apply(float* out, const float* logit, const float* shared_out, int64_t T, int64_t C);
 void shared_gate_backward(float* dh, float* dw, const float* d_logit, const float* h, const float* w, int64_t T,
                           int64_t C, Precision p);
 

@@ -130,10 +130,7 @@ void Generator::mlp(ModelParameters& params, const BlockTensors& w, int64_t n, i
       kernels_.linear_forward(shared_out_.data(), act_.data(), w.wd, compute_copy_.of(params, w.wd), nullptr, n, I,
                               C, p);
       shared_gate_forward(shared_logit_.data(), h_.data(), w.moe_shared_gate, n, C, p);
-      for (int64_t t = 0; t < n; ++t) {
-        const float gate = 1.0f / (1.0f + std::exp(-shared_logit_.data()[t]));
-        for (int64_t i = 0; i < C; ++i) tmp_.data()[t * C + i] += gate * shared_out_.data()[t * C + i];
-      }
+      shared_gate_apply(tmp_.data(), shared_logit_.data(), shared_out_.data(), n, C);
     }
     add_inplace(x_.data(), tmp_.data(), n * C);
     return;

@@ -224,6 +224,7 @@ TEST(DataParallel, TwoHostsInNetworkNamespacesOverTcpMatchOneHost) {
   // The rsh agent: "agent [options] HOST COMMAND..." runs COMMAND in HOST's namespace and
   // notes that it did.
   const std::string agent = dir + "-agent.sh", marker = dir + "-agent.log";
+  fs::remove(marker);  // a stale one from an earlier run must not vouch for this one
   std::ofstream(agent) << "#!/bin/sh\n"
                           "while [ $# -gt 0 ]; do case \"$1\" in -*) shift ;; *) break ;; esac; done\n"
                           "host=$1; shift\n"
