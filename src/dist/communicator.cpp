@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <limits>
 
 #include "core/error.h"
 
@@ -55,6 +57,7 @@ Communicator::Communicator() {
     }
     mpi_ = true;
   }
+  if (const char* v = std::getenv("LT_TEST_CHUNK_FLOATS"); v && std::atoll(v) > 0) chunk_floats_ = std::atoll(v);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -91,63 +94,166 @@ std::string Communicator::describe() const {
 #endif
 }
 
-void Communicator::sum_in_rank_order(float* data, int64_t n) {
-  if (size_ == 1 || n <= 0) return;
-#ifdef LT_HAVE_MPI
+void Communicator::check_bounds(const std::vector<int64_t>& bounds, const char* where) const {
+  LT_ASSERT(bounds.size() == size_t(size_) + 1, std::string(where) + ": one part per rank");
+  for (size_t r = 0; r + 1 < bounds.size(); ++r)
+    LT_ASSERT(bounds[r] >= 0 && bounds[r] <= bounds[r + 1], std::string(where) + ": parts out of order");
+}
+
+// Round k's piece of each part: offset and length (0 once the part is done).
+struct Communicator::Pieces {
+  std::vector<int64_t> at;
+  std::vector<int> len, displ;  // displ: where each piece sits when the pieces are packed
+  int64_t total = 0;
+  int mine = 0;  // this rank's piece's length
+};
+
+void Communicator::in_rounds(const std::vector<int64_t>& bounds, const char* where,
+                             const std::function<void(const Pieces&)>& round) {
+  check_bounds(bounds, where);
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t N = size_;
-  for (int64_t start = 0; start < n; start += kChunkFloats) {
-    const int64_t m = std::min(kChunkFloats, n - start);
-    float* chunk = data + start;
-    // Shard s: [off[s], off[s] + len[s]) of the chunk, owned by rank s.
-    std::vector<int> len(static_cast<size_t>(N)), off(static_cast<size_t>(N));
-    for (int64_t s = 0; s < N; ++s) {
-      const int64_t lo = m * s / N, hi = m * (s + 1) / N;
-      off[size_t(s)] = int(lo);
-      len[size_t(s)] = int(hi - lo);
+  const size_t N = size_t(size_);
+  const int64_t per = per_round();
+  int64_t longest = 0;
+  for (size_t r = 0; r < N; ++r) longest = std::max(longest, bounds[r + 1] - bounds[r]);
+  for (int64_t k = 0; k * per < longest; ++k) {
+    Pieces p;
+    p.at.resize(N);
+    p.len.resize(N);
+    p.displ.resize(N);
+    for (size_t r = 0; r < N; ++r) {
+      p.at[r] = bounds[r] + k * per;
+      p.len[r] = int(std::clamp<int64_t>(bounds[r + 1] - p.at[r], 0, per));
+      p.displ[r] = int(p.total);
+      p.total += p.len[r];
     }
-    const int mine = len[size_t(rank_)];
-    // Out: every other rank's shard of my chunk, then my summed shard to each other rank.
-    bytes_sent_ += int64_t(sizeof(float)) * ((m - mine) + mine * (N - 1));
-    // Every rank's copy of my shard, rank after rank.
+    p.mine = p.len[size_t(rank_)];
+    round(p);
+  }
+  release_scratch();
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Communicator::reduce_scatter_in_rank_order(float* data, const std::vector<int64_t>& bounds) {
+  if (size_ == 1) return;
+#ifdef LT_HAVE_MPI
+  in_rounds(bounds, "reduce_scatter_in_rank_order", [&](const Pieces& p) {
+    const int N = size_, mine = p.mine;
+    // Every rank's piece of my data, packed (MPI's displacements are int; the parts of a
+    // large model lie further apart than that).
+    packed_.resize(size_t(p.total));
+    for (int r = 0; r < N; ++r) std::copy_n(data + p.at[size_t(r)], p.len[size_t(r)], packed_.data() + p.displ[size_t(r)]);
+    bytes_sent_ += int64_t(sizeof(float)) * (p.total - mine);
+    // Every rank's copy of my piece, rank after rank.
     scratch_.resize(size_t(mine) * size_t(N));
-    std::vector<int> recv_len(static_cast<size_t>(N), mine), recv_off(static_cast<size_t>(N));
-    for (int64_t s = 0; s < N; ++s) recv_off[size_t(s)] = int(s * mine);
-    check(MPI_Alltoallv(chunk, len.data(), off.data(), MPI_FLOAT, scratch_.data(), recv_len.data(), recv_off.data(),
-                        MPI_FLOAT, MPI_COMM_WORLD),
+    std::vector<int> recv_len(static_cast<size_t>(N), mine), recv_displ(static_cast<size_t>(N));
+    for (int r = 0; r < N; ++r) recv_displ[size_t(r)] = r * mine;
+    check(MPI_Alltoallv(packed_.data(), p.len.data(), p.displ.data(), MPI_FLOAT, scratch_.data(), recv_len.data(),
+                        recv_displ.data(), MPI_FLOAT, MPI_COMM_WORLD),
           "MPI_Alltoallv", rank_, size_);
     // Each element: rank 0's value, plus rank 1's, ... in that order (threads split the
     // elements, never an element's sum, so the bits do not depend on the thread count).
-    float* shard = chunk + off[size_t(rank_)];
+    float* out = data + p.at[size_t(rank_)];
     const float* received = scratch_.data();
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < mine; ++i) {
       float sum = received[i];
-      for (int64_t s = 1; s < N; ++s) sum += received[s * mine + i];
-      shard[i] = sum;
+      for (int r = 1; r < N; ++r) sum += received[int64_t(r) * mine + i];
+      out[i] = sum;
     }
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, chunk, len.data(), off.data(), MPI_FLOAT,
-                         MPI_COMM_WORLD),
-          "MPI_Allgatherv", rank_, size_);
-  }
-  scratch_.clear();
-  scratch_.shrink_to_fit();
-  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
 #else
-  (void)data;
+  (void)data, (void)bounds;
   LT_ASSERT(false, "a world of more than one rank without MPI");
 #endif
 }
 
-double Communicator::sum_in_rank_order(double v) {
-  if (size_ == 1) return v;
-  std::vector<double> all(size_t(size_), 0.0);
+void Communicator::all_gather_parts(float* data, const std::vector<int64_t>& bounds) {
+  if (size_ == 1) return;
 #ifdef LT_HAVE_MPI
-  check(MPI_Allgather(&v, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather", rank_, size_);
+  in_rounds(bounds, "all_gather_parts", [&](const Pieces& p) {
+    bytes_sent_ += int64_t(sizeof(float)) * p.mine * (size_ - 1);
+    scratch_.resize(size_t(p.total));
+    check(MPI_Allgatherv(data + p.at[size_t(rank_)], p.mine, MPI_FLOAT, scratch_.data(), p.len.data(),
+                         p.displ.data(), MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Allgatherv", rank_, size_);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) std::copy_n(scratch_.data() + p.displ[size_t(r)], p.len[size_t(r)], data + p.at[size_t(r)]);
+  });
+#else
+  (void)data, (void)bounds;
+  LT_ASSERT(false, "a world of more than one rank without MPI");
 #endif
-  double sum = 0;
-  for (double x : all) sum += x;
-  return sum;
+}
+
+void Communicator::release_scratch() {
+  scratch_.clear();
+  scratch_.shrink_to_fit();
+  packed_.clear();
+  packed_.shrink_to_fit();
+}
+
+void Communicator::sum_in_rank_order(float* data, int64_t n) {
+  if (size_ == 1 || n <= 0) return;
+  std::vector<int64_t> bounds(size_t(size_) + 1);
+  for (int r = 0; r <= size_; ++r) bounds[size_t(r)] = n * r / size_;
+  reduce_scatter_in_rank_order(data, bounds);
+  all_gather_parts(data, bounds);
+}
+
+double Communicator::sum_in_rank_order(double v) {
+  sum_in_rank_order(&v, 1);
+  return v;
+}
+
+void Communicator::sum_in_rank_order(double* v, int64_t n) {
+  if (size_ == 1 || n <= 0) {
+    for (int64_t i = 0; i < n; ++i) v[i] = 0.0 + v[i];  // the same 0 + v_0 as with more ranks
+    return;
+  }
+#ifdef LT_HAVE_MPI
+  LT_ASSERT(n <= std::numeric_limits<int>::max() / size_, "sum_in_rank_order: too many doubles for one call");
+  std::vector<double> all(size_t(n) * size_t(size_));
+  check(MPI_Allgather(v, int(n), MPI_DOUBLE, all.data(), int(n), MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather", rank_,
+        size_);
+  bytes_sent_ += int64_t(sizeof(double)) * n * (size_ - 1);
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int r = 0; r < size_; ++r) sum += all[size_t(r) * size_t(n) + size_t(i)];
+    v[i] = sum;
+  }
+#endif
+}
+
+namespace {
+constexpr int64_t kMessagePiece = int64_t(1) << 30;  // bytes per MPI call: counts are int
+}  // namespace
+
+void Communicator::send(int to, const void* data, int64_t bytes) {
+  LT_ASSERT(to >= 0 && to < size_ && to != rank_, "send to rank " + std::to_string(to));
+#ifdef LT_HAVE_MPI
+  const auto* p = static_cast<const std::byte*>(data);
+  for (int64_t at = 0; at < bytes; at += kMessagePiece) {
+    const int n = int(std::min(kMessagePiece, bytes - at));
+    check(MPI_Send(p + at, n, MPI_BYTE, to, 0, MPI_COMM_WORLD), "MPI_Send", rank_, size_);
+  }
+  bytes_sent_ += bytes;
+#else
+  (void)data, (void)bytes;
+#endif
+}
+
+void Communicator::recv(int from, void* data, int64_t bytes) {
+  LT_ASSERT(from >= 0 && from < size_ && from != rank_, "recv from rank " + std::to_string(from));
+#ifdef LT_HAVE_MPI
+  auto* p = static_cast<std::byte*>(data);
+  for (int64_t at = 0; at < bytes; at += kMessagePiece) {
+    const int n = int(std::min(kMessagePiece, bytes - at));
+    check(MPI_Recv(p + at, n, MPI_BYTE, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv", rank_, size_);
+  }
+#else
+  (void)data, (void)bytes;
+#endif
 }
 
 std::vector<uint64_t> Communicator::all_gather(uint64_t v) {

@@ -12,7 +12,9 @@
 // the bound).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,10 +38,28 @@ class Communicator {
   std::string describe() const;
 
   // data[0, n) := the sum over ranks of every rank's data[0, n), in rank order, the same
-  // bits on every rank. Scratch: at most kChunkFloats floats at a time.
+  // bits on every rank: reduce_scatter_in_rank_order, then all_gather_parts, over parts
+  // of n / size() elements.
   void sum_in_rank_order(float* data, int64_t n);
-  // The sum over ranks of v, in rank order, the same on every rank.
+  // The sum over ranks of v, in rank order (0 + v_0 + v_1 + ...), the same on every rank.
   double sum_in_rank_order(double v);
+  // v[i] := the sum over ranks of every rank's v[i], each in rank order as above.
+  void sum_in_rank_order(double* v, int64_t n);
+
+  // The halves of a sharded sum (ZeRO): `bounds` (size() + 1 ascending offsets, the same on
+  // every rank) cut data into parts, part r = [bounds[r], bounds[r + 1]) for rank r.
+  // reduce_scatter_in_rank_order: rank r's part r := the sum over ranks of their part r, in
+  // rank order (the bits sum_in_rank_order gives it); the rest of data stays as it was.
+  // all_gather_parts: every rank's part r := rank r's part r. Scratch: at most about
+  // 2 kChunkFloats floats at a time.
+  void reduce_scatter_in_rank_order(float* data, const std::vector<int64_t>& bounds);
+  void all_gather_parts(float* data, const std::vector<int64_t>& bounds);
+
+  // Point to point, blocking: bytes from this rank to rank `to` / from rank `from`, in
+  // pieces of at most 1 GiB (MPI counts are int). Messages between two ranks arrive in the
+  // order they were sent.
+  void send(int to, const void* data, int64_t bytes);
+  void recv(int from, void* data, int64_t bytes);
   // Every rank's v, indexed by rank.
   std::vector<uint64_t> all_gather(uint64_t v);
   void barrier();
@@ -53,15 +73,27 @@ class Communicator {
   int64_t bytes_sent() const { return bytes_sent_; }
   double collective_seconds() const { return collective_seconds_; }
 
-  // Floats summed per round of sum_in_rank_order (64 MiB): bounds its scratch.
+  // Floats moved per round of the sharded sums, over all parts (64 MiB): bounds their
+  // scratch.
   static constexpr int64_t kChunkFloats = int64_t(16) << 20;
 
  private:
   int rank_ = 0, size_ = 1;
   bool mpi_ = false;  // this object initialized MPI
+  // kChunkFloats, or LT_TEST_CHUNK_FLOATS: tests make it small to run many rounds.
+  int64_t chunk_floats_ = kChunkFloats;
   int64_t bytes_sent_ = 0;
   double collective_seconds_ = 0;
-  std::vector<float> scratch_;
+  // Round k of a sharded sum moves, of each part r, the piece [bounds[r] + k * per_round,
+  // + per_round) clipped to the part; the rounds run until the longest part is done.
+  // in_rounds calls `round` for each, timed as collective time, then frees the scratch.
+  struct Pieces;
+  int64_t per_round() const { return std::max<int64_t>(1, chunk_floats_ / size_); }
+  void in_rounds(const std::vector<int64_t>& bounds, const char* where,
+                 const std::function<void(const Pieces&)>& round);
+  void check_bounds(const std::vector<int64_t>& bounds, const char* where) const;
+  void release_scratch();
+  std::vector<float> scratch_, packed_;
 };
 
 // A 64-bit fingerprint of n floats' bits (FNV-1a's mixing, one 32-bit word at a time):

@@ -37,16 +37,22 @@ std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& pa
   return {};
 }
 
-double ordered_grad_sq_sum(const ModelParameters& grads) {
+std::vector<GradSqTerm> ordered_grad_sq_terms(const ModelParameters& grads) {
   const int L = grads.config().num_layers;
-  const KernelTable& host = cpu_kernel_table();  // the gradients lie in host memory
-  double acc = 0;
+  std::vector<GradSqTerm> terms;
   auto add = [&](const UpdateTarget& t) {
-    for (auto [o, n] : target_ranges(grads, t)) acc += host.sum_of_squares(grads.data() + o, n);
+    for (auto [o, n] : target_ranges(grads, t)) terms.push_back({t, o, n});
   };
   add({UpdateTarget::Kind::Head, -1});
   for (int j = L - 1; j >= 0; --j) add({UpdateTarget::Kind::Layer, j});
   add({UpdateTarget::Kind::Embed, -1});
+  return terms;
+}
+
+double ordered_grad_sq_sum(const ModelParameters& grads) {
+  const KernelTable& host = cpu_kernel_table();  // the gradients lie in host memory
+  double acc = 0;
+  for (const GradSqTerm& t : ordered_grad_sq_terms(grads)) acc += host.sum_of_squares(grads.data() + t.offset, t.numel);
   return acc;
 }
 

@@ -86,6 +86,14 @@ std::vector<std::pair<int64_t, int64_t>> target_ranges(const ModelParameters& pa
 // The squared gradient norm in the executor's arrival order (head, layers L-1..0,
 // embedding), so an in-memory run can reproduce the executor's sum bit for bit.
 double ordered_grad_sq_sum(const ModelParameters& grads);
+// Its terms: 0 + (the sum of squares of each range, in this order). A rank that holds only
+// some ranges (a sharded optimizer) sums its terms, and the terms' sums over ranks, added
+// in this order, give the same bits.
+struct GradSqTerm {
+  UpdateTarget target;
+  int64_t offset = 0, numel = 0;
+};
+std::vector<GradSqTerm> ordered_grad_sq_terms(const ModelParameters& grads);
 
 // The scratch the executor plans as an arena range of each window that computes
 // (ws.<window>), on the kernels of k: for the step's own precision and head

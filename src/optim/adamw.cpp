@@ -66,7 +66,7 @@ int AdamW::add_tensor(const std::string& name, int64_t n, const AdamWTensorOptio
   t.name = name;
   t.n = n;
   t.weight_decay = opt.weight_decay < 0 ? cfg_.hyper.weight_decay : opt.weight_decay;
-  t.format = (cfg_.eight_bit && !opt.keep_fp32 && n >= cfg_.min_8bit_numel) ? StateFormat::Q8 : StateFormat::F32;
+  t.format = format_for(n, opt);
   t.paged = opt.paged;
   // Owned regions start all-zero like a fresh paged one (absmax 0 decodes every code to 0),
   // so where a tensor's state lives cannot change a bit: m codes of 0 decode to -0, not the
@@ -74,6 +74,19 @@ int AdamW::add_tensor(const std::string& name, int64_t n, const AdamWTensorOptio
   if (!t.paged) t.owned.resize(layout(t).total);
   tensors_.push_back(std::move(t));
   return static_cast<int>(tensors_.size()) - 1;
+}
+
+StateFormat AdamW::format_for(int64_t n, const AdamWTensorOptions& opt) const {
+  return cfg_.eight_bit && !opt.keep_fp32 && n >= cfg_.min_8bit_numel ? StateFormat::Q8 : StateFormat::F32;
+}
+
+size_t AdamW::state_bytes_for(int64_t n, const AdamWTensorOptions& opt) const {
+  Tensor t;
+  t.n = n;
+  t.format = format_for(n, opt);
+  size_t b = 0;
+  for (const Section& x : sections(t)) b += x.bytes;
+  return b;
 }
 
 AdamW::Tensor& AdamW::at(int id) {

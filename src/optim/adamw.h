@@ -111,6 +111,8 @@ class AdamW {
   size_t resident_state_bytes() const;
   // Bytes of tensor id's state region, padding included (what attach_state needs).
   size_t state_bytes(int id) const;
+  // What state_bytes() would count for a tensor of n elements registered with opt.
+  size_t state_bytes_for(int64_t n, const AdamWTensorOptions& opt = {}) const;
 
   // Paged tensors only (lt::Error otherwise). storage: 64-byte aligned, state_bytes(id)
   // bytes, zero-filled for a fresh state; used by step_tensor, save and load until
@@ -118,6 +120,10 @@ class AdamW {
   void attach_state(int id, std::byte* storage);
   void detach_state(int id);
   bool is_paged(int id) const;
+
+  // The state_bytes(id) bytes of tensor id's state region, owned or attached (null when a
+  // paged tensor is paged out): to copy a state whole, say to another rank.
+  const std::byte* state_data(int id) const { return at(id).storage(); }
 
   // Raw views of one tensor's state (tests, device copies), owned or attached. The format
   // must match.
@@ -190,6 +196,7 @@ class AdamW {
     size_t m = 0, v = 0, m_absmax = 0, v_absmax = 0, total = 0;
   };
   Layout layout(const Tensor& t) const;
+  StateFormat format_for(int64_t n, const AdamWTensorOptions& opt) const;
   struct Section {
     size_t offset, bytes;
   };

@@ -4,6 +4,7 @@
 
 #include "dist/communicator.h"
 #include "exec/streaming_executor.h"
+#include "kernels/kernel_table.h"
 #include "memory/compute_arena.h"
 
 namespace lt {
@@ -18,6 +19,10 @@ InMemoryTraining::InMemoryTraining(const TrainConfig& cfg, ModelParameters& para
       precision_(cfg.precision == "bf16" ? Precision::BF16 : Precision::F32),
       model_step_(std::make_unique<ModelStep>(params.config(), cfg.batch, cfg.seq_len, precision_)) {
   model_step_->refresh_compute_copy(params);
+  if (updater_.sharded()) {
+    LT_ASSERT(comm_ && comm_->size() == updater_.shards().ranks, "a sharded optimizer without its ranks");
+    sq_terms_ = ordered_grad_sq_terms(grads_);
+  }
 }
 
 StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
@@ -30,15 +35,41 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
                                                        1.0f / predicted, doc_start ? doc_start + a * tokens : nullptr);
     loss_sum += r.loss * r.predicted_tokens;
   }
-  if (comm_) {  // every rank's rows: predicted counts them all already
-    comm_->sum_in_rank_order(grads_.data(), grads_.numel());
-    loss_sum = comm_->sum_in_rank_order(loss_sum);
-  }
   Outcome out;
+  double sq = 0;
+  bf16* compute_copy = model_step_->compute_copy(params_);
+  if (updater_.sharded()) {
+    // Each rank gets the sum of its part's gradients, its terms of the squared norm and
+    // the loss go to all (ordered_grad_sq_terms: the bits of the unsharded sum), it updates
+    // its part, and the updated weights go to all.
+    const OptimizerShards& shards = updater_.shards();
+    comm_->reduce_scatter_in_rank_order(grads_.data(), shards.bounds);
+    std::vector<double> sums;
+    for (const GradSqTerm& t : sq_terms_)
+      sums.push_back(shards.owner_of(t.offset) == comm_->rank()
+                         ? cpu_kernel_table().sum_of_squares(grads_.data() + t.offset, t.numel)
+                         : 0.0);
+    sums.push_back(loss_sum);
+    comm_->sum_in_rank_order(sums.data(), static_cast<int64_t>(sums.size()));
+    for (size_t i = 0; i + 1 < sums.size(); ++i) sq += sums[i];
+    loss_sum = sums.back();
+    out.update = updater_.apply(params_, grads_, sq, compute_copy, step);
+    if (out.update.applied) {
+      comm_->all_gather_parts(params_.data(), shards.bounds);
+      for (int r = 0; r < shards.ranks && compute_copy; ++r)
+        if (r != comm_->rank())
+          convert_f32_to_bf16(compute_copy + shards.offset(r), params_.data() + shards.offset(r), shards.numel(r));
+    }
+  } else {
+    if (comm_) {  // every rank's rows: predicted counts them all already
+      comm_->sum_in_rank_order(grads_.data(), grads_.numel());
+      loss_sum = comm_->sum_in_rank_order(loss_sum);
+    }
+    // The streaming executor's summation order, so both engines clip alike to the bit.
+    sq = ordered_grad_sq_sum(grads_);
+    out.update = updater_.apply(params_, grads_, sq, compute_copy, step);
+  }
   out.loss = predicted > 0 ? loss_sum / predicted : 0.0;
-  // The streaming executor's summation order, so both engines clip alike to the bit.
-  const double sq = ordered_grad_sq_sum(grads_);
-  out.update = updater_.apply(params_, grads_, sq, model_step_->compute_copy(params_), step);
   return out;
 }
 
@@ -46,7 +77,7 @@ StepEngine::Memory InMemoryTraining::memory() const {
   const int64_t n = params_.numel();
   Memory m;
   m.compute = model_step_->activation_bytes() + (precision_ == Precision::BF16 ? 2 * n : 0);
-  m.host = 8 * n + static_cast<int64_t>(updater_.resident_state_bytes());
+  m.host = 8 * n + static_cast<int64_t>(updater_.resident_state_bytes());  // this rank's states
   return m;
 }
 
@@ -58,13 +89,15 @@ std::vector<std::string> InMemoryTraining::describe() const {
                 "batch %lld x seq %lld x accumulation %lld; %s matmuls",
                 static_cast<long long>(cfg_.batch), static_cast<long long>(cfg_.seq_len),
                 static_cast<long long>(cfg_.grad_accum), cfg_.precision.c_str());
+  const std::string states =
+      format_bytes(updater_.resident_state_bytes()) +
+      (updater_.sharded() ? " (this rank's part of " + format_bytes(updater_.state_bytes()) + ")" : "");
   std::snprintf(mem, sizeof mem,
                 "memory: compute %s (activations %s%s), host %s (fp32 weights and gradients %s, %s optimizer states "
                 "%s), nvme 0",
                 format_bytes(m.compute).c_str(), format_bytes(model_step_->activation_bytes()).c_str(),
                 precision_ == Precision::BF16 ? ", bf16 weight copy" : "", format_bytes(m.host).c_str(),
-                format_bytes(8 * params_.numel()).c_str(), cfg_.optimizer.c_str(),
-                format_bytes(updater_.state_bytes()).c_str());
+                format_bytes(8 * params_.numel()).c_str(), cfg_.optimizer.c_str(), states.c_str());
   return {plan, mem};
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/streaming_executor.h"
 #include "layers/model_step.h"
 #include "train/step_engine.h"
 
@@ -18,12 +19,16 @@ class InMemoryTraining final : public StepEngine {
   // comm: null for one process; with more ranks, each runs its rows of every micro-batch
   // (cfg.batch of them) and the gradients and losses are summed over ranks before the
   // update, in rank order (dist/communicator.h), so every rank applies the same update.
+  // With a sharded optimizer (the updater's), each rank receives the sum of its part's
+  // gradients only, updates that part, and the ranks exchange the updated weights.
   InMemoryTraining(const TrainConfig& cfg, ModelParameters& params, ModelParameters& grads, Updater& updater,
                    Communicator* comm = nullptr);
 
   Outcome step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
                const int32_t* doc_start = nullptr) override;
   void flush() override {}  // nothing is ever pending
+  // Sharded (Updater::sharded), every rank calls it at once; rank 0 writes (dir is not
+  // used on the others).
   void save_optimizer(const std::string& dir) override { updater_.save(dir); }
   void load_optimizer(const std::string& dir) override { updater_.load(dir); }
   std::vector<ReplanEvent> finish(int64_t) override { return {}; }
@@ -39,6 +44,7 @@ class InMemoryTraining final : public StepEngine {
   Communicator* comm_;
   Precision precision_;
   std::unique_ptr<ModelStep> model_step_;
+  std::vector<GradSqTerm> sq_terms_;  // sharded: the squared norm's terms, in its order
 };
 
 }  // namespace lt

@@ -82,6 +82,10 @@ std::vector<Field> fields(TrainConfig& c) {
       {"replan_steps", "consecutive drifted steps before a re-plan", &c.replan_steps},
       {"replan_margin", "how much faster (relative) a re-plan must be predicted to be switched to",
        &c.replan_margin},
+      {"shard_optimizer",
+       "under mpirun: each rank keeps and updates the optimizer states of its part of the model (ZeRO-1): on or "
+       "off (every rank updates the whole model)",
+       &c.shard_optimizer},
       {"output_dir", "where checkpoints, metrics and the summary go", &c.output_dir},
       {"log_every", "progress/metrics interval in steps", &c.log_every},
       {"eval_every", "evaluation interval in steps (0: at the end)", &c.eval_every},
@@ -195,6 +199,8 @@ void validate(const TrainConfig& c) {
   if (c.document_mask != "auto" && c.document_mask != "on" && c.document_mask != "off")
     throw Error("unknown document_mask '" + c.document_mask + "'", "train config (document_mask)",
                 "use on, off or auto (on except for the text format)");
+  if (c.shard_optimizer != "on" && c.shard_optimizer != "off")
+    throw Error("unknown shard_optimizer '" + c.shard_optimizer + "'", "train config (shard_optimizer)", "use on or off");
   if (c.adaptive_plan != "on" && c.adaptive_plan != "off")
     throw Error("unknown adaptive_plan '" + c.adaptive_plan + "'", "train config (adaptive_plan)", "use on or off");
   if (!(c.replan_threshold > 0) || !std::isfinite(c.replan_threshold))

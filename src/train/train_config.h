@@ -76,6 +76,11 @@ struct TrainConfig {
   double replan_threshold = 0.15, replan_margin = 0.05;
   int64_t replan_steps = 3;
 
+  // Data parallelism (mpirun -np N): "on" shards the optimizer (train/optimizer_shards.h):
+  // each rank holds about 1/N of the optimizer states and runs 1/N of the update; "off"
+  // gives every rank all of them. The same bits either way.
+  std::string shard_optimizer = "on";
+
   // Output.
   std::string output_dir = "runs/default";
   int64_t log_every = 10, eval_every = 0, save_every = 0;  // 0: at the end only

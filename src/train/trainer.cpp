@@ -53,6 +53,7 @@ nlohmann::json TrainSummary::to_json() const {
           {"peak_rss_bytes", peak_rss_bytes},
           {"world_size", world_size},
           {"collective_bytes_per_step", collective_bytes_per_step},
+          {"optimizer_state_bytes", optimizer_state_bytes},
           {"checkpoint_dir", checkpoint_dir}};
 }
 
@@ -253,7 +254,7 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
                 "rows, so under data parallelism it would be another loss",
                 weights_dir + "/config.json (output_router_logits)",
                 "set output_router_logits to false for this run, or run without mpirun");
-  Updater updater(cfg, params, plan ? plan->nvme_state_layers : std::vector<int>{});
+  Updater updater(cfg, params, plan ? plan->nvme_state_layers : std::vector<int>{}, comm);
   // Each rank's engine runs its share of every micro-batch's rows.
   TrainConfig rank_cfg = cfg;
   rank_cfg.batch = cfg.batch / ranks;
@@ -311,6 +312,12 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
                 "summed in rank order before each update\n",
                 comm->describe().c_str(), static_cast<long long>(rank_cfg.batch),
                 static_cast<long long>(rank_cfg.batch), static_cast<long long>(cfg.batch));
+  if (updater.sharded())
+    std::printf("optimizer sharded over the ranks (ZeRO-1): rank 0 keeps and updates %s, %s of the %s of states "
+                "(%s of the parameters); the updated weights go to every rank after each update\n",
+                updater.shards().describe(0).c_str(), format_bytes(updater.resident_state_bytes()).c_str(),
+                format_bytes(updater.state_bytes()).c_str(),
+                format_percent(static_cast<double>(updater.owned_numel()) / static_cast<double>(n_params)).c_str());
   // Open MPI binds each rank to one core when it starts two or fewer; the threads default
   // (all the CPUs this process may use) then leaves the rest of the machine idle.
   if (const long online = sysconf(_SC_NPROCESSORS_ONLN); comm && num_threads() == 1 && online > ranks)
@@ -374,7 +381,10 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
                     ranks, static_cast<unsigned long long>(f));
       progress.message(line);
     }
-    if (!writer) return;  // rank 0 writes the checkpoint (the ranks hold the same state)
+    if (!writer) {  // rank 0 writes the checkpoint (the ranks hold the same weights)
+      if (updater.sharded()) engine->save_optimizer({});  // sends this rank's states to rank 0
+      return;
+    }
     last_checkpoint = save_checkpoint(cfg.output_dir, step, cfg.keep_checkpoints, [&](const std::string& dir) {
       save_pretrained(params, dir);
       write_file_atomic(dir + "/tokenizer.json", data.tokenizer_json);
@@ -476,6 +486,7 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
     if (!note.empty()) std::printf("%s\n", note.c_str());
   }
   summary.world_size = ranks;
+  summary.optimizer_state_bytes = static_cast<int64_t>(updater.resident_state_bytes());
   if (comm && cfg.steps > start_step) {
     const double steps = static_cast<double>(cfg.steps - start_step);
     summary.collective_bytes_per_step = static_cast<double>(comm->bytes_sent()) / steps;

@@ -27,13 +27,15 @@ struct TrainSummary {
   std::string checkpoint_dir;
   int world_size = 1;
   double collective_bytes_per_step = 0;  // rank 0's payload to the other ranks (data parallel)
+  int64_t optimizer_state_bytes = 0;     // the optimizer states rank 0 holds (its shard when sharded)
   nlohmann::json to_json() const;
 };
 
 // comm: the data-parallel world, null for one process. With N > 1 ranks, cfg.batch stays
 // the global batch: each rank reads every global batch, runs its contiguous batch / N rows
-// of each micro-batch, and the gradients are summed over ranks before every update; rank 0
-// alone prints, evaluates and writes metrics and checkpoints.
+// of each micro-batch, and the gradients are summed over ranks before every update (to the
+// owner of each part when the optimizer is sharded, cfg.shard_optimizer); rank 0 alone
+// prints, evaluates and writes metrics and checkpoints.
 TrainSummary run_training(const TrainConfig& cfg, Communicator* comm = nullptr);
 
 }  // namespace lt

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "io/atomic_file.h"
 #include "optim/grad_clip.h"
 #include "train/checkpoints.h"
@@ -28,14 +29,24 @@ bool is_norm_or_bias(const std::string& name) {
 }
 }  // namespace
 
-Updater::Updater(const TrainConfig& cfg, const ModelParameters& params, const std::vector<int>& paged_layers)
+Updater::Updater(const TrainConfig& cfg, const ModelParameters& params, const std::vector<int>& paged_layers,
+                 Communicator* comm)
     : cfg_(cfg) {
+  const bool shard = comm && comm->size() > 1 && cfg.shard_optimizer == "on";
+  LT_ASSERT(!shard || paged_layers.empty(), "a sharded optimizer with paged layers");
+  if (shard) {
+    comm_ = comm;
+    rank_ = comm->rank();
+  }
   schedule_.peak = cfg.lr;
   schedule_.min_ratio = cfg.min_lr_ratio;
   schedule_.warmup_steps = cfg.warmup_steps;
   schedule_.total_steps = cfg.steps;
   schedule_.validate();
-  if (cfg.optimizer == "sgd") return;
+  if (cfg.optimizer == "sgd") {  // no states: the ranks share the update's parameters
+    shards_ = shard_optimizer(params, shard ? comm->size() : 1);
+    return;
+  }
   AdamWConfig ac;
   ac.hyper.beta1 = static_cast<float>(cfg.beta1);
   ac.hyper.beta2 = static_cast<float>(cfg.beta2);
@@ -44,15 +55,22 @@ Updater::Updater(const TrainConfig& cfg, const ModelParameters& params, const st
   ac.eight_bit = cfg.optimizer == "adamw8";
   adamw_ = std::make_unique<AdamW>(ac);
   auto& p = const_cast<ModelParameters&>(params);
+  const auto offset_of = [&](const WeightSpec& s) { return static_cast<int64_t>(p.tensor(s.hf_name) - p.data()); };
+  // The ranks share the states' bytes (8-bit and fp32 states differ per parameter).
+  std::vector<TensorCost> costs;
+  for (const WeightSpec& s : params.specs())
+    costs.push_back({offset_of(s), static_cast<double>(adamw_->state_bytes_for(s.numel()))});
+  shards_ = shard_optimizer(params, shard ? comm->size() : 1, costs);
   for (const WeightSpec& s : params.specs()) {
     AdamWTensorOptions o;
     if (is_norm_or_bias(s.hf_name)) o.weight_decay = 0.0f;
-    const int64_t offset = p.tensor(s.hf_name) - p.data();
+    const int64_t offset = offset_of(s);
     int layer = -1;
     for (int j = 0; j < params.config().num_layers && layer < 0; ++j)
       if (offset >= p.block_base(j) - p.data() && offset < p.block_base(j) - p.data() + block_numel(params.config(), j))
         layer = j;
-    o.paged = layer >= 0 && std::find(paged_layers.begin(), paged_layers.end(), layer) != paged_layers.end();
+    o.paged = (layer >= 0 && std::find(paged_layers.begin(), paged_layers.end(), layer) != paged_layers.end()) ||
+              shards_.owner_of(offset) != rank_;  // another rank's part: no state here
     adamw_->add_tensor(s.hf_name, s.numel(), o);
     names_.push_back(s.hf_name);
     offsets_.push_back(offset);
@@ -99,7 +117,7 @@ void Updater::detach_layer_state(int layer) {
 UpdateResult Updater::apply(ModelParameters& params, const ModelParameters& grads, double grad_sq_sum,
                             bf16* compute_copy, int64_t step) {
   const UpdateResult r = decide(grad_sq_sum, step);
-  update_range(params, grads, 0, params.numel(), r, compute_copy);
+  update_range(params, grads, owned_offset(), owned_numel(), r, compute_copy);
   return r;
 }
 
@@ -186,8 +204,35 @@ void Updater::with_layer_pager(const LayerPaging& paging, bool loading,
   }
 }
 
+void Updater::send_owned_states() const {
+  for (int id = 0; id < adamw_->num_tensors(); ++id)
+    if (!adamw_->is_paged(id)) comm_->send(0, adamw_->state_data(id), static_cast<int64_t>(adamw_->state_bytes(id)));
+}
+
+AdamWStatePager Updater::shard_pager(AlignedBuffer<std::byte>& staging, bool loading) const {
+  AdamWStatePager pager;
+  // Another rank's tensor: save receives its state from the owner (which sends its
+  // tensors in id order, the order AdamW pages them in); load gives it scratch to fill.
+  pager.page_in = [this, &staging, loading](int id) {
+    const size_t bytes = adamw_->state_bytes(id);
+    if (staging.size() < bytes) staging = AlignedBuffer<std::byte>(bytes);
+    if (!loading) comm_->recv(shards_.owner_of(offsets_[id]), staging.data(), static_cast<int64_t>(bytes));
+    adamw_->attach_state(id, staging.data());
+  };
+  pager.page_out = [this](int id, bool) { adamw_->detach_state(id); };  // load: not ours to keep
+  return pager;
+}
+
 void Updater::save(const std::string& dir, const LayerPaging* paging) const {
-  if (adamw_) {
+  if (sharded() && rank_ != 0) {  // rank 0 writes the files
+    if (adamw_) send_owned_states();
+    return;
+  }
+  if (adamw_ && sharded()) {
+    LT_ASSERT(!paging, "a sharded optimizer with paged layers");
+    AlignedBuffer<std::byte> staging;
+    adamw_->save(dir + "/optimizer.bin", shard_pager(staging, false));
+  } else if (adamw_) {
     if (!paging) {
       adamw_->save(dir + "/optimizer.bin");
     } else {
@@ -217,7 +262,11 @@ void Updater::load(const std::string& dir, const LayerPaging* paging) {
   } catch (const nlohmann::json::exception& e) {
     throw Error("malformed optimizer state: " + std::string(e.what()), path, "use another checkpoint");
   }
-  if (adamw_) {
+  if (adamw_ && sharded()) {
+    LT_ASSERT(!paging, "a sharded optimizer with paged layers");
+    AlignedBuffer<std::byte> staging;
+    adamw_->load(dir + "/optimizer.bin", shard_pager(staging, true));
+  } else if (adamw_) {
     if (!paging) {
       adamw_->load(dir + "/optimizer.bin");
     } else {

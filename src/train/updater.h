@@ -17,9 +17,12 @@
 #include "model/parameters.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "train/optimizer_shards.h"
 #include "train/train_config.h"
 
 namespace lt {
+
+class Communicator;
 
 inline constexpr int kMaxNonFiniteInARow = 3;
 
@@ -35,13 +38,25 @@ class Updater {
  public:
   // paged_layers: decoder layers whose optimizer states the caller keeps (the streaming
   // executor pages them from NVMe); their tensors are AdamW paged tensors.
-  Updater(const TrainConfig& cfg, const ModelParameters& params, const std::vector<int>& paged_layers = {});
+  // comm: the data-parallel ranks, or null. With more than one rank and cfg.shard_optimizer
+  // "on", this rank keeps the optimizer states of its part of the model only
+  // (optimizer_shards.h; the other tensors are AdamW paged tensors that are never stepped),
+  // and save/load exchange states with the other ranks.
+  Updater(const TrainConfig& cfg, const ModelParameters& params, const std::vector<int>& paged_layers = {},
+          Communicator* comm = nullptr);
 
   // grad_sq_sum: the sum of squares of all gradients (float64). compute_copy: the bf16
   // mirror of the parameter block to refresh (null for fp32 compute). step is 1-based.
-  // The same as decide() then update_range() over the whole block.
+  // The same as decide() then update_range() over this rank's part (the whole block unless
+  // sharded).
   UpdateResult apply(ModelParameters& params, const ModelParameters& grads, double grad_sq_sum,
                      bf16* compute_copy, int64_t step);
+
+  // The ranks' parts (one part, the whole block, unless sharded) and this rank's.
+  bool sharded() const { return shards_.ranks > 1; }
+  const OptimizerShards& shards() const { return shards_; }
+  int64_t owned_offset() const { return shards_.offset(rank_); }
+  int64_t owned_numel() const { return shards_.numel(rank_); }
 
   // The lazy optimizer's two halves. decide(): the clip factor, learning rate and
   // non-finite verdict of a step (counted, and the abort after three, as apply() does).
@@ -67,6 +82,11 @@ class Updater {
   // With paging, the paged layers' states pass through one staging buffer a layer at a
   // time: read() fills it before save writes the layer, write() persists it after load
   // filled it (so host memory holds one layer's state, not all of them).
+  // Sharded, every rank calls save at once: rank 0 writes the one optimizer.bin of the
+  // whole model, receiving each tensor's state from its owner in turn (one tensor's state
+  // staged at a time), and the others send theirs (dir is not used there). load reads that
+  // file on every rank and keeps the rank's own states, so a checkpoint resumes with any
+  // number of ranks (and from one process).
   struct LayerPaging {
     std::function<void(int layer, std::span<std::byte> out)> read;
     std::function<void(int layer, std::span<const std::byte> in)> write;
@@ -87,6 +107,13 @@ class Updater {
                         const std::function<void(const AdamWStatePager&)>& call) const;
   std::vector<int> layer_tensors(int layer) const;
 
+  // Sharded save and load: the states of the tensors of other ranks' parts.
+  void send_owned_states() const;
+  AdamWStatePager shard_pager(AlignedBuffer<std::byte>& staging, bool loading) const;
+
+  Communicator* comm_ = nullptr;  // set when sharded
+  int rank_ = 0;
+  OptimizerShards shards_;
   std::unique_ptr<AdamW> adamw_;  // null for sgd
   std::vector<std::string> names_;
   std::vector<int64_t> offsets_, numels_;  // per tensor id: where its parameters lie in the block

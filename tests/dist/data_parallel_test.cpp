@@ -141,9 +141,10 @@ TEST(DataParallel, TwoRanksMatchOneRankWithinTheSummationBound) {
   const std::vector<float> wa = test::final_weights(one + "/checkpoint-000004"),
                            wb = test::final_weights(two + "/checkpoint-000004");
   ASSERT_EQ(wa.size(), wb.size());
-  // Rank 0 sends the other rank its half of the gradient, then its summed half: 4 bytes
-  // per parameter and step.
-  EXPECT_EQ(summary.at("collective_bytes_per_step").get<double>(), 4.0 * static_cast<double>(wa.size()));
+  // Rank 0 sends the other rank the gradients of the other rank's part, then the updated
+  // weights of its own: 4 bytes per parameter and step; and 8 bytes for each of the squared
+  // norm's terms (the head's final norm, 2 layers, the tied embedding) and the loss.
+  EXPECT_EQ(summary.at("collective_bytes_per_step").get<double>(), 4.0 * static_cast<double>(wa.size()) + 8 * 5);
   double diff = 0, norm = 0;
   for (size_t i = 0; i < wa.size(); ++i) {
     diff += (double(wa[i]) - wb[i]) * (double(wa[i]) - wb[i]);
@@ -169,6 +170,67 @@ TEST(DataParallel, RanksAgreeUnderTheDefaultsAndResume) {
   EXPECT_NE(b.output.find("resumed from"), std::string::npos) << b.output;
   EXPECT_EQ(count(b.output, "weights agree bit for bit"), 1u) << b.output;  // at step 4
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-000004/model.safetensors"));
+}
+
+// The optimizer sharded over 2 ranks (the default) against every rank holding all of it
+// (--shard-optimizer off), under the default precision and optimizer (bf16, 8-bit AdamW):
+// rank 0 holds about half the states, and the weights and the checkpoint's optimizer.bin
+// are the same bits. A sharded checkpoint resumes unsharded, and in one process.
+TEST(DataParallel, TheShardedOptimizerHoldsHalfTheStatesAndChangesNoBit) {
+  if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string sharded = scratch_dir("sharded"), whole = scratch_dir("unsharded"),
+                    resumed = scratch_dir("sharded-resumed"), one = scratch_dir("sharded-one-process"),
+                    in_rounds = scratch_dir("sharded-in-rounds");
+  const int64_t C = 128, I = 256, KV = 64, L = 8;  // KV: 2 key/value heads of 128 / 4
+  const std::string flags = "--scratch-hidden 128 --scratch-layers 8 --scratch-heads 4 --scratch-kv-heads 2 "
+                            "--scratch-intermediate 256 --seq-len 64 --synthetic-train-problems 300 --eval-problems 0 "
+                            "--log-every 1 --warmup-steps 0 --batch 4 --save-every 2 --output-dir ";
+  const test::ShellResult a = train(2, flags + sharded + " --steps 4 --summary-json " + sharded + "/summary.json");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("optimizer sharded over the ranks (ZeRO-1): rank 0 keeps and updates embed, layers 0-"),
+            std::string::npos)
+      << a.output;
+  const test::ShellResult b =
+      train(2, flags + whole + " --steps 4 --shard-optimizer off --summary-json " + whole + "/summary.json");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(b.output.find("optimizer sharded"), std::string::npos) << b.output;
+  // And sharded again with the collectives in rounds of 1000 floats (500 per part), where
+  // the parts end in different rounds.
+  const test::ShellResult rounds = train(2, flags + in_rounds + " --steps 4", "LT_TEST_CHUNK_FLOATS=1000");
+  ASSERT_EQ(rounds.exit_code, 0) << rounds.output;
+  for (const std::string& other : {whole, in_rounds})
+    for (const char* ck : {"/checkpoint-000002", "/checkpoint-000004"}) {
+      EXPECT_EQ(test::final_weights(sharded + ck), test::final_weights(other + ck)) << other << ck;
+      EXPECT_TRUE(test::read_file(sharded + ck + "/optimizer.bin") == test::read_file(other + ck + "/optimizer.bin"))
+          << other << ck;
+    }
+
+  // Rank 0's share of the states. The parts are whole targets, cut at the boundary nearest
+  // half of the states, so rank 0 is off half by at most half the largest target: a layer
+  // here (the embedding, 425 x 128, is smaller). 8-bit states: 2 bytes per parameter and an
+  // fp32 absmax for m and for v per 256; the norms (128 < 4096 parameters) keep fp32 m and v.
+  auto q8 = [](int64_t n) { return 2.0 * n + 8.0 * ((n + 255) / 256); };
+  const double layer = 2 * q8(C * C) + 2 * q8(C * KV) + 3 * q8(C * I) + 2 * 8.0 * C;
+  const double mine = nlohmann::json::parse(test::read_file(sharded + "/summary.json")).at("optimizer_state_bytes"),
+               all = nlohmann::json::parse(test::read_file(whole + "/summary.json")).at("optimizer_state_bytes");
+  std::printf("rank 0 holds %.0f of %.0f bytes of optimizer states (%.3f; a layer's are %.3f of them)\n", mine, all,
+              mine / all, layer / all);
+  EXPECT_LE(std::fabs(mine / all - 0.5), layer / all / 2);
+  EXPECT_LT(L * layer, all);  // the layers are most of the states: the bound says something
+
+  // Resumed from the sharded step-2 checkpoint: unsharded on 2 ranks, the bits of the
+  // uninterrupted runs; in one process, it loads and trains on.
+  for (const std::string& dir : {resumed, one}) {
+    fs::create_directories(dir);
+    fs::copy(sharded + "/checkpoint-000002", dir + "/checkpoint-000002", fs::copy_options::recursive);
+  }
+  const test::ShellResult c = train(2, flags + resumed + " --steps 4 --resume --shard-optimizer off");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("resumed from"), std::string::npos) << c.output;
+  EXPECT_EQ(test::final_weights(resumed + "/checkpoint-000004"), test::final_weights(sharded + "/checkpoint-000004"));
+  const test::ShellResult d = train(0, flags + one + " --steps 3 --resume");
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("resumed from"), std::string::npos) << d.output;
 }
 
 // A rank killed mid-run (SIGKILL as its step 5 starts): the job ends within a bounded time
