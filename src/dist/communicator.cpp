@@ -50,13 +50,19 @@ Communicator::Communicator() {
 #ifdef LT_HAVE_MPI
   int initialized = 0;
   MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
-    if (MPI_Init(nullptr, nullptr) != MPI_SUCCESS) {
+    // Serialized: a background thread (BackgroundReducer) makes the calls while backward
+    // runs, never at the same time as this one.
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
       g_exists = false;
       throw Error("MPI_Init failed", "data-parallel launch", "start lazytrain with mpirun -np N, or without it");
     }
     mpi_ = true;
+  } else {
+    MPI_Query_thread(&provided);
   }
+  serialized_threads_ = provided >= MPI_THREAD_SERIALIZED;
   if (const char* v = std::getenv("LT_TEST_CHUNK_FLOATS"); v && std::atoll(v) > 0) chunk_floats_ = std::atoll(v);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -222,6 +228,44 @@ void Communicator::sum_in_rank_order(double* v, int64_t n) {
     for (int r = 0; r < size_; ++r) sum += all[size_t(r) * size_t(n) + size_t(i)];
     v[i] = sum;
   }
+#endif
+}
+
+void Communicator::reduce_to_in_rank_order(int owner, float* data, int64_t n, std::vector<float>& scratch) {
+  if (size_ == 1 || n <= 0) return;
+  LT_ASSERT(owner >= 0 && owner < size_, "reduce to rank " + std::to_string(owner));
+#ifdef LT_HAVE_MPI
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t at = 0; at < n; at += chunk_floats_) {
+    const int m = int(std::min(chunk_floats_, n - at));
+    float* mine = data + at;
+    if (rank_ != owner) {
+      check(MPI_Send(mine, m, MPI_FLOAT, owner, kReduceTag, MPI_COMM_WORLD), "MPI_Send", rank_, size_);
+      bytes_sent_ += int64_t(sizeof(float)) * m;
+      continue;
+    }
+    // acc = rank 0's values, += rank 1's, ...: the order (and so the bits) of
+    // reduce_scatter_in_rank_order, one thread (the caller's threads are computing).
+    scratch.resize(2 * size_t(m));
+    float *acc = scratch.data(), *in = acc + m;
+    for (int r = 0; r < size_; ++r) {
+      const float* x = mine;
+      if (r != owner) {
+        check(MPI_Recv(r == 0 ? acc : in, m, MPI_FLOAT, r, kReduceTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv",
+              rank_, size_);
+        x = in;
+      }
+      if (r == 0) {
+        if (owner == 0) std::copy_n(mine, m, acc);
+        continue;
+      }
+      for (int i = 0; i < m; ++i) acc[i] += x[i];
+    }
+    std::copy_n(acc, m, mine);
+  }
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+#else
+  (void)data, (void)scratch;
 #endif
 }
 

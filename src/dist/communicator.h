@@ -55,6 +55,16 @@ class Communicator {
   void reduce_scatter_in_rank_order(float* data, const std::vector<int64_t>& bounds);
   void all_gather_parts(float* data, const std::vector<int64_t>& bounds);
 
+  // data[0, n) on rank `owner` := the sum over ranks of their data[0, n), in rank order (the
+  // bits reduce_scatter_in_rank_order gives); the others only send theirs. Every rank calls
+  // it with the same owner and n. Single-threaded (for a background thread). Scratch: at
+  // most 2 kChunkFloats floats, in `scratch` (the caller's, so this may run beside the
+  // other collectives' buffers).
+  void reduce_to_in_rank_order(int owner, float* data, int64_t n, std::vector<float>& scratch);
+  // MPI_THREAD_SERIALIZED or better: one other thread may make the calls while this one
+  // does not (BackgroundReducer). False in a world of one without MPI.
+  bool serialized_threads() const { return serialized_threads_; }
+
   // Point to point, blocking: bytes from this rank to rank `to` / from rank `from`, in
   // pieces of at most 1 GiB (MPI counts are int). Messages between two ranks arrive in the
   // order they were sent.
@@ -80,6 +90,8 @@ class Communicator {
  private:
   int rank_ = 0, size_ = 1;
   bool mpi_ = false;  // this object initialized MPI
+  bool serialized_threads_ = false;
+  static constexpr int kReduceTag = 1;  // reduce_to's messages (send/recv use tag 0)
   // kChunkFloats, or LT_TEST_CHUNK_FLOATS: tests make it small to run many rounds.
   int64_t chunk_floats_ = kChunkFloats;
   int64_t bytes_sent_ = 0;

@@ -118,6 +118,7 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
   float* d_in = d_boundary_[1].data();
   k.rmsnorm_backward(d_out, grads.final_norm(), d_hidden_.data(), boundary(L), params.final_norm(),
                      final_norm_rstd_.data(), T, C, norm_offset);
+  finished(FinishedGradient::Part::Head);
   for (int64_t l = L - 1; l >= 0; --l) {
     const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
     BlockTensors w = params.block(l);
@@ -135,9 +136,11 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
     }
     BlockTensors gw = grads.block(l);
     block_backward(d_in, gw, workspace_, d_out, boundary(l), w, wb, sv, ctx);
+    finished(FinishedGradient::Part::Layer, l);
     std::swap(d_in, d_out);
   }
   embed_backward(k, grads.embedding(), input_ids, d_out, T, c);
+  finished(FinishedGradient::Part::Embedding);
   return result;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -30,6 +31,14 @@ struct StepResult {
 // Positions that predict a token: labels[b*seq + s + 1] != -100 for s + 1 < seq.
 int64_t count_predicted_tokens(const int32_t* labels, int64_t batch, int64_t seq);
 
+// A part of the model whose gradient forward_backward has finished: the head (the final
+// norm, and lm_head when untied), decoder layer `layer`, or the embedding (with a tied
+// lm_head's gradient).
+struct FinishedGradient {
+  enum class Part { Head, Layer, Embedding } part = Part::Layer;
+  int64_t layer = -1;
+};
+
 class ModelStep {
  public:
   ModelStep(const ModelConfig& c, int64_t batch, int64_t seq, Precision precision);
@@ -53,6 +62,11 @@ class ModelStep {
                               const int32_t* input_ids, const int32_t* labels,
                               const std::vector<RecomputeOption>& recompute = {},
                               float grad_scale = 0.0f, const int32_t* doc_start = nullptr);
+
+  // Called by forward_backward on its thread as each part's gradient becomes final for the
+  // call, in the order head, layer L-1 ... 0, embedding; from then on the call does not
+  // touch that part's gradient (so it may be summed over ranks meanwhile). Empty: no calls.
+  void on_gradient_finished(std::function<void(const FinishedGradient&)> hook) { finished_ = std::move(hook); }
 
   // The bf16 compute copy, laid out like the parameter block (numel() elements), so an
   // optimizer can write it in its update pass instead of refresh_compute_copy(). Null
@@ -91,6 +105,10 @@ class ModelStep {
   AlignedBuffer<float> final_norm_out_, final_norm_rstd_, d_hidden_, d_boundary_[2];
   BlockWorkspace workspace_;
   RouterLoss router_loss_;
+  std::function<void(const FinishedGradient&)> finished_;
+  void finished(FinishedGradient::Part part, int64_t layer = -1) {
+    if (finished_) finished_({part, layer});
+  }
 };
 
 }  // namespace lt

@@ -1,5 +1,6 @@
 #include "train/in_memory_training.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "dist/communicator.h"
@@ -22,7 +23,23 @@ InMemoryTraining::InMemoryTraining(const TrainConfig& cfg, ModelParameters& para
   if (updater_.sharded()) {
     LT_ASSERT(comm_ && comm_->size() == updater_.shards().ranks, "a sharded optimizer without its ranks");
     sq_terms_ = ordered_grad_sq_terms(grads_);
+    if (comm_->serialized_threads()) reducer_ = std::make_unique<BackgroundReducer>(*comm_);
   }
+}
+
+void InMemoryTraining::queue_sum(const FinishedGradient& f) {
+  const OptimizerShards& shards = updater_.shards();
+  const int L = params_.config().num_layers;
+  // shards.targets: embed, layer 0..L-1, head.
+  const size_t i = f.part == FinishedGradient::Part::Embedding ? 0
+                   : f.part == FinishedGradient::Part::Layer  ? size_t(f.layer) + 1
+                                                              : size_t(L) + 1;
+  reducer_->queue(shards.owner[i], grads_.data(), target_ranges(grads_, shards.targets[i]));
+  queued_ = true;
+}
+
+double InMemoryTraining::overlapped_collective_seconds() const {
+  return reducer_ ? std::max(0.0, reducer_->busy_seconds() - reducer_->waited_seconds()) : 0.0;
 }
 
 StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
@@ -30,11 +47,16 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
   const int64_t tokens = cfg_.batch * cfg_.seq_len;  // one micro-batch's
   grads_.zero();
   double loss_sum = 0;
+  queued_ = false;
   for (int64_t a = 0; a < cfg_.grad_accum && predicted > 0; ++a) {
+    // The last micro-batch's backward finishes each part's gradient: its sum can start.
+    if (reducer_ && a == cfg_.grad_accum - 1)
+      model_step_->on_gradient_finished([this](const FinishedGradient& f) { queue_sum(f); });
     const StepResult r = model_step_->forward_backward(params_, grads_, ids + a * tokens, labels + a * tokens, {},
                                                        1.0f / predicted, doc_start ? doc_start + a * tokens : nullptr);
     loss_sum += r.loss * r.predicted_tokens;
   }
+  model_step_->on_gradient_finished({});
   Outcome out;
   double sq = 0;
   bf16* compute_copy = model_step_->compute_copy(params_);
@@ -43,7 +65,10 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
     // the loss go to all (ordered_grad_sq_terms: the bits of the unsharded sum), it updates
     // its part, and the updated weights go to all.
     const OptimizerShards& shards = updater_.shards();
-    comm_->reduce_scatter_in_rank_order(grads_.data(), shards.bounds);
+    if (queued_)
+      reducer_->wait();
+    else  // no background sums (or no step: every rank saw no predicted token)
+      comm_->reduce_scatter_in_rank_order(grads_.data(), shards.bounds);
     std::vector<double> sums;
     for (const GradSqTerm& t : sq_terms_)
       sums.push_back(shards.owner_of(t.offset) == comm_->rank()

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/background_reducer.h"
 #include "exec/streaming_executor.h"
 #include "layers/model_step.h"
 #include "train/step_engine.h"
@@ -35,6 +36,7 @@ class InMemoryTraining final : public StepEngine {
   Memory memory() const override;
   std::vector<std::string> describe() const override;
   std::string step_time_note(double) const override { return {}; }
+  double overlapped_collective_seconds() const override;
 
  private:
   const TrainConfig& cfg_;
@@ -45,6 +47,11 @@ class InMemoryTraining final : public StepEngine {
   Precision precision_;
   std::unique_ptr<ModelStep> model_step_;
   std::vector<GradSqTerm> sq_terms_;  // sharded: the squared norm's terms, in its order
+  // Sharded, where MPI allows a background thread: each part's gradient sum starts as soon
+  // as the last micro-batch's backward finishes it, under the backward of the layers below.
+  std::unique_ptr<BackgroundReducer> reducer_;
+  bool queued_ = false;  // this step queued sums
+  void queue_sum(const FinishedGradient& f);
 };
 
 }  // namespace lt

@@ -55,6 +55,9 @@ class StepEngine {
   // A line comparing the measured time per micro-batch with the plan's prediction; empty
   // when the engine predicts none.
   virtual std::string step_time_note(double measured_s) const = 0;
+  // Data parallel: the seconds of collective calls that ran while this rank computed
+  // (gradient sums under backward), so far.
+  virtual double overlapped_collective_seconds() const { return 0; }
 };
 
 // The engine for this run: streamed under `plan` when there is one (`request`: what made

@@ -53,6 +53,7 @@ nlohmann::json TrainSummary::to_json() const {
           {"peak_rss_bytes", peak_rss_bytes},
           {"world_size", world_size},
           {"collective_bytes_per_step", collective_bytes_per_step},
+          {"collective_hidden_frac", collective_hidden_frac},
           {"optimizer_state_bytes", optimizer_state_bytes},
           {"checkpoint_dir", checkpoint_dir}};
 }
@@ -490,12 +491,13 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
   if (comm && cfg.steps > start_step) {
     const double steps = static_cast<double>(cfg.steps - start_step);
     summary.collective_bytes_per_step = static_cast<double>(comm->bytes_sent()) / steps;
-    std::printf("data parallel: rank 0 sent %s per step to the other ranks; the gradient sums took %.3g s of its "
-                "%.3g s of training (%s, waiting for the other ranks included; after backward, not overlapped with it "
-                "yet)\n",
-                format_bytes(static_cast<int64_t>(summary.collective_bytes_per_step)).c_str(),
-                comm->collective_seconds(), train_seconds,
-                format_percent(comm->collective_seconds() / std::max(train_seconds, 1e-9)).c_str());
+    const double total = comm->collective_seconds(), hidden = std::min(total, engine->overlapped_collective_seconds());
+    summary.collective_hidden_frac = total > 0 ? hidden / total : 0;
+    std::printf("data parallel: rank 0 sent %s per step to the other ranks; its collectives took %.3g s (%s of its "
+                "%.3g s of training, waiting for the other ranks included), of which %.3g s (%s) ran under backward\n",
+                format_bytes(static_cast<int64_t>(summary.collective_bytes_per_step)).c_str(), total,
+                format_percent(total / std::max(train_seconds, 1e-9)).c_str(), train_seconds, hidden,
+                format_percent(summary.collective_hidden_frac).c_str());
   }
   if (!cfg.summary_json.empty() && writer) write_file_atomic(cfg.summary_json, summary.to_json().dump(2) + "\n");
   return summary;
