@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   lt::cli::add_bench_predict_command(app);
   lt::cli::add_bench_out_of_core_command(app);
   lt::cli::add_bench_adapt_command(app);
+  lt::cli::add_bench_dp_command(app);
 
   try {
     app.parse(argc, argv);

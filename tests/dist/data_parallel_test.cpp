@@ -315,6 +315,19 @@ TEST(DataParallel, TwoHostsInNetworkNamespacesOverTcpMatchOneHost) {
   EXPECT_EQ(test::final_weights(dir + "/checkpoint-000003"), test::final_weights(one_host + "/checkpoint-000003"));
 }
 
+// `lazytrain bench dp` on a tiny model: it runs its three trainings and reports, and the
+// sharded run's weights are the unsharded run's (its speed and overlap figures are
+// measurements, for the bench's reader, not checked here).
+TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
+  if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const test::ShellResult r = test::run_shell(
+      mpirun_env() + "timeout 300 " + std::string(LT_BINARY_DIR) + "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 " +
+      "--batch 4 --seq 64 --steps 2 --output-dir " + scratch_dir("bench") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("RESULT dp ranks=2 hidden_frac="), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" equal=true "), std::string::npos) << r.output;
+}
+
 TEST(DataParallel, ABatchTheRanksCannotShareIsAClearError) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const test::ShellResult r = train(2, kTinyFlags + "--batch 3 --steps 1 --output-dir " + scratch_dir("odd"));

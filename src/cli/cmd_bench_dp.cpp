@@ -1,0 +1,151 @@
+// `lazytrain bench dp` (issue 29): data-parallel training on this machine, measured. Runs
+// the same from-scratch training three times through this binary: in one process, on
+// N ranks under mpirun with the optimizer sharded (the default), and on N ranks with every
+// rank holding all of it (--shard-optimizer off); each run uses the same number of cores
+// in all (the bench's threads, split among the ranks). Reports per run the tokens per
+// second, the bytes each rank hands the others per step, the share of the collective time
+// that ran under backward, and the optimizer states rank 0 holds; last line
+//   RESULT dp ranks=N hidden_frac=... state_per_rank_frac=... equal=true|false ...
+// state_per_rank_frac: rank 0's states sharded over those of one process; equal: the
+// sharded run's final weights are bitwise the unsharded run's (the sums are the same
+// rank-order sums; against one process they differ by summation order only).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/bench_streaming.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "io/atomic_file.h"
+
+namespace lt::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct DpArgs {
+  int ranks = 2;
+  int64_t hidden = 256, layers = 8, intermediate = 704, batch = 8, seq = 128, steps = 8;
+  std::string output_dir = "runs/bench-dp";
+};
+
+std::string find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && access((dir + "/" + name).c_str(), X_OK) == 0) return dir + "/" + name;
+  return {};
+}
+
+struct RunResult {
+  nlohmann::json summary;
+  std::string weights;  // the final checkpoint's model.safetensors, bytes
+};
+
+// Runs `command` (its output to dir.log), then reads dir's summary and final weights.
+RunResult run_training_command(const std::string& command, const std::string& dir, int64_t steps) {
+  const std::string log = dir + ".log";
+  std::printf("  %s\n", command.c_str());
+  std::fflush(stdout);
+  const int rc = std::system((command + " > " + log + " 2>&1").c_str());
+  if (rc != 0) {
+    std::string text = read_text_file(log);
+    if (text.size() > 4000) text = "..." + text.substr(text.size() - 4000);
+    throw Error("the training run failed (status " + std::to_string(rc) + "):\n" + text, log,
+                "run the command above by hand to see why");
+  }
+  char ck[32];
+  std::snprintf(ck, sizeof ck, "/checkpoint-%06lld", static_cast<long long>(steps));
+  return {nlohmann::json::parse(read_text_file(dir + "/summary.json")),
+          read_text_file(dir + ck + "/model.safetensors")};
+}
+
+void print_run(const char* name, const RunResult& r) {
+  const nlohmann::json& s = r.summary;
+  std::printf("%-28s %9.0f tok/s  %10.0f bytes/step/rank  hidden %5.1f%%  rank 0 optimizer states %lld bytes  "
+              "final loss %.6f\n",
+              name, s.at("tokens_per_s").get<double>(), s.at("collective_bytes_per_step").get<double>(),
+              100 * s.at("collective_hidden_frac").get<double>(),
+              static_cast<long long>(s.at("optimizer_state_bytes").get<int64_t>()), s.at("final_loss").get<double>());
+}
+
+void run_dp(const DpArgs& a) {
+  if (a.ranks < 2) throw Error("--ranks " + std::to_string(a.ranks) + " is below 2", "bench dp", "pass --ranks 2 or more");
+  const std::string mpirun = find_on_path("mpirun");
+  if (mpirun.empty())
+    throw Error("no mpirun on PATH", "bench dp", "install Open MPI (apt-get install openmpi-bin libopenmpi-dev)");
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  if (geteuid() == 0) {  // Open MPI refuses root without both
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  }
+  fs::remove_all(a.output_dir);
+  fs::create_directories(a.output_dir);
+  const int threads = num_threads(), per_rank = std::max(1, threads / a.ranks);
+  const std::string flags =
+      " train --scratch-hidden " + std::to_string(a.hidden) + " --scratch-layers " + std::to_string(a.layers) +
+      " --scratch-heads 8 --scratch-kv-heads 4 --scratch-intermediate " + std::to_string(a.intermediate) +
+      " --seq-len " + std::to_string(a.seq) + " --batch " + std::to_string(a.batch) + " --steps " +
+      std::to_string(a.steps) + " --warmup-steps 0 --eval-problems 0 --log-every " + std::to_string(a.steps);
+  auto out = [&](const std::string& name) {
+    const std::string dir = a.output_dir + "/" + name;
+    return " --output-dir " + dir + " --summary-json " + dir + "/summary.json";
+  };
+  const std::string ranks = std::to_string(a.ranks);
+  // --bind-to none: Open MPI would bind each of two ranks to one core.
+  const std::string launch = mpirun + " -np " + ranks + " --oversubscribe --bind-to none " + self +
+                             " --threads " + std::to_string(per_rank);
+  std::printf("bench dp: a %lld-layer from-scratch llama (hidden %lld), batch %lld x seq %lld, %lld steps; %d threads "
+              "in all (%d per rank on %s ranks)\n",
+              static_cast<long long>(a.layers), static_cast<long long>(a.hidden), static_cast<long long>(a.batch),
+              static_cast<long long>(a.seq), static_cast<long long>(a.steps), threads, per_rank, ranks.c_str());
+  const RunResult one =
+      run_training_command(self + " --threads " + std::to_string(threads) + flags + out("one"), a.output_dir + "/one",
+                           a.steps);
+  const RunResult sharded = run_training_command(launch + flags + out("sharded"), a.output_dir + "/sharded", a.steps);
+  const RunResult whole = run_training_command(launch + flags + out("unsharded") + " --shard-optimizer off",
+                                               a.output_dir + "/unsharded", a.steps);
+  print_run("1 process", one);
+  print_run((ranks + " ranks, sharded").c_str(), sharded);
+  print_run((ranks + " ranks, unsharded").c_str(), whole);
+  const double hidden = sharded.summary.at("collective_hidden_frac").get<double>();
+  const double state_frac = sharded.summary.at("optimizer_state_bytes").get<double>() /
+                            one.summary.at("optimizer_state_bytes").get<double>();
+  const bool equal = sharded.weights == whole.weights;
+  const double speedup =
+      sharded.summary.at("tokens_per_s").get<double>() / one.summary.at("tokens_per_s").get<double>();
+  std::printf("RESULT dp ranks=%d hidden_frac=%.3f state_per_rank_frac=%.3f equal=%s speedup=%.3f "
+              "bytes_per_step=%.0f\n",
+              a.ranks, hidden, state_frac, equal ? "true" : "false", speedup,
+              sharded.summary.at("collective_bytes_per_step").get<double>());
+}
+
+}  // namespace
+
+void add_bench_dp_command(CLI::App& app) {
+  CLI::App* parent = bench_command(app);
+  auto a = std::make_shared<DpArgs>();
+  CLI::App* cmd = parent->add_subcommand(
+      "dp", "Data-parallel training under mpirun: bytes per step, collective time under backward, optimizer states "
+            "per rank, against one process");
+  cmd->add_option("--ranks", a->ranks, "MPI ranks (2 or more)");
+  cmd->add_option("--hidden", a->hidden, "hidden size of the bench model");
+  cmd->add_option("--layers", a->layers, "decoder layers");
+  cmd->add_option("--intermediate", a->intermediate, "MLP size");
+  cmd->add_option("--batch", a->batch, "global batch (a multiple of --ranks)");
+  cmd->add_option("--seq", a->seq, "sequence length");
+  cmd->add_option("--steps", a->steps, "training steps per run");
+  cmd->add_option("--output-dir", a->output_dir, "where the runs write (replaced)");
+  cmd->callback([a] { run_dp(*a); });
+}
+
+}  // namespace lt::cli
