@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <thread>
 
 #include "core/error.h"
 
@@ -38,6 +39,18 @@ void check(int rc, const char* call, int rank, int size) {
               "rank " + std::to_string(rank) + " of " + std::to_string(size),
               "check that every rank is still running (another rank may have failed: see its error above)");
 }
+
+// Polls `request` to completion, sleeping between polls once it is clearly waiting for
+// another rank, so that a background thread does not take a core from the compute threads
+// (MPI's blocking calls spin).
+void wait_politely(MPI_Request& request, const char* call, int rank, int size) {
+  int done = 0;
+  for (int polls = 0;; ++polls) {
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call, rank, size);
+    if (done) return;
+    if (polls >= 64) std::this_thread::sleep_for(std::chrono::microseconds(polls < 256 ? 20 : 100));
+  }
+}
 #endif
 
 }  // namespace
@@ -52,7 +65,7 @@ Communicator::Communicator() {
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
-    // Serialized: a background thread (BackgroundReducer) makes the calls while backward
+    // Serialized: a background thread (BackgroundCollectives) makes the calls while backward
     // runs, never at the same time as this one.
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
       g_exists = false;
@@ -266,6 +279,24 @@ void Communicator::reduce_to_in_rank_order(int owner, float* data, int64_t n, st
   collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 #else
   (void)data, (void)scratch;
+#endif
+}
+
+void Communicator::broadcast(int root, float* data, int64_t n) {
+  if (size_ == 1 || n <= 0) return;
+  LT_ASSERT(root >= 0 && root < size_, "broadcast from rank " + std::to_string(root));
+#ifdef LT_HAVE_MPI
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t at = 0; at < n; at += chunk_floats_) {
+    const int m = int(std::min(chunk_floats_, n - at));
+    MPI_Request request;
+    check(MPI_Ibcast(data + at, m, MPI_FLOAT, root, MPI_COMM_WORLD, &request), "MPI_Ibcast", rank_, size_);
+    wait_politely(request, "MPI_Ibcast", rank_, size_);
+    if (rank_ == root) bytes_sent_ += int64_t(sizeof(float)) * m * (size_ - 1);
+  }
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+#else
+  (void)data;
 #endif
 }
 

@@ -61,8 +61,10 @@ class Communicator {
   // most 2 kChunkFloats floats, in `scratch` (the caller's, so this may run beside the
   // other collectives' buffers).
   void reduce_to_in_rank_order(int owner, float* data, int64_t n, std::vector<float>& scratch);
+  // data[0, n) on every rank := rank `root`'s data[0, n).
+  void broadcast(int root, float* data, int64_t n);
   // MPI_THREAD_SERIALIZED or better: one other thread may make the calls while this one
-  // does not (BackgroundReducer). False in a world of one without MPI.
+  // does not (BackgroundCollectives). False in a world of one without MPI.
   bool serialized_threads() const { return serialized_threads_; }
 
   // Point to point, blocking: bytes from this rank to rank `to` / from rank `from`, in

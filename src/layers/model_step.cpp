@@ -70,6 +70,7 @@ void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids
     throw Error("recompute options for " + std::to_string(recompute.size()) + " layers, model has " +
                     std::to_string(c.num_layers),
                 "model step", "give one option per layer");
+  weights_needed(ModelPart::Kind::Embedding);
   embed_forward(*ctx_.kernels, boundary(0), input_ids, params.embedding(), tokens_, c);
   router_loss_.begin_step();
   const size_t scratch_numel = static_cast<size_t>(max_block_saved_numel(c, batch_, seq_));
@@ -83,6 +84,7 @@ void ModelStep::forward_blocks(ModelParameters& params, const int32_t* input_ids
     const size_t numel = keep ? static_cast<size_t>(block_saved_numel(c, l, batch_, seq_)) : scratch_numel;
     if (store.size() != numel) store.resize(numel);
     BlockSaved sv = bind_block_saved(c, l, batch_, seq_, store.data());
+    weights_needed(ModelPart::Kind::Layer, l);
     block_forward(boundary(l + 1), sv, workspace_, boundary(l), params.block(l), block_bf16(params, l),
                   layer_context(ctx_, c, l));
     router_loss_.add_layer(c, l, sv, ctx_.shape);
@@ -104,6 +106,7 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
 
   const KernelTable& k = *ctx_.kernels;
   const float eps = static_cast<float>(c.rms_norm_eps), norm_offset = static_cast<float>(c.norm_weight_offset);
+  weights_needed(ModelPart::Kind::Head);
   k.rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(L), params.final_norm(), T, C, eps,
                     norm_offset);
   const double loss_sum = k.head_cross_entropy(d_hidden_.data(), grads.lm_head(), final_norm_out_.data(),
@@ -118,7 +121,7 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
   float* d_in = d_boundary_[1].data();
   k.rmsnorm_backward(d_out, grads.final_norm(), d_hidden_.data(), boundary(L), params.final_norm(),
                      final_norm_rstd_.data(), T, C, norm_offset);
-  finished(FinishedGradient::Part::Head);
+  gradient_finished(ModelPart::Kind::Head);
   for (int64_t l = L - 1; l >= 0; --l) {
     const bool keep = recompute.empty() || recompute[l] == RecomputeOption::KeepInternals;
     BlockTensors w = params.block(l);
@@ -136,11 +139,11 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
     }
     BlockTensors gw = grads.block(l);
     block_backward(d_in, gw, workspace_, d_out, boundary(l), w, wb, sv, ctx);
-    finished(FinishedGradient::Part::Layer, l);
+    gradient_finished(ModelPart::Kind::Layer, l);
     std::swap(d_in, d_out);
   }
   embed_backward(k, grads.embedding(), input_ids, d_out, T, c);
-  finished(FinishedGradient::Part::Embedding);
+  gradient_finished(ModelPart::Kind::Embedding);
   return result;
 }
 
@@ -150,6 +153,7 @@ void ModelStep::forward_logits(float* logits, ModelParameters& params, const int
   documents_.bind(ctx_, doc_start, batch_, seq_);
   forward_blocks(params, input_ids, std::vector<RecomputeOption>(c.num_layers, RecomputeOption::RecomputeFromInput));
   const KernelTable& k = *ctx_.kernels;
+  weights_needed(ModelPart::Kind::Head);
   k.rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(c.num_layers), params.final_norm(),
                     tokens_, c.hidden_size, static_cast<float>(c.rms_norm_eps),
                     static_cast<float>(c.norm_weight_offset));

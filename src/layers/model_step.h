@@ -31,11 +31,10 @@ struct StepResult {
 // Positions that predict a token: labels[b*seq + s + 1] != -100 for s + 1 < seq.
 int64_t count_predicted_tokens(const int32_t* labels, int64_t batch, int64_t seq);
 
-// A part of the model whose gradient forward_backward has finished: the head (the final
-// norm, and lm_head when untied), decoder layer `layer`, or the embedding (with a tied
-// lm_head's gradient).
-struct FinishedGradient {
-  enum class Part { Head, Layer, Embedding } part = Part::Layer;
+// A part of the model, as the step's hooks name it: the embedding (with a tied lm_head),
+// decoder layer `layer`, or the head (the final norm, and lm_head when untied).
+struct ModelPart {
+  enum class Kind { Embedding, Layer, Head } kind = Kind::Layer;
   int64_t layer = -1;
 };
 
@@ -63,10 +62,14 @@ class ModelStep {
                               const std::vector<RecomputeOption>& recompute = {},
                               float grad_scale = 0.0f, const int32_t* doc_start = nullptr);
 
-  // Called by forward_backward on its thread as each part's gradient becomes final for the
-  // call, in the order head, layer L-1 ... 0, embedding; from then on the call does not
-  // touch that part's gradient (so it may be summed over ranks meanwhile). Empty: no calls.
-  void on_gradient_finished(std::function<void(const FinishedGradient&)> hook) { finished_ = std::move(hook); }
+  // Hooks, called on the calling thread; empty: no calls. weights_needed: before
+  // forward_backward or forward_logits first reads a part's weights, in the order
+  // embedding, layer 0 ... L-1, head (so a part's weights may still be arriving until
+  // then). gradient_finished: as forward_backward finishes a part's gradient, in the order
+  // head, layer L-1 ... 0, embedding; from then on the call does not touch that gradient
+  // (so it may be summed over ranks meanwhile).
+  void on_weights_needed(std::function<void(const ModelPart&)> hook) { weights_needed_ = std::move(hook); }
+  void on_gradient_finished(std::function<void(const ModelPart&)> hook) { gradient_finished_ = std::move(hook); }
 
   // The bf16 compute copy, laid out like the parameter block (numel() elements), so an
   // optimizer can write it in its update pass instead of refresh_compute_copy(). Null
@@ -105,9 +108,12 @@ class ModelStep {
   AlignedBuffer<float> final_norm_out_, final_norm_rstd_, d_hidden_, d_boundary_[2];
   BlockWorkspace workspace_;
   RouterLoss router_loss_;
-  std::function<void(const FinishedGradient&)> finished_;
-  void finished(FinishedGradient::Part part, int64_t layer = -1) {
-    if (finished_) finished_({part, layer});
+  std::function<void(const ModelPart&)> weights_needed_, gradient_finished_;
+  void weights_needed(ModelPart::Kind kind, int64_t layer = -1) {
+    if (weights_needed_) weights_needed_({kind, layer});
+  }
+  void gradient_finished(ModelPart::Kind kind, int64_t layer = -1) {
+    if (gradient_finished_) gradient_finished_({kind, layer});
   }
 };
 

@@ -23,23 +23,40 @@ InMemoryTraining::InMemoryTraining(const TrainConfig& cfg, ModelParameters& para
   if (updater_.sharded()) {
     LT_ASSERT(comm_ && comm_->size() == updater_.shards().ranks, "a sharded optimizer without its ranks");
     sq_terms_ = ordered_grad_sq_terms(grads_);
-    if (comm_->serialized_threads()) reducer_ = std::make_unique<BackgroundReducer>(*comm_);
+    if (comm_->serialized_threads()) {
+      background_ = std::make_unique<BackgroundCollectives>(*comm_);
+      weights_ticket_.assign(updater_.shards().targets.size(), 0);
+      model_step_->on_weights_needed([this](const ModelPart& p) { weights_arrived(target_index(p)); });
+    }
   }
 }
 
-void InMemoryTraining::queue_sum(const FinishedGradient& f) {
-  const OptimizerShards& shards = updater_.shards();
-  const int L = params_.config().num_layers;
+size_t InMemoryTraining::target_index(const ModelPart& p) const {
   // shards.targets: embed, layer 0..L-1, head.
-  const size_t i = f.part == FinishedGradient::Part::Embedding ? 0
-                   : f.part == FinishedGradient::Part::Layer  ? size_t(f.layer) + 1
-                                                              : size_t(L) + 1;
-  reducer_->queue(shards.owner[i], grads_.data(), target_ranges(grads_, shards.targets[i]));
-  queued_ = true;
+  switch (p.kind) {
+    case ModelPart::Kind::Embedding: return 0;
+    case ModelPart::Kind::Layer: return static_cast<size_t>(p.layer) + 1;
+    case ModelPart::Kind::Head: break;
+  }
+  return static_cast<size_t>(params_.config().num_layers) + 1;
+}
+
+void InMemoryTraining::weights_arrived(size_t i) {
+  if (weights_ticket_[i] == 0) return;
+  background_->wait(weights_ticket_[i]);
+  weights_ticket_[i] = 0;
+  const OptimizerShards& shards = updater_.shards();
+  bf16* compute_copy = model_step_->compute_copy(params_);
+  if (compute_copy && shards.owner[i] != comm_->rank())  // the owner wrote its copy in the update
+    for (auto [o, n] : target_ranges(params_, shards.targets[i])) convert_f32_to_bf16(compute_copy + o, params_.data() + o, n);
+}
+
+void InMemoryTraining::flush() {
+  for (size_t i = 0; i < weights_ticket_.size(); ++i) weights_arrived(i);
 }
 
 double InMemoryTraining::overlapped_collective_seconds() const {
-  return reducer_ ? std::max(0.0, reducer_->busy_seconds() - reducer_->waited_seconds()) : 0.0;
+  return background_ ? std::max(0.0, background_->busy_seconds() - background_->waited_seconds()) : 0.0;
 }
 
 StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
@@ -47,16 +64,24 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
   const int64_t tokens = cfg_.batch * cfg_.seq_len;  // one micro-batch's
   grads_.zero();
   double loss_sum = 0;
-  queued_ = false;
+  bool reducing = false;  // the gradient sums run in the background
   for (int64_t a = 0; a < cfg_.grad_accum && predicted > 0; ++a) {
-    // The last micro-batch's backward finishes each part's gradient: its sum can start.
-    if (reducer_ && a == cfg_.grad_accum - 1)
-      model_step_->on_gradient_finished([this](const FinishedGradient& f) { queue_sum(f); });
+    // The last micro-batch's backward finishes each part's gradient: its sum to the part's
+    // owner can start.
+    if (background_ && a == cfg_.grad_accum - 1) {
+      model_step_->on_gradient_finished([this](const ModelPart& p) {
+        const size_t i = target_index(p);
+        const OptimizerShards& shards = updater_.shards();
+        background_->queue_reduce(shards.owner[i], grads_.data(), target_ranges(grads_, shards.targets[i]));
+      });
+      reducing = true;
+    }
     const StepResult r = model_step_->forward_backward(params_, grads_, ids + a * tokens, labels + a * tokens, {},
                                                        1.0f / predicted, doc_start ? doc_start + a * tokens : nullptr);
     loss_sum += r.loss * r.predicted_tokens;
   }
   model_step_->on_gradient_finished({});
+  flush();  // the last step's weights are all in (forward waited for each; without one, now)
   Outcome out;
   double sq = 0;
   bf16* compute_copy = model_step_->compute_copy(params_);
@@ -65,8 +90,8 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
     // the loss go to all (ordered_grad_sq_terms: the bits of the unsharded sum), it updates
     // its part, and the updated weights go to all.
     const OptimizerShards& shards = updater_.shards();
-    if (queued_)
-      reducer_->wait();
+    if (reducing)
+      background_->wait_all();
     else  // no background sums (or no step: every rank saw no predicted token)
       comm_->reduce_scatter_in_rank_order(grads_.data(), shards.bounds);
     std::vector<double> sums;
@@ -79,7 +104,13 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
     for (size_t i = 0; i + 1 < sums.size(); ++i) sq += sums[i];
     loss_sum = sums.back();
     out.update = updater_.apply(params_, grads_, sq, compute_copy, step);
-    if (out.update.applied) {
+    if (out.update.applied && background_) {
+      // Each part's updated weights from its owner, in the order the next forward reads
+      // them (shards.targets); that forward (or a flush) waits for each as it gets there.
+      for (size_t i = 0; i < shards.targets.size(); ++i)
+        weights_ticket_[i] =
+            background_->queue_broadcast(shards.owner[i], params_.data(), target_ranges(params_, shards.targets[i]));
+    } else if (out.update.applied) {
       comm_->all_gather_parts(params_.data(), shards.bounds);
       for (int r = 0; r < shards.ranks && compute_copy; ++r)
         if (r != comm_->rank())

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/background_reducer.h"
+#include "dist/background_collectives.h"
 #include "exec/streaming_executor.h"
 #include "layers/model_step.h"
 #include "train/step_engine.h"
@@ -21,13 +21,16 @@ class InMemoryTraining final : public StepEngine {
   // (cfg.batch of them) and the gradients and losses are summed over ranks before the
   // update, in rank order (dist/communicator.h), so every rank applies the same update.
   // With a sharded optimizer (the updater's), each rank receives the sum of its part's
-  // gradients only, updates that part, and the ranks exchange the updated weights.
+  // gradients only, updates that part, and the ranks exchange the updated weights
+  // (under the backward and the next forward, where MPI allows a background thread).
   InMemoryTraining(const TrainConfig& cfg, ModelParameters& params, ModelParameters& grads, Updater& updater,
                    Communicator* comm = nullptr);
 
   Outcome step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
                const int32_t* doc_start = nullptr) override;
-  void flush() override {}  // nothing is ever pending
+  // Waits for the updated weights still arriving from other ranks (sharded; else nothing
+  // is ever pending).
+  void flush() override;
   // Sharded (Updater::sharded), every rank calls it at once; rank 0 writes (dir is not
   // used on the others).
   void save_optimizer(const std::string& dir) override { updater_.save(dir); }
@@ -48,10 +51,12 @@ class InMemoryTraining final : public StepEngine {
   std::unique_ptr<ModelStep> model_step_;
   std::vector<GradSqTerm> sq_terms_;  // sharded: the squared norm's terms, in its order
   // Sharded, where MPI allows a background thread: each part's gradient sum starts as soon
-  // as the last micro-batch's backward finishes it, under the backward of the layers below.
-  std::unique_ptr<BackgroundReducer> reducer_;
-  bool queued_ = false;  // this step queued sums
-  void queue_sum(const FinishedGradient& f);
+  // as the last micro-batch's backward finishes it, under the backward of the layers below,
+  // and each part's updated weights arrive under the next forward of the layers above it.
+  std::unique_ptr<BackgroundCollectives> background_;
+  std::vector<int64_t> weights_ticket_;  // per shards target: its broadcast's ticket, 0 when in
+  size_t target_index(const ModelPart& p) const;
+  void weights_arrived(size_t target);  // waits for its broadcast, then refreshes its bf16 copy
 };
 
 }  // namespace lt

@@ -56,7 +56,7 @@ class StepEngine {
   // when the engine predicts none.
   virtual std::string step_time_note(double measured_s) const = 0;
   // Data parallel: the seconds of collective calls that ran while this rank computed
-  // (gradient sums under backward), so far.
+  // (gradient sums under backward, weights under forward), so far.
   virtual double overlapped_collective_seconds() const { return 0; }
 };
 

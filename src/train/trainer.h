@@ -27,7 +27,7 @@ struct TrainSummary {
   std::string checkpoint_dir;
   int world_size = 1;
   double collective_bytes_per_step = 0;  // rank 0's payload to the other ranks (data parallel)
-  double collective_hidden_frac = 0;     // the share of rank 0's collective time under its backward
+  double collective_hidden_frac = 0;     // the share of rank 0's collective time under its compute
   int64_t optimizer_state_bytes = 0;     // the optimizer states rank 0 holds (its shard when sharded)
   nlohmann::json to_json() const;
 };

@@ -176,8 +176,8 @@ TEST(DataParallel, RanksAgreeUnderTheDefaultsAndResume) {
 // (--shard-optimizer off), under the default precision and optimizer (bf16, 8-bit AdamW)
 // with 2 micro-batches a step: rank 0 holds about half the states, and the weights and
 // the checkpoint's optimizer.bin are the same bits (the sharded run sums each part's
-// gradient to its owner under the last micro-batch's backward; the other sums all of it
-// after). A sharded checkpoint resumes unsharded, and in one process.
+// gradient to its owner under the last micro-batch's backward and broadcasts the updated
+// part under the next forward; the other sums all of it after backward). A sharded checkpoint resumes unsharded, and in one process.
 TEST(DataParallel, TheShardedOptimizerHoldsHalfTheStatesAndChangesNoBit) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string sharded = scratch_dir("sharded"), whole = scratch_dir("unsharded"),
@@ -220,7 +220,7 @@ TEST(DataParallel, TheShardedOptimizerHoldsHalfTheStatesAndChangesNoBit) {
   EXPECT_LE(std::fabs(mine / all - 0.5), layer / all / 2);
   const double hidden =
       nlohmann::json::parse(test::read_file(sharded + "/summary.json")).at("collective_hidden_frac");
-  std::printf("%.0f%% of rank 0's collective time ran under backward\n", 100 * hidden);
+  std::printf("%.0f%% of rank 0's collective time ran under compute\n", 100 * hidden);
   EXPECT_LT(L * layer, all);  // the layers are most of the states: the bound says something
 
   // Resumed from the sharded step-2 checkpoint: unsharded on 2 ranks, the bits of the
