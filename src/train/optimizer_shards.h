@@ -4,11 +4,11 @@
 //
 // The parts are runs of the lazy optimizer's update targets (embedding, decoder layers,
 // head), cut where each rank's share of the optimizer states (or of the parameters, for
-// SGD) comes closest to 1/N. Whole targets, because
-// the squared gradient norm sums per target range (ordered_grad_sq_terms): so a sharded
-// step clips by the bits of an unsharded one, and every tensor's update runs on one rank.
-// The targets lie in memory in that order, so each part is one contiguous range of the
-// parameter block (padding between targets included).
+// SGD) comes closest to 1/N. Whole targets, because the squared gradient norm sums per
+// target range (ordered_grad_sq_terms): so a sharded step clips by the bits of an
+// unsharded one, and every tensor's update runs on one rank. The targets lie in memory in
+// that order, so each part is one contiguous range of the parameter block (padding
+// between targets included).
 #pragma once
 
 #include <cstdint>
