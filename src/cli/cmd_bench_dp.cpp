@@ -4,7 +4,8 @@
 // rank holding all of it (--shard-optimizer off); each run uses the same number of cores
 // in all (the bench's threads, split among the ranks). Reports per run the tokens per
 // second, the bytes each rank hands the others per step, the share of the collective time
-// that ran under compute (backward and forward), and the optimizer states rank 0 holds; last line
+// that ran under compute (backward and forward), and the optimizer states rank 0 holds;
+// last line
 //   RESULT dp ranks=N hidden_frac=... state_per_rank_frac=... equal=true|false ...
 // state_per_rank_frac: rank 0's states sharded over those of one process; equal: the
 // sharded run's final weights are bitwise the unsharded run's (the sums are the same

@@ -315,7 +315,7 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
                 static_cast<long long>(rank_cfg.batch), static_cast<long long>(cfg.batch));
   if (updater.sharded())
     std::printf("optimizer sharded over the ranks (ZeRO-1): rank 0 keeps and updates %s, %s of the %s of states "
-                "(%s of the parameters); the updated weights go to every rank after each update\n",
+                "(%s of the parameters); each part's updated weights go from its owner to every rank\n",
                 updater.shards().describe(0).c_str(), format_bytes(updater.resident_state_bytes()).c_str(),
                 format_bytes(updater.state_bytes()).c_str(),
                 format_percent(static_cast<double>(updater.owned_numel()) / static_cast<double>(n_params)).c_str());
@@ -494,7 +494,8 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
     const double total = comm->collective_seconds(), hidden = std::min(total, engine->overlapped_collective_seconds());
     summary.collective_hidden_frac = total > 0 ? hidden / total : 0;
     std::printf("data parallel: rank 0 sent %s per step to the other ranks; its collectives took %.3g s (%s of its "
-                "%.3g s of training, waiting for the other ranks included), of which %.3g s (%s) ran under compute (sums under backward, weights under forward)\n",
+                "%.3g s of training, waiting for the other ranks included), of which %.3g s (%s) ran under compute "
+                "(sums under backward, weights under forward)\n",
                 format_bytes(static_cast<int64_t>(summary.collective_bytes_per_step)).c_str(), total,
                 format_percent(total / std::max(train_seconds, 1e-9)).c_str(), train_seconds, hidden,
                 format_percent(summary.collective_hidden_frac).c_str());

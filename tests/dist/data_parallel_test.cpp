@@ -321,8 +321,9 @@ TEST(DataParallel, TwoHostsInNetworkNamespacesOverTcpMatchOneHost) {
 TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const test::ShellResult r = test::run_shell(
-      mpirun_env() + "timeout 300 " + std::string(LT_BINARY_DIR) + "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 " +
-      "--batch 4 --seq 64 --steps 2 --output-dir " + scratch_dir("bench") + " 2>&1");
+      mpirun_env() + "timeout 300 " + std::string(LT_BINARY_DIR) +
+      "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 --batch 4 --seq 64 --steps 2 --output-dir " +
+      scratch_dir("bench") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("RESULT dp ranks=2 hidden_frac="), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" equal=true "), std::string::npos) << r.output;
