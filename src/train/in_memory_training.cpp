@@ -7,6 +7,7 @@
 #include "exec/streaming_executor.h"
 #include "kernels/kernel_table.h"
 #include "memory/compute_arena.h"
+#include "train/rank_sums.h"
 
 namespace lt {
 
@@ -22,7 +23,6 @@ InMemoryTraining::InMemoryTraining(const TrainConfig& cfg, ModelParameters& para
   model_step_->refresh_compute_copy(params);
   if (updater_.sharded()) {
     LT_ASSERT(comm_ && comm_->size() == updater_.shards().ranks, "a sharded optimizer without its ranks");
-    sq_terms_ = ordered_grad_sq_terms(grads_);
     if (comm_->serialized_threads()) {
       background_ = std::make_unique<BackgroundCollectives>(*comm_);
       weights_ticket_.assign(updater_.shards().targets.size(), 0);
@@ -85,45 +85,32 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
   Outcome out;
   double sq = 0;
   bf16* compute_copy = model_step_->compute_copy(params_);
-  if (updater_.sharded()) {
-    // Each rank gets the sum of its part's gradients, its terms of the squared norm and
-    // the loss go to all (ordered_grad_sq_terms: the bits of the unsharded sum), it updates
-    // its part, and the updated weights go to all.
+  if (comm_) {
+    // Each rank gets the sum of the gradients (sharded: of its part's only), the loss and
+    // the squared norm (rank_sums.h), and applies the update (sharded: to its part).
+    if (reducing) background_->wait_all();  // each part's sum at its owner
+    const RankSums sums = sum_over_ranks(*comm_, updater_.shards(), grads_, loss_sum, reducing);
+    loss_sum = sums.loss_sum;
+    sq = sums.grad_sq_sum;
+  } else {
+    // The streaming executor's summation order, so both engines clip alike to the bit.
+    sq = ordered_grad_sq_sum(grads_);
+  }
+  out.update = updater_.apply(params_, grads_, sq, compute_copy, step);
+  if (out.update.applied && updater_.sharded()) {
     const OptimizerShards& shards = updater_.shards();
-    if (reducing)
-      background_->wait_all();
-    else  // no background sums (or no step: every rank saw no predicted token)
-      comm_->reduce_scatter_in_rank_order(grads_.data(), shards.bounds);
-    std::vector<double> sums;
-    for (const GradSqTerm& t : sq_terms_)
-      sums.push_back(shards.owner_of(t.offset) == comm_->rank()
-                         ? cpu_kernel_table().sum_of_squares(grads_.data() + t.offset, t.numel)
-                         : 0.0);
-    sums.push_back(loss_sum);
-    comm_->sum_in_rank_order(sums.data(), static_cast<int64_t>(sums.size()));
-    for (size_t i = 0; i + 1 < sums.size(); ++i) sq += sums[i];
-    loss_sum = sums.back();
-    out.update = updater_.apply(params_, grads_, sq, compute_copy, step);
-    if (out.update.applied && background_) {
+    if (background_) {
       // Each part's updated weights from its owner, in the order the next forward reads
       // them (shards.targets); that forward (or a flush) waits for each as it gets there.
       for (size_t i = 0; i < shards.targets.size(); ++i)
         weights_ticket_[i] =
             background_->queue_broadcast(shards.owner[i], params_.data(), target_ranges(params_, shards.targets[i]));
-    } else if (out.update.applied) {
+    } else {
       comm_->all_gather_parts(params_.data(), shards.bounds);
       for (int r = 0; r < shards.ranks && compute_copy; ++r)
         if (r != comm_->rank())
           convert_f32_to_bf16(compute_copy + shards.offset(r), params_.data() + shards.offset(r), shards.numel(r));
     }
-  } else {
-    if (comm_) {  // every rank's rows: predicted counts them all already
-      comm_->sum_in_rank_order(grads_.data(), grads_.numel());
-      loss_sum = comm_->sum_in_rank_order(loss_sum);
-    }
-    // The streaming executor's summation order, so both engines clip alike to the bit.
-    sq = ordered_grad_sq_sum(grads_);
-    out.update = updater_.apply(params_, grads_, sq, compute_copy, step);
   }
   out.loss = predicted > 0 ? loss_sum / predicted : 0.0;
   return out;

@@ -49,7 +49,6 @@ class InMemoryTraining final : public StepEngine {
   Communicator* comm_;
   Precision precision_;
   std::unique_ptr<ModelStep> model_step_;
-  std::vector<GradSqTerm> sq_terms_;  // sharded: the squared norm's terms, in its order
   // Sharded, where MPI allows a background thread: each part's gradient sum starts as soon
   // as the last micro-batch's backward finishes it, under the backward of the layers below,
   // and each part's updated weights arrive under the next forward of the layers above it.

@@ -13,10 +13,9 @@ std::unique_ptr<StepEngine> make_step_engine(const TrainConfig& cfg, const std::
                                              std::optional<PlanRequest> request, ModelParameters& params,
                                              ModelParameters& grads, Updater& updater, Communicator* comm) {
   if (!plan) return std::make_unique<InMemoryTraining>(cfg, params, grads, updater, comm);
-  // run_training refuses a plan under mpirun first, with the message for the user.
-  LT_ASSERT(!comm || comm->size() == 1, "data parallelism streams no plan yet");
   StreamedTraining::Options options;
   options.request = std::move(request);
+  options.comm = comm;
   return std::make_unique<StreamedTraining>(cfg, *plan, params, grads, updater, std::move(options));
 }
 

@@ -14,6 +14,7 @@
 #include "plan/nvme_space.h"
 #include "plan/plan_json.h"
 #include "plan/planner.h"
+#include "train/rank_sums.h"
 
 namespace lt {
 
@@ -87,6 +88,7 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model) {
 StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, ModelParameters& params,
                                    ModelParameters& grads, Updater& updater, Options options)
     : cfg_(cfg),
+      comm_(options.comm && options.comm->size() > 1 ? options.comm : nullptr),
       params_(params),
       grads_(grads),
       updater_(updater),
@@ -105,6 +107,9 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   wait_for_replans_ = options.wait_for_replans;
   if (cfg.adaptive_plan != "on") {
     adaptive_note_ = "off (adaptive_plan off)";
+  } else if (comm_) {
+    // Each rank measures its own machine; the ranks would have to agree on one switch.
+    adaptive_note_ = "off (under data parallelism every rank keeps the plan it started with)";
   } else if (plan.policy != "milp") {
     adaptive_note_ = "off (re-planning re-solves MILP plans; this plan's policy is " + plan.policy + ")";
   } else {
@@ -204,8 +209,22 @@ std::vector<ReplanEvent> StreamedTraining::finish(int64_t step) {
 }
 
 void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte> paged) {
-  for (auto [offset, n] : target_ranges(params_, t))
-    updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), paged);
+  const auto ranges = target_ranges(params_, t);
+  if (!updater_.sharded()) {
+    for (auto [offset, n] : ranges) updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), paged);
+    return;
+  }
+  // The target's owner updates it and sends the weights; every rank gets here for the same
+  // target at the same point of the plan.
+  if (!pending_.applied) return;  // a skipped step changes no weight anywhere
+  const OptimizerShards& shards = updater_.shards();
+  const int owner = shards.owner_of(ranges.front().first);
+  bf16* compute_copy = copy_.data(params_);
+  for (auto [offset, n] : ranges) {
+    if (owner == comm_->rank()) updater_.update_range(params_, grads_, offset, n, pending_, compute_copy, paged);
+    comm_->broadcast(owner, params_.data() + offset, n);
+    if (owner != comm_->rank() && compute_copy) convert_f32_to_bf16(compute_copy + offset, params_.data() + offset, n);
+  }
 }
 
 StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted,
@@ -242,6 +261,11 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     sq = r.grad_sq_sum;  // summed over the accumulated gradients as they arrive
     last = std::move(r);
   }
+  if (comm_) {  // this rank's gradients and loss were its rows' only
+    const RankSums sums = sum_over_ranks(*comm_, updater_.shards(), grads_, loss_sum, false);
+    loss_sum = sums.loss_sum;
+    sq = sums.grad_sq_sum;
+  }
   watch(step, last, h2d, d2h, out.replans);
   has_pending_ = false;
   out.loss = loss_sum / static_cast<double>(predicted);
@@ -274,13 +298,13 @@ void StreamedTraining::flush() {
 void StreamedTraining::save_optimizer(const std::string& dir) {
   const Updater::LayerPaging paging{
       [&](int layer, std::span<std::byte> out) { executor_->read_paged_state(layer, out); }, nullptr};
-  updater_.save(dir, &paging);
+  updater_.save(dir, plan().nvme_state_layers.empty() ? nullptr : &paging);
 }
 
 void StreamedTraining::load_optimizer(const std::string& dir) {
   const Updater::LayerPaging paging{
       nullptr, [&](int layer, std::span<const std::byte> in) { executor_->write_paged_state(layer, in); }};
-  updater_.load(dir, &paging);
+  updater_.load(dir, plan().nvme_state_layers.empty() ? nullptr : &paging);
   has_pending_ = false;
 }
 

@@ -29,6 +29,16 @@
 // NVMe files exist). A resumed run
 // starts again from the plan it was given (re-plans are not checkpointed) and re-plans on
 // its own measurements.
+//
+// Data parallelism (Options::comm): every rank runs the plan on its rows of each
+// micro-batch (the plan is for the rank's batch), the gradients, the loss and the norm are
+// summed over the ranks after backward as the in-memory engine sums them (rank_sums.h), so
+// a streamed run on N ranks is bitwise the in-memory run on N ranks. A sharded optimizer's
+// lazy update of a target runs on its owner inside the next step, and the owner
+// broadcasts the target's updated weights before any rank reads them; the ranks reach
+// their hooks in the plan's order, the same on all. Not yet: the sums overlapped with
+// backward, paged optimizer states with a sharded optimizer, and re-planning (the ranks
+// would have to agree on a switch; it is off under data parallelism).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "exec/backend.h"
 #include "exec/streaming_executor.h"
 #include "layers/compute_copy.h"
@@ -71,6 +82,11 @@ struct StreamedTrainingOptions {
   // Wait for a re-plan's solve at the next step boundary instead of training on (tests:
   // what a re-plan does then does not race the solver's speed).
   bool wait_for_replans = false;
+  // The data-parallel ranks, or null. Every rank runs the same plan on its rows of each
+  // micro-batch; the gradients are summed over the ranks after backward (rank_sums.h).
+  // With a sharded optimizer each target's lazy update runs on its owner, which sends the
+  // updated weights to the other ranks before any of them reads the target.
+  Communicator* comm = nullptr;
 };
 
 class StreamedTraining final : public StepEngine {
@@ -111,6 +127,7 @@ class StreamedTraining final : public StepEngine {
   void switch_to(const Plan& plan);
 
   const TrainConfig& cfg_;
+  Communicator* comm_ = nullptr;  // more than one rank, else null
   ModelParameters& params_;
   ModelParameters& grads_;
   Updater& updater_;

@@ -177,9 +177,22 @@ void check_data_parallel(const TrainConfig& cfg, const Communicator& comm) {
   if (cfg.batch % n != 0)
     throw Error("batch " + std::to_string(cfg.batch) + " does not divide among " + std::to_string(n) + " ranks",
                 where, "give a --batch that is a multiple of the number of ranks (it stays the global batch)");
-  if (!cfg.plan.empty() || cfg.compute_budget_gb > 0)
-    throw Error("data parallelism over MPI trains the model in memory for now; a streamed plan runs on one process",
-                where, "drop --plan and --compute-budget-gb, or run without mpirun");
+}
+
+// A streamed plan under data parallelism: each rank runs it on its rows of the batch, and a
+// sharded optimizer keeps its states in memory.
+void check_rank_plan(const Plan& plan, const TrainConfig& rank_cfg, int ranks, bool sharded, const std::string& where) {
+  if (plan.batch != rank_cfg.batch && plan.batch == rank_cfg.batch * ranks)
+    throw Error("the plan is for batch " + std::to_string(plan.batch) + ", the whole batch; each of the " +
+                    std::to_string(ranks) + " ranks runs " + std::to_string(rank_cfg.batch) + " of its rows",
+                where,
+                "plan for the rows of one rank: `lazytrain plan ... --batch " + std::to_string(rank_cfg.batch) + "`");
+  if (sharded && !plan.nvme_state_layers.empty())
+    throw Error("the plan pages the optimizer states of " + std::to_string(plan.nvme_state_layers.size()) +
+                    " layers from NVMe, and the optimizer is sharded over the ranks, whose parts stay in memory",
+                where,
+                "train with --shard-optimizer off, or plan with --nvme-state-layers 0 (where the trainer plans, "
+                "with a larger --host-budget-gb)");
 }
 
 // Fails on every rank unless all ranks hold the same weights, bit for bit.
@@ -231,17 +244,29 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
     load_parameters(params, weights_dir);
   ModelParameters grads(mc);
   const Precision precision = cfg.precision == "bf16" ? Precision::BF16 : Precision::F32;
+  // Each rank's engine runs its share of every micro-batch's rows.
+  TrainConfig rank_cfg = cfg;
+  rank_cfg.batch = cfg.batch / ranks;
+  const bool sharded = comm && cfg.shard_optimizer == "on";
   // Out of core: the streaming executor under the user's plan, or one made for the
-  // compute budget; otherwise the whole model in memory.
+  // compute budget (a plan for one rank's rows); otherwise the whole model in memory.
   std::optional<Plan> plan;
   std::optional<PlanRequest> plan_request;  // the request the run planned with, for re-plans
   if (!cfg.plan.empty()) {
     plan = load_plan(cfg.plan);
-    check_plan_fits(*plan, mc, cfg, cfg.plan);  // first: "another model / batch" says more than a broken rule
+    if (comm) check_rank_plan(*plan, rank_cfg, ranks, sharded, cfg.plan);
+    check_plan_fits(*plan, mc, rank_cfg, cfg.plan);  // first: "another model / batch" says more than a broken rule
     require_valid_plan(*plan, cfg.plan);
   } else if (cfg.compute_budget_gb > 0) {
-    plan = plan_this_run(cfg, mc);
-    plan_request = run_plan_request(cfg, mc);
+    // One plan for all ranks: rank 0 solves it (a time-limited solve may end elsewhere on
+    // another rank) and the others read what it wrote.
+    if (writer) plan = plan_this_run(rank_cfg, mc);
+    if (comm) {
+      comm->barrier();
+      if (!writer) plan = load_plan(cfg.output_dir + "/plan.json");
+      check_rank_plan(*plan, rank_cfg, ranks, sharded, "train config (compute_budget_gb)");
+    }
+    plan_request = run_plan_request(rank_cfg, mc);
   }
   // The special tokens and chat template other tools must see (train/hf_metadata.h).
   const data::DatasetFormat trained_format = data.train->stats().format;
@@ -256,9 +281,6 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
                 weights_dir + "/config.json (output_router_logits)",
                 "set output_router_logits to false for this run, or run without mpirun");
   Updater updater(cfg, params, plan ? plan->nvme_state_layers : std::vector<int>{}, comm);
-  // Each rank's engine runs its share of every micro-batch's rows.
-  TrainConfig rank_cfg = cfg;
-  rank_cfg.batch = cfg.batch / ranks;
   const std::unique_ptr<StepEngine> engine =
       make_step_engine(rank_cfg, plan, std::move(plan_request), params, grads, updater, comm);
 

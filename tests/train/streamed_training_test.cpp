@@ -20,6 +20,7 @@
 #include "train/trainer.h"
 #include "../exec/streaming_test_util.h"
 #include "test_util.h"
+#include "out_of_core_plan.h"
 #include "train_test_util.h"
 
 namespace lt {
@@ -37,28 +38,6 @@ TrainConfig tiny_config(const std::string& out) {
   c.synthetic_train_problems = 200;
   c.precision = "f32";
   return c;
-}
-
-// A MILP plan for the model in `checkpoint` under a compute cap and a host that is short
-// of the whole host state: offloads boundaries and pages the top layers' states.
-Plan out_of_core_plan(const std::string& checkpoint, const TrainConfig& c) {
-  PlanRequest req;
-  req.model_name = "streamed-training-test";
-  req.model = load_model_config(checkpoint);
-  req.hardware = test::streaming_cpu_profile();
-  req.hardware.act_bytes = 4;
-  req.batch = c.batch;
-  req.seq = c.seq_len;
-  const CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
-  req.hardware.host_memory_bytes = (cm.host_state_bytes - 1.5 * cm.layer(0).state_bytes) / 0.9;
-  req.cpu_act_budget_bytes = 0.5 * cm.boundary_bytes;
-  const Plan keep = make_plan(req, "keep-all");
-  for (double f = 0.5; f <= 1.0; f += 0.05) {
-    req.gpu_cap_bytes = keep.predicted_peak.gpu * f;
-    Plan p = make_plan(req, "milp");
-    if (p.feasible) return p;
-  }
-  return Plan{};
 }
 
 // run_training(c) throws an lt::Error whose message contains `part`.
@@ -90,7 +69,7 @@ class StreamedTraining : public ::testing::Test {
 
   void SetUp() override {
     reference_ = run_training(tiny_config(ref_dir_.str()));
-    const Plan p = out_of_core_plan(reference_.checkpoint_dir, tiny_config(""));
+    const Plan p = test::out_of_core_plan(load_model_config(reference_.checkpoint_dir), tiny_config("").batch, tiny_config("").seq_len, true);
     ASSERT_TRUE(p.feasible) << p.infeasible_reason;
     const Plan::TierCounts tc = p.tier_counts();
     ASSERT_GT(tc.cpu + tc.nvme + tc.recompute, 0.0) << "the plan keeps every boundary on the compute tier";
