@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "layers/decoder_block.h"
@@ -18,6 +19,7 @@ class SumInPlace final : public GradientSink {
   float* layer(int j) override { return grads_->block_base(j); }
   void layer_done(int j, double& sq) override {
     sq += host_kernels_.sum_of_squares(grads_->block_base(j), block_numel(c_, j));
+    finished({UpdateTarget::Kind::Layer, j});
   }
   void drain(int) override {}
   size_t in_flight() const override { return 0; }
@@ -34,6 +36,7 @@ class SumInPlace final : public GradientSink {
     sq += host_kernels_.sum_of_squares(grads_->final_norm(), c_.hidden_size);
     if (!c_.tie_word_embeddings)
       sq += host_kernels_.sum_of_squares(grads_->lm_head(), c_.vocab_size * c_.hidden_size);
+    finished({UpdateTarget::Kind::Head, -1});
   }
 
   void embedding(float* d_x0, const int32_t* ids) override {
@@ -62,13 +65,13 @@ class SlotAndDrain final : public GradientSink {
   float* layer(int j) override { return zeroed(arena_(ArenaTensor::Gradients, j), block_numel(c_, j)); }
   void layer_done(int j, double&) override {
     pending_.push_back({grads_->block_base(j), arena_(ArenaTensor::Gradients, j), block_numel(c_, j),
-                        s_.grad_drain_w[j]});
+                        s_.grad_drain_w[j], j});
   }
   void drain(int w) override {
     size_t k = 0;
     while (k < pending_.size() && pending_[k].window == w) {
       const Pending& g = pending_[k++];
-      land(g.host, g.slot, g.n, true);
+      land(g.host, g.slot, g.n, true, UpdateTarget{UpdateTarget::Kind::Layer, g.layer});
     }
     LT_ASSERT(k == pending_.size() || pending_[k].window > w, "a gradient drain the plan's window passed");
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(k));
@@ -82,6 +85,7 @@ class SlotAndDrain final : public GradientSink {
       const Landing& l = landings_[i];
       if (l.count) sq += host_kernels_.sum_of_squares(l.host, l.n);
       if (l.copied) trace_("gradients", ExecLane::D2H, l.issued_s, static_cast<double>(l.n * sizeof(float)));
+      if (l.completes) finished(*l.completes);
     }
     landings_.erase(landings_.begin(), landings_.begin() + static_cast<std::ptrdiff_t>(n));
     return sq;
@@ -111,8 +115,9 @@ class SlotAndDrain final : public GradientSink {
       // The norm order as for the whole head: the lm_head over its whole host range, once
       // the chunk copies before it have landed.
       landings_.push_back({grads_->lm_head(), V * C, !c_.tie_word_embeddings, now_(),
-                           backend_.record(Backend::Stream::D2H), /*copied=*/false});
+                           backend_.record(Backend::Stream::D2H), /*copied=*/false, std::nullopt});
     }
+    landings_.back().completes = UpdateTarget{UpdateTarget::Kind::Head, -1};  // the head's last part
   }
 
   void embedding(float* d_x0, const int32_t* ids) override {  // the plan's dx.0 crosses to the host
@@ -138,8 +143,8 @@ class SlotAndDrain final : public GradientSink {
   // (bitwise what accumulating in place gives), else added through staging. The copy is
   // left running (the slot lives until the barrier that waits for it, as the plan's
   // g.<j> transfer does); finish() then counts it in the norm, in production order.
-  void land(float* host, const float* slot, int64_t n, bool count) {
-    landings_.push_back({host, n, count, now_(), Backend::Event{}});
+  void land(float* host, const float* slot, int64_t n, bool count, std::optional<UpdateTarget> completes = {}) {
+    landings_.push_back({host, n, count, now_(), Backend::Event{}, true, completes});
     if (zero_grads_) {
       backend_.copy_to_host(host, slot, static_cast<size_t>(n) * sizeof(float));
       landings_.back().done = backend_.record(Backend::Stream::D2H);
@@ -158,6 +163,7 @@ class SlotAndDrain final : public GradientSink {
     double issued_s;
     Backend::Event done;  // recorded on the d2h stream once its copy is issued
     bool copied = true;  // false: only counts `host` in the norm once the copies before it land
+    std::optional<UpdateTarget> completes;  // the target whose gradient is complete once this lands
   };
   // A layer's gradients computed, its slot waiting for the plan's drain window (in
   // production order, which the plan's drains keep).
@@ -166,6 +172,7 @@ class SlotAndDrain final : public GradientSink {
     const float* slot;
     int64_t n;
     int window;
+    int layer;
   };
 
   const ModelConfig& c_;

@@ -31,6 +31,12 @@
 
 namespace lt {
 
+// Called with each update target once its gradient in the host block is complete for the
+// step (no kernel or copy writes it again until the next step zeroes it): each layer and the
+// head (its final norm, and an untied lm_head) as their norms are summed, in that order;
+// the executor calls it for the embedding (with a tied lm_head) last.
+using GradientFinal = std::function<void(const UpdateTarget&)>;
+
 class GradientSink {
  public:
   // The executor's clock (seconds since the step began) and its trace.
@@ -40,9 +46,11 @@ class GradientSink {
   virtual ~GradientSink() = default;
   // The step's gradient block; zero_grads: the step's targets were zeroed before their
   // first gradients (a slot's sum may then be copied over the host's, else it is added).
-  void begin_step(ModelParameters& grads, bool zero_grads) {
+  // final: null, or called as above.
+  void begin_step(ModelParameters& grads, bool zero_grads, const GradientFinal* final) {
     grads_ = &grads;
     zero_grads_ = zero_grads;
+    final_ = final;
   }
 
   // Layer j's backward adds its weight gradients here (a zeroed slot, or the host block).
@@ -73,8 +81,13 @@ class GradientSink {
   virtual void abandon() = 0;
 
  protected:
+  void finished(const UpdateTarget& t) const {
+    if (final_) (*final_)(t);
+  }
+
   ModelParameters* grads_ = nullptr;
   bool zero_grads_ = true;
+  const GradientFinal* final_ = nullptr;
   // The host's kernels: the host gradients' squared norms and the embedding's gradient
   // are computed where they lie, in host memory, whatever the compute tier.
   const KernelTable& host_kernels_ = cpu_kernel_table();

@@ -316,7 +316,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
     live_.clear();
   }
   weights_->begin_step(params, options.compute_copy);
-  grads_->begin_step(grads, options.zero_grads);
+  grads_->begin_step(grads, options.zero_grads, options.gradient_final);
   t0_ = std::chrono::steady_clock::now();
   events_ = &state_.result.events;
   if (ctx_.precision == Precision::BF16 && options.compute_copy == nullptr)
@@ -466,9 +466,11 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
     state_.sq = grads_->finish(state_.sq, state_.earlier_landings);
   }
   pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, ExecLane::Nvme, issued, bytes); });
-  if (win.kind == WindowKind::Epilogue)
+  if (win.kind == WindowKind::Epilogue) {
     state_.sq += cpu_kernel_table().sum_of_squares(state_.grads->embedding(),  // on the host
                                                    config_.vocab_size * C_);
+    if (state_.options->gradient_final) (*state_.options->gradient_final)({UpdateTarget::Kind::Embed, -1});
+  }
   result.compute_bytes.push_back({now(), static_cast<double>(arena_->live_bytes())});
   for (int k : release_at_[w]) {
     arena_->release(static_cast<size_t>(k));

@@ -133,6 +133,11 @@ struct StepOptions {
   // Called at the start of each plan window, before any of its work (tests inject faults
   // here; a trainer may use it for progress). Null: nothing.
   std::function<void(int window)> before_window;
+  // Called with each target once its gradient in the host block is complete for this step
+  // (exec/gradient_sink.h's GradientFinal: layers and the head as they land, the embedding
+  // last); a data-parallel trainer sums it over the ranks from there, under the rest of
+  // backward. Null: nothing.
+  const GradientFinal* gradient_final = nullptr;
 };
 
 struct WindowTiming {

@@ -1,5 +1,6 @@
 #include "train/streamed_training.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <utility>
@@ -103,6 +104,8 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
   executor_options_ = so;
+  if (comm_ && updater_.sharded() && comm_->serialized_threads())
+    background_ = std::make_unique<BackgroundCollectives>(*comm_);
   executor_ = std::make_unique<StreamingExecutor>(plan, *backend_, so);
   wait_for_replans_ = options.wait_for_replans;
   if (cfg.adaptive_plan != "on") {
@@ -220,11 +223,14 @@ void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte>
   const OptimizerShards& shards = updater_.shards();
   const int owner = shards.owner_of(ranges.front().first);
   bf16* compute_copy = copy_.data(params_);
-  for (auto [offset, n] : ranges) {
-    if (owner == comm_->rank()) updater_.update_range(params_, grads_, offset, n, pending_, compute_copy, paged);
-    comm_->broadcast(owner, params_.data() + offset, n);
-    if (owner != comm_->rank() && compute_copy) convert_f32_to_bf16(compute_copy + offset, params_.data() + offset, n);
-  }
+  if (owner == comm_->rank())
+    for (auto [offset, n] : ranges) updater_.update_range(params_, grads_, offset, n, pending_, compute_copy, paged);
+  // The background thread is idle by now (the sums ended with the last step): the MPI
+  // calls are this thread's.
+  if (background_) background_->wait_all();
+  for (auto [offset, n] : ranges) comm_->broadcast(owner, params_.data() + offset, n);
+  if (owner != comm_->rank() && compute_copy)
+    for (auto [offset, n] : ranges) convert_f32_to_bf16(compute_copy + offset, params_.data() + offset, n);
 }
 
 StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted,
@@ -240,6 +246,11 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     return out;
   }
   const LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> paged) { update_target(t, paged); };
+  // The last micro-batch completes each target's gradient: its sum to the owner can start.
+  const GradientFinal reduce = [&](const UpdateTarget& t) {
+    const auto ranges = target_ranges(grads_, t);
+    background_->queue_reduce(updater_.shards().owner_of(ranges.front().first), grads_.data(), ranges);
+  };
   const int64_t micro = cfg_.batch * cfg_.seq_len;
   double loss_sum = 0, sq = 0;
   StreamingStepResult last;  // the last micro-batch's timings, for the drift detector
@@ -251,6 +262,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     o.grad_scale = 1.0f / static_cast<float>(predicted);
     o.compute_copy = copy_.data(params_);
     o.doc_start = doc_start ? doc_start + a * micro : nullptr;
+    if (background_ && a + 1 == cfg_.grad_accum) o.gradient_final = &reduce;
     const size_t h2d_bytes = backend_->h2d_bytes, d2h_bytes = backend_->d2h_bytes;
     const Backend::LinkBusy busy = backend_->link_busy();
     StreamingStepResult r = executor_->step(params_, grads_, ids + a * micro, labels + a * micro, o);
@@ -262,7 +274,8 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     last = std::move(r);
   }
   if (comm_) {  // this rank's gradients and loss were its rows' only
-    const RankSums sums = sum_over_ranks(*comm_, updater_.shards(), grads_, loss_sum, false);
+    if (background_) background_->wait_all();  // each target's sum at its owner
+    const RankSums sums = sum_over_ranks(*comm_, updater_.shards(), grads_, loss_sum, background_ != nullptr);
     loss_sum = sums.loss_sum;
     sq = sums.grad_sq_sum;
   }
@@ -341,6 +354,10 @@ std::vector<std::string> StreamedTraining::describe() const {
                 cfg_.optimizer.c_str(), format_bytes(updater_.resident_state_bytes()).c_str(),
                 format_bytes(executor_->host_peak_bytes()).c_str(), format_bytes(m.nvme).c_str());
   return {plan_line, memory_line, "re-planning: " + adaptive_note_};
+}
+
+double StreamedTraining::overlapped_collective_seconds() const {
+  return background_ ? std::max(0.0, background_->busy_seconds() - background_->waited_seconds()) : 0.0;
 }
 
 std::string StreamedTraining::step_time_note(double measured_s) const {

@@ -33,12 +33,15 @@
 // Data parallelism (Options::comm): every rank runs the plan on its rows of each
 // micro-batch (the plan is for the rank's batch), the gradients, the loss and the norm are
 // summed over the ranks after backward as the in-memory engine sums them (rank_sums.h), so
-// a streamed run on N ranks is bitwise the in-memory run on N ranks. A sharded optimizer's
-// lazy update of a target runs on its owner inside the next step, and the owner
-// broadcasts the target's updated weights before any rank reads them; the ranks reach
-// their hooks in the plan's order, the same on all. Not yet: the sums overlapped with
-// backward, paged optimizer states with a sharded optimizer, and re-planning (the ranks
-// would have to agree on a switch; it is off under data parallelism).
+// a streamed run on N ranks is bitwise the in-memory run on N ranks. With a sharded
+// optimizer each target's gradient sum goes to its owner as soon as the last micro-batch's
+// backward has landed it on the host (StepOptions::gradient_final), on a background thread,
+// under the backward of the layers below; the lazy update of a target runs on its owner
+// inside the next step, and the owner broadcasts the updated weights before any rank reads
+// them (the ranks reach their hooks in the plan's order, the same on all). Not yet: the
+// unsharded sums under backward, paged optimizer states with a sharded optimizer, and
+// re-planning (the ranks would have to agree on a switch; it is off under data
+// parallelism).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/background_collectives.h"
 #include "dist/communicator.h"
 #include "exec/backend.h"
 #include "exec/streaming_executor.h"
@@ -105,6 +109,7 @@ class StreamedTraining final : public StepEngine {
   Memory memory() const override;
   std::vector<std::string> describe() const override;
   std::string step_time_note(double measured_s) const override;
+  double overlapped_collective_seconds() const override;
 
   size_t compute_bytes() const { return executor_->arena_bytes(); }
   size_t host_activation_bytes() const { return executor_->host_peak_bytes(); }
@@ -145,6 +150,9 @@ class StreamedTraining final : public StepEngine {
   int kept_in_a_row_ = 0;          // re-plans that kept the plan, since the last switch
   bool wait_for_replans_ = false;
   ComputeCopy copy_;  // bf16 mirror of the parameters (empty under fp32)
+  // Sharded data parallelism where MPI allows a second thread: the gradient sums to their
+  // owners as backward finishes each target, and the updated weights from their owners.
+  std::unique_ptr<BackgroundCollectives> background_;
   UpdateResult pending_;
   bool has_pending_ = false;
 };
