@@ -23,11 +23,10 @@ InMemoryTraining::InMemoryTraining(const TrainConfig& cfg, ModelParameters& para
   model_step_->refresh_compute_copy(params);
   if (updater_.sharded()) {
     LT_ASSERT(comm_ && comm_->size() == updater_.shards().ranks, "a sharded optimizer without its ranks");
-    if (comm_->serialized_threads()) {
-      background_ = std::make_unique<BackgroundCollectives>(*comm_);
-      weights_ticket_.assign(updater_.shards().targets.size(), 0);
-      model_step_->on_weights_needed([this](const ModelPart& p) { weights_arrived(target_index(p)); });
-    }
+    if (comm_->serialized_threads()) background_ = std::make_unique<BackgroundCollectives>(*comm_);
+    broadcasts_ = std::make_unique<WeightBroadcasts>(*comm_, background_.get(), updater_.shards(), params_,
+                                                     model_step_->compute_copy(params_));
+    model_step_->on_weights_needed([this](const ModelPart& p) { broadcasts_->arrived(target_index(p)); });
   }
 }
 
@@ -41,18 +40,8 @@ size_t InMemoryTraining::target_index(const ModelPart& p) const {
   return static_cast<size_t>(params_.config().num_layers) + 1;
 }
 
-void InMemoryTraining::weights_arrived(size_t i) {
-  if (weights_ticket_[i] == 0) return;
-  background_->wait(weights_ticket_[i]);
-  weights_ticket_[i] = 0;
-  const OptimizerShards& shards = updater_.shards();
-  bf16* compute_copy = model_step_->compute_copy(params_);
-  if (compute_copy && shards.owner[i] != comm_->rank())  // the owner wrote its copy in the update
-    for (auto [o, n] : target_ranges(params_, shards.targets[i])) convert_f32_to_bf16(compute_copy + o, params_.data() + o, n);
-}
-
 void InMemoryTraining::flush() {
-  for (size_t i = 0; i < weights_ticket_.size(); ++i) weights_arrived(i);
+  if (broadcasts_) broadcasts_->all_arrived();
 }
 
 double InMemoryTraining::overlapped_collective_seconds() const {
@@ -97,21 +86,9 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
     sq = ordered_grad_sq_sum(grads_);
   }
   out.update = updater_.apply(params_, grads_, sq, compute_copy, step);
-  if (out.update.applied && updater_.sharded()) {
-    const OptimizerShards& shards = updater_.shards();
-    if (background_) {
-      // Each part's updated weights from its owner, in the order the next forward reads
-      // them (shards.targets); that forward (or a flush) waits for each as it gets there.
-      for (size_t i = 0; i < shards.targets.size(); ++i)
-        weights_ticket_[i] =
-            background_->queue_broadcast(shards.owner[i], params_.data(), target_ranges(params_, shards.targets[i]));
-    } else {
-      comm_->all_gather_parts(params_.data(), shards.bounds);
-      for (int r = 0; r < shards.ranks && compute_copy; ++r)
-        if (r != comm_->rank())
-          convert_f32_to_bf16(compute_copy + shards.offset(r), params_.data() + shards.offset(r), shards.numel(r));
-    }
-  }
+  // The updated parts to every rank; the next forward (or a flush) waits for each as it
+  // gets there.
+  if (out.update.applied && broadcasts_) broadcasts_->send();
   out.loss = predicted > 0 ? loss_sum / predicted : 0.0;
   return out;
 }

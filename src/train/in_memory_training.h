@@ -12,6 +12,7 @@
 #include "exec/streaming_executor.h"
 #include "layers/model_step.h"
 #include "train/step_engine.h"
+#include "train/weight_broadcasts.h"
 
 namespace lt {
 
@@ -53,9 +54,8 @@ class InMemoryTraining final : public StepEngine {
   // as the last micro-batch's backward finishes it, under the backward of the layers below,
   // and each part's updated weights arrive under the next forward of the layers above it.
   std::unique_ptr<BackgroundCollectives> background_;
-  std::vector<int64_t> weights_ticket_;  // per shards target: its broadcast's ticket, 0 when in
-  size_t target_index(const ModelPart& p) const;
-  void weights_arrived(size_t target);  // waits for its broadcast, then refreshes its bf16 copy
+  std::unique_ptr<WeightBroadcasts> broadcasts_;  // sharded: the updated parts to every rank
+  size_t target_index(const ModelPart& p) const;  // in shards.targets
 };
 
 }  // namespace lt

@@ -16,6 +16,7 @@
 #include "plan/plan_json.h"
 #include "plan/planner.h"
 #include "train/rank_sums.h"
+#include "train/weight_broadcasts.h"
 
 namespace lt {
 
@@ -104,8 +105,11 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
   executor_options_ = so;
-  if (comm_ && updater_.sharded() && comm_->serialized_threads())
-    background_ = std::make_unique<BackgroundCollectives>(*comm_);
+  if (comm_ && updater_.sharded()) {
+    if (comm_->serialized_threads()) background_ = std::make_unique<BackgroundCollectives>(*comm_);
+    broadcasts_ = std::make_unique<WeightBroadcasts>(*comm_, background_.get(), updater_.shards(), params_,
+                                                     copy_.data(params_));
+  }
   executor_ = std::make_unique<StreamingExecutor>(plan, *backend_, so);
   wait_for_replans_ = options.wait_for_replans;
   if (cfg.adaptive_plan != "on") {
@@ -212,25 +216,9 @@ std::vector<ReplanEvent> StreamedTraining::finish(int64_t step) {
 }
 
 void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte> paged) {
-  const auto ranges = target_ranges(params_, t);
-  if (!updater_.sharded()) {
-    for (auto [offset, n] : ranges) updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), paged);
-    return;
-  }
-  // The target's owner updates it and sends the weights; every rank gets here for the same
-  // target at the same point of the plan.
-  if (!pending_.applied) return;  // a skipped step changes no weight anywhere
-  const OptimizerShards& shards = updater_.shards();
-  const int owner = shards.owner_of(ranges.front().first);
-  bf16* compute_copy = copy_.data(params_);
-  if (owner == comm_->rank())
-    for (auto [offset, n] : ranges) updater_.update_range(params_, grads_, offset, n, pending_, compute_copy, paged);
-  // The background thread is idle by now (the sums ended with the last step): the MPI
-  // calls are this thread's.
-  if (background_) background_->wait_all();
-  for (auto [offset, n] : ranges) comm_->broadcast(owner, params_.data() + offset, n);
-  if (owner != comm_->rank() && compute_copy)
-    for (auto [offset, n] : ranges) convert_f32_to_bf16(compute_copy + offset, params_.data() + offset, n);
+  if (broadcasts_) return broadcasts_->arrived(t);  // updated by its owner after the last step
+  for (auto [offset, n] : target_ranges(params_, t))
+    updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), paged);
 }
 
 StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted,
@@ -241,8 +229,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     flush();
     grads_.zero();
     out.update = updater_.decide(0.0, step);
-    pending_ = out.update;
-    has_pending_ = true;
+    start_update(out.update);
     return out;
   }
   const LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> paged) { update_target(t, paged); };
@@ -257,7 +244,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
   LinkUse h2d, d2h;
   for (int64_t a = 0; a < cfg_.grad_accum; ++a) {
     StepOptions o;
-    o.update = a == 0 && has_pending_ ? &hook : nullptr;
+    o.update = a == 0 && (has_pending_ || broadcasts_) ? &hook : nullptr;
     o.zero_grads = a == 0;  // later micro-batches add to the first's gradients
     o.grad_scale = 1.0f / static_cast<float>(predicted);
     o.compute_copy = copy_.data(params_);
@@ -283,12 +270,26 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
   has_pending_ = false;
   out.loss = loss_sum / static_cast<double>(predicted);
   out.update = updater_.decide(sq, step);
-  pending_ = out.update;
-  has_pending_ = true;
+  start_update(out.update);
   return out;
 }
 
+void StreamedTraining::start_update(const UpdateResult& d) {
+  if (!broadcasts_) {  // lazy: the next step applies it target by target (or flush(), at once)
+    pending_ = d;
+    has_pending_ = true;
+    return;
+  }
+  // Sharded: each rank updates its part now (its 1/N share of the update, not under the
+  // next forward), and each target's weights go out from its owner on the background
+  // thread; the next step's hook for a target waits for them there.
+  if (!d.applied) return;
+  updater_.update_range(params_, grads_, updater_.owned_offset(), updater_.owned_numel(), d, copy_.data(params_));
+  broadcasts_->send();
+}
+
 void StreamedTraining::flush() {
+  if (broadcasts_) broadcasts_->all_arrived();
   if (!has_pending_) return;
   const int L = static_cast<int>(params_.config().num_layers);
   update_target({UpdateTarget::Kind::Embed, -1}, {});

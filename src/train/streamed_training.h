@@ -36,12 +36,12 @@
 // a streamed run on N ranks is bitwise the in-memory run on N ranks. With a sharded
 // optimizer each target's gradient sum goes to its owner as soon as the last micro-batch's
 // backward has landed it on the host (StepOptions::gradient_final), on a background thread,
-// under the backward of the layers below; the lazy update of a target runs on its owner
-// inside the next step, and the owner broadcasts the updated weights before any rank reads
-// them (the ranks reach their hooks in the plan's order, the same on all). Not yet: the
-// unsharded sums under backward, paged optimizer states with a sharded optimizer, and
-// re-planning (the ranks would have to agree on a switch; it is off under data
-// parallelism).
+// under the backward of the layers below; then each rank updates its own part at once (not
+// lazily: the other ranks need those weights) and each target's weights go out from its
+// owner on that thread (train/weight_broadcasts.h), the next step's update hook for the
+// target waiting for them. Not yet: the unsharded sums under backward, paged optimizer
+// states with a sharded optimizer, and re-planning (the ranks would have to agree on a
+// switch; it is off under data parallelism).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +62,7 @@
 #include "train/step_engine.h"
 #include "train/train_config.h"
 #include "train/updater.h"
+#include "train/weight_broadcasts.h"
 
 namespace lt {
 
@@ -126,6 +127,7 @@ class StreamedTraining final : public StepEngine {
 
  private:
   void update_target(const UpdateTarget& t, std::span<std::byte> paged);
+  void start_update(const UpdateResult& d);  // the update a step decided
   void at_step_boundary(int64_t step, std::vector<ReplanEvent>& events);
   void watch(int64_t step, const StreamingStepResult& r, LinkUse h2d, LinkUse d2h, std::vector<ReplanEvent>& events);
   ReplanEvent conclude(ReplanResult r, int64_t step);
@@ -153,6 +155,7 @@ class StreamedTraining final : public StepEngine {
   // Sharded data parallelism where MPI allows a second thread: the gradient sums to their
   // owners as backward finishes each target, and the updated weights from their owners.
   std::unique_ptr<BackgroundCollectives> background_;
+  std::unique_ptr<WeightBroadcasts> broadcasts_;  // sharded: the updated parts to every rank
   UpdateResult pending_;
   bool has_pending_ = false;
 };
