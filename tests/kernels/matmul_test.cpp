@@ -172,6 +172,31 @@ TEST(Matmul, FusedBias) {
                   (K + 3) * kU32 * 8);  // |a|,|b|,|bias| <= 1: sum|terms| <= K + 1
 }
 
+// Accumulating adds the finished product to C: bitwise the product computed into zeroed
+// memory and then added, which is how a gradient summed in a slot reaches the host's
+// (exec/gradient_sink.h) against one summed in place. Shapes: a weight gradient's
+// (op(A) = dy^T, K = 512 tokens, where oneDNN blocks K), and rows of 2^21 floats, of which
+// the product's scratch holds two: M = 5 runs in three blocks, the last one short (op(A)
+// transposed: its blocks are columns of the stored A). fp32 and bf16.
+TEST(Matmul, AccumulatingAddsTheFinishedProduct) {
+  const Case cases[] = {{96, 64, 512, true, false, true}, {5, int64_t(1) << 21, 3, true, false, true},
+                        {5, int64_t(1) << 21, 3, false, true, true}};
+  for (const Case& cs : cases)
+    for (Precision p : {Precision::F32, Precision::BF16}) {
+      const auto [M, N, K, ta, tb, acc] = cs;
+      const auto a = test::random_floats(size_t(M * K), 41), b = test::random_floats(size_t(K * N), 42);
+      const auto c0 = test::random_floats(size_t(M * N), 43);
+      std::vector<float> in_place = c0, product(size_t(M * N), 0.0f);
+      matmul(in_place.data(), a.data(), ta, b.data(), tb, M, N, K, true, p);
+      matmul(product.data(), a.data(), ta, b.data(), tb, M, N, K, true, p);
+      std::vector<float> added = c0;
+      for (size_t i = 0; i < added.size(); ++i) added[i] += product[i];
+      EXPECT_TRUE(in_place == added) << "M=" << M << " N=" << N << " K=" << K
+                                     << (p == Precision::BF16 ? " bf16" : " f32");
+    }
+  check_case({5, int64_t(1) << 21, 3, true, false, true}, Precision::F32);  // the blocks are the right rows
+}
+
 TEST(Matmul, ContextCachesPrimitivesByShape) {
   MatmulContext ctx;
   std::vector<float> a(64), b(64), c(64);

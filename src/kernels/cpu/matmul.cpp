@@ -1,5 +1,12 @@
 // Matmul through oneDNN's C++ API. Transposes are strides on the memory descriptors (no
-// copies); `accumulate` is a sum post-op; bias is oneDNN's fused bias argument.
+// copies); bias is oneDNN's fused bias argument. `accumulate` (C += op(A) op(B)) computes
+// the product first and then adds it to C, each finished sum rounded once onto C, as
+// ref::matmul does. oneDNN's sum post-op, which it replaces, adds C in at a point of the
+// K loop that depends on the kernel's K blocking, which differs by ISA: a gradient summed
+// in place over two micro-batches then differed in the last bit from the same gradient
+// summed in a zeroed slot and added to the host's (exec/gradient_sink.h; seen under
+// LT_CPU=avx2 at 128 tokens per micro-batch). The product goes through scratch in blocks of
+// rows (at most kAccumulateFloats floats), so an lm_head's gradient needs no second copy.
 // Creating a primitive costs ~ms, and a training step repeats the same few shapes, so
 // each MatmulContext caches its primitives by the full key of what was asked.
 //
@@ -13,7 +20,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -31,6 +40,10 @@ namespace {
 // OpenMP fork/join costs as much on an idle machine, and a whole scheduler tick (ms) when
 // the other core is busy (decoding steps, attention's small products, the tests).
 constexpr double kSerialFlops = 1 << 21;
+// An accumulating matmul's scratch: its product in blocks of rows of at most this many
+// floats (16 MiB); and the adds onto C run on all threads from this many.
+constexpr int64_t kAccumulateFloats = int64_t(1) << 22;
+constexpr int64_t kParallelAddFloats = int64_t(1) << 15;
 
 int threads_for(int64_t M, int64_t N, int64_t K) {
   return 2.0 * double(M) * double(N) * double(K) < kSerialFlops ? 1 : omp_get_max_threads();
@@ -44,8 +57,11 @@ bool widen_bf16();
 // set_num_threads then takes effect on the next call.
 struct Key {
   int64_t M, N, K;
-  bool trans_a, trans_b, accumulate, bias;
+  bool trans_a, trans_b, bias;
   Precision p;
+  // op(A)'s leading dimension where it is not the packed one (K; M when trans_a): a block
+  // of rows of a larger A (accumulate's blocks). 0: packed.
+  int64_t lda = 0;
   // BF16 asked for below the avx512 level or where the chosen path is Widened.
   bool widen = p == Precision::BF16 && widen_bf16();
   int threads = threads_for(M, N, K);
@@ -59,7 +75,8 @@ struct KeyHash {
     mix(uint64_t(k.N));
     mix(uint64_t(k.threads));
     mix(uint64_t(k.K));
-    mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.accumulate ? 4u : 0u) |
+    mix(uint64_t(k.lda));
+    mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) |
         (k.bias ? 8u : 0u) | (k.p == Precision::BF16 ? 16u : 0u) | (k.widen ? 32u : 0u));
     return h;
   }
@@ -150,6 +167,7 @@ struct MatmulContext::Impl {
   // widenings on the widened path; grown, never shrunk.
   AlignedBuffer<bf16> scratch_a, scratch_b;
   AlignedBuffer<float> wide_a, wide_b;
+  AlignedBuffer<float> sum;  // an accumulating matmul's product, a block of rows at a time
 
   // Creates the primitive for k; a BF16 key whose bf16 primitive oneDNN cannot make gets
   // the widened fp32 one.
@@ -158,15 +176,11 @@ struct MatmulContext::Impl {
     using dims = dnnl::memory::dims;
     const dt in = k.p == Precision::BF16 && !widened ? dt::bf16 : dt::f32;
     // Row-major A [M,K] has strides {K,1}; stored as [K,M] (trans_a) it is {1,M}.
-    dnnl::memory::desc a_md(dims{k.M, k.K}, in, k.trans_a ? dims{1, k.M} : dims{k.K, 1});
+    const int64_t lda = k.lda > 0 ? k.lda : (k.trans_a ? k.M : k.K);
+    dnnl::memory::desc a_md(dims{k.M, k.K}, in, k.trans_a ? dims{1, lda} : dims{lda, 1});
     dnnl::memory::desc b_md(dims{k.K, k.N}, in, k.trans_b ? dims{1, k.K} : dims{k.N, 1});
     dnnl::memory::desc c_md(dims{k.M, k.N}, dt::f32, dims{k.N, 1});
     dnnl::primitive_attr attr;
-    if (k.accumulate) {
-      dnnl::post_ops ops;
-      ops.append_sum(1.0f);
-      attr.set_post_ops(ops);
-    }
     dnnl::matmul::desc desc =
         k.bias ? dnnl::matmul::desc(a_md, b_md, dnnl::memory::desc(dims{1, k.N}, dt::f32, dims{k.N, 1}), c_md)
                : dnnl::matmul::desc(a_md, b_md, c_md);
@@ -199,6 +213,22 @@ struct MatmulContext::Impl {
       throw Error(std::string("oneDNN could not create an fp32 matmul primitive: ") + err.what(), where,
                   "check the oneDNN installation (libdnnl-dev)");
     }
+  }
+
+  // C := op(A) op(B) (+ bias) for key k, under its thread count, on prepared operands
+  // (bf16, or fp32: widened when the whole call's entry is).
+  void execute(const Key& k, bool widened, float* c, const void* pa, const void* pb, const float* bias) {
+    const ThreadCount threads(k.threads);
+    const Entry& e = get(k);
+    LT_ASSERT(e.widened == widened, "a matmul's row blocks disagree on widening bf16");
+    // oneDNN takes non-const handles; inputs are only read.
+    dnnl::memory am(e.pd.src_desc(), engine, const_cast<void*>(pa));
+    dnnl::memory bm(e.pd.weights_desc(), engine, const_cast<void*>(pb));
+    dnnl::memory cm(e.pd.dst_desc(), engine, c);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e.pd.bias_desc(), engine, const_cast<float*>(bias)));
+    e.prim.execute(stream, args);
+    stream.wait();
   }
 
   // The bf16 pointer to hand oneDNN for an operand of n elements.
@@ -241,38 +271,48 @@ void MatmulContext::run(float* c, MatmulOperand a, bool trans_a, MatmulOperand b
         c[i * N + j] = (accumulate ? c[i * N + j] : 0.0f) + (bias ? bias[j] : 0.0f);
     return;
   }
-  const Key key{M, N, K, trans_a, trans_b, accumulate, bias != nullptr, p};
-  const ThreadCount threads(key.threads);
-  const Entry& e = impl_->get(key);
+  // Accumulating, the product runs in blocks of rows into scratch (see the top).
+  const int64_t rows = accumulate ? std::clamp<int64_t>(kAccumulateFloats / N, 1, M) : M;
+  auto key_for = [&](int64_t block_rows) {
+    return Key{block_rows, N, K, trans_a, trans_b, bias != nullptr, p, block_rows == M ? 0 : (trans_a ? M : K)};
+  };
+  const bool widened = impl_->get(key_for(rows)).widened;  // every block's entry alike
   const void* pa;
   const void* pb;
-  if (e.widened) {
+  size_t a_bytes = sizeof(float);  // per element of what pa points to
+  if (widened) {
     pa = impl_->widened(a, size_t(M * K), impl_->wide_a);
     pb = impl_->widened(b, size_t(K * N), impl_->wide_b);
   } else if (p == Precision::BF16) {
     pa = impl_->as_bf16(a, size_t(M * K), impl_->scratch_a);
     pb = impl_->as_bf16(b, size_t(K * N), impl_->scratch_b);
+    a_bytes = sizeof(bf16);
   } else {
     LT_ASSERT(a.f32 && b.f32, "Precision::F32 matmul needs fp32 operands");
     pa = a.f32;
     pb = b.f32;
   }
-  // oneDNN takes non-const handles; inputs are only read.
-  dnnl::memory am(e.pd.src_desc(), impl_->engine, const_cast<void*>(pa));
-  dnnl::memory bm(e.pd.weights_desc(), impl_->engine, const_cast<void*>(pb));
-  dnnl::memory cm(e.pd.dst_desc(), impl_->engine, c);
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (bias)
-    args.emplace(DNNL_ARG_BIAS,
-                 dnnl::memory(e.pd.bias_desc(), impl_->engine, const_cast<float*>(bias)));
-  e.prim.execute(impl_->stream, args);
-  impl_->stream.wait();
+  if (!accumulate) {
+    impl_->execute(key_for(M), widened, c, pa, pb, bias);
+    return;
+  }
+  if (impl_->sum.size() < size_t(rows * N)) impl_->sum.resize(size_t(rows * N));
+  float* sum = impl_->sum.data();
+  for (int64_t m0 = 0; m0 < M; m0 += rows) {
+    const int64_t mb = std::min(rows, M - m0);
+    // Rows m0.. of op(A): rows of A, or (trans_a) columns of the stored [K,M].
+    const void* a_block = static_cast<const std::byte*>(pa) + size_t(trans_a ? m0 : m0 * K) * a_bytes;
+    impl_->execute(key_for(mb), widened, sum, a_block, pb, bias);
+    float* out = c + m0 * N;
+    const int64_t n = mb * N;
+#pragma omp parallel for schedule(static) if (n >= kParallelAddFloats)
+    for (int64_t i = 0; i < n; ++i) out[i] += sum[i];
+  }
 }
 
 std::string MatmulContext::impl_name(int64_t M, int64_t N, int64_t K, bool trans_a,
                                      bool trans_b, Precision p) {
-  const Entry& e = impl_->get(Key{M, N, K, trans_a, trans_b, false, false, p});
+  const Entry& e = impl_->get(Key{M, N, K, trans_a, trans_b, false, p});
   return std::string(e.pd.impl_info_str()) + (e.widened ? " (bf16 widened to f32)" : "");
 }
 

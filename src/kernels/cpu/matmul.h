@@ -1,5 +1,7 @@
 // Dense matmul through oneDNN (fast path) and a plain loop (fp32 reference).
-// Row-major throughout. Overwrites C unless `accumulate`.
+// Row-major throughout. Overwrites C unless `accumulate`, which adds the finished product
+// to C (one rounding per element, as ref::matmul; the same bits as computing the product
+// into zeroed memory and adding it).
 //
 //   C[M,N] (=|+=) op(A) · op(B)
 //   op(A) = A [M,K], or with trans_a A is stored as [K,M]
@@ -67,7 +69,7 @@ struct MatmulOperand {
 };
 
 // Owns what the oneDNN path needs: engine, stream, the primitives cached by (shape,
-// transposes, precision, accumulate, bias), and the bf16 scratch. One context must not be
+// transposes, precision, bias, A's leading dimension), and the bf16 and product scratch. One context must not be
 // used by two threads at once. The free functions above share one process-wide
 // context, whose mutex serializes callers (see matmul.cpp for why that one global exists).
 class MatmulContext {
