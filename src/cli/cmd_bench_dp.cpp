@@ -7,6 +7,9 @@
 // that ran under compute (backward and forward), and the optimizer states rank 0 holds;
 // last line
 //   RESULT dp ranks=N hidden_frac=... state_per_rank_frac=... equal=true|false ...
+// With --compute-budget-gb every run streams through a plan for that compute budget (each
+// rank's for its rows, planned by rank 0 on the --hardware profile) instead of training in
+// memory.
 // state_per_rank_frac: rank 0's states sharded over those of one process; equal: the
 // sharded run's final weights are bitwise the unsharded run's (the sums are the same
 // rank-order sums; against one process they differ by summation order only).
@@ -36,6 +39,8 @@ namespace fs = std::filesystem;
 struct DpArgs {
   int ranks = 2;
   int64_t hidden = 256, layers = 8, intermediate = 704, batch = 8, seq = 128, steps = 8;
+  double compute_budget_gb = 0;  // > 0: streamed runs
+  std::string hardware;          // the profile to plan with ("": train's default)
   std::string output_dir = "runs/bench-dp";
 };
 
@@ -96,7 +101,9 @@ void run_dp(const DpArgs& a) {
       " train --scratch-hidden " + std::to_string(a.hidden) + " --scratch-layers " + std::to_string(a.layers) +
       " --scratch-heads 8 --scratch-kv-heads 4 --scratch-intermediate " + std::to_string(a.intermediate) +
       " --seq-len " + std::to_string(a.seq) + " --batch " + std::to_string(a.batch) + " --steps " +
-      std::to_string(a.steps) + " --warmup-steps 0 --eval-problems 0 --log-every " + std::to_string(a.steps);
+      std::to_string(a.steps) + " --warmup-steps 0 --eval-problems 0 --log-every " + std::to_string(a.steps) +
+      (a.compute_budget_gb > 0 ? " --compute-budget-gb " + std::to_string(a.compute_budget_gb) : std::string()) +
+      (a.hardware.empty() ? std::string() : " --hardware " + a.hardware);
   auto out = [&](const std::string& name) {
     const std::string dir = a.output_dir + "/" + name;
     return " --output-dir " + dir + " --summary-json " + dir + "/summary.json";
@@ -105,10 +112,14 @@ void run_dp(const DpArgs& a) {
   // --bind-to none: Open MPI would bind each of two ranks to one core.
   const std::string launch = mpirun + " -np " + ranks + " --oversubscribe --bind-to none " + self +
                              " --threads " + std::to_string(per_rank);
-  std::printf("bench dp: a %lld-layer from-scratch llama (hidden %lld), batch %lld x seq %lld, %lld steps; %d threads "
-              "in all (%d per rank on %s ranks)\n",
+  std::printf("bench dp: a %lld-layer from-scratch llama (hidden %lld), batch %lld x seq %lld, %lld steps, %s; %d "
+              "threads in all (%d per rank on %s ranks)\n",
               static_cast<long long>(a.layers), static_cast<long long>(a.hidden), static_cast<long long>(a.batch),
-              static_cast<long long>(a.seq), static_cast<long long>(a.steps), threads, per_rank, ranks.c_str());
+              static_cast<long long>(a.seq), static_cast<long long>(a.steps),
+              a.compute_budget_gb > 0 ? ("streamed (a plan for " + std::to_string(a.compute_budget_gb) +
+                                         " GB of compute tier per process)").c_str()
+                                      : "in memory",
+              threads, per_rank, ranks.c_str());
   const RunResult one =
       run_training_command(self + " --threads " + std::to_string(threads) + flags + out("one"), a.output_dir + "/one",
                            a.steps);
@@ -125,9 +136,10 @@ void run_dp(const DpArgs& a) {
   const double speedup =
       sharded.summary.at("tokens_per_s").get<double>() / one.summary.at("tokens_per_s").get<double>();
   std::printf("RESULT dp ranks=%d hidden_frac=%.3f state_per_rank_frac=%.3f equal=%s speedup=%.3f "
-              "bytes_per_step=%.0f\n",
+              "bytes_per_step=%.0f unsharded_hidden_frac=%.3f streamed=%s\n",
               a.ranks, hidden, state_frac, equal ? "true" : "false", speedup,
-              sharded.summary.at("collective_bytes_per_step").get<double>());
+              sharded.summary.at("collective_bytes_per_step").get<double>(),
+              whole.summary.at("collective_hidden_frac").get<double>(), a.compute_budget_gb > 0 ? "true" : "false");
 }
 
 }  // namespace
@@ -145,6 +157,9 @@ void add_bench_dp_command(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "global batch (a multiple of --ranks)");
   cmd->add_option("--seq", a->seq, "sequence length");
   cmd->add_option("--steps", a->steps, "training steps per run");
+  cmd->add_option("--compute-budget-gb", a->compute_budget_gb,
+                  "stream every run through a plan for this compute budget (default: train in memory)");
+  cmd->add_option("--hardware", a->hardware, "hardware profile the streamed runs plan with (default: train's)");
   cmd->add_option("--output-dir", a->output_dir, "where the runs write (replaced)");
   cmd->callback([a] { run_dp(*a); });
 }

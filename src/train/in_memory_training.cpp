@@ -21,9 +21,12 @@ InMemoryTraining::InMemoryTraining(const TrainConfig& cfg, ModelParameters& para
       precision_(cfg.precision == "bf16" ? Precision::BF16 : Precision::F32),
       model_step_(std::make_unique<ModelStep>(params.config(), cfg.batch, cfg.seq_len, precision_)) {
   model_step_->refresh_compute_copy(params);
+  if (comm_) {
+    if (comm_->serialized_threads()) background_ = std::make_unique<BackgroundCollectives>(*comm_);
+    sum_owners_ = updater_.sharded() ? updater_.shards() : shard_optimizer(params_, comm_->size());
+  }
   if (updater_.sharded()) {
     LT_ASSERT(comm_ && comm_->size() == updater_.shards().ranks, "a sharded optimizer without its ranks");
-    if (comm_->serialized_threads()) background_ = std::make_unique<BackgroundCollectives>(*comm_);
     broadcasts_ = std::make_unique<WeightBroadcasts>(*comm_, background_.get(), updater_.shards(), params_,
                                                      model_step_->compute_copy(params_));
     model_step_->on_weights_needed([this](const ModelPart& p) { broadcasts_->arrived(target_index(p)); });
@@ -59,9 +62,7 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
     // owner can start.
     if (background_ && a == cfg_.grad_accum - 1) {
       model_step_->on_gradient_finished([this](const ModelPart& p) {
-        const size_t i = target_index(p);
-        const OptimizerShards& shards = updater_.shards();
-        background_->queue_reduce(shards.owner[i], grads_.data(), target_ranges(grads_, shards.targets[i]));
+        queue_target_sum(*background_, sum_owners_, !updater_.sharded(), grads_, sum_owners_.targets[target_index(p)]);
       });
       reducing = true;
     }
@@ -77,7 +78,7 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
   if (comm_) {
     // Each rank gets the sum of the gradients (sharded: of its part's only), the loss and
     // the squared norm (rank_sums.h), and applies the update (sharded: to its part).
-    if (reducing) background_->wait_all();  // each part's sum at its owner
+    if (reducing) background_->wait_all();  // each part's sum at its owner (or at every rank)
     const RankSums sums = sum_over_ranks(*comm_, updater_.shards(), grads_, loss_sum, reducing);
     loss_sum = sums.loss_sum;
     sq = sums.grad_sq_sum;

@@ -11,7 +11,7 @@ RankSums sum_over_ranks(Communicator& comm, const OptimizerShards& shards, Model
                         bool reduced) {
   RankSums out;
   if (shards.ranks <= 1) {
-    comm.sum_in_rank_order(grads.data(), grads.numel());
+    if (!reduced) comm.sum_in_rank_order(grads.data(), grads.numel());
     out.loss_sum = comm.sum_in_rank_order(loss_sum);
     out.grad_sq_sum = ordered_grad_sq_sum(grads);  // the streaming executor's order
     return out;
@@ -29,6 +29,14 @@ RankSums sum_over_ranks(Communicator& comm, const OptimizerShards& shards, Model
   for (size_t i = 0; i + 1 < sums.size(); ++i) out.grad_sq_sum += sums[i];
   out.loss_sum = sums.back();
   return out;
+}
+
+void queue_target_sum(BackgroundCollectives& background, const OptimizerShards& owners, bool to_all,
+                      ModelParameters& grads, const UpdateTarget& t) {
+  const auto ranges = target_ranges(grads, t);
+  const int owner = owners.owner_of(ranges.front().first);
+  background.queue_reduce(owner, grads.data(), ranges);
+  if (to_all) background.queue_broadcast(owner, grads.data(), ranges);
 }
 
 }  // namespace lt

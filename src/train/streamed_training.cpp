@@ -105,8 +105,11 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
   executor_options_ = so;
-  if (comm_ && updater_.sharded()) {
+  if (comm_) {
     if (comm_->serialized_threads()) background_ = std::make_unique<BackgroundCollectives>(*comm_);
+    sum_owners_ = updater_.sharded() ? updater_.shards() : shard_optimizer(params_, comm_->size());
+  }
+  if (comm_ && updater_.sharded()) {
     broadcasts_ = std::make_unique<WeightBroadcasts>(*comm_, background_.get(), updater_.shards(), params_,
                                                      copy_.data(params_));
   }
@@ -233,10 +236,9 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     return out;
   }
   const LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> paged) { update_target(t, paged); };
-  // The last micro-batch completes each target's gradient: its sum to the owner can start.
+  // The last micro-batch completes each target's gradient: its sum over the ranks can start.
   const GradientFinal reduce = [&](const UpdateTarget& t) {
-    const auto ranges = target_ranges(grads_, t);
-    background_->queue_reduce(updater_.shards().owner_of(ranges.front().first), grads_.data(), ranges);
+    queue_target_sum(*background_, sum_owners_, !updater_.sharded(), grads_, t);
   };
   const int64_t micro = cfg_.batch * cfg_.seq_len;
   double loss_sum = 0, sq = 0;
@@ -261,7 +263,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     last = std::move(r);
   }
   if (comm_) {  // this rank's gradients and loss were its rows' only
-    if (background_) background_->wait_all();  // each target's sum at its owner
+    if (background_) background_->wait_all();  // each target's sum at its owner (or at every rank)
     const RankSums sums = sum_over_ranks(*comm_, updater_.shards(), grads_, loss_sum, background_ != nullptr);
     loss_sum = sums.loss_sum;
     sq = sums.grad_sq_sum;

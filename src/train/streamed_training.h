@@ -32,14 +32,14 @@
 //
 // Data parallelism (Options::comm): every rank runs the plan on its rows of each
 // micro-batch (the plan is for the rank's batch), the gradients, the loss and the norm are
-// summed over the ranks after backward as the in-memory engine sums them (rank_sums.h), so
-// a streamed run on N ranks is bitwise the in-memory run on N ranks. With a sharded
-// optimizer each target's gradient sum goes to its owner as soon as the last micro-batch's
-// backward has landed it on the host (StepOptions::gradient_final), on a background thread,
-// under the backward of the layers below; then each rank updates its own part at once (not
-// lazily: the other ranks need those weights) and each target's weights go out from its
-// owner on that thread (train/weight_broadcasts.h), the next step's update hook for the
-// target waiting for them. Not yet: the unsharded sums under backward, paged optimizer
+// summed over the ranks as the in-memory engine sums them (rank_sums.h), so a streamed
+// run on N ranks is bitwise the in-memory run on N ranks. Each target's gradient sum
+// starts as soon as the last micro-batch's backward has landed it on the host
+// (StepOptions::gradient_final), on a background thread, under the backward of the layers
+// below (to its owner, and unsharded on to every rank). With a sharded optimizer each rank
+// then updates its own part at once (not lazily: the other ranks need those weights) and
+// each target's weights go out from its owner on that thread (train/weight_broadcasts.h),
+// the next step's update hook for the target waiting for them. Not yet: paged optimizer
 // states with a sharded optimizer, and re-planning (the ranks would have to agree on a
 // switch; it is off under data parallelism).
 #pragma once
@@ -152,9 +152,11 @@ class StreamedTraining final : public StepEngine {
   int kept_in_a_row_ = 0;          // re-plans that kept the plan, since the last switch
   bool wait_for_replans_ = false;
   ComputeCopy copy_;  // bf16 mirror of the parameters (empty under fp32)
-  // Sharded data parallelism where MPI allows a second thread: the gradient sums to their
-  // owners as backward finishes each target, and the updated weights from their owners.
+  // Data parallelism where MPI allows a second thread: the gradient sums as backward
+  // finishes each target (to its owner in sum_owners_; unsharded, on to every rank), and
+  // sharded, the updated weights from their owners.
   std::unique_ptr<BackgroundCollectives> background_;
+  OptimizerShards sum_owners_;  // the optimizer's parts, or unsharded a partition like theirs
   std::unique_ptr<WeightBroadcasts> broadcasts_;  // sharded: the updated parts to every rank
   UpdateResult pending_;
   bool has_pending_ = false;

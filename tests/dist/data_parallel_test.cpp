@@ -395,18 +395,23 @@ TEST(DataParallel, TwoHostsInNetworkNamespacesOverTcpMatchOneHost) {
   EXPECT_EQ(test::final_weights(dir + "/checkpoint-000003"), test::final_weights(one_host + "/checkpoint-000003"));
 }
 
-// `lazytrain bench dp` on a tiny model: it runs its three trainings and reports, and the
+// `lazytrain bench dp` on a tiny model, in memory and streamed (each run planned for a
+// 1 GB compute tier on the h800 profile): it runs its three trainings and reports, and the
 // sharded run's weights are the unsharded run's (its speed and overlap figures are
 // measurements, for the bench's reader, not checked here).
 TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
-  const test::ShellResult r = test::run_shell(
-      mpirun_env() + "timeout 300 " + std::string(LT_BINARY_DIR) +
-      "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 --batch 4 --seq 64 --steps 2 --output-dir " +
-      scratch_dir("bench") + " 2>&1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("RESULT dp ranks=2 hidden_frac="), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(" equal=true "), std::string::npos) << r.output;
+  const std::string bench = mpirun_env() + "timeout 300 " + std::string(LT_BINARY_DIR) +
+                            "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 --batch 4 --seq 64 --steps 2";
+  const std::string streamed = " --compute-budget-gb 1 --hardware " + std::string(LT_TESTS_DIR) + "/../profiles/h800.json";
+  for (const std::string& mode : {std::string(), streamed}) {
+    const test::ShellResult r =
+        test::run_shell(bench + mode + " --output-dir " + scratch_dir(mode.empty() ? "bench" : "bench-streamed") + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("RESULT dp ranks=2 hidden_frac="), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(" equal=true "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(mode.empty() ? " streamed=false" : " streamed=true"), std::string::npos) << r.output;
+  }
 }
 
 TEST(DataParallel, ABatchTheRanksCannotShareIsAClearError) {
