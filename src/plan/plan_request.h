@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "model/config.h"
@@ -25,6 +26,10 @@ struct PlanRequest {
   MeasuredLayerTimes measured;
   // The executor's kernels' scratch (plan/plan.h); not given: the cost model's estimate.
   ExecutorScratch scratch;
+  // When set, the scratch at another batch: the batch searches (the largest batch that
+  // fits, diagnose_infeasible's advice) plan each batch with its own, not with `scratch`,
+  // which is this batch's and too large for a smaller one.
+  std::function<ExecutorScratch(int64_t batch)> scratch_at;
   double time_limit_s = 10;          // MILP limit, in CPU seconds as CBC counts them
   double target_gap = 0.002;         // MILP relative gap to stop at
 

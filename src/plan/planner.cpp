@@ -39,6 +39,7 @@ namespace {
 
 Plan plan_at(PlanRequest req, const std::string& policy, int64_t batch) {
   req.batch = batch;
+  if (req.scratch_at) req.scratch = req.scratch_at(batch);
   if (policy == "milp") req.time_limit_s = std::min(req.time_limit_s, kSearchTimeLimit);
   return make_plan(req, policy);
 }
@@ -73,6 +74,7 @@ BatchSearchResult search_batch(const PlanRequest& req, const std::string& policy
   for (int64_t b : candidates) {
     PlanRequest q = req;
     q.batch = b;
+    if (q.scratch_at) q.scratch = q.scratch_at(b);
     Plan p = make_plan(q, policy);
     BatchPoint pt{b, p.feasible, p.predicted_step_s, p.feasible ? p.tokens_per_s() : 0};
     r.tried.push_back(pt);

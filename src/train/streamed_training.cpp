@@ -67,19 +67,28 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model) {
   limit_nvme_to_free_space(req, free_disk_bytes(dir, "train config (offload_dir)"), dir, "train config (offload_dir)");
   req.time_limit_s = cfg.plan_time_limit;
   // The kernels' scratch on the CPU's table (every backend's today), at the run's precision.
-  req.scratch = executor_scratch(model, cfg.batch, cfg.seq_len, cpu_kernel_table(),
-                                 cfg.precision == "bf16" ? Precision::BF16 : Precision::F32);
+  const Precision precision = cfg.precision == "bf16" ? Precision::BF16 : Precision::F32;
+  req.scratch = executor_scratch(model, cfg.batch, cfg.seq_len, cpu_kernel_table(), precision);
+  req.scratch_at = [model, seq = cfg.seq_len, precision](int64_t batch) {
+    return executor_scratch(model, batch, seq, cpu_kernel_table(), precision);
+  };
   return req;
 }
 
-Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model) {
+Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, int ranks) {
   const PlanRequest req = run_plan_request(cfg, model);
   Plan p = make_plan(req, "milp");
   if (!p.feasible) {
     const InfeasibleReport rep = diagnose_infeasible(req, "milp", p);
-    throw Error(rep.message, "train config (compute_budget_gb)",
-                rep.largest_batch > 0 ? "raise --compute-budget-gb, or train with --batch " +
-                                            std::to_string(rep.largest_batch) + " (and more --grad-accum)"
+    // --batch is the global batch: each of the ranks runs cfg.batch rows of it.
+    const std::string smaller =
+        ranks > 1 ? std::to_string(rep.largest_batch * ranks) + " (" + std::to_string(rep.largest_batch) +
+                        " rows on each of the " + std::to_string(ranks) + " ranks)"
+                  : std::to_string(rep.largest_batch);
+    throw Error(rep.message + (ranks > 1 ? " (for each rank's " + std::to_string(cfg.batch) + " rows)" : ""),
+                "train config (compute_budget_gb)",
+                rep.largest_batch > 0 ? "raise --compute-budget-gb, or train with --batch " + smaller +
+                                            " (and more --grad-accum)"
                                       : "raise --compute-budget-gb");
   }
   std::filesystem::create_directories(cfg.output_dir);

@@ -260,7 +260,7 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
   } else if (cfg.compute_budget_gb > 0) {
     // One plan for all ranks: rank 0 solves it (a time-limited solve may end elsewhere on
     // another rank) and the others read what it wrote.
-    if (writer) plan = plan_this_run(rank_cfg, mc);
+    if (writer) plan = plan_this_run(rank_cfg, mc, ranks);
     if (comm) {
       comm->barrier();
       if (!writer) plan = load_plan(cfg.output_dir + "/plan.json");

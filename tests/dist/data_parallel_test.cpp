@@ -248,8 +248,8 @@ TEST(DataParallel, TheShardedOptimizerHoldsHalfTheStatesAndChangesNoBit) {
 // 8-bit AdamW) with 2 micro-batches a step: sharded (each target's gradient sum to its
 // owner under backward, each rank's part updated after the step and sent under the next),
 // on the cpu and emu backends, and resumed from the first checkpoint; and unsharded with
-// the top layers' optimizer states paged from NVMe. A plan for the whole batch, and one
-// that pages states under a sharded optimizer, are clear errors.
+// the top layers' optimizer states paged from NVMe. A plan for the whole batch, one that
+// pages states under a sharded optimizer, and a compute budget too small are clear errors.
 TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string base = scratch_dir("streamed"), mem = base + "/in-memory", mem_whole = base + "/in-memory-unsharded";
@@ -316,6 +316,12 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
   EXPECT_NE(e2.exit_code, 0);
   EXPECT_NE(e2.output.find("--shard-optimizer off, or plan with --nvme-state-layers 0"), std::string::npos)
       << e2.output;
+  // A compute budget no plan fits: rank 0 says so for one rank's rows.
+  const test::ShellResult e3 = train(2, flags + base + "/bad3 --compute-budget-gb 0.0001 --hardware " +
+                                            std::string(LT_TESTS_DIR) + "/../profiles/h800.json");
+  EXPECT_NE(e3.exit_code, 0);
+  EXPECT_NE(e3.output.find("compute-tier memory short by"), std::string::npos) << e3.output;
+  EXPECT_NE(e3.output.find("(for each rank's 2 rows)"), std::string::npos) << e3.output;
 }
 
 // A rank killed mid-run (SIGKILL as its step 5 starts): the job ends within a bounded time

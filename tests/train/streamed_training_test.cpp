@@ -153,6 +153,21 @@ TEST_F(StreamedTraining, PlansItselfForAComputeBudget) {
 
   c.compute_budget_gb = 1e-4;  // 100 kB: not even the weight slots
   expect_training_error(c, "compute-tier memory short by");
+
+  // A budget that holds batch 1 whole (its keep-all plan's peak) but not batch 8: the
+  // error names a smaller batch that fits, each searched batch planned with its own
+  // kernels' scratch (with the scratch of batch 8, none would fit).
+  TrainConfig one = c;
+  one.batch = 1;
+  c.compute_budget_gb = make_plan(run_plan_request(one, load_model_config(reference_.checkpoint_dir)), "keep-all")
+                            .predicted_peak.gpu / 1e9;
+  c.batch = 8;
+  expect_training_error(c, "or train with --batch ");
+  try {
+    run_training(c);
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("largest batch that fits: none"), std::string::npos) << e.what();
+  }
 }
 
 // host_budget_gb: the trainer's plan keeps the host peak within it by paging optimizer
