@@ -21,7 +21,8 @@ void WeightBroadcasts::send() {
     return;
   }
   for (size_t i = 0; i < shards_.targets.size(); ++i)
-    tickets_[i] = background_->queue_broadcast(shards_.owner[i], params_.data(), target_ranges(params_, shards_.targets[i]));
+    tickets_[i] =
+        background_->queue_broadcast(shards_.owner[i], params_.data(), target_ranges(params_, shards_.targets[i]));
 }
 
 void WeightBroadcasts::arrived(const UpdateTarget& t) {

@@ -252,7 +252,8 @@ TEST(DataParallel, TheShardedOptimizerHoldsHalfTheStatesAndChangesNoBit) {
 // pages states under a sharded optimizer, and a compute budget too small are clear errors.
 TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
-  const std::string base = scratch_dir("streamed"), mem = base + "/in-memory", mem_whole = base + "/in-memory-unsharded";
+  const std::string base = scratch_dir("streamed"), mem = base + "/in-memory",
+                    mem_whole = base + "/in-memory-unsharded";
   const std::string flags = "--scratch-hidden 32 --scratch-layers 6 --scratch-heads 4 --scratch-kv-heads 2 "
                             "--scratch-intermediate 64 --seq-len 64 --synthetic-train-problems 300 --eval-problems 0 "
                             "--log-every 1 --warmup-steps 0 --batch 4 --grad-accum 2 --save-every 2 --steps 4 "
@@ -409,10 +410,11 @@ TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string bench = mpirun_env() + "timeout 300 " + std::string(LT_BINARY_DIR) +
                             "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 --batch 4 --seq 64 --steps 2";
-  const std::string streamed = " --compute-budget-gb 1 --hardware " + std::string(LT_TESTS_DIR) + "/../profiles/h800.json";
+  const std::string streamed =
+      " --compute-budget-gb 1 --hardware " + std::string(LT_TESTS_DIR) + "/../profiles/h800.json";
   for (const std::string& mode : {std::string(), streamed}) {
-    const test::ShellResult r =
-        test::run_shell(bench + mode + " --output-dir " + scratch_dir(mode.empty() ? "bench" : "bench-streamed") + " 2>&1");
+    const std::string dir = scratch_dir(mode.empty() ? "bench" : "bench-streamed");
+    const test::ShellResult r = test::run_shell(bench + mode + " --output-dir " + dir + " 2>&1");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("RESULT dp ranks=2 hidden_frac="), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(" equal=true "), std::string::npos) << r.output;

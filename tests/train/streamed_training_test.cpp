@@ -69,7 +69,8 @@ class StreamedTraining : public ::testing::Test {
 
   void SetUp() override {
     reference_ = run_training(tiny_config(ref_dir_.str()));
-    const Plan p = test::out_of_core_plan(load_model_config(reference_.checkpoint_dir), tiny_config("").batch, tiny_config("").seq_len, true);
+    const TrainConfig tiny = tiny_config("");
+    const Plan p = test::out_of_core_plan(load_model_config(reference_.checkpoint_dir), tiny.batch, tiny.seq_len, true);
     ASSERT_TRUE(p.feasible) << p.infeasible_reason;
     const Plan::TierCounts tc = p.tier_counts();
     ASSERT_GT(tc.cpu + tc.nvme + tc.recompute, 0.0) << "the plan keeps every boundary on the compute tier";
