@@ -44,6 +44,12 @@ struct DpArgs {
   std::string output_dir = "runs/bench-dp";
 };
 
+std::string format_gb(double gb) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g GB", gb);
+  return buf;
+}
+
 std::string find_on_path(const std::string& name) {
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "");
@@ -116,8 +122,8 @@ void run_dp(const DpArgs& a) {
               "threads in all (%d per rank on %s ranks)\n",
               static_cast<long long>(a.layers), static_cast<long long>(a.hidden), static_cast<long long>(a.batch),
               static_cast<long long>(a.seq), static_cast<long long>(a.steps),
-              a.compute_budget_gb > 0 ? ("streamed (a plan for " + std::to_string(a.compute_budget_gb) +
-                                         " GB of compute tier per process)").c_str()
+              a.compute_budget_gb > 0 ? ("streamed (a plan for " + format_gb(a.compute_budget_gb) +
+                                         " of compute tier per process)").c_str()
                                       : "in memory",
               threads, per_rank, ranks.c_str());
   const RunResult one =
