@@ -7,7 +7,6 @@
 #include "exec/streaming_executor.h"
 #include "kernels/kernel_table.h"
 #include "memory/compute_arena.h"
-#include "train/rank_sums.h"
 
 namespace lt {
 
@@ -21,34 +20,26 @@ InMemoryTraining::InMemoryTraining(const TrainConfig& cfg, ModelParameters& para
       precision_(cfg.precision == "bf16" ? Precision::BF16 : Precision::F32),
       model_step_(std::make_unique<ModelStep>(params.config(), cfg.batch, cfg.seq_len, precision_)) {
   model_step_->refresh_compute_copy(params);
-  if (comm_) {
-    if (comm_->serialized_threads()) background_ = std::make_unique<BackgroundCollectives>(*comm_);
-    sum_owners_ = updater_.sharded() ? updater_.shards() : shard_optimizer(params_, comm_->size());
-  }
-  if (updater_.sharded()) {
-    LT_ASSERT(comm_ && comm_->size() == updater_.shards().ranks, "a sharded optimizer without its ranks");
-    broadcasts_ = std::make_unique<WeightBroadcasts>(*comm_, background_.get(), updater_.shards(), params_,
-                                                     model_step_->compute_copy(params_));
-    model_step_->on_weights_needed([this](const ModelPart& p) { broadcasts_->arrived(target_index(p)); });
-  }
+  if (!comm_) return;
+  exchange_ = std::make_unique<RankExchange>(*comm_, updater_, params_, grads_, model_step_->compute_copy(params_));
+  model_step_->on_weights_needed([this](const ModelPart& p) { exchange_->weights_needed(target_of(p)); });
 }
 
-size_t InMemoryTraining::target_index(const ModelPart& p) const {
-  // shards.targets: embed, layer 0..L-1, head.
+UpdateTarget InMemoryTraining::target_of(const ModelPart& p) {
   switch (p.kind) {
-    case ModelPart::Kind::Embedding: return 0;
-    case ModelPart::Kind::Layer: return static_cast<size_t>(p.layer) + 1;
+    case ModelPart::Kind::Embedding: return {UpdateTarget::Kind::Embed, -1};
+    case ModelPart::Kind::Layer: return {UpdateTarget::Kind::Layer, static_cast<int>(p.layer)};
     case ModelPart::Kind::Head: break;
   }
-  return static_cast<size_t>(params_.config().num_layers) + 1;
+  return {UpdateTarget::Kind::Head, -1};
 }
 
 void InMemoryTraining::flush() {
-  if (broadcasts_) broadcasts_->all_arrived();
+  if (exchange_) exchange_->all_weights_in();
 }
 
 double InMemoryTraining::overlapped_collective_seconds() const {
-  return background_ ? std::max(0.0, background_->busy_seconds() - background_->waited_seconds()) : 0.0;
+  return exchange_ ? exchange_->overlapped_seconds() : 0.0;
 }
 
 StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted, int64_t step,
@@ -58,12 +49,9 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
   double loss_sum = 0;
   bool reducing = false;  // the gradient sums run in the background
   for (int64_t a = 0; a < cfg_.grad_accum && predicted > 0; ++a) {
-    // The last micro-batch's backward finishes each part's gradient: its sum to the part's
-    // owner can start.
-    if (background_ && a == cfg_.grad_accum - 1) {
-      model_step_->on_gradient_finished([this](const ModelPart& p) {
-        queue_target_sum(*background_, sum_owners_, !updater_.sharded(), grads_, sum_owners_.targets[target_index(p)]);
-      });
+    // The last micro-batch's backward finishes each part's gradient: its sum can start.
+    if (exchange_ && exchange_->overlaps() && a == cfg_.grad_accum - 1) {
+      model_step_->on_gradient_finished([this](const ModelPart& p) { exchange_->gradient_final(target_of(p)); });
       reducing = true;
     }
     const StepResult r = model_step_->forward_backward(params_, grads_, ids + a * tokens, labels + a * tokens, {},
@@ -75,11 +63,10 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
   Outcome out;
   double sq = 0;
   bf16* compute_copy = model_step_->compute_copy(params_);
-  if (comm_) {
+  if (exchange_) {
     // Each rank gets the sum of the gradients (sharded: of its part's only), the loss and
-    // the squared norm (rank_sums.h), and applies the update (sharded: to its part).
-    if (reducing) background_->wait_all();  // each part's sum at its owner (or at every rank)
-    const RankSums sums = sum_over_ranks(*comm_, updater_.shards(), grads_, loss_sum, reducing);
+    // the squared norm (rank_exchange.h), and applies the update (sharded: to its part).
+    const RankSums sums = exchange_->sum(loss_sum, reducing);
     loss_sum = sums.loss_sum;
     sq = sums.grad_sq_sum;
   } else {
@@ -89,7 +76,7 @@ StepEngine::Outcome InMemoryTraining::step(const int32_t* ids, const int32_t* la
   out.update = updater_.apply(params_, grads_, sq, compute_copy, step);
   // The updated parts to every rank; the next forward (or a flush) waits for each as it
   // gets there.
-  if (out.update.applied && broadcasts_) broadcasts_->send();
+  if (out.update.applied && updater_.sharded()) exchange_->send_weights();
   out.loss = predicted > 0 ? loss_sum / predicted : 0.0;
   return out;
 }

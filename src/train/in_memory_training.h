@@ -8,11 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "dist/background_collectives.h"
 #include "exec/streaming_executor.h"
 #include "layers/model_step.h"
+#include "train/rank_exchange.h"
 #include "train/step_engine.h"
-#include "train/weight_broadcasts.h"
 
 namespace lt {
 
@@ -50,14 +49,8 @@ class InMemoryTraining final : public StepEngine {
   Communicator* comm_;
   Precision precision_;
   std::unique_ptr<ModelStep> model_step_;
-  // Where MPI allows a background thread: each part's gradient sum starts as soon as the
-  // last micro-batch's backward finishes it, under the backward of the layers below (to
-  // its owner in sum_owners_, and unsharded on to every rank), and sharded, each part's
-  // updated weights arrive under the next forward of the layers above it.
-  std::unique_ptr<BackgroundCollectives> background_;
-  OptimizerShards sum_owners_;  // the optimizer's parts, or unsharded a partition like theirs
-  std::unique_ptr<WeightBroadcasts> broadcasts_;  // sharded: the updated parts to every rank
-  size_t target_index(const ModelPart& p) const;  // in shards.targets
+  std::unique_ptr<RankExchange> exchange_;  // data parallelism: the sums and weights of the ranks
+  static UpdateTarget target_of(const ModelPart& p);
 };
 
 }  // namespace lt

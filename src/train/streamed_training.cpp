@@ -15,8 +15,7 @@
 #include "plan/nvme_space.h"
 #include "plan/plan_json.h"
 #include "plan/planner.h"
-#include "train/rank_sums.h"
-#include "train/weight_broadcasts.h"
+#include "train/rank_exchange.h"
 
 namespace lt {
 
@@ -114,14 +113,7 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
   executor_options_ = so;
-  if (comm_) {
-    if (comm_->serialized_threads()) background_ = std::make_unique<BackgroundCollectives>(*comm_);
-    sum_owners_ = updater_.sharded() ? updater_.shards() : shard_optimizer(params_, comm_->size());
-  }
-  if (comm_ && updater_.sharded()) {
-    broadcasts_ = std::make_unique<WeightBroadcasts>(*comm_, background_.get(), updater_.shards(), params_,
-                                                     copy_.data(params_));
-  }
+  if (comm_) exchange_ = std::make_unique<RankExchange>(*comm_, updater_, params_, grads_, copy_.data(params_));
   executor_ = std::make_unique<StreamingExecutor>(plan, *backend_, so);
   wait_for_replans_ = options.wait_for_replans;
   if (cfg.adaptive_plan != "on") {
@@ -228,7 +220,7 @@ std::vector<ReplanEvent> StreamedTraining::finish(int64_t step) {
 }
 
 void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte> paged) {
-  if (broadcasts_) return broadcasts_->arrived(t);  // updated by its owner after the last step
+  if (sharded()) return exchange_->weights_needed(t);  // updated by its owner after the last step
   for (auto [offset, n] : target_ranges(params_, t))
     updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), paged);
 }
@@ -246,21 +238,20 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
   }
   const LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> paged) { update_target(t, paged); };
   // The last micro-batch completes each target's gradient: its sum over the ranks can start.
-  const GradientFinal reduce = [&](const UpdateTarget& t) {
-    queue_target_sum(*background_, sum_owners_, !updater_.sharded(), grads_, t);
-  };
+  const GradientFinal reduce = [&](const UpdateTarget& t) { exchange_->gradient_final(t); };
+  const bool overlapped = exchange_ && exchange_->overlaps();
   const int64_t micro = cfg_.batch * cfg_.seq_len;
   double loss_sum = 0, sq = 0;
   StreamingStepResult last;  // the last micro-batch's timings, for the drift detector
   LinkUse h2d, d2h;
   for (int64_t a = 0; a < cfg_.grad_accum; ++a) {
     StepOptions o;
-    o.update = a == 0 && (has_pending_ || broadcasts_) ? &hook : nullptr;
+    o.update = a == 0 && (has_pending_ || sharded()) ? &hook : nullptr;
     o.zero_grads = a == 0;  // later micro-batches add to the first's gradients
     o.grad_scale = 1.0f / static_cast<float>(predicted);
     o.compute_copy = copy_.data(params_);
     o.doc_start = doc_start ? doc_start + a * micro : nullptr;
-    if (background_ && a + 1 == cfg_.grad_accum) o.gradient_final = &reduce;
+    if (overlapped && a + 1 == cfg_.grad_accum) o.gradient_final = &reduce;
     const size_t h2d_bytes = backend_->h2d_bytes, d2h_bytes = backend_->d2h_bytes;
     const Backend::LinkBusy busy = backend_->link_busy();
     StreamingStepResult r = executor_->step(params_, grads_, ids + a * micro, labels + a * micro, o);
@@ -271,9 +262,8 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     sq = r.grad_sq_sum;  // summed over the accumulated gradients as they arrive
     last = std::move(r);
   }
-  if (comm_) {  // this rank's gradients and loss were its rows' only
-    if (background_) background_->wait_all();  // each target's sum at its owner (or at every rank)
-    const RankSums sums = sum_over_ranks(*comm_, updater_.shards(), grads_, loss_sum, background_ != nullptr);
+  if (exchange_) {  // this rank's gradients and loss were its rows' only
+    const RankSums sums = exchange_->sum(loss_sum, overlapped);
     loss_sum = sums.loss_sum;
     sq = sums.grad_sq_sum;
   }
@@ -286,7 +276,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
 }
 
 void StreamedTraining::start_update(const UpdateResult& d) {
-  if (!broadcasts_) {  // lazy: the next step applies it target by target (or flush(), at once)
+  if (!sharded()) {  // lazy: the next step applies it target by target (or flush(), at once)
     pending_ = d;
     has_pending_ = true;
     return;
@@ -296,11 +286,11 @@ void StreamedTraining::start_update(const UpdateResult& d) {
   // thread; the next step's hook for a target waits for them there.
   if (!d.applied) return;
   updater_.update_range(params_, grads_, updater_.owned_offset(), updater_.owned_numel(), d, copy_.data(params_));
-  broadcasts_->send();
+  exchange_->send_weights();
 }
 
 void StreamedTraining::flush() {
-  if (broadcasts_) broadcasts_->all_arrived();
+  if (sharded()) exchange_->all_weights_in();
   if (!has_pending_) return;
   const int L = static_cast<int>(params_.config().num_layers);
   update_target({UpdateTarget::Kind::Embed, -1}, {});
@@ -369,7 +359,7 @@ std::vector<std::string> StreamedTraining::describe() const {
 }
 
 double StreamedTraining::overlapped_collective_seconds() const {
-  return background_ ? std::max(0.0, background_->busy_seconds() - background_->waited_seconds()) : 0.0;
+  return exchange_ ? exchange_->overlapped_seconds() : 0.0;
 }
 
 std::string StreamedTraining::step_time_note(double measured_s) const {

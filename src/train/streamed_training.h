@@ -32,13 +32,13 @@
 //
 // Data parallelism (Options::comm): every rank runs the plan on its rows of each
 // micro-batch (the plan is for the rank's batch), the gradients, the loss and the norm are
-// summed over the ranks as the in-memory engine sums them (rank_sums.h), so a streamed
+// summed over the ranks as the in-memory engine sums them (rank_exchange.h), so a streamed
 // run on N ranks is bitwise the in-memory run on N ranks. Each target's gradient sum
 // starts as soon as the last micro-batch's backward has landed it on the host
 // (StepOptions::gradient_final), on a background thread, under the backward of the layers
 // below (to its owner, and unsharded on to every rank). With a sharded optimizer each rank
 // then updates its own part at once (not lazily: the other ranks need those weights) and
-// each target's weights go out from its owner on that thread (train/weight_broadcasts.h),
+// each target's weights go out from its owner on that thread (rank_exchange.h),
 // the next step's update hook for the target waiting for them. Not yet: paged optimizer
 // states with a sharded optimizer, and re-planning (the ranks would have to agree on a
 // switch; it is off under data parallelism).
@@ -50,7 +50,6 @@
 #include <string>
 #include <vector>
 
-#include "dist/background_collectives.h"
 #include "dist/communicator.h"
 #include "exec/backend.h"
 #include "exec/streaming_executor.h"
@@ -61,8 +60,8 @@
 #include "train/replanner.h"
 #include "train/step_engine.h"
 #include "train/train_config.h"
+#include "train/rank_exchange.h"
 #include "train/updater.h"
-#include "train/weight_broadcasts.h"
 
 namespace lt {
 
@@ -89,7 +88,7 @@ struct StreamedTrainingOptions {
   // what a re-plan does then does not race the solver's speed).
   bool wait_for_replans = false;
   // The data-parallel ranks, or null. Every rank runs the same plan on its rows of each
-  // micro-batch; the gradients are summed over the ranks after backward (rank_sums.h).
+  // micro-batch; the gradients are summed over the ranks after backward (rank_exchange.h).
   // With a sharded optimizer each target's lazy update runs on its owner, which sends the
   // updated weights to the other ranks before any of them reads the target.
   Communicator* comm = nullptr;
@@ -153,12 +152,9 @@ class StreamedTraining final : public StepEngine {
   int kept_in_a_row_ = 0;          // re-plans that kept the plan, since the last switch
   bool wait_for_replans_ = false;
   ComputeCopy copy_;  // bf16 mirror of the parameters (empty under fp32)
-  // Data parallelism where MPI allows a second thread: the gradient sums as backward
-  // finishes each target (to its owner in sum_owners_; unsharded, on to every rank), and
-  // sharded, the updated weights from their owners.
-  std::unique_ptr<BackgroundCollectives> background_;
-  OptimizerShards sum_owners_;  // the optimizer's parts, or unsharded a partition like theirs
-  std::unique_ptr<WeightBroadcasts> broadcasts_;  // sharded: the updated parts to every rank
+  std::unique_ptr<RankExchange> exchange_;  // data parallelism: the sums and weights of the ranks
+  // Sharded data parallelism: each rank updates its part after the step (not lazily).
+  bool sharded() const { return exchange_ && updater_.sharded(); }
   UpdateResult pending_;
   bool has_pending_ = false;
 };

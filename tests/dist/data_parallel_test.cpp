@@ -243,7 +243,7 @@ TEST(DataParallel, TheShardedOptimizerHoldsHalfTheStatesAndChangesNoBit) {
 
 // A streamed plan under mpirun (issue 29 part B): each rank runs the plan (made for its 2
 // of the 4 rows) on its rows of every micro-batch, and the sums are the in-memory engine's
-// (train/rank_sums.h), so the run is bitwise the in-memory run on 2 ranks at every
+// (train/rank_exchange.h), so the run is bitwise the in-memory run on 2 ranks at every
 // checkpoint, weights and optimizer.bin, under the default precision and optimizer (bf16,
 // 8-bit AdamW) with 2 micro-batches a step: sharded (each target's gradient sum to its
 // owner under backward, each rank's part updated after the step and sent under the next),

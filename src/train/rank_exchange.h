@@ -1,0 +1,81 @@
+// What a data-parallel step engine exchanges with the other ranks, the same in both
+// engines, so that an in-memory and a streamed run on N ranks apply the same update bit
+// for bit.
+//
+// Sums. The gradients (in rank order, dist/communicator.h), the loss, and the squared norm
+// of the summed gradient in ordered_grad_sq_terms' order: a sharded rank sums the terms of
+// its own part, and the terms' sums over the ranks, added in that order, are the bits of
+// ordered_grad_sq_sum over the whole summed gradient. Where MPI allows a background thread
+// (overlaps()), each target's gradient sum starts as soon as the last micro-batch's
+// backward has finished the target (gradient_final), under the backward of the layers
+// below: to the target's owner (the optimizer's parts, or unsharded a partition like
+// theirs, which spreads the sums over the ranks), and unsharded on from the owner to every
+// rank. Otherwise the sums run after backward (reduce-scatter to the owners, or to all).
+//
+// Weights (sharded optimizer, train/optimizer_shards.h). After each rank has updated its
+// own part, each target's owner sends the target's weights to all: on the background
+// thread, one target after another in the order the next forward reads them (embed,
+// layers 0..L-1, head), so that forward waits for a target only when it reaches it
+// (weights_needed); or, without the thread, all at once and blocking (all_gather_parts).
+// Once a target's weights are in, the bf16 compute copy of a target this rank did not
+// update is refreshed from them (an owner's update writes its own).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+#include "dist/background_collectives.h"
+#include "dist/communicator.h"
+#include "model/parameters.h"
+#include "plan/stream_schedule.h"
+#include "train/optimizer_shards.h"
+#include "train/updater.h"
+
+namespace lt {
+
+struct RankSums {
+  double grad_sq_sum = 0;  // of the gradient summed over the ranks
+  double loss_sum = 0;     // over the ranks' rows
+};
+
+class RankExchange {
+ public:
+  // comm: more than one rank. compute_copy: the bf16 mirror of params (null under fp32).
+  // All must outlive this.
+  RankExchange(Communicator& comm, const Updater& updater, ModelParameters& params, ModelParameters& grads,
+               bf16* compute_copy);
+
+  // Whether the gradient sums can run under backward (gradient_final).
+  bool overlaps() const { return background_ != nullptr; }
+  // Target t's gradient is final on this rank: its sum starts (only where overlaps()).
+  void gradient_final(const UpdateTarget& t);
+  // After backward: the sums. gradient_final ran for every target of this step (those sums
+  // are waited for), else the gradients are summed now.
+  RankSums sum(double loss_sum, bool gradients_queued);
+
+  // Sharded: after this rank updated its part, every target's weights go out from its
+  // owner; weights_needed waits for target t's (nothing when none are on the way),
+  // all_weights_in for all of them.
+  void send_weights();
+  void weights_needed(const UpdateTarget& t);
+  void all_weights_in();
+
+  // The collective seconds the background thread spent while the caller computed.
+  double overlapped_seconds() const;
+
+ private:
+  void weights_in(size_t target);  // waits for its broadcast, then refreshes its bf16 copy
+
+  Communicator& comm_;
+  const Updater& updater_;
+  ModelParameters& params_;
+  ModelParameters& grads_;
+  bf16* compute_copy_;
+  std::unique_ptr<BackgroundCollectives> background_;  // where MPI allows a second thread
+  OptimizerShards owners_;  // the optimizer's parts, or unsharded a partition like theirs
+  std::vector<int64_t> tickets_;  // per target: its weights' broadcast ticket, 0 when in
+};
+
+}  // namespace lt
