@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "io/atomic_file.h"
+#include "plan/plan_json.h"
 
 namespace lt::cli {
 namespace {
@@ -135,6 +136,20 @@ void run_dp(const DpArgs& a) {
   print_run("1 process", one);
   print_run((ranks + " ranks, sharded").c_str(), sharded);
   print_run((ranks + " ranks, unsharded").c_str(), whole);
+  if (a.compute_budget_gb > 0) {
+    // What the planner predicted for each run's step (the ranks' exchange counted, at the
+    // link rate rank 0 measured or the profile gives) against the measured one; the plan
+    // is in the profile's speeds, so the two agree only on a profile of this machine.
+    const double tokens = static_cast<double>(a.batch * a.seq);
+    for (const char* run : {"one", "sharded", "unsharded"}) {
+      const Plan p = load_plan(a.output_dir + "/" + run + "/plan.json");
+      const RunResult& r = std::string(run) == "one" ? one : std::string(run) == "sharded" ? sharded : whole;
+      const double measured = tokens / r.summary.at("tokens_per_s").get<double>();
+      std::printf("  %-10s plan on %s predicts %.4g s a step (%d rank%s, exchange %s), measured %.4g s (%+.0f%%)\n",
+                  run, p.hardware.name.c_str(), p.predicted_step_s, p.ranks, p.ranks > 1 ? "s" : "",
+                  p.ranks > 1 ? "counted" : "none", measured, 100 * (measured / p.predicted_step_s - 1));
+    }
+  }
   const double hidden = sharded.summary.at("collective_hidden_frac").get<double>();
   const double state_frac = sharded.summary.at("optimizer_state_bytes").get<double>() /
                             one.summary.at("optimizer_state_bytes").get<double>();

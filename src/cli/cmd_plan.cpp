@@ -14,6 +14,7 @@
 #include "plan/model_preset.h"
 #include "plan/plan_json.h"
 #include "plan/nvme_space.h"
+#include "plan/plan_evaluate.h"
 #include "plan/planner.h"
 
 namespace lt::cli {
@@ -25,7 +26,9 @@ constexpr int kExitInfeasible = 2;
 struct PlanArgs {
   std::string model, hardware = "h800", policy = "milp", out, act_budget, offload_dir;
   int64_t batch = 1, seq = 1024;
-  int nvme_state_layers = -1;
+  int nvme_state_layers = -1, ranks = 1;
+  std::string shard_optimizer = "on";
+  double network_gbps = 0;
   double gpu_cap_gb = 0, host_budget_gb = 0, time_limit_s = 10, gap = 0.002;
   bool max_batch = false, json = false;
 };
@@ -89,6 +92,19 @@ void print_table(const Plan& p) {
   if (!p.nvme_state_layers.empty())
     std::printf("  %-24s %zu layers (%d..%d) page from NVMe, %.3f GB\n", "optimizer states", p.nvme_state_layers.size(),
                 p.nvme_state_layers.front(), p.nvme_state_layers.back(), p.nvme_state_bytes() / 1e9);
+  if (p.ranks > 1) {
+    double bytes = 0, net_s = 0;
+    for (const Window& w : p.windows) {
+      for (const Transfer& x : w.transfers)
+        if (x.link == Link::Net) bytes += x.bytes;
+      net_s += window_timing(w, p.hardware).net;
+    }
+    std::printf("  %-24s %d ranks x batch %lld, optimizer %s; %.3f GB a step over %.2f GB/s (%.4f s)\n",
+                "data parallel", p.ranks, static_cast<long long>(p.batch),
+                p.shard_optimizer ? "sharded (each rank updates its part in P0)" : "on every rank", bytes / 1e9,
+                p.hardware.network_bw / 1e9, net_s);
+    std::printf("  %-24s %.1f\n", "tokens/s (all ranks)", p.ranks * p.tokens_per_s());
+  }
 }
 
 void run_plan(const PlanArgs& a) {
@@ -110,6 +126,11 @@ void run_plan(const PlanArgs& a) {
   req.time_limit_s = a.time_limit_s;
   req.target_gap = a.gap;
   req.nvme_state_layers = a.nvme_state_layers;
+  if (a.ranks < 1) throw Error("--ranks must be at least 1", "--ranks", "e.g. --ranks 2");
+  req.ranks = a.ranks;
+  req.shard_optimizer = a.shard_optimizer == "on";
+  if (!(a.network_gbps >= 0)) throw Error("--network-gbps must not be negative", "--network-gbps", "e.g. 12.5 (100 Gbit/s)");
+  if (a.network_gbps > 0) req.hardware.network_bw = a.network_gbps * 1e9;
   if (!a.act_budget.empty()) parse_act_budget(a.act_budget, req);
   if (!a.offload_dir.empty())
     limit_nvme_to_free_space(req, free_disk_bytes(a.offload_dir, "--offload-dir"), a.offload_dir, "--offload-dir");
@@ -177,6 +198,14 @@ void add_plan_command(CLI::App& app) {
                   "error)");
   cmd->add_option("--nvme-state-layers", a->nvme_state_layers,
                   "Layers whose optimizer states page from NVMe (default: as few as host memory needs)");
+  cmd->add_option("--ranks", a->ranks,
+                  "Data-parallel ranks (mpirun -np N), each running this plan on --batch rows of its own")
+      ->capture_default_str();
+  cmd->add_option("--shard-optimizer", a->shard_optimizer, "on: each rank keeps and updates 1/N of the optimizer (as train)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--network-gbps", a->network_gbps,
+                  "GB/s between the ranks (default: the profile's links.network_gbps)");
   cmd->add_flag("--max-batch", a->max_batch, "Search the largest feasible batch and the batch with the most tokens/s; plan the largest");
   cmd->add_option("--time-limit", a->time_limit_s, "MILP time limit, seconds")->capture_default_str();
   cmd->add_option("--gap", a->gap, "MILP relative gap to stop at")->capture_default_str();

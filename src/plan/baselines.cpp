@@ -1,6 +1,7 @@
 #include "plan/baselines.h"
 
 #include "core/error.h"
+#include "plan/data_parallel.h"
 #include "plan/default_schedule.h"
 #include "plan/head_streaming.h"
 #include "plan/plan_builder.h"
@@ -221,6 +222,7 @@ Plan plan_megatrain_code(const PlanRequest& req, const CostModel& cm) {
     w.free = {{"g.0", cm.slot_grad_bytes()}, {"dx.0", cm.embed_grad_bytes}};
     p.windows.push_back(std::move(w));
   }
+  add_rank_exchange(p, cm);
   return finish(std::move(p));
 }
 

@@ -182,7 +182,9 @@ int64_t CostModel::min_head_chunk_rows() const {
 }
 
 CostModel build_cost_model(const PlanRequest& req) {
-  return build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured, req.scratch);
+  CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured, req.scratch);
+  apply_data_parallel(cm, req);
+  return cm;
 }
 
 }  // namespace lt

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "plan/data_parallel.h"
 #include "plan/hardware_profile.h"
 #include "plan/plan.h"
 
@@ -107,6 +108,10 @@ struct CostModel {
   // Host state that lives for the whole run.
   double host_state_bytes = 0;       // ours: fp32 master + 8-bit m/v + bf16 copy + bf16 grads
   double host_state_bytes_fp32 = 0;  // megatrain-code: bf16 params + fp32 grads + fp32 m/v
+
+  // Data-parallel ranks (build_cost_model(req) fills it): their exchange's costs; the
+  // host state above is then one rank's.
+  DataParallelCosts dp;
 
   std::vector<LayerCost> layers;  // num_layers of them
   const LayerCost& layer(int j) const { return layers[static_cast<size_t>(j)]; }

@@ -78,6 +78,10 @@ HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::strin
     p.bf16_peak_flops = read_number(j, "compute", "bf16_peak_tflops", p, where) * 1e12;
   p.h2d_bw = read_number(j, "links", "h2d_gbps", p, where) * kGB;
   p.d2h_bw = read_number(j, "links", "d2h_gbps", p, where) * kGB;
+  if (j.contains("links") && j["links"].contains("network_gbps")) {
+    p.network_bw = read_number(j, "links", "network_gbps", p, where) * kGB;
+    if (!(p.network_bw > 0)) throw Error("links.network_gbps must be positive", where, "fix the profile, or leave it out");
+  }
   p.nvme_read_bw = read_number(j, "nvme", "read_gbps", p, where) * kGB;
   p.nvme_write_bw = read_number(j, "nvme", "write_gbps", p, where) * kGB;
   p.nvme_capacity_bytes = read_number(j, "nvme", "capacity_gb", p, where) * kGB;
@@ -141,6 +145,7 @@ nlohmann::json hardware_profile_to_json(const HardwareProfile& p) {
   if (p.bf16_peak_flops > 0) j["compute"]["bf16_peak_tflops"] = num("compute.bf16_peak_tflops", p.bf16_peak_flops / 1e12);
   j["links"] = {{"h2d_gbps", num("links.h2d_gbps", p.h2d_bw / kGB)},
                 {"d2h_gbps", num("links.d2h_gbps", p.d2h_bw / kGB)}};
+  if (p.network_bw > 0) j["links"]["network_gbps"] = num("links.network_gbps", p.network_bw / kGB);
   j["nvme"] = {{"read_gbps", num("nvme.read_gbps", p.nvme_read_bw / kGB)},
                {"write_gbps", num("nvme.write_gbps", p.nvme_write_bw / kGB)},
                {"capacity_gb", num("nvme.capacity_gb", p.nvme_capacity_bytes / kGB)}};

@@ -40,6 +40,9 @@ struct HardwareProfile {
   double bf16_peak_flops = 0;
   double h2d_bw = 0;       // bytes/s, host -> compute tier
   double d2h_bw = 0;       // bytes/s, compute tier -> host
+  // bytes/s one data-parallel rank moves to or from another (links.network_gbps, optional:
+  // 0 = not given; plans for more than one rank need it, plan/data_parallel.h).
+  double network_bw = 0;
   double nvme_read_bw = 0;
   double nvme_write_bw = 0;
   double nvme_capacity_bytes = 0;

@@ -180,6 +180,7 @@ struct Milp {
   // NVMe time, and the model leaves it out (it stays small).
   bool may_page() const {
     if (L < 2 || req.nvme_state_layers == 0) return false;
+    if (cm.dp.on() && cm.dp.sharded) return false;  // plan_state_paging: nothing pages
     if (req.nvme_state_layers > 0 || paging.count > 0) return true;
     const double host = req.hardware.host_memory_bytes, acts = L * cm.boundary_bytes;
     if (req.cpu_act_budget_bytes < 0) return cm.host_state_bytes + acts > kHostStateShare * host;
@@ -665,11 +666,48 @@ struct Milp {
       tt.emplace_back(t[w], -1);
       m.add_row(name + "_" + sn(w), tt, -kInf, -constant);
     };
+    // Data-parallel ranks (plan/data_parallel.h): sharded, a target's update placement is
+    // where its weights come in over the net; the rank's own part updates in P0.
+    const DataParallelCosts& dp = cm.dp;
+    const bool sharded = dp.on() && dp.sharded;
     auto host_terms = [&](int w) {
       Terms tt;
+      if (sharded) return tt;
       for (int j = 0; j < L; ++j) at_stage(tt, o[j], w, to[j]);
       at_stage(tt, oh, w, toh);
       return tt;
+    };
+    double net_constant = 0;  // net_terms' constant part, for the row that reads it
+    auto net_terms = [&](int w) {
+      Terms tt;
+      net_constant = 0;
+      if (!dp.on()) return tt;
+      const double bw = dp.network_bw / kGB;  // GB/s, as the byte columns
+      auto sum_s = [&](double params) { return dp.sum_bytes(params) / kGB / bw; };
+      // Sums start in the stage after their gradients drain (P0 after E).
+      auto next = [&](int s) { return s == st.epilogue() ? st.p0() : s + 1; };
+      for (int j = 0; j < L; ++j) {
+        const double s = sum_s(cm.layer(j).params);
+        const int rule = next(j >= 1 ? st.backward(j - 1) : st.epilogue());
+        for (auto [d, col] : gd[j]) {
+          if (next(d) == w) tt.emplace_back(col, s);
+          if (rule == w) tt.emplace_back(col, -s);
+        }
+        if (rule == w) net_constant += s;
+      }
+      if (w == st.backward(L - 1)) net_constant += sum_s(cm.head_params);
+      if (w == st.p0()) net_constant += sum_s(cm.embed_params);
+      if (sharded) {
+        auto bcast_s = [&](double params) { return dp.weight_bytes(params) / kGB / bw; };
+        for (int j = 0; j < L; ++j) at_stage(tt, o[j], w, bcast_s(cm.layer(j).params));
+        at_stage(tt, oh, w, bcast_s(cm.head_params));
+        if (w == st.p0()) net_constant += bcast_s(cm.embed_params);
+      }
+      return tt;
+    };
+    auto net_row = [&](int w) {
+      Terms tt = net_terms(w);
+      if (dp.on()) link_row("net", w, tt, net_constant);
     };
     auto d2h_terms = [&](int w) {
       Terms tt = family_at(dc, w, 1 / bd);
@@ -687,13 +725,19 @@ struct Milp {
       append(tt, state_terms(w));
       return tt;
     };
-    // P0: the embedding's update, and whatever the plan runs there.
-    link_row("host", st.p0(), host_terms(st.p0()), toe);
+    // P0: the embedding's update, and whatever the plan runs there; with data-parallel
+    // ranks after the last sums (sharded: the rank's part, then the weights it sends).
+    {
+      Terms tt = host_terms(st.p0());
+      append(tt, net_terms(st.p0()));
+      link_row("host", st.p0(), tt, (sharded ? dp.owned_update_s : toe) + net_constant);
+    }
     link_row("nvme", st.p0(), nvme_terms(st.p0()), 0);
     // P1: layer 0 and the embedded input (and layers loaded early).
     link_row("h2d", st.p1(), load_terms(st.p1()), (W[0] + A) / bh);
     link_row("nvme", st.p1(), nvme_terms(st.p1()), 0);
     link_row("host", st.p1(), host_terms(st.p1()), 0);
+    net_row(st.p1());
     for (int j = 0; j < L; ++j) {
       int w = st.forward(j);
       lower(w, F[j]);
@@ -703,6 +747,7 @@ struct Milp {
       link_row("d2h", w, d2h_terms(w), 0);
       link_row("nvme", w, nvme_terms(w), 0);
       link_row("host", w, host_terms(w), 0);
+      net_row(w);
     }
     {
       int w = st.head();
@@ -714,6 +759,7 @@ struct Milp {
       link_row("h2d", w, h2d, W[L - 1] / bh);
       link_row("d2h", w, d2h_terms(w), Wgh / bd);
       link_row("nvme", w, nvme_terms(w), 0);
+      net_row(w);
     }
     for (int j = L - 1; j >= 0; --j) {
       int w = st.backward(j);
@@ -728,8 +774,10 @@ struct Milp {
       link_row("h2d", w, h2d, constant);
       link_row("d2h", w, drain_terms(w), j + 1 < L ? Wg[j + 1] / bd : 0);  // layer j+1's gradients (or drains moved)
       link_row("nvme", w, nvme_terms(w), 0);
+      net_row(w);
     }
     link_row("d2h", st.epilogue(), drain_terms(st.epilogue()), (Wg[0] + A) / bd);
+    net_row(st.epilogue());
     for (int w = 0; w < st.count(); ++w) m.set_lb(t[w], lb_[w]);
     if (page) state_time_cuts();
   }

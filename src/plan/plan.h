@@ -125,7 +125,7 @@
 namespace lt {
 
 enum class WindowKind { Prologue0, Prologue1, Forward, Head, Recompute, Backward, Load, Epilogue };
-enum class Link { H2D, D2H, NvmeWrite, NvmeRead };
+enum class Link { H2D, D2H, NvmeWrite, NvmeRead, Net };
 
 const char* window_kind_name(WindowKind k);
 const char* link_name(Link l);
@@ -215,8 +215,12 @@ struct Plan {
 
   double gpu_cap_bytes = 0, cpu_act_budget_bytes = 0, nvme_act_budget_bytes = 0;
   double fixed_gpu_bytes = 0;  // compute-tier bytes held for the whole step (plan.h's "fixed")
-  double host_state_bytes = 0;
-  ExecutorScratch scratch;  // the request's (plan/plan_request.h), kept for re-planning
+  double host_state_bytes = 0;  // one rank's, under data parallelism
+  ExecutorScratch scratch;
+  // Data-parallel ranks running this plan, each on `batch` rows of its own, and whether
+  // they shard the optimizer (plan/data_parallel.h: the net transfers and P0's update).
+  int ranks = 1;
+  bool shard_optimizer = false;  // the request's (plan/plan_request.h), kept for re-planning
 
   std::vector<BoundaryPlacement> boundaries;  // L+1
   std::vector<std::pair<int, int>> blocks;    // recompute blocks, ascending

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/layer_specs.h"
+#include "plan/data_parallel.h"
 #include "plan/plan_memory.h"
 #include "plan/plan_stages.h"
 #include "plan/state_paging.h"
@@ -282,6 +283,8 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   p.fixed_gpu_bytes = 0;
   p.host_state_bytes = host_state_bytes;
   p.scratch = req.scratch;
+  p.ranks = cm.dp.ranks;
+  p.shard_optimizer = cm.dp.on() && cm.dp.sharded;
 }
 
 Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d) {
@@ -305,6 +308,7 @@ Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d)
   p.head_chunk_rows = d.head_chunk_rows;
   Builder b{req, cm, d, p, paging, L, Stages{L}, cm.head_footprint(d.head_chunk_rows), {}};
   b.build();
+  add_rank_exchange(p, cm);
   lay_out_plan_memory(p, cm);
   return p;
 }

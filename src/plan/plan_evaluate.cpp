@@ -14,17 +14,21 @@ bool ends_with(const std::string& s, const char* suffix) {
 
 }  // namespace
 
-double WindowLinkTimes::total() const { return std::max({compute, h2d, d2h, nvme, host}); }
+double WindowLinkTimes::total() const {
+  return std::max({compute, h2d, d2h, nvme, net_then_host ? net + host : std::max(net, host)});
+}
 
 WindowLinkTimes window_timing(const Window& w, const HardwareProfile& hw) {
   WindowLinkTimes t;
   t.compute = w.compute_s;
+  t.net_then_host = w.kind == WindowKind::Prologue0;
   for (const auto& x : w.transfers) {
     switch (x.link) {
       case Link::H2D: t.h2d += x.bytes / hw.h2d_bw; break;
       case Link::D2H: t.d2h += x.bytes / hw.d2h_bw; break;
       case Link::NvmeWrite: t.nvme += x.bytes / hw.nvme_write_bw; break;
       case Link::NvmeRead: t.nvme += x.bytes / hw.nvme_read_bw; break;
+      case Link::Net: t.net += x.bytes / hw.network_bw; break;
     }
   }
   for (const auto& h : w.host) t.host += h.seconds;

@@ -9,6 +9,8 @@ namespace lt {
 
 struct WindowLinkTimes {
   double compute = 0, h2d = 0, d2h = 0, nvme = 0, host = 0;
+  double net = 0;               // data-parallel collectives (plan/data_parallel.h)
+  bool net_then_host = false;   // P0: the updates wait for the sums
   double total() const;
 };
 

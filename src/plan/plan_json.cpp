@@ -32,6 +32,7 @@ const char* link_name(Link l) {
     case Link::D2H: return "d2h";
     case Link::NvmeWrite: return "nvme_write";
     case Link::NvmeRead: return "nvme_read";
+    case Link::Net: return "net";
   }
   return "?";
 }
@@ -46,7 +47,7 @@ WindowKind parse_kind(const std::string& s, const std::string& where) {
 }
 
 Link parse_link(const std::string& s, const std::string& where) {
-  for (Link l : {Link::H2D, Link::D2H, Link::NvmeWrite, Link::NvmeRead})
+  for (Link l : {Link::H2D, Link::D2H, Link::NvmeWrite, Link::NvmeRead, Link::Net})
     if (s == link_name(l)) return l;
   throw Error(std::string("unknown link '").append(s).append("'"), where, "regenerate the plan with `lazytrain plan`");
 }
@@ -108,8 +109,20 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 // head streamed in `head_chunks` chunks (0: whole) w.head.<c>, g.head.<c> (c below it),
 // w.head.norm, g.head.norm. The executor and the simulator index arrays by these numbers,
 // so a plan file must not hold any other.
+// The data-parallel ranks' collectives (plan/data_parallel.h): sum.<target> and
+// bcast.<target>, <target> embed, head or a layer index (checked by the caller's L).
+bool is_exchange_name(const std::string& t) {
+  for (const char* prefix : {"sum.", "bcast."})
+    if (starts_with(t, prefix)) {
+      const std::string target = t.substr(std::strlen(prefix));
+      return target == "embed" || target == "head" || index_at(t, std::strlen(prefix)) >= 0;
+    }
+  return false;
+}
+
 bool valid_tensor_name(const std::string& t, int L, int64_t head_chunks) {
   if (t == "w.head" || t == "g.head" || t == "in.0" || t == "dx.0") return true;
+  if (is_exchange_name(t)) return true;
   for (const char* head_prefix : {"w.head.", "g.head."})
     if (starts_with(t, head_prefix)) {
       if (head_chunks == 0) return false;
@@ -210,13 +223,24 @@ void check_structure(const Plan& p, const std::string& where) {
   for (const Window& w : p.windows) {
     const std::string in = " in window " + w.name;
     if (w.layer < -1 || w.layer >= L) bad("layer " + std::to_string(w.layer) + in + " is out of range");
-    for (const Transfer& t : w.transfers)
+    for (const Transfer& t : w.transfers) {
       if (!valid_tensor_name(t.tensor, L, head_chunks)) bad("unknown tensor '" + t.tensor + "'" + in);
+      if (is_exchange_name(t.tensor)) {
+        const int64_t j = index_at(t.tensor, t.tensor.find('.') + 1);
+        if (j >= L) bad("tensor '" + t.tensor + "'" + in + " names a layer the plan does not have");
+      }
+      if ((t.link == Link::Net) != is_exchange_name(t.tensor))
+        bad("tensor '" + t.tensor + "'" + in + (t.link == Link::Net ? " is no collective, but moves over the net"
+                                                                   : " is a collective, but moves over " +
+                                                                         std::string(link_name(t.link))));
+      if (t.link == Link::Net && p.ranks < 2) bad("collective '" + t.tensor + "'" + in + " in a plan for one rank");
+    }
     for (const auto* ops : {&w.alloc, &w.free})
       for (const MemOp& m : *ops)
         if (!valid_memory_name(m.tensor, L, head_chunks, window_names)) bad("unknown tensor '" + m.tensor + "'" + in);
     for (const HostTask& h : w.host)
-      if ((h.task != "optimizer" && h.task != "clip") || !valid_target(h.target, L, true))
+      if ((h.task != "optimizer" && h.task != "clip") ||
+          !(valid_target(h.target, L, true) || (h.task == "optimizer" && h.target == "rank part" && p.shard_optimizer)))
         bad("unknown host task '" + h.task + "' on '" + h.target + "'" + in);
   }
 }
@@ -260,6 +284,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.scratch.layer_bytes >= 0) j["fixed"]["layer_scratch_bytes"] = p.scratch.layer_bytes;
   if (p.scratch.head_bytes >= 0) j["fixed"]["head_scratch_bytes"] = p.scratch.head_bytes;
   j["head"] = {{"chunk_rows", p.head_chunk_rows}, {"chunks", p.head_chunks()}};
+  if (p.ranks > 1) j["data_parallel"] = {{"ranks", p.ranks}, {"sharded", p.shard_optimizer}};
   json bs = json::array();
   for (size_t i = 0; i < p.boundaries.size(); ++i) {
     const auto& b = p.boundaries[i];
@@ -341,6 +366,12 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     p.host_state_bytes = j.at("fixed").at("host_state_bytes").get<double>();
     p.scratch.layer_bytes = j.at("fixed").value("layer_scratch_bytes", -1.0);
     p.scratch.head_bytes = j.at("fixed").value("head_scratch_bytes", -1.0);
+    if (j.contains("data_parallel")) {
+      const auto& dp = j.at("data_parallel");
+      p.ranks = int_field<int>(dp.at("ranks"), "data_parallel.ranks", where);
+      if (p.ranks < 1) throw Error("data_parallel.ranks must be at least 1", where, kRegenerate);
+      p.shard_optimizer = dp.at("sharded").get<bool>();
+    }
     if (!v1) {
       p.head_chunk_rows = int_field<int64_t>(j.at("head").at("chunk_rows"), "head.chunk_rows", where);
       // Written for readers; it must agree with the rows (or the file was edited).

@@ -30,6 +30,11 @@ struct PlanRequest {
   // fits, diagnose_infeasible's advice) plan each batch with its own, not with `scratch`,
   // which is this batch's and too large for a smaller one.
   std::function<ExecutorScratch(int64_t batch)> scratch_at;
+  // Data-parallel ranks that each run this plan on batch rows of their own, and whether
+  // they shard the optimizer (plan/data_parallel.h); the profile's network_bw times
+  // their exchange.
+  int ranks = 1;
+  bool shard_optimizer = true;
   double time_limit_s = 10;          // MILP limit, in CPU seconds as CBC counts them
   double target_gap = 0.002;         // MILP relative gap to stop at
 

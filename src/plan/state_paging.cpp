@@ -65,8 +65,15 @@ StatePaging plan_state_paging(const PlanRequest& req, const CostModel& cm, bool 
                     " layers on NVMe, but only layers 2.." + std::to_string(L - 1) + " can page (" +
                     std::to_string(most) + ")",
                 "--nvme-state-layers", "ask for at most " + std::to_string(most));
+  // The sharded optimizer keeps each rank's part in host memory (train/rank_exchange.h
+  // has no paging): a plan for it pages nothing, and says so when the host is short.
+  const bool sharded = cm.dp.on() && cm.dp.sharded;
+  if (sharded && req.nvme_state_layers > 0)
+    throw Error("optimizer states cannot page to NVMe with the sharded optimizer of " + std::to_string(cm.dp.ranks) +
+                    " data-parallel ranks",
+                "--nvme-state-layers", "use --nvme-state-layers 0, or --shard-optimizer off");
   int count = 0;
-  if (!lazy_optimizer) {
+  if (!lazy_optimizer || sharded) {
     count = 0;
   } else if (req.nvme_state_layers >= 0) {
     count = req.nvme_state_layers;

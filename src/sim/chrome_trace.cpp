@@ -14,7 +14,7 @@ nlohmann::json chrome_trace_json(const SimResult& r, const Plan& p) {
   json ev = json::array();
   ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1},
                 {"args", {{"name", "lazytrain " + p.policy + " " + p.model_name + " batch " + std::to_string(p.batch)}}}});
-  for (SimLane l : {SimLane::Compute, SimLane::H2D, SimLane::D2H, SimLane::Nvme, SimLane::Host})
+  for (SimLane l : {SimLane::Compute, SimLane::H2D, SimLane::D2H, SimLane::Nvme, SimLane::Host, SimLane::Net})
     ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", static_cast<int>(l)},
                   {"args", {{"name", sim_lane_name(l)}}}});
   for (const auto& e : r.events) {

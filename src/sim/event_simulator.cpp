@@ -27,6 +27,7 @@ SimLane lane_of(Link l) {
   switch (l) {
     case Link::H2D: return SimLane::H2D;
     case Link::D2H: return SimLane::D2H;
+    case Link::Net: return SimLane::Net;
     default: return SimLane::Nvme;
   }
 }
@@ -111,6 +112,7 @@ double EventGraph::bandwidth(Link l) const {
     case Link::D2H: return hw_.d2h_bw;
     case Link::NvmeWrite: return hw_.nvme_write_bw;
     case Link::NvmeRead: return hw_.nvme_read_bw;
+    case Link::Net: return hw_.network_bw;
   }
   return 0;
 }
@@ -150,9 +152,16 @@ void EventGraph::add_events() {
       moved_upto_[id] = pc.total();
       transfers_.emplace_back(id, &t);
       if (t.tensor == "in.0" && t.link == Link::H2D) boundary_bytes_ = pc.total();
+      // Sharded data parallelism: a target's weights come in from its owner where the
+      // plan updates it (plan/data_parallel.h), which its loads wait for as for an update.
+      if (t.link == Link::Net && starts_with(t.tensor, "bcast.")) {
+        const std::string n = t.tensor.substr(6);
+        updates_[n == "embed" || n == "head" ? n : "layer." + n].push_back(id);
+        broadcasts_.push_back(id);
+      }
     }
   }
-  int last_on_lane[5] = {-1, -1, -1, -1, -1};
+  int last_on_lane[6] = {-1, -1, -1, -1, -1, -1};
   for (size_t i = 0; i < ops_.size(); ++i) {
     int& last = last_on_lane[static_cast<int>(ops_[i].lane)];
     ops_[i].lane_prev = last;
@@ -357,6 +366,7 @@ void EventGraph::add_head_chunk_dependencies() {
 void EventGraph::wait_for_update(int consumer, const std::string& target) {
   if (!p_.lazy_optimizer) {
     for (auto [id, h] : host_tasks_) need(consumer, id, "the optimizer step (" + h->task + " " + h->target + ")");
+    for (int id : broadcasts_) need(consumer, id, "the weights from their owner (" + ops_[id].name + ")");
     return;
   }
   auto it = updates_.find(target);
@@ -487,6 +497,9 @@ void EventGraph::add_transfer_sources() {
           unknown();
         }
         break;
+      case Link::Net:
+        add_collective_sources(id, x);
+        break;
       case Link::NvmeRead:
         if (starts_with(x, "os.") && number_after(x, 3) >= 0) break;  // on NVMe since the last step
         if (boundary && part == "nvme") need(id, covering(x, Link::NvmeWrite, upto), x + " written to NVMe");
@@ -494,6 +507,45 @@ void EventGraph::add_transfer_sources() {
         break;
     }
   }
+}
+
+// Data-parallel collectives (plan/data_parallel.h). A sum waits for its gradient's last
+// drain; P0's sums are the previous step's (its gradients drained after this step's
+// windows), and P0's host work (the updates) waits for them. A weight broadcast waits for
+// the ranks' update of their parts.
+void EventGraph::add_collective_sources(int id, const std::string& x) {
+  const int L = p_.num_layers;
+  const int w = ops_[id].window;
+  if (starts_with(x, "bcast.")) {
+    bool any = false;
+    for (auto [hid, h] : host_tasks_)
+      if (h->task == "optimizer" && h->target == "rank part") {
+        need(id, hid, "this rank's update of its part");
+        any = true;
+      }
+    if (!any) violation(where(id) + ": weights sent out, but no rank updates its part");
+    return;
+  }
+  if (!starts_with(x, "sum.")) {
+    violation(where(id) + " (net): no rule says where its bytes come from");
+    return;
+  }
+  if (p_.windows[size_t(w)].kind == WindowKind::Prologue0) {
+    for (auto [hid, h] : host_tasks_)
+      if (ops_[hid].window == w) need(hid, id, "the gradient sum " + x);
+    return;
+  }
+  const std::string t = x.substr(4);
+  int drain = -1;
+  if (t == "embed") {
+    drain = last_piece("dx.0", Link::D2H);
+  } else if (t == "head") {
+    for (auto [tid, tr] : transfers_)
+      if (tr->link == Link::D2H && starts_with(tr->tensor, "g.head")) drain = std::max(drain, tid);
+  } else if (const int j = number_after(t, 0); j >= 0 && j < L) {
+    drain = last_piece("g." + t, Link::D2H);
+  }
+  need(id, drain, "the drain of " + t + "'s gradient");
 }
 
 // A paged layer's update waits for its optimizer state's NVMe read.

@@ -60,6 +60,7 @@ class EventGraph {
   std::vector<std::pair<int, const Transfer*>> transfers_;
   std::map<int, double> moved_upto_;                 // transfer op -> cumulative bytes
   std::map<std::string, std::vector<int>> updates_;  // optimizer target -> its parts
+  std::vector<int> broadcasts_;  // sharded data parallelism: the weights from their owners
   std::vector<std::pair<int, const HostTask*>> host_tasks_;
   double boundary_bytes_ = 0;
   struct Load {  // a w.<j> copy to the compute tier
@@ -96,6 +97,7 @@ class EventGraph {
   void add_compute_inputs();
   void add_transfer_sources();
   void add_paged_state_reads();
+  void add_collective_sources(int id, const std::string& tensor);
   void schedule();
   void break_cycle(int i, const std::vector<bool>& done);
   void time(int i, const std::vector<bool>& done);

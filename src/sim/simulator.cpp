@@ -15,6 +15,7 @@ const char* sim_lane_name(SimLane l) {
     case SimLane::D2H: return "d2h";
     case SimLane::Nvme: return "nvme";
     case SimLane::Host: return "host";
+    case SimLane::Net: return "net";
   }
   return "?";
 }
@@ -50,7 +51,7 @@ struct Replay {
   bool retime;
   SimResult out;
 
-  double lane_free[5] = {0, 0, 0, 0, 0};
+  double lane_free[6] = {0, 0, 0, 0, 0, 0};
   // Where data is: on the compute tier (gpu), in host memory, on NVMe, and what has been
   // read back from NVMe into host staging.
   std::map<std::string, Arrivals> gpu, host, nvme, host_from_nvme;
@@ -58,6 +59,7 @@ struct Replay {
   std::map<std::string, double> produced;  // compute outputs: tensor -> time
   std::map<std::string, double> update_done;  // optimizer target -> time its last part ended
   std::map<std::string, double> update_parts_left;
+  std::map<std::string, double> drained;  // update target -> when its gradient reached the host
   std::vector<bool> loaded_once;
   // Host activation bytes over time (+ on arrival, - on departure) for the host peak.
   std::vector<std::pair<double, double>> host_delta;
@@ -73,6 +75,7 @@ struct Replay {
       case Link::D2H: return hw.d2h_bw;
       case Link::NvmeWrite: return hw.nvme_write_bw;
       case Link::NvmeRead: return hw.nvme_read_bw;
+      case Link::Net: return hw.network_bw;
     }
     return 1;
   }
@@ -80,6 +83,7 @@ struct Replay {
     switch (l) {
       case Link::H2D: return SimLane::H2D;
       case Link::D2H: return SimLane::D2H;
+      case Link::Net: return SimLane::Net;
       default: return SimLane::Nvme;
     }
   }
@@ -200,6 +204,15 @@ struct Replay {
       if (it != produced.end()) return it->second;
       return start;  // g.head streams out in chunks while the head runs
     }
+    if (t.link == Link::Net) {  // plan/data_parallel.h
+      if (starts_with(x, "bcast.")) {  // the owner's weights, once the ranks' parts are updated
+        auto done = update_done.find("rank part");
+        return done == update_done.end() ? start : done->second;
+      }
+      // A sum, once the rank's host holds the gradient (P0's: the previous step's).
+      auto it = drained.find(x.substr(4));
+      return it == drained.end() ? start : it->second;
+    }
     if (starts_with(x, "os.")) {  // a paged optimizer state: read any time, written once updated
       if (t.link == Link::NvmeRead) return start;
       const std::string target = "layer." + x.substr(3);
@@ -242,6 +255,15 @@ struct Replay {
     return it == update_done.end() ? start : it->second;
   }
 
+  // The part of `target`'s update that window w runs ended at e: counts down its fractions.
+  void update_part_done(const std::string& target, const Window& w, double e) {
+    update_done[target] = std::max(update_done[target], e);
+    double frac = 0;
+    for (const auto& o : p.optimizer)
+      if (o.target == target && &p.windows[o.window] == &w) frac += o.fraction;
+    update_parts_left[target] -= frac;
+  }
+
   void record(const std::string& name, const Window& w, SimLane lane, double s, double e, double bytes = 0) {
     out.events.push_back({name, w.name, lane, s, e, bytes});
   }
@@ -256,26 +278,25 @@ struct Replay {
     for (const Window& w : p.windows) {
       const double start = now;
       double end = start;
-      // Host work first in issue order (FIFO on the pool).
+      // P0's collectives first: its host work (the updates) waits for the sums.
+      double host_from = start;
+      const bool net_first = w.kind == WindowKind::Prologue0;
+      if (net_first)
+        for (const Transfer& t : w.transfers)
+          if (t.link == Link::Net && starts_with(t.tensor, "sum.")) host_from = std::max(host_from, transfer(t, w, start, end));
+      // Host work in issue order (FIFO on the pool).
       for (const HostTask& h : w.host) {
         double secs = h.seconds;
         if (retime) {
           secs = h.task == "optimizer" ? h.work / hw.host_optimizer_params_per_s : h.work / hw.host_memory_bw;
         }
-        double s = std::max(start, lane_free[4]);
+        double s = std::max(host_from, lane_free[4]);
         if (h.task == "optimizer" && starts_with(h.target, "layer.")) s = std::max(s, paged_state_ready(h, w));
         double e = s + secs;
         lane_free[4] = e;
         record(h.task + " " + h.target, w, SimLane::Host, s, e);
         end = std::max(end, e);
-        if (h.task == "optimizer") {
-          update_done[h.target] = std::max(update_done[h.target], e);
-          // Count down the fractions of this target's update.
-          double frac = 0;
-          for (const auto& o : p.optimizer)
-            if (o.target == h.target && &p.windows[o.window] == &w) frac += o.fraction;
-          update_parts_left[h.target] -= frac;
-        }
+        if (h.task == "optimizer") update_part_done(h.target, w, e);
       }
       // Compute.
       double compute_s = retime ? w.compute_flops / hw.effective_flops() : w.compute_s;
@@ -303,15 +324,8 @@ struct Replay {
       // Transfers, FIFO per lane in plan order.
       double last_transfer_end = start;
       for (const Transfer& t : w.transfers) {
-        SimLane lane = lane_of(t.link);
-        double ready = source_ready(t, w, start);
-        double s = std::max({start, lane_free[static_cast<int>(lane)], ready});
-        double e = s + t.bytes / bw(t.link);
-        lane_free[static_cast<int>(lane)] = e;
-        record(t.tensor, w, lane, s, e, t.bytes);
-        end = std::max(end, e);
-        last_transfer_end = std::max(last_transfer_end, e);
-        arrive(t, e, w);
+        if (net_first && t.link == Link::Net && starts_with(t.tensor, "sum.")) continue;  // above
+        last_transfer_end = std::max(last_transfer_end, transfer(t, w, start, end));
       }
       // Memory: the plan's allocations at window start, frees at window end.
       for (const MemOp& a : w.alloc) gpu_delta.emplace_back(start, a.bytes);
@@ -331,6 +345,19 @@ struct Replay {
     host_delta.emplace_back(0, p.host_state_bytes);
     out.peak.cpu = sweep(host_delta, nullptr) + cpu_reserved;
     for (auto& [k, a] : nvme) out.peak.nvme += a.total();
+  }
+
+  // Runs transfer t of window w (started at `start`) FIFO on its lane; returns its end.
+  double transfer(const Transfer& t, const Window& w, double start, double& window_end) {
+    SimLane lane = lane_of(t.link);
+    double ready = source_ready(t, w, start);
+    double s = std::max({start, lane_free[static_cast<int>(lane)], ready});
+    double e = s + t.bytes / bw(t.link);
+    lane_free[static_cast<int>(lane)] = e;
+    record(t.tensor, w, lane, s, e, t.bytes);
+    window_end = std::max(window_end, e);
+    arrive(t, e, w);
+    return e;
   }
 
   void arrive(const Transfer& t, double e, const Window& w) {
@@ -355,6 +382,18 @@ struct Replay {
           host[x].add(e, t.bytes);
           if (ends_with(x, ".cpu")) cpu_reserved += t.bytes;  // held for the whole step
           else host_delta.emplace_back(e, t.bytes);           // NVMe staging
+        } else if (x == "dx.0") {
+          drained["embed"] = e;
+        } else if (starts_with(x, "g.head")) {
+          drained["head"] = e;
+        } else if (starts_with(x, "g.")) {
+          drained[x.substr(2)] = e;
+        }
+        break;
+      case Link::Net:  // a target's weights in: its update is done here
+        if (starts_with(x, "bcast.")) {
+          const std::string n = x.substr(6);
+          update_part_done(n == "embed" || n == "head" ? n : "layer." + n, w, e);
         }
         break;
       // Paged optimizer states move between NVMe and fixed host slots (counted in the
@@ -368,7 +407,6 @@ struct Replay {
         if (!starts_with(x, "os.")) host_delta.emplace_back(e, t.bytes);
         break;
     }
-    (void)w;
   }
 
   // Peak of a running sum of (time, delta); at equal times frees apply before allocations

@@ -19,7 +19,7 @@
 
 namespace lt {
 
-enum class SimLane { Compute, H2D, D2H, Nvme, Host };
+enum class SimLane { Compute, H2D, D2H, Nvme, Host, Net };
 const char* sim_lane_name(SimLane l);
 
 struct SimEvent {

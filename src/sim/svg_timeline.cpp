@@ -28,6 +28,7 @@ const char* color(const SimEvent& e) {
     case SimLane::D2H: return e.name.rfind("g.", 0) == 0 ? "#9d755d" : kCpu;
     case SimLane::Nvme: return kNvme;
     case SimLane::Host: return "#eeca3b";
+    case SimLane::Net: return "#4c78a8";
   }
   return "#000";
 }
@@ -50,7 +51,7 @@ std::string svg_timeline(const SimResult& r, const Plan& p) {
   const double span = std::max(r.step_s, 1e-12);
   const double plot_w = kWidth - kLeft - 20;
   auto X = [&](double t) { return kLeft + t / span * plot_w; };
-  const double mem_top = kTop + 5 * kRow + 10, mem_h = 80;
+  const double mem_top = kTop + 6 * kRow + 10, mem_h = 80;
   const double map_top = mem_top + mem_h + 40, map_h = 30;
   const double height = map_top + map_h + 50;
   char buf[512];
@@ -63,7 +64,7 @@ std::string svg_timeline(const SimResult& r, const Plan& p) {
                 kLeft, esc(p.policy).c_str(), esc(p.model_name).c_str(), static_cast<long long>(p.batch),
                 static_cast<long long>(p.seq), r.step_s);
   s << buf;
-  for (SimLane l : {SimLane::Compute, SimLane::H2D, SimLane::D2H, SimLane::Nvme, SimLane::Host}) {
+  for (SimLane l : {SimLane::Compute, SimLane::H2D, SimLane::D2H, SimLane::Nvme, SimLane::Host, SimLane::Net}) {
     double y = kTop + static_cast<int>(l) * kRow;
     std::snprintf(buf, sizeof buf, "<text x=\"5\" y=\"%.1f\">%s</text>\n", y + kRow * 0.65, sim_lane_name(l));
     s << buf;

@@ -1,10 +1,10 @@
 #include "train/optimizer_shards.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "core/error.h"
 #include "exec/streaming_executor.h"
+#include "plan/rank_parts.h"
 
 namespace lt {
 
@@ -69,19 +69,7 @@ OptimizerShards shard_optimizer(const ModelParameters& params, int ranks, const 
   }
   LT_ASSERT(start[0] == 0, "the embedding does not start the parameter block");
   start.push_back(params.numel());
-  std::vector<double> before(size_t(K) + 1, 0.0);  // the weight of targets [0, i)
-  for (int i = 0; i < K; ++i) before[size_t(i) + 1] = before[size_t(i)] + weight[size_t(i)];
-  // Cut r (1..N-1) where the weight before it comes nearest to r/N of the whole, never
-  // before cut r-1: cut[r] is the first target of rank r.
-  std::vector<int> cut(size_t(ranks) + 1, 0);
-  cut[size_t(ranks)] = K;
-  for (int r = 1; r < ranks; ++r) {
-    const double want = before[size_t(K)] * r / ranks;
-    int best = cut[size_t(r) - 1];
-    for (int i = best; i <= K; ++i)
-      if (std::fabs(before[size_t(i)] - want) < std::fabs(before[size_t(best)] - want)) best = i;
-    cut[size_t(r)] = best;
-  }
+  const std::vector<int> cut = balanced_cuts(weight, ranks);  // cut[r]: the first target of rank r
   s.bounds.resize(size_t(ranks) + 1);
   for (int r = 0; r <= ranks; ++r) s.bounds[size_t(r)] = start[size_t(cut[size_t(r)])];
   s.owner.resize(size_t(K));

@@ -42,7 +42,7 @@ void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConf
   }
 }
 
-PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model) {
+PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& dp) {
   PlanRequest req;
   req.model_name = cfg.model.empty() ? "from-scratch llama" : cfg.model;
   req.model = model;
@@ -71,11 +71,15 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model) {
   req.scratch_at = [model, seq = cfg.seq_len, precision](int64_t batch) {
     return executor_scratch(model, batch, seq, cpu_kernel_table(), precision);
   };
+  req.ranks = dp.ranks;
+  req.shard_optimizer = dp.sharded;
+  if (dp.ranks > 1 && !(req.hardware.network_bw > 0)) req.hardware.network_bw = dp.network_bw;
   return req;
 }
 
-Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, int ranks) {
-  const PlanRequest req = run_plan_request(cfg, model);
+Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& dp) {
+  const PlanRequest req = run_plan_request(cfg, model, dp);
+  const int ranks = dp.ranks;
   Plan p = make_plan(req, "milp");
   if (!p.feasible) {
     const InfeasibleReport rep = diagnose_infeasible(req, "milp", p);

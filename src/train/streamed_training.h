@@ -76,10 +76,17 @@ void check_plan_fits(const Plan& plan, const ModelConfig& model, const TrainConf
 // in the cpu and emu executors' fp32 element sizes and timed at the profile's bf16 rate
 // for bf16 runs (when it has one); written to output_dir/plan.json.
 // lt::Error when no plan fits, with the short budget and the largest batch that fits.
-// ranks: the data-parallel ranks cfg.batch is one share of (for the error's advice).
-Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, int ranks = 1);
+// ranks: the data-parallel ranks cfg.batch is one share of (for the error's advice); the
+// plan counts their exchange (plan/data_parallel.h) over the profile's links.network_gbps,
+// else over network_bw (measured, dist/link_rate.h).
+struct RankPlanning {
+  int ranks = 1;
+  bool sharded = false;
+  double network_bw = 0;  // bytes/s
+};
+Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& ranks = {});
 // The request plan_this_run solves (also what a re-plan of its plan solves again).
-PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model);
+PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& ranks = {});
 
 struct StreamedTrainingOptions {
   std::unique_ptr<Backend> backend;    // null: make_backend(cfg.backend)

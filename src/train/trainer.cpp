@@ -22,6 +22,7 @@
 #include "data/synthetic_arith.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
+#include "dist/link_rate.h"
 #include "exec/streaming_executor.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/matmul.h"
@@ -187,6 +188,14 @@ void check_rank_plan(const Plan& plan, const TrainConfig& rank_cfg, int ranks, b
                     std::to_string(ranks) + " ranks runs " + std::to_string(rank_cfg.batch) + " of its rows",
                 where,
                 "plan for the rows of one rank: `lazytrain plan ... --batch " + std::to_string(rank_cfg.batch) + "`");
+  // A plan that counts the ranks' exchange (plan --ranks N) must count this run's.
+  if (plan.ranks > 1 && (plan.ranks != ranks || plan.shard_optimizer != sharded))
+    throw Error(std::string("the plan is for ") + std::to_string(plan.ranks) + " ranks with the optimizer " +
+                    (plan.shard_optimizer ? "sharded" : "on every rank") + ", this run has " + std::to_string(ranks) +
+                    " with it " + (sharded ? "sharded" : "on every rank"),
+                where,
+                "plan with `lazytrain plan ... --ranks " + std::to_string(ranks) + " --shard-optimizer " +
+                    (sharded ? "on" : "off") + "`, or train with the plan's");
   if (sharded && !plan.nvme_state_layers.empty())
     throw Error("the plan pages the optimizer states of " + std::to_string(plan.nvme_state_layers.size()) +
                     " layers from NVMe, and the optimizer is sharded over the ranks, whose parts stay in memory",
@@ -255,18 +264,33 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
   if (!cfg.plan.empty()) {
     plan = load_plan(cfg.plan);
     if (comm) check_rank_plan(*plan, rank_cfg, ranks, sharded, cfg.plan);
+    if (!comm && plan->ranks > 1)
+      throw Error("the plan is for " + std::to_string(plan->ranks) + " data-parallel ranks; this run is one process",
+                  cfg.plan, "run it under `mpirun -np " + std::to_string(plan->ranks) + "`, or plan with --ranks 1");
     check_plan_fits(*plan, mc, rank_cfg, cfg.plan);  // first: "another model / batch" says more than a broken rule
     require_valid_plan(*plan, cfg.plan);
   } else if (cfg.compute_budget_gb > 0) {
     // One plan for all ranks: rank 0 solves it (a time-limited solve may end elsewhere on
     // another rank) and the others read what it wrote.
-    if (writer) plan = plan_this_run(rank_cfg, mc, ranks);
+    RankPlanning rp{ranks, sharded, 0};
+    if (comm) {  // the plan counts the ranks' exchange: at the profile's link rate, or this one
+      rp.network_bw = measure_rank_link_bw(*comm);
+      if (writer) {
+        const PlanRequest req = run_plan_request(rank_cfg, mc, rp);
+        const bool measured = req.hardware.network_bw == rp.network_bw;
+        std::printf("data parallel: the plan counts the ranks' exchange at %s/s (%s)\n",
+                    format_bytes(static_cast<int64_t>(req.hardware.network_bw)).c_str(),
+                    measured ? "measured: rank 0 receiving the sum of 32 MiB from each rank"
+                             : "the profile's links.network_gbps");
+      }
+    }
+    if (writer) plan = plan_this_run(rank_cfg, mc, rp);
     if (comm) {
       comm->barrier();
       if (!writer) plan = load_plan(cfg.output_dir + "/plan.json");
       check_rank_plan(*plan, rank_cfg, ranks, sharded, "train config (compute_budget_gb)");
     }
-    plan_request = run_plan_request(rank_cfg, mc);
+    plan_request = run_plan_request(rank_cfg, mc, rp);
   }
   // The special tokens and chat template other tools must see (train/hf_metadata.h).
   const data::DatasetFormat trained_format = data.train->stats().format;

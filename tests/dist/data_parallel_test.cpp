@@ -295,6 +295,22 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
     const double hidden = nlohmann::json::parse(test::read_file(dir + ".json")).at("collective_hidden_frac");
     std::printf("%s: %.0f%% of rank 0's collective time ran under compute\n", backend.c_str(), 100 * hidden);
   }
+  // A plan that counts the two ranks' exchange (plan --ranks 2): the same bits; a run
+  // whose optimizer is not sharded as the plan's is an error.
+  const Plan counted = test::out_of_core_plan(mc, 2, 64, false, 2, true);
+  ASSERT_TRUE(counted.feasible && counted.ranks == 2 && counted.shard_optimizer);
+  save_plan(counted, base + "/counted.json");
+  {
+    const std::string dir = base + "/sharded-counted";
+    const test::ShellResult r = train(2, flags + dir + " --plan " + base + "/counted.json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same(dir, mem);
+    const test::ShellResult e = train(2, flags + base + "/bad4 --shard-optimizer off --plan " + base + "/counted.json");
+    EXPECT_NE(e.exit_code, 0);
+    EXPECT_NE(e.output.find("the plan is for 2 ranks with the optimizer sharded, this run has 2 with it on every rank"),
+              std::string::npos)
+        << e.output;
+  }
   const std::string resumed = base + "/sharded-resumed";
   fs::create_directories(resumed);
   fs::copy(base + "/sharded-cpu/checkpoint-000002", resumed + "/checkpoint-000002", fs::copy_options::recursive);
@@ -419,6 +435,16 @@ TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
     EXPECT_NE(r.output.find("RESULT dp ranks=2 hidden_frac="), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(" equal=true "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(mode.empty() ? " streamed=false" : " streamed=true"), std::string::npos) << r.output;
+    if (mode.empty()) continue;
+    // Rank 0 planned for the two ranks' exchange, at the link rate it measured.
+    for (const char* run : {"sharded", "unsharded"}) {
+      const std::string log = test::read_file(dir + "/" + run + ".log");
+      EXPECT_NE(log.find("the plan counts the ranks' exchange at"), std::string::npos) << log;
+      const Plan p = load_plan(dir + "/" + run + "/plan.json");
+      EXPECT_EQ(p.ranks, 2) << run;
+      EXPECT_EQ(p.shard_optimizer, std::string(run) == "sharded") << run;
+      EXPECT_GT(p.hardware.network_bw, 0) << run;
+    }
   }
 }
 

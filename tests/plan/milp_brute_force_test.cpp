@@ -25,12 +25,22 @@ struct BruteForceCase {
   int64_t batch;
   bool enumerate_keep_internals;
   bool hybrid = false;  // Qwen3.5-style: Gated DeltaNet layers with every 4th full attention
+  // Data-parallel ranks (plan/data_parallel.h) on a link that moves a layer's gradient in
+  // about its backward's time.
+  int ranks = 1;
+  bool sharded = false;
 };
 
 void run_case(const BruteForceCase& bc) {
   PlanRequest req = test::tiny_request(bc.layers, bc.hardware, bc.batch);
   if (bc.hybrid) req.model = test::tiny_hybrid_config(bc.layers);
-  CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
+  if (bc.ranks > 1) {
+    const CostModel one = build_cost_model(req);
+    req.hardware.network_bw = 4 * one.layer(0).params / one.layer(0).backward_s;
+    req.ranks = bc.ranks;
+    req.shard_optimizer = bc.sharded;
+  }
+  CostModel cm = build_cost_model(req);
   // Budgets that force choices: the compute tier holds L - 3 boundaries less than keep-all
   // needs at its peak (a backward window, which also holds two gradient slots and the
   // inputs it reads, so that no plan sheds much more); host and NVMe hold one or two each.
@@ -89,8 +99,8 @@ void run_case(const BruteForceCase& bc) {
     d.boundaries[b] = BoundaryPlacement{};
   };
   rec(0);
-  std::printf("[brute force L=%d %s] %d assignments, %d feasible; best %.6f ms (%s); MILP %.6f ms, gap %.2e\n",
-              L, bc.hardware, tried, feasible, best * 1e3, best_desc.c_str(), milp_s * 1e3, milp.solve.mip_gap);
+  std::printf("[brute force L=%d %s ranks=%d%s] %d assignments, %d feasible; best %.6f ms (%s); MILP %.6f ms, gap %.2e\n",
+              L, bc.hardware, bc.ranks, bc.sharded ? " sharded" : "", tried, feasible, best * 1e3, best_desc.c_str(), milp_s * 1e3, milp.solve.mip_gap);
   ASSERT_GT(feasible, 0);
   // Tolerance: the reported gap, plus 1e-9 relative for round-off in the plan's bytes.
   EXPECT_LE(milp_s, best * (1 + milp.solve.mip_gap + 1e-9));
@@ -103,6 +113,10 @@ TEST(MilpBruteForce, SixLayers) { run_case({6, "h800", 32, false}); }
 // MILP's per-layer costs, slots sized for the largest layer.
 TEST(MilpBruteForce, FiveHybridLayersWithKeptInternals) { run_case({5, "h800", 16, true, true}); }
 TEST(MilpBruteForce, SixHybridLayersRtx3090) { run_case({6, "rtx3090", 8, false, true}); }
+// Two data-parallel ranks: the gradient sums (and, sharded, the weight broadcasts and the
+// rank's update in P0) in every plan.
+TEST(MilpBruteForce, FourLayersOnTwoRanks) { run_case({4, "h800", 8, true, false, 2, false}); }
+TEST(MilpBruteForce, FiveLayersOnTwoRanksSharded) { run_case({5, "rtx3090", 16, false, false, 2, true}); }
 
 }  // namespace
 }  // namespace lt

@@ -107,7 +107,7 @@ TEST(Simulator, TraceAndSvg) {
     if (e["ph"] == "M" && e["name"] == "thread_name") ++lanes;
   }
   EXPECT_EQ(complete, static_cast<int>(r.events.size()));
-  EXPECT_EQ(lanes, 5);
+  EXPECT_EQ(lanes, 6);  // compute, h2d, d2h, nvme, host, net
   std::string svg = svg_timeline(r, p);
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("boundary 0:"), std::string::npos);

@@ -16,8 +16,10 @@ namespace lt::test {
 // that has one: it offloads boundaries to host memory and NVMe (half a boundary's worth of
 // host activations). page_states: the host is short of the whole host state by one and a
 // half layers' optimizer states, so the plan pages the top layers' states from NVMe too.
-// An infeasible Plan when no cap has one.
-inline Plan out_of_core_plan(const ModelConfig& model, int64_t batch, int64_t seq, bool page_states) {
+// An infeasible Plan when no cap has one. ranks > 1: a plan that counts the exchange of
+// that many data-parallel ranks (plan/data_parallel.h) over a 1 GB/s link.
+inline Plan out_of_core_plan(const ModelConfig& model, int64_t batch, int64_t seq, bool page_states, int ranks = 1,
+                             bool sharded = true) {
   PlanRequest req;
   req.model_name = "streamed-training-test";
   req.model = model;
@@ -25,7 +27,10 @@ inline Plan out_of_core_plan(const ModelConfig& model, int64_t batch, int64_t se
   req.hardware.act_bytes = 4;
   req.batch = batch;
   req.seq = seq;
-  const CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq);
+  req.ranks = ranks;
+  req.shard_optimizer = sharded;
+  if (ranks > 1) req.hardware.network_bw = 1e9;
+  const CostModel cm = build_cost_model(req);
   if (page_states) req.hardware.host_memory_bytes = (cm.host_state_bytes - 1.5 * cm.layer(0).state_bytes) / 0.9;
   req.cpu_act_budget_bytes = 0.5 * cm.boundary_bytes;
   const Plan keep = make_plan(req, "keep-all");

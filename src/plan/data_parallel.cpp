@@ -1,0 +1,128 @@
+#include "plan/data_parallel.h"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "core/error.h"
+#include "plan/cost_model.h"
+#include "plan/plan.h"
+#include "plan/plan_request.h"
+#include "plan/rank_parts.h"
+
+namespace lt {
+namespace {
+
+// The ranks exchange fp32: the host gradients they sum and the master weights an owner
+// sends out (train/rank_exchange.h).
+constexpr double kExchangeBytesPerParam = 4;
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The update target whose gradient a drain completes ("" for none): g.<j> layer j, the
+// head's (whole, chunks, final norm), dx.0 the embedding's (the host forms it from dx.0).
+std::string drained_target(const Transfer& x) {
+  if (x.link != Link::D2H) return "";
+  if (x.tensor == "dx.0") return "embed";
+  if (x.tensor == "g.head" || starts_with(x.tensor, "g.head.")) return "head";
+  if (starts_with(x.tensor, "g.")) return "layer." + x.tensor.substr(2);
+  return "";
+}
+
+}  // namespace
+
+double DataParallelCosts::sum_bytes(double params) const {
+  if (!on()) return 0;
+  return (ranks - 1) * kExchangeBytesPerParam * params * (sharded ? 1 : 2);
+}
+
+double DataParallelCosts::weight_bytes(double params) const {
+  return on() && sharded ? (ranks - 1) * kExchangeBytesPerParam * params : 0;
+}
+
+std::string exchange_tensor(const char* kind, const std::string& target) {
+  const std::string t = starts_with(target, "layer.") ? target.substr(6) : target;
+  return std::string(kind) + "." + t;
+}
+
+void apply_data_parallel(CostModel& cm, const PlanRequest& req) {
+  DataParallelCosts& dp = cm.dp;
+  if (req.ranks < 1) throw Error("ranks must be at least 1, got " + std::to_string(req.ranks), "plan request", "");
+  dp = DataParallelCosts{};
+  dp.ranks = req.ranks;
+  if (!dp.on()) return;
+  dp.sharded = req.shard_optimizer;
+  dp.network_bw = req.hardware.network_bw;
+  if (!(dp.network_bw > 0))
+    throw Error("a plan for " + std::to_string(req.ranks) + " data-parallel ranks needs the rate of their link",
+                "hardware profile '" + req.hardware.name + "' has no links.network_gbps",
+                "give --network-gbps G, or add links.network_gbps to the profile");
+  if (!dp.sharded) return;
+  // The parts as the sharded optimizer cuts them (train/optimizer_shards.h), by parameters:
+  // the 8-bit states are the same bytes per parameter in every target.
+  std::vector<double> params{cm.embed_params};
+  for (const LayerCost& l : cm.layers) params.push_back(l.params);
+  params.push_back(cm.head_params);
+  const std::vector<int> cut = balanced_cuts(params, dp.ranks);
+  double state_total = 0, busiest = 0;
+  for (double x : params) state_total += x;
+  for (int r = 0; r < dp.ranks; ++r) {
+    double part = 0;
+    for (int i = cut[size_t(r)]; i < cut[size_t(r) + 1]; ++i) part += params[size_t(i)];
+    busiest = std::max(busiest, part);
+  }
+  dp.owned_params = busiest;
+  dp.owned_update_s = busiest / req.hardware.host_optimizer_params_per_s;
+  dp.owned_state_frac = state_total > 0 ? busiest / state_total : 1;
+  // One rank holds its part's optimizer states only.
+  const double state_per_param = cm.layers.empty() || cm.layer(0).params <= 0 ? 0 : cm.layer(0).state_bytes / cm.layer(0).params;
+  cm.host_state_bytes -= state_per_param * state_total * (1 - dp.owned_state_frac);
+}
+
+void add_rank_exchange(Plan& p, const CostModel& cm) {
+  const DataParallelCosts& dp = cm.dp;
+  if (!dp.on()) return;
+  const int W = static_cast<int>(p.windows.size());
+  // The window the sums of the gradients drained in window w start in: the next one that
+  // is a layer's backward, E or P0 (the next step's, after E). A recompute or load window
+  // belongs to the backward it precedes (plan_stages.h), as the MILP counts it.
+  auto after = [&](int w) {
+    for (int v = w + 1; v < W; ++v)
+      if (p.windows[size_t(v)].kind != WindowKind::Recompute && p.windows[size_t(v)].kind != WindowKind::Load) return v;
+    return 0;
+  };
+  std::map<std::string, int> last_drain;  // target -> the last window draining its gradient
+  for (int w = 0; w < W; ++w)
+    for (const Transfer& x : p.windows[size_t(w)].transfers) {
+      const std::string t = drained_target(x);
+      if (!t.empty()) last_drain[t] = w;
+    }
+  auto params_of = [&](const std::string& target) {
+    if (target == "embed") return cm.embed_params;
+    if (target == "head") return cm.head_params;
+    LT_ASSERT(starts_with(target, "layer."), "update target " + target);
+    return cm.layer(std::stoi(target.substr(6))).params;
+  };
+  // In the order the gradients are final: what a window lists runs first.
+  std::vector<std::pair<int, std::string>> order;
+  for (const auto& [t, w] : last_drain) order.emplace_back(w, t);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second < b.second;
+  });
+  for (const auto& [w, t] : order) {
+    Window& to = p.windows[size_t(after(w))];
+    to.transfers.push_back({exchange_tensor("sum", t), Link::Net, dp.sum_bytes(params_of(t))});
+  }
+  if (!dp.sharded) return;
+  // Each rank updates its part in P0; where the plan updated a target, its weights come in.
+  for (Window& w : p.windows) {
+    for (const HostTask& h : w.host)
+      if (h.task == "optimizer") w.transfers.push_back({exchange_tensor("bcast", h.target), Link::Net, dp.weight_bytes(h.work)});
+    w.host.erase(std::remove_if(w.host.begin(), w.host.end(), [](const HostTask& h) { return h.task == "optimizer"; }),
+                 w.host.end());
+  }
+  LT_ASSERT(!p.windows.empty() && p.windows[0].kind == WindowKind::Prologue0, "a plan starts with P0");
+  p.windows[0].host.push_back({"optimizer", "rank part", dp.owned_params, dp.owned_update_s});
+}
+
+}  // namespace lt

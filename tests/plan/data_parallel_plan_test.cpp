@@ -1,0 +1,172 @@
+// Plans for data-parallel ranks (plan/data_parallel.h): the MILP counts the ranks'
+// collectives and the sharded optimizer's update as the plan evaluator and both
+// simulators time them, and the bytes are those the exchange moves.
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "plan/cost_model.h"
+#include "plan/plan_evaluate.h"
+#include "plan/plan_json.h"
+#include "plan/plan_validate.h"
+#include "plan/planner.h"
+#include "plan_test_util.h"
+#include "sim/event_simulator.h"
+#include "sim/simulator.h"
+
+namespace lt {
+namespace {
+
+// A tiny model on the h800 profile whose link moves a layer's gradient in about the time
+// its backward takes: collectives that neither vanish nor dominate.
+PlanRequest dp_request(int ranks, bool sharded) {
+  PlanRequest req = test::tiny_request(6, "h800", 8);
+  const CostModel one = build_cost_model(req);
+  const LayerCost& l = one.layer(0);
+  req.hardware.network_bw = 4 * l.params / l.backward_s;
+  req.ranks = ranks;
+  req.shard_optimizer = sharded;
+  req.target_gap = 1e-6;
+  return req;
+}
+
+double net_bytes(const Plan& p, const char* prefix) {
+  double b = 0;
+  for (const Window& w : p.windows)
+    for (const Transfer& x : w.transfers)
+      if (x.link == Link::Net && x.tensor.rfind(prefix, 0) == 0) b += x.bytes;
+  return b;
+}
+
+void expect_consistent(const Plan& p) {
+  ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+  const auto bad = validate_plan(p);
+  EXPECT_TRUE(bad.empty()) << bad.front();
+  // The MILP's objective is the evaluator's step, within the gap (and round-off).
+  EXPECT_GE(p.predicted_step_s, p.solve.objective_s * (1 - 1e-6));
+  EXPECT_LE(p.predicted_step_s, p.solve.objective_s * (1 + p.solve.mip_gap + 1e-6));
+  // The window replay follows the same window rules; the event simulator drops the
+  // barriers, so it may only be faster, and must find every dependency met.
+  const SimResult sim = simulate_plan(p);
+  EXPECT_TRUE(sim.violations.empty()) << sim.violations.front();
+  EXPECT_NEAR(sim.step_s, p.predicted_step_s, 1e-9 * p.predicted_step_s);
+  const EventSimResult ev = simulate_events(p);
+  EXPECT_TRUE(ev.violations.empty()) << ev.violations.front();
+  EXPECT_LE(ev.step_s, p.predicted_step_s * (1 + 1e-9));
+}
+
+TEST(DataParallelPlan, TheMilpCountsTheUnshardedSums) {
+  const PlanRequest req = dp_request(2, false);
+  const CostModel cm = build_cost_model(req);
+  const Plan p = make_plan(req, "milp");
+  expect_consistent(p);
+  EXPECT_EQ(p.ranks, 2);
+  EXPECT_FALSE(p.shard_optimizer);
+  // Every parameter's fp32 gradient to its owner and the sum back: 2 x 4 bytes x (N-1).
+  EXPECT_NEAR(net_bytes(p, "sum."), 8 * cm.total_params, 1e-9 * cm.total_params);
+  EXPECT_EQ(net_bytes(p, "bcast."), 0);
+  // The same plan with a link that takes no time is the one-rank plan's step.
+  PlanRequest fast = req;
+  fast.hardware.network_bw = 1e30;
+  PlanRequest one = req;
+  one.ranks = 1;
+  EXPECT_NEAR(make_plan(fast, "milp").predicted_step_s, make_plan(one, "milp").predicted_step_s,
+              1e-6 * p.predicted_step_s);
+  EXPECT_GT(p.predicted_step_s, make_plan(one, "milp").predicted_step_s);
+}
+
+TEST(DataParallelPlan, TheShardedPlanUpdatesOneRanksPartAndBroadcastsTheWeights) {
+  const PlanRequest req = dp_request(2, true);
+  const CostModel cm = build_cost_model(req);
+  PlanRequest one_req = req;
+  one_req.ranks = 1;
+  const CostModel one = build_cost_model(one_req);
+  const Plan p = make_plan(req, "milp");
+  expect_consistent(p);
+  EXPECT_TRUE(p.shard_optimizer);
+  EXPECT_NEAR(net_bytes(p, "sum."), 4 * cm.total_params, 1e-9 * cm.total_params);
+  EXPECT_NEAR(net_bytes(p, "bcast."), 4 * cm.total_params, 1e-9 * cm.total_params);
+  // One host task updates the busiest rank's part, in P0; the others are gone.
+  int updates = 0;
+  for (const Window& w : p.windows)
+    for (const HostTask& h : w.host)
+      if (h.task == "optimizer") {
+        ++updates;
+        EXPECT_EQ(w.kind, WindowKind::Prologue0);
+        EXPECT_EQ(h.target, "rank part");
+        EXPECT_DOUBLE_EQ(h.work, cm.dp.owned_params);
+      }
+  EXPECT_EQ(updates, 1);
+  // The part: whole targets, at least half the parameters, at most half plus the largest.
+  double largest = std::max(cm.embed_params, cm.head_params);
+  for (const LayerCost& l : cm.layers) largest = std::max(largest, l.params);
+  EXPECT_GE(cm.dp.owned_params, cm.total_params / 2);
+  EXPECT_LE(cm.dp.owned_params, cm.total_params / 2 + largest);
+  // Each rank's host state lacks the other part's optimizer states.
+  const double state_per_param = one.layer(0).state_bytes / one.layer(0).params;
+  EXPECT_NEAR(one.host_state_bytes - cm.host_state_bytes,
+              state_per_param * (cm.total_params - cm.dp.owned_params), 1e-9 * one.host_state_bytes);
+  EXPECT_NEAR(p.host_state_bytes, cm.host_state_bytes, 1e-9 * cm.host_state_bytes);
+}
+
+TEST(DataParallelPlan, BaselinesCountTheExchangeToo) {
+  for (bool sharded : {false, true})
+    for (const char* policy : {"megatrain", "greedy", "megatrain-code"}) {
+      const Plan p = make_plan(dp_request(2, sharded), policy);
+      SCOPED_TRACE(std::string(policy) + (sharded ? " sharded" : " unsharded"));
+      EXPECT_GT(net_bytes(p, "sum."), 0);
+      EXPECT_EQ(net_bytes(p, "bcast.") > 0, sharded);
+      const SimResult sim = simulate_plan(p);
+      EXPECT_TRUE(sim.violations.empty()) << sim.violations.front();
+      EXPECT_NEAR(sim.step_s, p.predicted_step_s, 1e-9 * p.predicted_step_s);
+      const EventSimResult ev = simulate_events(p);
+      EXPECT_TRUE(ev.violations.empty()) << ev.violations.front();
+    }
+}
+
+TEST(DataParallelPlan, ASlowerLinkIsNeverFaster) {
+  PlanRequest req = dp_request(4, true);
+  double last = 0;
+  for (double scale : {100.0, 1.0, 0.1}) {
+    PlanRequest r = req;
+    r.hardware.network_bw = req.hardware.network_bw * scale;
+    const Plan p = make_plan(r, "milp");
+    expect_consistent(p);
+    EXPECT_GE(p.predicted_step_s, last * (1 - 1e-6));
+    last = p.predicted_step_s;
+  }
+}
+
+TEST(DataParallelPlan, RoundTripsThroughJsonAndRejectsCollectivesOfOneRank) {
+  const Plan p = make_plan(dp_request(2, true), "milp");
+  const Plan q = plan_from_json(plan_to_json(p), "test");
+  EXPECT_EQ(q.ranks, 2);
+  EXPECT_TRUE(q.shard_optimizer);
+  EXPECT_EQ(q.hardware.network_bw, p.hardware.network_bw);
+  EXPECT_NEAR(predicted_step_seconds(q), p.predicted_step_s, 1e-12 * p.predicted_step_s);
+  nlohmann::json j = plan_to_json(p);
+  j.erase("data_parallel");
+  try {
+    plan_from_json(j, "test");
+    FAIL() << "read a plan for one rank with collectives";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in a plan for one rank"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DataParallelPlan, NoLinkRateIsAClearError) {
+  PlanRequest req = dp_request(2, true);
+  req.hardware.network_bw = 0;
+  try {
+    make_plan(req, "milp");
+    FAIL() << "planned 2 ranks without a link rate";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("network_gbps"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lt
