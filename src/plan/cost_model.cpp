@@ -29,6 +29,10 @@ constexpr double kHeadForwardsPerStep = 4;
 
 }  // namespace
 
+double layer_state_bytes(const ModelConfig& c, int j) {
+  return kStateBytesPerParam * static_cast<double>(layer_params(c, j));
+}
+
 CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int64_t batch, int64_t seq,
                            const MeasuredLayerTimes& measured, const ExecutorScratch& scratch) {
   if (batch <= 0 || seq <= 0) throw Error("batch and seq must be positive", "plan request", "");
@@ -95,7 +99,7 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
     l.forward_s = measured.forward_s > 0 ? measured.forward_s : l.forward_flops / rate;
     l.backward_s = measured.backward_s > 0 ? measured.backward_s : 2 * l.forward_flops / rate;
     l.optimizer_s = l.params / hw.host_optimizer_params_per_s;
-    l.state_bytes = kStateBytesPerParam * l.params;
+    l.state_bytes = layer_state_bytes(c, j);
     m.layers.push_back(l);
   }
   m.total_params = layers_params + m.embed_params + m.head_params;

@@ -134,6 +134,10 @@ struct CostModel {
   int64_t min_head_chunk_rows() const;
 };
 
+// Layer j's optimizer state bytes (LayerCost::state_bytes): what its paged state moves
+// to and from NVMe (plan/state_paging.h). Layers differ in a hybrid model.
+double layer_state_bytes(const ModelConfig& c, int j);
+
 // Vocabulary chunk of the head's logits (columns per chunk).
 constexpr int64_t kHeadVocabChunk = 2048;
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "plan/cost_model.h"
 #include "plan/plan_evaluate.h"
 
 namespace lt {
@@ -324,7 +325,7 @@ std::vector<std::string> validate_plan(const Plan& p) {
     }
     paged[j] = true;
     const std::string os = "os." + std::to_string(j), who = "optimizer state of layer " + std::to_string(j);
-    const double S = p.state_bytes_per_layer;
+    const double S = layer_state_bytes(p.model, j);  // its own (a hybrid's layers differ)
     if (!p.lazy_optimizer) out.push_back(who + ": paged in a plan without the lazy optimizer");
     if (first_update[j] < 0) {
       out.push_back(who + ": paged but never updated");

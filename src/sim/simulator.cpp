@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "plan/cost_model.h"
 
 namespace lt {
 
@@ -242,7 +243,7 @@ struct Replay {
     const bool paged = std::find(p.nvme_state_layers.begin(), p.nvme_state_layers.end(),
                                  std::stoi(h.target.substr(6))) != p.nvme_state_layers.end();
     if (!paged) return 0;
-    double r = arrival(host_from_nvme, os, p.state_bytes_per_layer);
+    double r = arrival(host_from_nvme, os, layer_state_bytes(p.model, std::stoi(h.target.substr(6))));
     if (r < 0) violation(w.name + ": update of " + h.target + " before its optimizer state was read from NVMe");
     return std::max(r, 0.0);
   }

@@ -15,6 +15,7 @@
 #include "plan/plan_validate.h"
 #include "plan/planner.h"
 #include "plan_test_util.h"
+#include "sim/event_simulator.h"
 #include "sim/simulator.h"
 
 namespace lt {
@@ -176,6 +177,39 @@ TEST(StatePaging, StateReadAfterItsUpdateIsCaught) {
                           [](const std::string& s) { return s.find("not read from NVMe before its update") != std::string::npos; }));
   const SimResult r = simulate_plan(p);
   EXPECT_FALSE(r.violations.empty());
+}
+
+}  // namespace
+}  // namespace lt
+
+namespace lt {
+namespace {
+
+// A hybrid model's layers hold different states (Gated DeltaNet layers more than the
+// gated attention ones): each paged layer moves its own bytes, and the validator and both
+// simulators expect those, not the largest layer's (a plan paging an attention layer was
+// flagged as never reading it).
+TEST(StatePaging, AHybridModelsLayersPageTheirOwnStates) {
+  PlanRequest req = test::tiny_request(8, "h800", 4);
+  req.model = test::tiny_hybrid_config(8);
+  req.nvme_state_layers = 6;  // layers 2..7: DeltaNet and attention layers both
+  const CostModel cm = build_cost_model(req);
+  double smallest = cm.layer(2).state_bytes, largest = smallest;
+  for (int j = 2; j < 8; ++j) {
+    smallest = std::min(smallest, cm.layer(j).state_bytes);
+    largest = std::max(largest, cm.layer(j).state_bytes);
+  }
+  ASSERT_LT(smallest, largest) << "the paged layers' states do not differ";
+  for (const char* policy : {"keep-all", "milp"}) {
+    const Plan p = make_plan(req, policy);
+    ASSERT_EQ(p.nvme_state_layers.size(), 6u) << policy;
+    const auto bad = validate_plan(p);
+    EXPECT_TRUE(bad.empty()) << policy << ": " << bad.front();
+    const SimResult sim = simulate_plan(p);
+    EXPECT_TRUE(sim.violations.empty()) << policy << ": " << sim.violations.front();
+    const EventSimResult ev = simulate_events(p);
+    EXPECT_TRUE(ev.violations.empty()) << policy << ": " << ev.violations.front();
+  }
 }
 
 }  // namespace
