@@ -249,7 +249,8 @@ void run_profile(const ProfileArgs& a) {
                {"capacity_gb", measured(disk / 1e9, "free space in " + a.dir)}};
   j["host"] = {{"memory_gb", measured(host / 1e9)},
                {"optimizer_gparams_per_s", measured(opt / 1e9, "plain fp32 AdamW loop, all threads")},
-               {"memory_bandwidth_gbps", measured(copy / 1e9, "memcpy")}};
+               {"memory_bandwidth_gbps", measured(copy / 1e9, "memcpy")},
+               {"threads", measured(num_threads(), "the threads the GEMM and AdamW rates ran on")}};
   if (!paths.is_null()) j["bf16_gemm_paths"] = paths;  // informational: the planner reads bf16_peak_tflops
   write_file_atomic(a.out, j.dump(2) + "\n");
   std::printf("written %s\n", a.out.c_str());

@@ -1,5 +1,6 @@
 #include "plan/hardware_profile.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -88,6 +89,13 @@ HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::strin
   p.host_memory_bytes = read_number(j, "host", "memory_gb", p, where) * kGB;
   p.host_optimizer_params_per_s = read_number(j, "host", "optimizer_gparams_per_s", p, where) * 1e9;
   p.host_memory_bw = read_number(j, "host", "memory_bandwidth_gbps", p, where) * kGB;
+  if (j.contains("host") && j["host"].contains("threads")) {
+    const double t = read_number(j, "host", "threads", p, where);
+    if (!(t >= 1 && t <= 1 << 20 && t == std::floor(t)))
+      throw Error("host.threads must be a whole number of threads, got " + std::to_string(t), where,
+                  "fix the profile, or leave it out");
+    p.threads = static_cast<int>(t);
+  }
   if (p.act_bytes != 2 && p.act_bytes != 4)
     throw Error("act_bytes must be 2 (bf16) or 4 (fp32)", where, "fix the profile");
   if (p.weight_bytes != 2 && p.weight_bytes != 4)
@@ -152,6 +160,7 @@ nlohmann::json hardware_profile_to_json(const HardwareProfile& p) {
   j["host"] = {{"memory_gb", num("host.memory_gb", p.host_memory_bytes / kGB)},
                {"optimizer_gparams_per_s", num("host.optimizer_gparams_per_s", p.host_optimizer_params_per_s / 1e9)},
                {"memory_bandwidth_gbps", num("host.memory_bandwidth_gbps", p.host_memory_bw / kGB)}};
+  if (p.threads > 0) j["host"]["threads"] = num("host.threads", p.threads);
   return j;
 }
 

@@ -49,6 +49,9 @@ struct HardwareProfile {
   double host_memory_bytes = 0;
   double host_optimizer_params_per_s = 0;
   double host_memory_bw = 0;
+  // The threads the compute and optimizer rates were measured on (host.threads, optional:
+  // 0 = not recorded). A run on fewer threads plans at its share of them.
+  int threads = 0;
 
   // "compute.peak_tflops" -> "datasheet", ... for every number read.
   std::map<std::string, std::string> sources;

@@ -10,6 +10,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "memory/compute_arena.h"
 #include "model/config.h"
 #include "plan/nvme_space.h"
@@ -57,6 +58,15 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   req.hardware.act_bytes = req.hardware.weight_bytes = req.hardware.grad_bytes = 4;
   // bf16 matmuls run at the profile's bf16 rate when it has one.
   if (cfg.precision == "bf16" && req.hardware.bf16_peak_flops > 0) req.hardware.peak_flops = req.hardware.bf16_peak_flops;
+  // The profile's rates ran on its threads; a process on fewer (a data-parallel rank that
+  // shares the host with others, or --threads) computes and updates at its share. Linear:
+  // the GEMMs and the AdamW loop split their work over the threads (an estimate, since
+  // memory-bound work gains less from more threads than compute does).
+  if (const double share = profile_thread_share(req.hardware); share < 1) {
+    req.hardware.peak_flops *= share;
+    req.hardware.bf16_peak_flops *= share;
+    req.hardware.host_optimizer_params_per_s *= share;
+  }
   req.batch = cfg.batch;
   req.seq = cfg.seq_len;
   req.gpu_cap_bytes = cfg.compute_budget_gb * 1e9;
@@ -77,9 +87,17 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   return req;
 }
 
+double profile_thread_share(const HardwareProfile& hw) {
+  return hw.threads > num_threads() ? static_cast<double>(num_threads()) / hw.threads : 1.0;
+}
+
 Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& dp) {
   const PlanRequest req = run_plan_request(cfg, model, dp);
   const int ranks = dp.ranks;
+  if (req.hardware.threads > num_threads())
+    std::printf("plan: the %s profile's compute and optimizer rates ran on %d threads; this process has %d, so the "
+                "plan counts %d/%d of them\n",
+                req.hardware.name.c_str(), req.hardware.threads, num_threads(), num_threads(), req.hardware.threads);
   Plan p = make_plan(req, "milp");
   if (!p.feasible) {
     const InfeasibleReport rep = diagnose_infeasible(req, "milp", p);

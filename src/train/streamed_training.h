@@ -85,6 +85,9 @@ struct RankPlanning {
   double network_bw = 0;  // bytes/s
 };
 Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& ranks = {});
+// The share of a profile's measured rates this process reaches: its threads over the
+// profile's (1 when it has as many or more, or the profile does not say).
+double profile_thread_share(const HardwareProfile& hw);
 // The request plan_this_run solves (also what a re-plan of its plan solves again).
 PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& ranks = {});
 

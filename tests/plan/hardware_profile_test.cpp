@@ -1,5 +1,7 @@
 #include "plan/hardware_profile.h"
 
+#include <tuple>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -60,6 +62,37 @@ TEST(HardwareProfile, RejectsBadInput) {
   EXPECT_THROW(parse_hardware_profile(j, "test"), Error);
   j["compute"].erase("efficiency");
   EXPECT_THROW(parse_hardware_profile(j, "test"), Error);
+}
+
+}  // namespace
+}  // namespace lt
+
+namespace lt {
+namespace {
+
+// The optional fields: the ranks' link rate and the threads the rates were measured on.
+TEST(HardwareProfile, OptionalNetworkRateAndThreadsRoundTripAndAreChecked) {
+  HardwareProfile p = load_hardware_profile("h800");
+  EXPECT_EQ(p.network_bw, 0);
+  EXPECT_EQ(p.threads, 0);
+  nlohmann::json j = hardware_profile_to_json(p);
+  EXPECT_FALSE(j["links"].contains("network_gbps"));
+  EXPECT_FALSE(j["host"].contains("threads"));
+  j["links"]["network_gbps"] = 12.5;
+  j["host"]["threads"] = {{"value", 8}, {"source", "measured"}};
+  const HardwareProfile q = parse_hardware_profile(j, "test");
+  EXPECT_DOUBLE_EQ(q.network_bw, 12.5e9);
+  EXPECT_EQ(q.threads, 8);
+  const HardwareProfile r = parse_hardware_profile(hardware_profile_to_json(q), "round trip");
+  EXPECT_DOUBLE_EQ(r.network_bw, q.network_bw);
+  EXPECT_EQ(r.threads, 8);
+  for (const auto& [section, key, bad] : {std::tuple{"links", "network_gbps", nlohmann::json(0)},
+                                           std::tuple{"host", "threads", nlohmann::json(2.5)},
+                                           std::tuple{"host", "threads", nlohmann::json(0)}}) {
+    nlohmann::json b = j;
+    b[section][key] = bad;
+    EXPECT_THROW(parse_hardware_profile(b, "test"), Error) << section << "." << key << " = " << bad.dump();
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "model/checkpoint.h"
 #include "plan/hardware_profile.h"
 #include "plan/plan_json.h"
@@ -195,6 +196,30 @@ TEST_F(StreamedTraining, PlansWithinAHostBudget) {
   expect_training_error(c, "host memory short by");
   c.compute_budget_gb = 0;
   expect_training_error(c, "host_budget_gb");
+}
+
+// A profile measured on more threads than this process has (a data-parallel rank sharing
+// the host, or --threads): the trainer plans at the process's share of its rates.
+TEST_F(StreamedTraining, PlansAtItsShareOfTheProfilesThreads) {
+  test::TempDir out("streamed-thread-share");
+  TrainConfig c = self_planned(out.str());
+  const ModelConfig mc = load_model_config(reference_.checkpoint_dir);
+  HardwareProfile hw = test::streaming_cpu_profile();
+  hw.threads = 4;
+  {
+    std::ofstream f(c.hardware);
+    f << hardware_profile_to_json(hw).dump(2);
+  }
+  {
+    ScopedNumThreads one(1);
+    const PlanRequest req = run_plan_request(c, mc);
+    EXPECT_DOUBLE_EQ(req.hardware.peak_flops, hw.peak_flops / 4);
+    EXPECT_DOUBLE_EQ(req.hardware.host_optimizer_params_per_s, hw.host_optimizer_params_per_s / 4);
+  }
+  ScopedNumThreads four(4);
+  const PlanRequest req = run_plan_request(c, mc);
+  EXPECT_DOUBLE_EQ(req.hardware.peak_flops, hw.peak_flops);
+  EXPECT_DOUBLE_EQ(req.hardware.host_optimizer_params_per_s, hw.host_optimizer_params_per_s);
 }
 
 TEST_F(StreamedTraining, PlanForAnotherShapeIsAClearError) {
