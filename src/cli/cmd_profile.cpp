@@ -73,11 +73,17 @@ std::vector<Bf16PathRates> measure_bf16_paths(int reps) {
     b[i] = f32_to_bf16(static_cast<float>((i % 89) - 44) / 89.f);
   }
   AlignedBuffer<float> c(n * n);
-  std::vector<Bf16PathRates> out = {{"x.W^T"}, {"dy.W"}, {"dy^T.x"}};
-  const bool trans[3][2] = {{false, true}, {false, false}, {true, false}};
+  std::vector<Bf16PathRates> out;  // in MatmulLayout order
+  bool trans[kMatmulLayouts][2];
+  for (int l = 0; l < kMatmulLayouts; ++l) {
+    const auto layout = static_cast<MatmulLayout>(l);
+    out.push_back({matmul_layout_name(layout)});
+    trans[l][0] = layout == MatmulLayout::WeightGrad;
+    trans[l][1] = layout == MatmulLayout::Forward;
+  }
   for (Bf16GemmPath path : {Bf16GemmPath::Native, Bf16GemmPath::Widened}) {
     set_bf16_gemm_path(path);
-    for (int l = 0; l < 3; ++l) {
+    for (int l = 0; l < kMatmulLayouts; ++l) {
       auto run = [&] { matmul_bf16(c.data(), a.data(), trans[l][0], b.data(), trans[l][1], n, n, n, false); };
       run();  // warm-up, and the primitive's creation
       std::vector<double> rates;
@@ -192,31 +198,25 @@ void run_profile(const ProfileArgs& a) {
   const double gemm = measure_gemm(a.reps, Precision::F32);
   std::printf("  fp32 GEMM 2048^3          %.1f GFLOP/s (%s)\n", gemm / 1e9,
               matmul_impl_name(2048, 2048, 2048, Precision::F32).c_str());
-  const double gemm_bf16 = measure_gemm(a.reps, Precision::BF16);
-  std::printf("  bf16 GEMM 2048^3          %.1f GFLOP/s (%s)\n", gemm_bf16 / 1e9, matmul_bf16_path().c_str());
-  // Both bf16 paths, where there are two (at the avx512 level and above): the rule that
-  // picks one (matmul.h) is checked against this machine's numbers.
+  // Both bf16 paths per matmul layout, where there are two (at the avx512 level and
+  // above): a bf16 run with this profile takes the faster one per layout
+  // (train/bf16_gemm_paths.h), and the bf16 rate below is measured on those.
   nlohmann::json paths;
   if (active_isa() >= Isa::Avx512) {
     const std::vector<Bf16PathRates> rates = measure_bf16_paths(a.reps);
-    int native_wins = 0;
-    for (const Bf16PathRates& r : rates) {
+    Bf16GemmMeasured faster;
+    faster.source = "the faster path per layout, measured just now";
+    for (size_t l = 0; l < rates.size(); ++l) {
+      const Bf16PathRates& r = rates[l];
       std::printf("  bf16 GEMM %-7s 2048^3    native %.1f, widened to fp32 %.1f GFLOP/s\n", r.layout, r.native,
                   r.widened);
-      native_wins += r.native > r.widened;
       paths[r.layout] = {{"native_gflops", r.native}, {"widened_gflops", r.widened}};
+      faster.path[l] = r.native > r.widened ? Bf16GemmPath::Native : Bf16GemmPath::Widened;
     }
-    const Bf16GemmChoice choice = bf16_gemm_choice();
-    const bool measured_native = native_wins >= 2;
-    paths["chosen"] = choice.path == Bf16GemmPath::Native ? "native" : "widened";
-    paths["reason"] = choice.reason;
-    if (measured_native != (choice.path == Bf16GemmPath::Native))
-      std::printf("  note: bf16 runs %s (%s), but the %s path measured faster here in %d of 3 layouts: set "
-                  "LT_BF16_GEMM=%s to use it\n",
-                  choice.path == Bf16GemmPath::Native ? "native" : "widened", choice.reason.c_str(),
-                  measured_native ? "native" : "widened", measured_native ? native_wins : 3 - native_wins,
-                  measured_native ? "native" : "widened");
+    set_measured_bf16_gemm_paths(faster);
   }
+  const double gemm_bf16 = measure_gemm(a.reps, Precision::BF16);
+  std::printf("  bf16 GEMM 2048^3          %.1f GFLOP/s (%s)\n", gemm_bf16 / 1e9, matmul_bf16_path().c_str());
   double copy = measure_memcpy(a.reps);
   std::printf("  memcpy                    %.2f GB/s\n", copy / 1e9);
   auto [rd, wr] = measure_nvme(a.dir, a.nvme_mb);

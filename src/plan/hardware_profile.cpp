@@ -96,6 +96,21 @@ HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::strin
                   "fix the profile, or leave it out");
     p.threads = static_cast<int>(t);
   }
+  p.cpu = read_string(j, "cpu", "", where);
+  if (j.contains("bf16_gemm_paths")) {
+    const auto& paths = j["bf16_gemm_paths"];
+    if (!paths.is_object()) throw Error("bf16_gemm_paths must be an object", where, "fix the profile, or leave it out");
+    for (const auto& [layout, v] : paths.items()) {
+      if (!v.is_object()) continue;  // "chosen", "reason": what profile printed, not rates
+      const auto rate = [&](const char* key) {
+        if (!v.contains(key) || !v[key].is_number() || !(v[key].get<double>() > 0))
+          throw Error("bf16_gemm_paths." + layout + "." + key + " must be a positive number", where,
+                      "rerun `lazytrain profile`, or leave bf16_gemm_paths out");
+        return v[key].get<double>();
+      };
+      p.bf16_gemm_rates[layout] = {rate("native_gflops"), rate("widened_gflops")};
+    }
+  }
   if (p.act_bytes != 2 && p.act_bytes != 4)
     throw Error("act_bytes must be 2 (bf16) or 4 (fp32)", where, "fix the profile");
   if (p.weight_bytes != 2 && p.weight_bytes != 4)
@@ -161,6 +176,9 @@ nlohmann::json hardware_profile_to_json(const HardwareProfile& p) {
                {"optimizer_gparams_per_s", num("host.optimizer_gparams_per_s", p.host_optimizer_params_per_s / 1e9)},
                {"memory_bandwidth_gbps", num("host.memory_bandwidth_gbps", p.host_memory_bw / kGB)}};
   if (p.threads > 0) j["host"]["threads"] = num("host.threads", p.threads);
+  if (!p.cpu.empty()) j["cpu"] = p.cpu;
+  for (const auto& [layout, r] : p.bf16_gemm_rates)
+    j["bf16_gemm_paths"][layout] = {{"native_gflops", r.native_gflops}, {"widened_gflops", r.widened_gflops}};
   return j;
 }
 

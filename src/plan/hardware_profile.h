@@ -53,6 +53,15 @@ struct HardwareProfile {
   // 0 = not recorded). A run on fewer threads plans at its share of them.
   int threads = 0;
 
+  // What `lazytrain profile` measured besides (optional): the CPU it ran on (its features
+  // and kernel level, core/cpu_features.h's summary) and, per matmul layout ("x.W^T",
+  // "dy.W", "dy^T.x"), the two bf16 GEMM paths' rates in GFLOP/s (kernels/cpu/matmul.h).
+  std::string cpu;
+  struct Bf16PathRates {
+    double native_gflops = 0, widened_gflops = 0;
+  };
+  std::map<std::string, Bf16PathRates> bf16_gemm_rates;
+
   // "compute.peak_tflops" -> "datasheet", ... for every number read.
   std::map<std::string, std::string> sources;
 

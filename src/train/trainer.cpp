@@ -33,6 +33,7 @@
 #include "plan/hardware_profile.h"
 #include "plan/plan_json.h"
 #include "plan/plan_validate.h"
+#include "train/bf16_gemm_paths.h"
 #include "train/checkpoints.h"
 #include "train/evaluate.h"
 #include "train/hf_metadata.h"
@@ -241,6 +242,7 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
       std::printf("resume: no complete checkpoint in %s, starting from step 0\n", cfg.output_dir.c_str());
   }
   const std::string weights_dir = resume_from ? *resume_from : cfg.model;
+  choose_bf16_gemm_paths(cfg.hardware, resume_from);
   RunData data = load_data(cfg, weights_dir);
 
   const ModelConfig mc = weights_dir.empty() ? scratch_config(cfg, data.tokenizer->vocab_size())
@@ -445,7 +447,8 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
       const nlohmann::json st = {{"step", step},
                                  {"tokens_seen", tokens_seen},
                                  {"data_position", loader.position().to_json()},
-                                 {"loss", loss}};
+                                 {"loss", loss},
+                                 {"bf16_gemm", bf16_gemm_paths_in_use()}};
       write_file_atomic(dir + "/trainer_state.json", st.dump(2) + "\n");
       write_file_atomic(dir + "/train_config.yaml", describe(cfg));
     });

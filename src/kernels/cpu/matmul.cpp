@@ -49,8 +49,9 @@ int threads_for(int64_t M, int64_t N, int64_t K) {
   return 2.0 * double(M) * double(N) * double(K) < kSerialFlops ? 1 : omp_get_max_threads();
 }
 
-// Whether a Precision::BF16 matmul takes the widened path now (defined below).
-bool widen_bf16();
+// Whether a Precision::BF16 matmul of this layout takes the widened path now (defined
+// below).
+bool widen_bf16(bool trans_a, bool trans_b);
 
 // oneDNN fixes a primitive's work split for the thread count at creation and runs that
 // many threads whatever omp_set_num_threads says later, so the count is part of the key:
@@ -63,7 +64,7 @@ struct Key {
   // of rows of a larger A (accumulate's blocks). 0: packed.
   int64_t lda = 0;
   // BF16 asked for below the avx512 level or where the chosen path is Widened.
-  bool widen = p == Precision::BF16 && widen_bf16();
+  bool widen = p == Precision::BF16 && widen_bf16(trans_a, trans_b);
   int threads = threads_for(M, N, K);
   bool operator==(const Key&) const = default;
 };
@@ -144,11 +145,20 @@ Bf16GemmChoice rule_choice() {
                                      : "no AMX-BF16 on this CPU: oneDNN's bf16 GEMM is slower than its fp32 one there"};
 }
 
-bool widen_bf16() {
+// set_measured_bf16_gemm_paths' paths per layout (-1: none) and their source.
+std::atomic<int> g_bf16_measured[kMatmulLayouts] = {-1, -1, -1};
+std::mutex g_bf16_measured_mu;
+std::string g_bf16_measured_source;
+
+bool widen_bf16(bool trans_a, bool trans_b) {
   if (active_isa() < Isa::Avx512) return true;
   const int o = g_bf16_path_override.load(std::memory_order_relaxed);
   if (o >= 0) return static_cast<Bf16GemmPath>(o) == Bf16GemmPath::Widened;
-  static const Bf16GemmPath rule = rule_choice().path;  // the environment, read once
+  static const std::optional<Bf16GemmPath> env = env_path();  // the environment, read once
+  if (env) return *env == Bf16GemmPath::Widened;
+  const int m = g_bf16_measured[static_cast<int>(matmul_layout(trans_a, trans_b))].load(std::memory_order_relaxed);
+  if (m >= 0) return static_cast<Bf16GemmPath>(m) == Bf16GemmPath::Widened;
+  static const Bf16GemmPath rule = rule_choice().path;
   return rule == Bf16GemmPath::Widened;
 }
 
@@ -361,13 +371,42 @@ std::string matmul_impl_name(int64_t M, int64_t N, int64_t K, Precision p) {
   return d.ctx.impl_name(M, N, K, false, false, p);
 }
 
-Bf16GemmChoice bf16_gemm_choice() {
+MatmulLayout matmul_layout(bool trans_a, bool trans_b) {
+  if (trans_a && !trans_b) return MatmulLayout::WeightGrad;
+  if (!trans_a && !trans_b) return MatmulLayout::InputGrad;
+  return MatmulLayout::Forward;
+}
+
+const char* matmul_layout_name(MatmulLayout l) {
+  switch (l) {
+    case MatmulLayout::Forward: return "x.W^T";
+    case MatmulLayout::InputGrad: return "dy.W";
+    case MatmulLayout::WeightGrad: return "dy^T.x";
+  }
+  return "?";
+}
+
+Bf16GemmChoice bf16_gemm_choice(MatmulLayout layout) {
   (void)env_path();  // checked at every level
   if (active_isa() < Isa::Avx512)
     return {Bf16GemmPath::Widened, "kernels below the avx512 level: oneDNN has no bf16 matmul there"};
   const int o = g_bf16_path_override.load(std::memory_order_relaxed);
   if (o >= 0) return {static_cast<Bf16GemmPath>(o), "set for this process"};
+  if (!env_path()) {
+    const int m = g_bf16_measured[static_cast<int>(layout)].load(std::memory_order_relaxed);
+    if (m >= 0) {
+      std::lock_guard<std::mutex> lock(g_bf16_measured_mu);
+      return {static_cast<Bf16GemmPath>(m), g_bf16_measured_source};
+    }
+  }
   return rule_choice();
+}
+
+void set_measured_bf16_gemm_paths(const std::optional<Bf16GemmMeasured>& measured) {
+  std::lock_guard<std::mutex> lock(g_bf16_measured_mu);
+  g_bf16_measured_source = measured ? measured->source : std::string();
+  for (int l = 0; l < kMatmulLayouts; ++l)
+    g_bf16_measured[l].store(measured ? static_cast<int>(measured->path[l]) : -1, std::memory_order_relaxed);
 }
 
 void set_bf16_gemm_path(std::optional<Bf16GemmPath> path) {
@@ -375,13 +414,32 @@ void set_bf16_gemm_path(std::optional<Bf16GemmPath> path) {
 }
 
 std::string matmul_bf16_path() {
-  const std::string impl = matmul_impl_name(256, 256, 256, Precision::BF16);
-  const bool widened = impl.find("widened") != std::string::npos;
-  const Bf16GemmChoice choice = bf16_gemm_choice();
-  std::string reason = choice.reason;
-  if (widened && choice.path == Bf16GemmPath::Native)
-    reason = "oneDNN has no bf16 matmul for this CPU";  // the fallback in get()
-  return (widened ? "bf16 storage, fp32 GEMM (" : "native bf16 GEMM (") + impl + "; " + reason + ")";
+  // Each layout's path as a 256^3 product of it takes it, and why.
+  std::string parts[kMatmulLayouts], reason;
+  bool all_same = true;
+  for (int l = 0; l < kMatmulLayouts; ++l) {
+    const auto layout = static_cast<MatmulLayout>(l);
+    const bool ta = layout == MatmulLayout::WeightGrad, tb = layout == MatmulLayout::Forward;
+    std::string impl;
+    {
+      DefaultContext& d = default_context();
+      std::lock_guard<std::mutex> lock(d.mu);
+      impl = d.ctx.impl_name(256, 256, 256, ta, tb, Precision::BF16);
+    }
+    const bool widened = impl.find("widened") != std::string::npos;
+    const Bf16GemmChoice choice = bf16_gemm_choice(layout);
+    std::string why = choice.reason;
+    if (widened && choice.path == Bf16GemmPath::Native)
+      why = "oneDNN has no bf16 matmul for this CPU";  // the fallback in get()
+    parts[l] = (widened ? "bf16 storage, fp32 GEMM (" : "native bf16 GEMM (") + impl;
+    if (l == 0) reason = why;
+    all_same = all_same && parts[l] == parts[0] && why == reason;
+  }
+  if (all_same) return parts[0] + "; " + reason + ")";
+  std::string out;
+  for (int l = 0; l < kMatmulLayouts; ++l)
+    out += std::string(l ? ", " : "") + matmul_layout_name(static_cast<MatmulLayout>(l)) + ": " + parts[l] + ")";
+  return out + " (" + reason + ")";
 }
 
 }  // namespace lt

@@ -36,28 +36,47 @@ void matmul_bf16(float* c, const bf16* a, bool trans_a, const bf16* b, bool tran
 // so tests and benchmarks can check which kernel runs.
 std::string matmul_impl_name(int64_t M, int64_t N, int64_t K, Precision p);
 // Which path Precision::BF16 matmuls take now and why, for startup lines:
-// "native bf16 GEMM (impl; reason)" or "bf16 storage, fp32 GEMM (impl; reason)".
+// "native bf16 GEMM (impl; reason)" or "bf16 storage, fp32 GEMM (impl; reason)", or per
+// layout where the layouts differ.
 std::string matmul_bf16_path();
 
 // How Precision::BF16 matmuls run at the avx512 level and above, where oneDNN has bf16
 // kernels: Native, oneDNN's bf16 GEMM; Widened, the bf16 operands widened to fp32 and the
 // fp32 GEMM (the same exact products, another summation order). Below avx512 it is always
-// Widened. Native pays only with AMX: on an AVX-512 CPU without it (AVX512-BF16 or not),
-// oneDNN's bf16 GEMM runs at about 2/3 of its own fp32 GEMM (issue 31's measurements), so
-// a bf16 step there would be slower than an fp32 one.
+// Widened. Which is faster depends on the CPU: on an Intel AVX-512 CPU without AMX,
+// oneDNN's bf16 GEMM ran at about 2/3 of its own fp32 GEMM (issue 31's measurements); on
+// an AMD EPYC with AVX512-BF16 (Zen 4) at twice it (2048^3: 424 against 205 GFLOP/s). Hence
+// measured per machine and layout (Bf16GemmMeasured), with a rule where nothing was.
 enum class Bf16GemmPath { Native, Widened };
 struct Bf16GemmChoice {
   Bf16GemmPath path;
   std::string reason;  // "LT_BF16_GEMM=widened", "no AMX-BF16 on this CPU", ...
 };
-// The process's choice, fixed per machine so that results are reproducible run to run
-// (a choice timed at start-up could differ between a run and its resume): LT_BF16_GEMM
-// (native, widened) when set, else Native exactly where the CPU has AMX-BF16.
-// `lazytrain profile` measures both paths and says when they disagree with this.
-Bf16GemmChoice bf16_gemm_choice();
-// Overrides the choice for this process (tests, the profile's measurement); nullopt goes
-// back to bf16_gemm_choice's rule. Cached primitives key on the path: a change takes
-// effect at the next call.
+// The three layouts of a linear layer's matmuls, the step's shape classes (the head's
+// products take the same three): forward x.W^T (trans_b), the input gradient dy.W, the
+// weight gradient dy^T.x (trans_a). Both transposed counts as forward.
+enum class MatmulLayout { Forward, InputGrad, WeightGrad };
+constexpr int kMatmulLayouts = 3;
+MatmulLayout matmul_layout(bool trans_a, bool trans_b);
+const char* matmul_layout_name(MatmulLayout l);  // "x.W^T", "dy.W", "dy^T.x"
+
+// Per layout, the faster path as `lazytrain profile` measured it on this CPU (the trainer
+// applies a profile's measurement, or the one its checkpoint recorded, so that a run and
+// its resume compute alike; a timing at start-up could differ between them).
+struct Bf16GemmMeasured {
+  Bf16GemmPath path[kMatmulLayouts];
+  std::string source;  // for the startup line: "measured by lazytrain profile (profiles/local.json)"
+};
+// The process's choice for a layout, fixed per machine so that results are reproducible
+// run to run: LT_BF16_GEMM (native, widened) when set, else the measured path when one is
+// set, else Native exactly where the CPU has AMX-BF16 (the rule, from issue 31's
+// measurements on an Intel CPU without AMX; an AMD Zen 4 measures the other way).
+Bf16GemmChoice bf16_gemm_choice(MatmulLayout layout = MatmulLayout::Forward);
+// Sets (nullopt: clears) the measured paths. Cached primitives key on the path.
+void set_measured_bf16_gemm_paths(const std::optional<Bf16GemmMeasured>& measured);
+// Overrides the choice for every layout in this process (tests, the profile's
+// measurement); nullopt goes back to bf16_gemm_choice's order. A change takes effect at
+// the next call.
 void set_bf16_gemm_path(std::optional<Bf16GemmPath> path);
 
 // One matmul operand: fp32 data and/or its bf16 copy. Under Precision::BF16 the bf16 copy
