@@ -21,6 +21,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/hybrid_layers.h"
+#include "train/bf16_gemm_paths.h"
 
 namespace {
 
@@ -56,6 +57,9 @@ int main(int argc, char** argv) {
   const int steps = std::atoi(argv[5]);
   lt::set_num_threads(0);
   try {
+    // The bf16 GEMM paths `lazytrain train` takes here: this machine's profile's faster
+    // ones per layout when profiles/local.json measured this CPU, else the rule.
+    lt::choose_bf16_gemm_paths("local", std::nullopt);
     const lt::ModelConfig c = lt::load_model_config(dir);
     if (argc > 6 && std::string(argv[6]) == "gemm") return measure_gemm(c, batch * seq, steps);
     const lt::Precision p = prec == "bf16" ? lt::Precision::BF16 : lt::Precision::F32;
@@ -80,9 +84,9 @@ int main(int argc, char** argv) {
     for (int64_t j = 0; j < c.num_layers; ++j) layer_flops += lt::layer_forward_flops(c, j, batch, seq);
     const double flops = 3.0 * (layer_flops + lt::head_forward_flops(c, batch, seq));
     std::printf("{\"step_s\": %.6f, \"tokens_per_s\": %.2f, \"peak_rss\": %.0f, \"loss\": %.6f, "
-                "\"model_flops_per_step\": %.6g, \"threads\": %d}\n",
+                "\"model_flops_per_step\": %.6g, \"threads\": %d, \"bf16_gemm\": %s}\n",
                 lt::median(times), batch * seq / lt::median(times), static_cast<double>(lt::peak_rss_bytes()), loss, flops,
-                lt::num_threads());
+                lt::num_threads(), lt::bf16_gemm_paths_in_use().dump().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_step_bench: %s\n", e.what());
     return 1;

@@ -129,7 +129,8 @@ void run_plan(const PlanArgs& a) {
   if (a.ranks < 1) throw Error("--ranks must be at least 1", "--ranks", "e.g. --ranks 2");
   req.ranks = a.ranks;
   req.shard_optimizer = a.shard_optimizer == "on";
-  if (!(a.network_gbps >= 0)) throw Error("--network-gbps must not be negative", "--network-gbps", "e.g. 12.5 (100 Gbit/s)");
+  if (!(a.network_gbps >= 0))
+    throw Error("--network-gbps must not be negative", "--network-gbps", "e.g. 12.5 (100 Gbit/s)");
   if (a.network_gbps > 0) req.hardware.network_bw = a.network_gbps * 1e9;
   if (!a.act_budget.empty()) parse_act_budget(a.act_budget, req);
   if (!a.offload_dir.empty())
@@ -201,7 +202,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--ranks", a->ranks,
                   "Data-parallel ranks (mpirun -np N), each running this plan on --batch rows of its own")
       ->capture_default_str();
-  cmd->add_option("--shard-optimizer", a->shard_optimizer, "on: each rank keeps and updates 1/N of the optimizer (as train)")
+  cmd->add_option("--shard-optimizer", a->shard_optimizer,
+                  "on: each rank keeps and updates 1/N of the optimizer (as train)")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--network-gbps", a->network_gbps,

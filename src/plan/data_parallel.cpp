@@ -75,7 +75,8 @@ void apply_data_parallel(CostModel& cm, const PlanRequest& req) {
   dp.owned_update_s = busiest / req.hardware.host_optimizer_params_per_s;
   dp.owned_state_frac = state_total > 0 ? busiest / state_total : 1;
   // One rank holds its part's optimizer states only.
-  const double state_per_param = cm.layers.empty() || cm.layer(0).params <= 0 ? 0 : cm.layer(0).state_bytes / cm.layer(0).params;
+  const double state_per_param =
+      cm.layers.empty() || cm.layer(0).params <= 0 ? 0 : cm.layer(0).state_bytes / cm.layer(0).params;
   cm.host_state_bytes -= state_per_param * state_total * (1 - dp.owned_state_frac);
 }
 
@@ -117,7 +118,8 @@ void add_rank_exchange(Plan& p, const CostModel& cm) {
   // Each rank updates its part in P0; where the plan updated a target, its weights come in.
   for (Window& w : p.windows) {
     for (const HostTask& h : w.host)
-      if (h.task == "optimizer") w.transfers.push_back({exchange_tensor("bcast", h.target), Link::Net, dp.weight_bytes(h.work)});
+      if (h.task == "optimizer")
+        w.transfers.push_back({exchange_tensor("bcast", h.target), Link::Net, dp.weight_bytes(h.work)});
     w.host.erase(std::remove_if(w.host.begin(), w.host.end(), [](const HostTask& h) { return h.task == "optimizer"; }),
                  w.host.end());
   }

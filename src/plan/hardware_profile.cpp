@@ -81,7 +81,8 @@ HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::strin
   p.d2h_bw = read_number(j, "links", "d2h_gbps", p, where) * kGB;
   if (j.contains("links") && j["links"].contains("network_gbps")) {
     p.network_bw = read_number(j, "links", "network_gbps", p, where) * kGB;
-    if (!(p.network_bw > 0)) throw Error("links.network_gbps must be positive", where, "fix the profile, or leave it out");
+    if (!(p.network_bw > 0))
+      throw Error("links.network_gbps must be positive", where, "fix the profile, or leave it out");
   }
   p.nvme_read_bw = read_number(j, "nvme", "read_gbps", p, where) * kGB;
   p.nvme_write_bw = read_number(j, "nvme", "write_gbps", p, where) * kGB;
@@ -100,7 +101,11 @@ HardwareProfile parse_hardware_profile(const nlohmann::json& j, const std::strin
   if (j.contains("bf16_gemm_paths")) {
     const auto& paths = j["bf16_gemm_paths"];
     if (!paths.is_object()) throw Error("bf16_gemm_paths must be an object", where, "fix the profile, or leave it out");
-    for (const auto& [layout, v] : paths.items()) {
+    // Not a structured binding: the lambda below captures these (clang 14 cannot capture
+    // structured bindings).
+    for (auto it = paths.begin(); it != paths.end(); ++it) {
+      const std::string layout = it.key();
+      const nlohmann::json& v = it.value();
       if (!v.is_object()) continue;  // "chosen", "reason": what profile printed, not rates
       const auto rate = [&](const char* key) {
         if (!v.contains(key) || !v[key].is_number() || !(v[key].get<double>() > 0))

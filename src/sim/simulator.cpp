@@ -284,7 +284,8 @@ struct Replay {
       const bool net_first = w.kind == WindowKind::Prologue0;
       if (net_first)
         for (const Transfer& t : w.transfers)
-          if (t.link == Link::Net && starts_with(t.tensor, "sum.")) host_from = std::max(host_from, transfer(t, w, start, end));
+          if (t.link == Link::Net && starts_with(t.tensor, "sum."))
+            host_from = std::max(host_from, transfer(t, w, start, end));
       // Host work in issue order (FIFO on the pool).
       for (const HostTask& h : w.host) {
         double secs = h.seconds;

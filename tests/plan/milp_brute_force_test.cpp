@@ -100,7 +100,8 @@ void run_case(const BruteForceCase& bc) {
   };
   rec(0);
   std::printf("[brute force L=%d %s ranks=%d%s] %d assignments, %d feasible; best %.6f ms (%s); MILP %.6f ms, gap %.2e\n",
-              L, bc.hardware, bc.ranks, bc.sharded ? " sharded" : "", tried, feasible, best * 1e3, best_desc.c_str(), milp_s * 1e3, milp.solve.mip_gap);
+              L, bc.hardware, bc.ranks, bc.sharded ? " sharded" : "", tried, feasible, best * 1e3, best_desc.c_str(),
+              milp_s * 1e3, milp.solve.mip_gap);
   ASSERT_GT(feasible, 0);
   // Tolerance: the reported gap, plus 1e-9 relative for round-off in the plan's bytes.
   EXPECT_LE(milp_s, best * (1 + milp.solve.mip_gap + 1e-9));

@@ -78,7 +78,8 @@ TEST(Bf16GemmPaths, ARunTakesTheProfilesFasterPathsAndItsResumeKeepsThem) {
   EXPECT_EQ(test::final_weights(resumed.checkpoint_dir), test::final_weights(straight.checkpoint_dir));
 
   // A profile measured on another CPU (or kernel level) says nothing about this one.
-  const TrainSummary foreign = run_training(config("foreign", write_profile(dir.str() + "/c.json", {"x.W^T"}, "another")));
+  const TrainSummary foreign =
+      run_training(config("foreign", write_profile(dir.str() + "/c.json", {"x.W^T"}, "another CPU")));
   set_measured_bf16_gemm_paths(std::nullopt);
   nlohmann::json rule;
   for (int l = 0; l < kMatmulLayouts; ++l) {
@@ -95,9 +96,11 @@ TEST(Bf16GemmPaths, EachLayoutTakesItsOwnPath) {
   Bf16GemmMeasured m{{Bf16GemmPath::Native, Bf16GemmPath::Widened, Bf16GemmPath::Native}, "this test"};
   set_measured_bf16_gemm_paths(m);
   MatmulContext ctx;
-  const bool forward_widened = ctx.impl_name(64, 64, 64, false, true, Precision::BF16).find("widened") != std::string::npos;
-  const bool input_widened = ctx.impl_name(64, 64, 64, false, false, Precision::BF16).find("widened") != std::string::npos;
-  const bool weight_widened = ctx.impl_name(64, 64, 64, true, false, Precision::BF16).find("widened") != std::string::npos;
+  auto widened = [&](bool trans_a, bool trans_b) {
+    return ctx.impl_name(64, 64, 64, trans_a, trans_b, Precision::BF16).find("widened") != std::string::npos;
+  };
+  const bool forward_widened = widened(false, true), input_widened = widened(false, false),
+             weight_widened = widened(true, false);
   set_measured_bf16_gemm_paths(std::nullopt);
   if (forward_widened) GTEST_SKIP() << "oneDNN has no bf16 matmul for this CPU (it widens every product)";
   EXPECT_TRUE(input_widened);
