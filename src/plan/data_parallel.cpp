@@ -19,8 +19,8 @@ constexpr double kExchangeBytesPerParam = 4;
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-// The update target whose gradient a drain completes ("" for none): g.<j> layer j, the
-// head's (whole, chunks, final norm), dx.0 the embedding's (the host forms it from dx.0).
+}  // namespace
+
 std::string drained_target(const Transfer& x) {
   if (x.link != Link::D2H) return "";
   if (x.tensor == "dx.0") return "embed";
@@ -28,8 +28,6 @@ std::string drained_target(const Transfer& x) {
   if (starts_with(x.tensor, "g.")) return "layer." + x.tensor.substr(2);
   return "";
 }
-
-}  // namespace
 
 double DataParallelCosts::sum_bytes(double params) const {
   if (!on()) return 0;
@@ -43,6 +41,17 @@ double DataParallelCosts::weight_bytes(double params) const {
 std::string exchange_tensor(const char* kind, const std::string& target) {
   const std::string t = starts_with(target, "layer.") ? target.substr(6) : target;
   return std::string(kind) + "." + t;
+}
+
+std::string exchange_target(const std::string& tensor) {
+  for (const char* prefix : {"sum.", "bcast."}) {
+    if (!starts_with(tensor, prefix)) continue;
+    const std::string t = tensor.substr(std::string(prefix).size());
+    if (t == "embed" || t == "head") return t;
+    const bool index = !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
+    return index ? "layer." + t : "";
+  }
+  return "";
 }
 
 void apply_data_parallel(CostModel& cm, const PlanRequest& req) {
@@ -73,11 +82,10 @@ void apply_data_parallel(CostModel& cm, const PlanRequest& req) {
   }
   dp.owned_params = busiest;
   dp.owned_update_s = busiest / req.hardware.host_optimizer_params_per_s;
-  dp.owned_state_frac = state_total > 0 ? busiest / state_total : 1;
   // One rank holds its part's optimizer states only.
   const double state_per_param =
       cm.layers.empty() || cm.layer(0).params <= 0 ? 0 : cm.layer(0).state_bytes / cm.layer(0).params;
-  cm.host_state_bytes -= state_per_param * state_total * (1 - dp.owned_state_frac);
+  cm.host_state_bytes -= state_per_param * (state_total - busiest);
 }
 
 void add_rank_exchange(Plan& p, const CostModel& cm) {

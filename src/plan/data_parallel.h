@@ -25,14 +25,14 @@ namespace lt {
 struct CostModel;
 struct Plan;
 struct PlanRequest;
+struct Transfer;
 
 struct DataParallelCosts {
   int ranks = 1;
   bool sharded = false;
   double network_bw = 0;   // bytes/s
-  // Sharded: the busiest rank's part, in parameters, its update's seconds, and its share
-  // of the optimizer state bytes.
-  double owned_params = 0, owned_update_s = 0, owned_state_frac = 1;
+  // Sharded: the busiest rank's part, in parameters, and its update's seconds.
+  double owned_params = 0, owned_update_s = 0;
 
   bool on() const { return ranks > 1; }
   // A target's gradient sum and (sharded) weight broadcast, in bytes on the busiest
@@ -50,7 +50,12 @@ void apply_data_parallel(CostModel& cm, const PlanRequest& req);
 void add_rank_exchange(Plan& p, const CostModel& cm);
 
 // "sum.<target>" / "bcast.<target>" for an update target name ("embed", "layer.3" -> "3",
-// "head").
+// "head"); exchange_target is its inverse ("" for a tensor that is no collective).
 std::string exchange_tensor(const char* kind, const std::string& target);
+std::string exchange_target(const std::string& tensor);
+// The update target whose gradient a drain to the host completes, or "": g.<j> layer j's,
+// the head's (whole, its chunks, its final norm), dx.0 the embedding's (the host forms
+// the embedding's gradient from it).
+std::string drained_target(const Transfer& x);
 
 }  // namespace lt

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "model/layer_specs.h"
+#include "plan/data_parallel.h"
 
 namespace lt {
 
@@ -104,25 +105,23 @@ int64_t index_at(const std::string& s, size_t pos) {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+// An update target: embed, head, layer.<j> (j below L), and with allow_all "all".
+bool valid_target(const std::string& t, int L, bool allow_all) {
+  if (t == "embed" || t == "head" || (allow_all && t == "all")) return true;
+  if (!starts_with(t, "layer.")) return false;
+  const int64_t j = index_at(t, 6);
+  return j >= 0 && j < L;
+}
+
 // The tensor names of plan.h: w.<j>, wres.<j>, wx.<j>, g.<j>, gx.<j>, int.<j>, os.<j> (layers 0..L-1),
 // w.head, g.head, in.0, dx.0, rc.<b>, a.<b>.{gpu,cpu,nvme,tmp} (boundaries 0..L), and for a
 // head streamed in `head_chunks` chunks (0: whole) w.head.<c>, g.head.<c> (c below it),
-// w.head.norm, g.head.norm. The executor and the simulator index arrays by these numbers,
+// w.head.norm, g.head.norm, and the data-parallel collectives sum.<t>, bcast.<t>
+// (plan/data_parallel.h). The executor and the simulator index arrays by these numbers,
 // so a plan file must not hold any other.
-// The data-parallel ranks' collectives (plan/data_parallel.h): sum.<target> and
-// bcast.<target>, <target> embed, head or a layer index (checked by the caller's L).
-bool is_exchange_name(const std::string& t) {
-  for (const char* prefix : {"sum.", "bcast."})
-    if (starts_with(t, prefix)) {
-      const std::string target = t.substr(std::strlen(prefix));
-      return target == "embed" || target == "head" || index_at(t, std::strlen(prefix)) >= 0;
-    }
-  return false;
-}
-
 bool valid_tensor_name(const std::string& t, int L, int64_t head_chunks) {
   if (t == "w.head" || t == "g.head" || t == "in.0" || t == "dx.0") return true;
-  if (is_exchange_name(t)) return true;
+  if (const std::string target = exchange_target(t); !target.empty()) return valid_target(target, L, false);
   for (const char* head_prefix : {"w.head.", "g.head."})
     if (starts_with(t, head_prefix)) {
       if (head_chunks == 0) return false;
@@ -182,12 +181,6 @@ bool valid_memory_name(const std::string& t, int L, int64_t head_chunks, const s
 }
 
 // "layer.<j>" with j in 0..L-1, "embed", "head" (and "all" where allowed).
-bool valid_target(const std::string& t, int L, bool allow_all) {
-  if (t == "embed" || t == "head" || (allow_all && t == "all")) return true;
-  if (!starts_with(t, "layer.")) return false;
-  const int64_t j = index_at(t, 6);
-  return j >= 0 && j < L;
-}
 
 // What every consumer of a plan indexes by: layers, boundaries, windows and tensor names
 // in range. (Validation of the plan's semantics is plan_validate.h's.)
@@ -225,11 +218,7 @@ void check_structure(const Plan& p, const std::string& where) {
     if (w.layer < -1 || w.layer >= L) bad("layer " + std::to_string(w.layer) + in + " is out of range");
     for (const Transfer& t : w.transfers) {
       if (!valid_tensor_name(t.tensor, L, head_chunks)) bad("unknown tensor '" + t.tensor + "'" + in);
-      if (is_exchange_name(t.tensor)) {
-        const int64_t j = index_at(t.tensor, t.tensor.find('.') + 1);
-        if (j >= L) bad("tensor '" + t.tensor + "'" + in + " names a layer the plan does not have");
-      }
-      if ((t.link == Link::Net) != is_exchange_name(t.tensor))
+      if ((t.link == Link::Net) != !exchange_target(t.tensor).empty())
         bad("tensor '" + t.tensor + "'" + in + (t.link == Link::Net ? " is no collective, but moves over the net"
                                                                    : " is a collective, but moves over " +
                                                                          std::string(link_name(t.link))));

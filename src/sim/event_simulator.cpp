@@ -8,6 +8,7 @@
 #include <queue>
 
 #include "plan/cost_model.h"
+#include "plan/data_parallel.h"
 #include "sim/event_simulator_graph.h"
 
 namespace lt {
@@ -156,8 +157,7 @@ void EventGraph::add_events() {
       // Sharded data parallelism: a target's weights come in from its owner where the
       // plan updates it (plan/data_parallel.h), which its loads wait for as for an update.
       if (t.link == Link::Net && starts_with(t.tensor, "bcast.")) {
-        const std::string n = t.tensor.substr(6);
-        updates_[n == "embed" || n == "head" ? n : "layer." + n].push_back(id);
+        updates_[exchange_target(t.tensor)].push_back(id);
         broadcasts_.push_back(id);
       }
     }
@@ -515,7 +515,6 @@ void EventGraph::add_transfer_sources() {
 // windows), and P0's host work (the updates) waits for them. A weight broadcast waits for
 // the ranks' update of their parts.
 void EventGraph::add_collective_sources(int id, const std::string& x) {
-  const int L = p_.num_layers;
   const int w = ops_[id].window;
   if (starts_with(x, "bcast.")) {
     bool any = false;
@@ -536,16 +535,11 @@ void EventGraph::add_collective_sources(int id, const std::string& x) {
       if (ops_[hid].window == w) need(hid, id, "the gradient sum " + x);
     return;
   }
-  const std::string t = x.substr(4);
+  // The last drain that completes the target's gradient.
+  const std::string t = exchange_target(x);
   int drain = -1;
-  if (t == "embed") {
-    drain = last_piece("dx.0", Link::D2H);
-  } else if (t == "head") {
-    for (auto [tid, tr] : transfers_)
-      if (tr->link == Link::D2H && starts_with(tr->tensor, "g.head")) drain = std::max(drain, tid);
-  } else if (const int j = number_after(t, 0); j >= 0 && j < L) {
-    drain = last_piece("g." + t, Link::D2H);
-  }
+  for (auto [tid, tr] : transfers_)
+    if (drained_target(*tr) == t) drain = std::max(drain, tid);
   need(id, drain, "the drain of " + t + "'s gradient");
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "plan/cost_model.h"
+#include "plan/data_parallel.h"
 
 namespace lt {
 
@@ -211,7 +212,7 @@ struct Replay {
         return done == update_done.end() ? start : done->second;
       }
       // A sum, once the rank's host holds the gradient (P0's: the previous step's).
-      auto it = drained.find(x.substr(4));
+      auto it = drained.find(exchange_target(x));
       return it == drained.end() ? start : it->second;
     }
     if (starts_with(x, "os.")) {  // a paged optimizer state: read any time, written once updated
@@ -384,19 +385,12 @@ struct Replay {
           host[x].add(e, t.bytes);
           if (ends_with(x, ".cpu")) cpu_reserved += t.bytes;  // held for the whole step
           else host_delta.emplace_back(e, t.bytes);           // NVMe staging
-        } else if (x == "dx.0") {
-          drained["embed"] = e;
-        } else if (starts_with(x, "g.head")) {
-          drained["head"] = e;
-        } else if (starts_with(x, "g.")) {
-          drained[x.substr(2)] = e;
+        } else if (const std::string target = drained_target(t); !target.empty()) {
+          drained[target] = e;
         }
         break;
       case Link::Net:  // a target's weights in: its update is done here
-        if (starts_with(x, "bcast.")) {
-          const std::string n = x.substr(6);
-          update_part_done(n == "embed" || n == "head" ? n : "layer." + n, w, e);
-        }
+        if (starts_with(x, "bcast.")) update_part_done(exchange_target(x), w, e);
         break;
       // Paged optimizer states move between NVMe and fixed host slots (counted in the
       // plan's host state), so they add no staging.

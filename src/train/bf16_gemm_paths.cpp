@@ -1,8 +1,10 @@
 #include "train/bf16_gemm_paths.h"
 
+#include <cstdio>
+#include <optional>
+
 #include "core/cpu_features.h"
 #include "core/error.h"
-#include "io/atomic_file.h"
 #include "kernels/cpu/matmul.h"
 #include "plan/hardware_profile.h"
 
@@ -13,20 +15,15 @@ const char* path_name(Bf16GemmPath p) { return p == Bf16GemmPath::Native ? "nati
 
 // The checkpoint's recorded paths, when its trainer state has them (checkpoints written
 // before they were recorded do not).
-std::optional<Bf16GemmMeasured> recorded(const std::string& dir) {
+std::optional<Bf16GemmMeasured> recorded(const nlohmann::json& st, const std::string& dir) {
   const std::string path = dir + "/trainer_state.json";
-  nlohmann::json st;
-  try {
-    st = nlohmann::json::parse(read_text_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("malformed trainer state: " + std::string(e.what()), path, "use another checkpoint");
-  }
-  if (!st.contains("bf16_gemm")) return std::nullopt;
+  if (!st.is_object() || !st.contains("bf16_gemm")) return std::nullopt;
   Bf16GemmMeasured m;
   m.source = "as the resumed checkpoint's run (" + dir + ")";
+  const nlohmann::json& rec = st.at("bf16_gemm");
   for (int l = 0; l < kMatmulLayouts; ++l) {
     const char* name = matmul_layout_name(static_cast<MatmulLayout>(l));
-    const nlohmann::json& v = st["bf16_gemm"].value(name, nlohmann::json());
+    const nlohmann::json v = rec.is_object() && rec.contains(name) ? rec.at(name) : nlohmann::json();
     if (v != "native" && v != "widened")
       throw Error(std::string("bf16_gemm.") + name + " is " + v.dump() + ", not \"native\" or \"widened\"", path,
                   "the file is damaged; use another checkpoint");
@@ -62,8 +59,8 @@ std::optional<Bf16GemmMeasured> measured(const std::string& hardware) {
 
 }  // namespace
 
-void choose_bf16_gemm_paths(const std::string& hardware, const std::optional<std::string>& resume_dir) {
-  std::optional<Bf16GemmMeasured> m = resume_dir ? recorded(*resume_dir) : std::nullopt;
+void choose_bf16_gemm_paths(const std::string& hardware, const nlohmann::json* resumed, const std::string& resumed_dir) {
+  std::optional<Bf16GemmMeasured> m = resumed ? recorded(*resumed, resumed_dir) : std::nullopt;
   if (!m) m = measured(hardware);
   set_measured_bf16_gemm_paths(m);
 }

@@ -5,7 +5,6 @@
 // hardware profile measured it on this CPU (`lazytrain profile`), else the rule.
 #pragma once
 
-#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -13,9 +12,10 @@
 namespace lt {
 
 // Applies the run's choice to the process (LT_BF16_GEMM still wins over it). `hardware`:
-// the run's profile name or file (absent or unreadable: no measurement); resume_dir: the
-// checkpoint the run continues from, if any.
-void choose_bf16_gemm_paths(const std::string& hardware, const std::optional<std::string>& resume_dir);
+// the run's profile name or file (absent or unreadable: no measurement); resumed: the
+// trainer state of the checkpoint the run continues from (null: none) and its directory.
+void choose_bf16_gemm_paths(const std::string& hardware, const nlohmann::json* resumed = nullptr,
+                            const std::string& resumed_dir = "");
 
 // What each layout takes now, for a checkpoint's trainer state:
 // {"x.W^T": "native" | "widened", "dy.W": ..., "dy^T.x": ...}.

@@ -242,7 +242,18 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
       std::printf("resume: no complete checkpoint in %s, starting from step 0\n", cfg.output_dir.c_str());
   }
   const std::string weights_dir = resume_from ? *resume_from : cfg.model;
-  choose_bf16_gemm_paths(cfg.hardware, resume_from);
+  // The resumed checkpoint's trainer state, read once: its bf16 GEMM paths now, its step
+  // and data position below.
+  const std::string state_path = resume_from ? *resume_from + "/trainer_state.json" : "";
+  nlohmann::json resumed_state;
+  if (resume_from) {
+    try {
+      resumed_state = nlohmann::json::parse(read_text_file(state_path));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("malformed trainer state: " + std::string(e.what()), state_path, "use another checkpoint");
+    }
+  }
+  choose_bf16_gemm_paths(cfg.hardware, resume_from ? &resumed_state : nullptr, resume_from.value_or(""));
   RunData data = load_data(cfg, weights_dir);
 
   const ModelConfig mc = weights_dir.empty() ? scratch_config(cfg, data.tokenizer->vocab_size())
@@ -331,9 +342,8 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
   int64_t start_step = 0;
   double tokens_seen = 0;
   if (resume_from) {
-    const std::string state_path = *resume_from + "/trainer_state.json";
     try {
-      const auto st = nlohmann::json::parse(read_text_file(state_path));
+      const nlohmann::json& st = resumed_state;
       start_step = checkpoint_count(st, "step", std::numeric_limits<int32_t>::max(), state_path);
       tokens_seen = st.at("tokens_seen").get<double>();
       if (!(tokens_seen >= 0) || !std::isfinite(tokens_seen))
