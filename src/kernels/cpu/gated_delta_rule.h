@@ -88,15 +88,17 @@ LT_ISA_TABLE(GatedDeltaRuleKernels, kGatedDeltaRuleKernels)
 namespace gdr {
 inline int64_t forward_task_floats(const GatedDeltaShape& s) {
   const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
-  // q, k chunk (normalized), G (hi and lo), decays, L, P, Delta, state
-  return 2 * C * dk + 2 * C + 3 * C * C + C * dv + dk * dv;
+  // q, k chunk (normalized), G (hi and lo), decays, L, P, Delta, state, k transposed, a
+  // row of coefficients
+  return 2 * C * dk + 2 * C + 3 * C * C + C * dv + dk * dv + dk * C + C;
 }
 inline int64_t backward_task_floats(const GatedDeltaShape& s) {
   const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim, grp = s.v_heads / s.k_heads;
   // forward's, plus: dq/dk chunk accumulators; inverse norms, dG, e, w; dDelta, dR;
-  // S0 dO, S0 dR, dS1 Delta rows; the two pair matrices; the group's carried dS
+  // S0 dO, S0 dR, dS1 Delta rows; the two pair matrices; S0 and dS1 transposed; the scaled
+  // q and k, Delta and a pair matrix transposed; the group's carried dS
   return forward_task_floats(s) + 2 * C * dk + 5 * C + 2 * C * dv + 3 * C * dk + 2 * C * C +
-         grp * dk * dv;
+         2 * dv * dk + 2 * dk * C + dv * C + C * C + grp * dk * dv;
 }
 }  // namespace gdr
 

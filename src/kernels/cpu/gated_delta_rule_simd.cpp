@@ -45,15 +45,52 @@ inline void axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// y[dv] = S^T x, S [dk, dv]
-inline void state_t_times(float* y, const float* S, const float* x, int64_t dk, int64_t dv) {
-  std::memset(y, 0, size_t(dv) * sizeof(float));
-  for (int64_t i = 0; i < dk; ++i) axpy(y, x[i], S + i * dv, dv);
+// The chunk's matrix products go through these two helpers, in the form
+// out[r, :] (+)= sum_i a[r, i] b[i, :]: vectorized over the output's columns, a block of
+// kColBlock of them held in registers for the whole sum over i. The dot-product form
+// (one horizontal sum per output element, and every (r, s) pair of a 64-row chunk has
+// two or three of them) made the backward four times the forward.
+constexpr int64_t kColBlock = 64;
+
+template <bool kFull>
+inline void row_block(float* out, const float* a, const float* b, int64_t ldb, int64_t inner, int64_t width,
+                      bool accumulate) {
+  const int64_t w = kFull ? kColBlock : width;
+  float acc[kColBlock];
+#pragma omp simd
+  for (int64_t c = 0; c < w; ++c) acc[c] = accumulate ? out[c] : 0.0f;
+  for (int64_t i = 0; i < inner; ++i) {
+    const float ai = a[i];
+    const float* bi = b + i * ldb;
+#pragma omp simd
+    for (int64_t c = 0; c < w; ++c) acc[c] += ai * bi[c];
+  }
+#pragma omp simd
+  for (int64_t c = 0; c < w; ++c) out[c] = acc[c];
 }
 
-// y[dk] = S x, S [dk, dv]
-inline void state_times(float* y, const float* S, const float* x, int64_t dk, int64_t dv) {
-  for (int64_t i = 0; i < dk; ++i) y[i] = dot(S + i * dv, x, dv);
+// out[0, cols) (+)= sum_{i < inner} a[i] b[i * ldb + 0, cols): one row.
+inline void row_times(float* out, const float* a, const float* b, int64_t ldb, int64_t inner, int64_t cols,
+                      bool accumulate) {
+  int64_t c0 = 0;
+  for (; c0 + kColBlock <= cols; c0 += kColBlock)
+    row_block<true>(out + c0, a, b + c0, ldb, inner, kColBlock, accumulate);
+  if (c0 < cols) row_block<false>(out + c0, a, b + c0, ldb, inner, cols - c0, accumulate);
+}
+
+// out (rows x cols, row stride ldo) (+)= a (rows x inner, lda) b (inner x cols, ldb).
+inline void rows_times(float* out, int64_t ldo, const float* a, int64_t lda, const float* b, int64_t ldb,
+                       int64_t rows, int64_t inner, int64_t cols, bool accumulate) {
+  for (int64_t r = 0; r < rows; ++r) row_times(out + r * ldo, a + r * lda, b, ldb, inner, cols, accumulate);
+}
+
+// dst[c, r] = src[r, c] * (scale ? scale[r] : 1): a (rows x cols) block transposed.
+inline void transpose(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols,
+                      const float* scale = nullptr) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float f = scale ? scale[r] : 1.0f;
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c] * f;
+  }
 }
 
 // The in-chunk cumulative log decay G_r = sum_{t<=r} g_t, accumulated in double and kept
@@ -100,42 +137,52 @@ void load_qk(float* qc, float* kc, float* rq, float* rk, const float* q, const f
   }
 }
 
-// G (cumulative g), D, P, KKD for the chunk (lower triangles, row stride C).
-void chunk_matrices(LogDecay& G, float* D, float* P, float* KKD, const float* qc, const float* kc,
+// G (cumulative g), D, P, KKD for the chunk (row stride C). D, P and KKD are whole n x n
+// matrices, zero above the diagonal, so the products below can run over full rows: a
+// 64-wide row in registers costs less than the triangle it saves.
+void chunk_matrices(LogDecay& G, float* D, float* P, float* KKD, float* kT, const float* qc, const float* kc,
                     const float* g, const Rows& at, int64_t b, int64_t h, int64_t t0, int64_t n) {
   const int64_t C = at.s.chunk, dk = at.s.k_dim;
   G.accumulate(g, at, b, h, t0, n);
+  transpose(kT, C, kc, dk, n, dk);
   for (int64_t r = 0; r < n; ++r) {
-    float* Dr = D + r * C;
+    float *Dr = D + r * C, *Pr = P + r * C, *Kr = KKD + r * C;
     const float hr = G.hi[r], lr = G.lo[r];
 #pragma omp simd
     for (int64_t s = 0; s <= r; ++s) Dr[s] = vec::exp_approx((hr - G.hi[s]) + (lr - G.lo[s]));
-    for (int64_t s = 0; s <= r; ++s) {
-      P[r * C + s] = dot(qc + r * dk, kc + s * dk, dk) * Dr[s];
-      KKD[r * C + s] = dot(kc + r * dk, kc + s * dk, dk) * Dr[s];
+    for (int64_t s = r + 1; s < n; ++s) Dr[s] = 0;
+    row_times(Pr, qc + r * dk, kT, C, dk, n, false);
+    row_times(Kr, kc + r * dk, kT, C, dk, n, false);
+#pragma omp simd
+    for (int64_t s = 0; s < n; ++s) {
+      Pr[s] *= Dr[s];
+      Kr[s] *= Dr[s];
     }
   }
 }
 
-// Delta (n x dv): (I + L) Delta = R, R_r = beta_r (v_r - e_r S0^T kc_r).
+// Delta (n x dv): (I + L) Delta = R, R_r = beta_r (v_r - e_r S0^T kc_r), by substitution:
+// Delta_r = beta_r (v_r - e_r S0^T kc_r - sum_{s<r} KKD[r,s] Delta_s).
 void solve_delta(float* Dl, const float* KKD, const float* kc, const LogDecay& G, const float* S0,
                  const float* v, const float* beta, const Rows& at, int64_t b, int64_t h,
                  int64_t t0, int64_t n) {
   const int64_t C = at.s.chunk, dk = at.s.k_dim, dv = at.s.v_dim;
+  rows_times(Dl, dv, kc, dk, S0, dv, n, dk, dv, false);  // S0^T kc_r
   for (int64_t r = 0; r < n; ++r) {
     float* dr = Dl + r * dv;
-    state_t_times(dr, S0, kc + r * dk, dk, dv);
     const float br = beta[at.gate(b, t0 + r, h)];
     const float er = vec::exp_approx(G.at(r));
     const float* vr = v + at.v(b, t0 + r, h);
 #pragma omp simd
-    for (int64_t j = 0; j < dv; ++j) dr[j] = br * (vr[j] - er * dr[j]);
-    for (int64_t s = 0; s < r; ++s) axpy(dr, -br * KKD[r * C + s], Dl + s * dv, dv);
+    for (int64_t j = 0; j < dv; ++j) dr[j] *= er;
+    row_times(dr, KKD + r * C, Dl, dv, r, dv, true);
+#pragma omp simd
+    for (int64_t j = 0; j < dv; ++j) dr[j] = br * (vr[j] - dr[j]);
   }
 }
 
 struct ForwardScratch {
-  float *qc, *kc, *D, *P, *KKD, *Dl, *S;
+  float *qc, *kc, *D, *P, *KKD, *Dl, *S, *kT, *coef;
   LogDecay G;
   ForwardScratch(float* w, const GatedDeltaShape& s) {
     const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
@@ -148,6 +195,8 @@ struct ForwardScratch {
     KKD = w, w += C * C;
     Dl = w, w += C * dv;
     S = w, w += dk * dv;
+    kT = w, w += dk * C;
+    coef = w, w += C;
   }
 };
 
@@ -156,7 +205,7 @@ void forward(float* out, float* final_state, float* chunk_states, const float* q
              const GatedDeltaShape& s, float* workspace) {
   const Rows at{s};
   const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim, grp = s.v_heads / s.k_heads;
-  const int64_t tasks = s.batch * s.v_heads, NC = s.n_chunks();
+  const int64_t tasks = s.batch * s.v_heads, NC = s.n_chunks(), ldo = s.v_heads * dv;
   const float scale = float(1.0 / std::sqrt(double(dk)));
 #pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
   for (int64_t task = 0; task < tasks; ++task) {
@@ -171,25 +220,24 @@ void forward(float* out, float* final_state, float* chunk_states, const float* q
       if (chunk_states)
         std::memcpy(chunk_states + at.chunk_state(b, h, c), w.S, size_t(dk * dv) * sizeof(float));
       load_qk(w.qc, w.kc, nullptr, nullptr, q, k, at, b, hk, t0, n, scale);
-      chunk_matrices(w.G, w.D, w.P, w.KKD, w.qc, w.kc, g, at, b, h, t0, n);
+      chunk_matrices(w.G, w.D, w.P, w.KKD, w.kT, w.qc, w.kc, g, at, b, h, t0, n);
       solve_delta(w.Dl, w.KKD, w.kc, w.G, w.S, v, beta, at, b, h, t0, n);
-      for (int64_t r = 0; r < n; ++r) {  // o_r = e_r S0^T qc_r + sum_{s<=r} P[r,s] Delta_s
-        float* o = out + at.v(b, t0 + r, h);
-        state_t_times(o, w.S, w.qc + r * dk, dk, dv);
+      // o_r = e_r S0^T qc_r + sum_{s<=r} P[r,s] Delta_s
+      float* o = out + at.v(b, t0, h);
+      rows_times(o, ldo, w.qc, dk, w.S, dv, n, dk, dv, false);
+      for (int64_t r = 0; r < n; ++r) {
         const float er = vec::exp_approx(w.G.at(r));
 #pragma omp simd
-        for (int64_t j = 0; j < dv; ++j) o[j] *= er;
-        for (int64_t t = 0; t <= r; ++t) axpy(o, w.P[r * C + t], w.Dl + t * dv, dv);
+        for (int64_t j = 0; j < dv; ++j) o[r * ldo + j] *= er;
       }
+      rows_times(o, ldo, w.P, C, w.Dl, dv, n, n, dv, true);
       // S1 = exp(G_last) S0 + sum_r w_r kc_r Delta_r^T
       const float E = vec::exp_approx(w.G.at(n - 1));
 #pragma omp simd
       for (int64_t i = 0; i < dk * dv; ++i) w.S[i] *= E;
-      for (int64_t r = 0; r < n; ++r) {
-        const float wr = vec::exp_approx(w.G.minus(n - 1, r));
-        const float* kr = w.kc + r * dk;
-        for (int64_t i = 0; i < dk; ++i) axpy(w.S + i * dv, wr * kr[i], w.Dl + r * dv, dv);
-      }
+      for (int64_t r = 0; r < n; ++r) w.coef[r] = vec::exp_approx(w.G.minus(n - 1, r));
+      transpose(w.kT, C, w.kc, dk, n, dk, w.coef);
+      rows_times(w.S, dv, w.kT, C, w.Dl, dv, dk, n, dv, true);
     }
     if (final_state)
       std::memcpy(final_state + at.state(b, h), w.S, size_t(dk * dv) * sizeof(float));
@@ -197,7 +245,8 @@ void forward(float* out, float* final_state, float* chunk_states, const float* q
 }
 
 struct BackwardScratch : ForwardScratch {
-  float *dqc, *dkc, *rq, *rk, *dG, *e, *wl, *dDl, *dR, *A, *Bm, *Cm, *Mp, *Mb, *dS;
+  float *dqc, *dkc, *rq, *rk, *dG, *e, *wl, *dDl, *dR, *A, *Bm, *Cm, *Mp, *Mb, *S0T, *dST, *qeT, *kbT, *DlT, *T1,
+      *dS;
   BackwardScratch(float* w, const GatedDeltaShape& s) : ForwardScratch(w, s) {
     const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
     w += gdr::forward_task_floats(s);
@@ -215,6 +264,12 @@ struct BackwardScratch : ForwardScratch {
     Cm = w, w += C * dk;
     Mp = w, w += C * C;
     Mb = w, w += C * C;
+    S0T = w, w += dv * dk;
+    dST = w, w += dv * dk;
+    qeT = w, w += dk * C;
+    kbT = w, w += dk * C;
+    DlT = w, w += dv * C;
+    T1 = w, w += C * C;
     dS = w;  // grp x [dk, dv]
   }
 };
@@ -226,8 +281,8 @@ void backward_chunk_head(BackwardScratch& w, float* dS, float* dv_out, float* dg
                          const float* S0, const Rows& at, int64_t b, int64_t h, int64_t t0,
                          int64_t n) {
   const GatedDeltaShape& s = at.s;
-  const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
-  chunk_matrices(w.G, w.D, w.P, w.KKD, w.qc, w.kc, g, at, b, h, t0, n);
+  const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim, ldo = s.v_heads * dv;
+  chunk_matrices(w.G, w.D, w.P, w.KKD, w.kT, w.qc, w.kc, g, at, b, h, t0, n);
   solve_delta(w.Dl, w.KKD, w.kc, w.G, S0, v, beta, at, b, h, t0, n);
   const float E = vec::exp_approx(w.G.at(n - 1));
   for (int64_t r = 0; r < n; ++r) {
@@ -235,45 +290,47 @@ void backward_chunk_head(BackwardScratch& w, float* dS, float* dv_out, float* dg
     w.wl[r] = vec::exp_approx(w.G.minus(n - 1, r));
     w.dG[r] = 0;
   }
-  auto dO = [&](int64_t r) { return d_out + at.v(b, t0 + r, h); };
+  const float* dO0 = d_out + at.v(b, t0, h);  // dO_r = dO0 + r * ldo
   auto beta_at = [&](int64_t r) { return beta[at.gate(b, t0 + r, h)]; };
 
   // dDelta_s = w_s dS1^T kc_s + sum_{r>=s} P[r,s] dO_r
+  rows_times(w.dDl, dv, w.kc, dk, dS, dv, n, dk, dv, false);
   for (int64_t r = 0; r < n; ++r) {
-    state_t_times(w.dDl + r * dv, dS, w.kc + r * dk, dk, dv);
 #pragma omp simd
     for (int64_t j = 0; j < dv; ++j) w.dDl[r * dv + j] *= w.wl[r];
   }
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t t = 0; t <= r; ++t) axpy(w.dDl + t * dv, w.P[r * C + t], dO(r), dv);
-  // (I + L)^T dR = dDelta, back substitution
+  transpose(w.T1, C, w.P, C, n, n);
+  rows_times(w.dDl, dv, w.T1, C, dO0, ldo, n, n, dv, true);
+  // (I + L)^T dR = dDelta, back substitution: dR_t = dDelta_t - sum_{r>t} beta_r KKD[r,t] dR_r
   for (int64_t t = n - 1; t >= 0; --t) {
     float* dr = w.dR + t * dv;
     std::memcpy(dr, w.dDl + t * dv, size_t(dv) * sizeof(float));
-    for (int64_t r = t + 1; r < n; ++r) axpy(dr, -beta_at(r) * w.KKD[r * C + t], w.dR + r * dv, dv);
+    for (int64_t r = t + 1; r < n; ++r) w.coef[r] = -beta_at(r) * w.KKD[r * C + t];
+    row_times(dr, w.coef + t + 1, w.dR + (t + 1) * dv, dv, n - t - 1, dv, true);
   }
   // A_r = S0 dO_r, Bm_r = S0 dR_r, Cm_r = dS1 Delta_r
-  for (int64_t r = 0; r < n; ++r) {
-    state_times(w.A + r * dk, S0, dO(r), dk, dv);
-    state_times(w.Bm + r * dk, S0, w.dR + r * dv, dk, dv);
-    state_times(w.Cm + r * dk, dS, w.Dl + r * dv, dk, dv);
-  }
+  transpose(w.S0T, dk, S0, dv, dk, dv);
+  transpose(w.dST, dk, dS, dv, dk, dv);
+  rows_times(w.A, dk, dO0, ldo, w.S0T, dk, n, dv, dk, false);
+  rows_times(w.Bm, dk, w.dR, dv, w.S0T, dk, n, dv, dk, false);
+  rows_times(w.Cm, dk, w.Dl, dv, w.dST, dk, n, dv, dk, false);
   float dGlast = E * dot(S0, dS, dk * dv);
   // dS0 = E dS1 + sum_r e_r (qc_r dO_r^T - beta_r kc_r dR_r^T), in place
 #pragma omp simd
   for (int64_t i = 0; i < dk * dv; ++i) dS[i] *= E;
-  for (int64_t r = 0; r < n; ++r) {
-    const float er = w.e[r], br = beta_at(r);
-    const float* qr = w.qc + r * dk;
-    const float* kr = w.kc + r * dk;
-    for (int64_t i = 0; i < dk; ++i) {
-      axpy(dS + i * dv, er * qr[i], dO(r), dv);
-      axpy(dS + i * dv, -br * er * kr[i], w.dR + r * dv, dv);
-    }
-  }
-  // Per-row terms, and the two pair matrices:
+  for (int64_t r = 0; r < n; ++r) w.coef[r] = -beta_at(r) * w.e[r];
+  transpose(w.qeT, C, w.qc, dk, n, dk, w.e);
+  transpose(w.kbT, C, w.kc, dk, n, dk, w.coef);
+  rows_times(dS, dv, w.qeT, C, dO0, ldo, dk, n, dv, true);
+  rows_times(dS, dv, w.kbT, C, w.dR, dv, dk, n, dv, true);
+  // The pair matrices' raw products: Mp[r,s] = dO_r . Delta_s, Mb[r,s] = dR_r . Delta_s.
+  transpose(w.DlT, C, w.Dl, dv, n, dv);
+  rows_times(w.Mp, C, dO0, ldo, w.DlT, C, n, dv, n, false);
+  rows_times(w.Mb, C, w.dR, dv, w.DlT, C, n, dv, n, false);
+  // Per-row terms, and the two pair matrices in place:
   //   Mp[r,s] = D[r,s] (dO_r . Delta_s)               (s <= r): from P
   //   Mb[r,s] = -beta_r D[r,s] (dR_r . Delta_s)       (s < r):  from L
+  // each zero elsewhere.
   for (int64_t r = 0; r < n; ++r) {
     const float br = beta_at(r), er = w.e[r], wr = w.wl[r];
     const float* qr = w.qc + r * dk;
@@ -299,37 +356,35 @@ void backward_chunk_head(BackwardScratch& w, float* dS, float* dv_out, float* dg
     axpy(dkr, -br * er, w.Bm + r * dk, dk);
     w.dG[r] -= br * kb;
     // pair terms
+    float* Mpr = w.Mp + r * C;
+    float* Mbr = w.Mb + r * C;
     for (int64_t t = 0; t <= r; ++t) {  // P[r,t] = (qc_r . kc_t) D[r,t]
-      const float dp = dot(dO(r), w.Dl + t * dv, dv);  // dL/dP[r,t]
-      w.Mp[r * C + t] = dp * w.D[r * C + t];
+      const float dp = Mpr[t];          // dL/dP[r,t]
+      Mpr[t] = dp * w.D[r * C + t];
       const float gp = dp * w.P[r * C + t];
       w.dG[r] += gp;
       w.dG[t] -= gp;
     }
+    for (int64_t t = r + 1; t < n; ++t) Mpr[t] = 0;
     for (int64_t t = 0; t < r; ++t) {  // L[r,t] = beta_r KKD[r,t]
-      const float dl = -dot(dRr, w.Dl + t * dv, dv);  // dL/dL[r,t]
-      w.Mb[r * C + t] = br * dl * w.D[r * C + t];
+      const float dl = -Mbr[t];        // dL/dL[r,t]
+      Mbr[t] = br * dl * w.D[r * C + t];
       db += dl * w.KKD[r * C + t];
       const float gl = dl * br * w.KKD[r * C + t];
       w.dG[r] += gl;
       w.dG[t] -= gl;
     }
+    for (int64_t t = r; t < n; ++t) Mbr[t] = 0;
     dbeta[at.gate(b, t0 + r, h)] = db;
   }
   w.dG[n - 1] += dGlast;
-  // dqc += Mp kc; dkc += Mp^T qc + Mb kc + Mb^T kc
-  for (int64_t r = 0; r < n; ++r) {
-    for (int64_t t = 0; t <= r; ++t) {
-      const float mp = w.Mp[r * C + t];
-      axpy(w.dqc + r * dk, mp, w.kc + t * dk, dk);
-      axpy(w.dkc + t * dk, mp, w.qc + r * dk, dk);
-    }
-    for (int64_t t = 0; t < r; ++t) {
-      const float mb = w.Mb[r * C + t];
-      axpy(w.dkc + r * dk, mb, w.kc + t * dk, dk);
-      axpy(w.dkc + t * dk, mb, w.kc + r * dk, dk);
-    }
-  }
+  // dqc += Mp kc; dkc += Mp^T qc + (Mb + Mb^T) kc
+  rows_times(w.dqc, dk, w.Mp, C, w.kc, dk, n, n, dk, true);
+  transpose(w.T1, C, w.Mp, C, n, n);
+  rows_times(w.dkc, dk, w.T1, C, w.qc, dk, n, n, dk, true);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t t = 0; t < n; ++t) w.T1[r * C + t] = w.Mb[r * C + t] + w.Mb[t * C + r];
+  rows_times(w.dkc, dk, w.T1, C, w.kc, dk, n, n, dk, true);
   // G_r = sum_{t<=r} g_t: dg_t = sum_{r>=t} dG_r
   // (in double: the pair terms enter dG in +/- pairs that cancel in this sum)
   double acc = 0;
