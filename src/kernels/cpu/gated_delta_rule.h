@@ -94,10 +94,10 @@ inline int64_t forward_task_floats(const GatedDeltaShape& s) {
 }
 inline int64_t backward_task_floats(const GatedDeltaShape& s) {
   const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim, grp = s.v_heads / s.k_heads;
-  // forward's, plus: dq/dk chunk accumulators; inverse norms, dG, e, w; dDelta, dR;
+  // forward's, plus: dq/dk chunk accumulators; inverse norms, dG, e, w, dG's column sums; dDelta, dR;
   // S0 dO, S0 dR, dS1 Delta rows; the two pair matrices; S0 and dS1 transposed; the scaled
   // q and k, Delta and a pair matrix transposed; the group's carried dS
-  return forward_task_floats(s) + 2 * C * dk + 5 * C + 2 * C * dv + 3 * C * dk + 2 * C * C +
+  return forward_task_floats(s) + 2 * C * dk + 6 * C + 2 * C * dv + 3 * C * dk + 2 * C * C +
          2 * dv * dk + 2 * dk * C + dv * C + C * C + grp * dk * dv;
 }
 }  // namespace gdr

@@ -69,8 +69,11 @@ inline void row_block(float* out, const float* a, const float* b, int64_t ldb, i
   for (int64_t c = 0; c < w; ++c) out[c] = acc[c];
 }
 
-// out[0, cols) (+)= sum_{i < inner} a[i] b[i * ldb + 0, cols): one row.
-inline void row_times(float* out, const float* a, const float* b, int64_t ldb, int64_t inner, int64_t cols,
+// out[0, cols) (+)= sum_{i < inner} a[i] b[i * ldb + 0, cols): one row. Out of line on
+// purpose: inlined into the large chunk functions, GCC kept the accumulators on the stack
+// (measured, 1 thread, the bench layer shape: forward 23.5 ms against 15.9, backward 62
+// against 42).
+[[gnu::noinline]] void row_times(float* out, const float* a, const float* b, int64_t ldb, int64_t inner, int64_t cols,
                       bool accumulate) {
   int64_t c0 = 0;
   for (; c0 + kColBlock <= cols; c0 += kColBlock)
@@ -245,7 +248,7 @@ void forward(float* out, float* final_state, float* chunk_states, const float* q
 }
 
 struct BackwardScratch : ForwardScratch {
-  float *dqc, *dkc, *rq, *rk, *dG, *e, *wl, *dDl, *dR, *A, *Bm, *Cm, *Mp, *Mb, *S0T, *dST, *qeT, *kbT, *DlT, *T1,
+  float *dqc, *dkc, *rq, *rk, *dG, *e, *wl, *colsum, *dDl, *dR, *A, *Bm, *Cm, *Mp, *Mb, *S0T, *dST, *qeT, *kbT, *DlT, *T1,
       *dS;
   BackwardScratch(float* w, const GatedDeltaShape& s) : ForwardScratch(w, s) {
     const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
@@ -257,6 +260,7 @@ struct BackwardScratch : ForwardScratch {
     dG = w, w += C;
     e = w, w += C;
     wl = w, w += C;
+    colsum = w, w += C;
     dDl = w, w += C * dv;
     dR = w, w += C * dv;
     A = w, w += C * dk;
@@ -289,6 +293,7 @@ void backward_chunk_head(BackwardScratch& w, float* dS, float* dv_out, float* dg
     w.e[r] = vec::exp_approx(w.G.at(r));
     w.wl[r] = vec::exp_approx(w.G.minus(n - 1, r));
     w.dG[r] = 0;
+    w.colsum[r] = 0;
   }
   const float* dO0 = d_out + at.v(b, t0, h);  // dO_r = dO0 + r * ldo
   auto beta_at = [&](int64_t r) { return beta[at.gate(b, t0 + r, h)]; };
@@ -355,28 +360,36 @@ void backward_chunk_head(BackwardScratch& w, float* dS, float* dv_out, float* dg
     float db = dot(vr, dRr, dv) - kb;
     axpy(dkr, -br * er, w.Bm + r * dk, dk);
     w.dG[r] -= br * kb;
-    // pair terms
+    // pair terms, vectorized over t: dG[r] gains each term and dG[t] loses it (the loss
+    // collected in colsum, applied after the rows)
     float* Mpr = w.Mp + r * C;
     float* Mbr = w.Mb + r * C;
-    for (int64_t t = 0; t <= r; ++t) {  // P[r,t] = (qc_r . kc_t) D[r,t]
-      const float dp = Mpr[t];          // dL/dP[r,t]
-      Mpr[t] = dp * w.D[r * C + t];
-      const float gp = dp * w.P[r * C + t];
-      w.dG[r] += gp;
-      w.dG[t] -= gp;
+    const float* Dr = w.D + r * C;
+    const float* Pr = w.P + r * C;
+    const float* Kr = w.KKD + r * C;
+    float gain = 0, dbl = 0;
+#pragma omp simd reduction(+ : gain)
+    for (int64_t t = 0; t < n; ++t) {  // P[r,t] = (qc_r . kc_t) D[r,t], zero for t > r
+      const float dp = Mpr[t];         // dL/dP[r,t]
+      Mpr[t] = dp * Dr[t];
+      const float gp = dp * Pr[t];
+      gain += gp;
+      w.colsum[t] += gp;
     }
-    for (int64_t t = r + 1; t < n; ++t) Mpr[t] = 0;
+#pragma omp simd reduction(+ : gain, dbl)
     for (int64_t t = 0; t < r; ++t) {  // L[r,t] = beta_r KKD[r,t]
       const float dl = -Mbr[t];        // dL/dL[r,t]
-      Mbr[t] = br * dl * w.D[r * C + t];
-      db += dl * w.KKD[r * C + t];
-      const float gl = dl * br * w.KKD[r * C + t];
-      w.dG[r] += gl;
-      w.dG[t] -= gl;
+      Mbr[t] = br * dl * Dr[t];
+      dbl += dl * Kr[t];
+      const float gl = dl * br * Kr[t];
+      gain += gl;
+      w.colsum[t] += gl;
     }
     for (int64_t t = r; t < n; ++t) Mbr[t] = 0;
-    dbeta[at.gate(b, t0 + r, h)] = db;
+    w.dG[r] += gain;
+    dbeta[at.gate(b, t0 + r, h)] = db + dbl;
   }
+  for (int64_t t = 0; t < n; ++t) w.dG[t] -= w.colsum[t];
   w.dG[n - 1] += dGlast;
   // dqc += Mp kc; dkc += Mp^T qc + (Mb + Mb^T) kc
   rows_times(w.dqc, dk, w.Mp, C, w.kc, dk, n, n, dk, true);
