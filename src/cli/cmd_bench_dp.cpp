@@ -5,8 +5,12 @@
 // in all (the bench's threads, split among the ranks). Reports per run the tokens per
 // second, the bytes each rank hands the others per step, the share of the collective time
 // that ran under compute (backward and forward), and the optimizer states rank 0 holds;
-// last line
+// then the same three trainings in PyTorch (bench/dp_peer.py: one process, and N ranks of
+// DistributedDataParallel over gloo with AdamW whole on every rank or sharded by
+// ZeroRedundancyOptimizer), ours over theirs run for run; last line
 //   RESULT dp ranks=N hidden_frac=... state_per_rank_frac=... equal=true|false ...
+//          vs_torch_one=... vs_ddp_zero1=... vs_ddp=...   (nan without the peer: the
+//          reason is printed)
 // With --compute-budget-gb every run streams through a plan for that compute budget (each
 // rank's for its rows, planned by rank 0 on the --hardware profile) instead of training in
 // memory.
@@ -16,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -43,6 +48,7 @@ struct DpArgs {
   double compute_budget_gb = 0;  // > 0: streamed runs
   std::string hardware;          // the profile to plan with ("": train's default)
   std::string output_dir = "runs/bench-dp";
+  bool no_peer = false;  // skip the PyTorch peer
 };
 
 std::string format_gb(double gb) {
@@ -91,6 +97,57 @@ void print_run(const char* name, const RunResult& r) {
               static_cast<long long>(s.at("optimizer_state_bytes").get<int64_t>()), s.at("final_loss").get<double>());
 }
 
+// The PyTorch peer (bench/dp_peer.py): DistributedDataParallel over gloo with AdamW whole on
+// every rank, or sharded by ZeroRedundancyOptimizer, on the one-process run's config.json.
+// Its JSON line, or null with the reason when no Python with torch and transformers is at
+// hand (LT_PYTHON, else the source tree's .venv).
+struct Peer {
+  nlohmann::json one, unsharded, sharded;
+  std::string unavailable;  // why there is no peer ("" when there is one)
+};
+
+nlohmann::json run_peer(const std::string& python, const std::string& args, const std::string& log) {
+  const std::string command = python + " " + LT_SOURCE_DIR "/bench/dp_peer.py " + args + " 2> " + log;
+  std::printf("  %s\n", command.c_str());
+  std::fflush(stdout);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return nullptr;
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  if (pclose(pipe) != 0) return nullptr;
+  const size_t start = out.rfind('{');
+  return start == std::string::npos ? nullptr : nlohmann::json::parse(out.substr(start), nullptr, false);
+}
+
+Peer run_peers(const DpArgs& a, int threads, int per_rank) {
+  Peer p;
+  if (a.no_peer) {
+    p.unavailable = "--no-peer";
+    return p;
+  }
+  const char* env = std::getenv("LT_PYTHON");
+  const std::string python = env ? env : LT_SOURCE_DIR "/.venv/bin/python";
+  if (access(python.c_str(), X_OK) != 0) {
+    p.unavailable = "no Python at " + python + " (set LT_PYTHON, or run scripts/setup.sh --test)";
+    return p;
+  }
+  char ck[48];
+  std::snprintf(ck, sizeof ck, "/one/checkpoint-%06lld/config.json", static_cast<long long>(a.steps));
+  const std::string common = "--config " + a.output_dir + ck + " --batch " + std::to_string(a.batch) + " --seq " +
+                             std::to_string(a.seq) + " --steps " + std::to_string(a.steps);
+  const std::string ranks = " --ranks " + std::to_string(a.ranks) + " --threads " + std::to_string(per_rank);
+  p.one = run_peer(python, common + " --threads " + std::to_string(threads), a.output_dir + "/peer-one.log");
+  p.unsharded = run_peer(python, common + ranks, a.output_dir + "/peer-unsharded.log");
+  p.sharded = run_peer(python, common + ranks + " --sharded", a.output_dir + "/peer-sharded.log");
+  for (const nlohmann::json* j : {&p.one, &p.unsharded, &p.sharded})
+    if (j->is_null() || j->is_discarded() || !j->contains("tokens_per_s")) {
+      p.unavailable = "a PyTorch peer run failed (" + a.output_dir + "/peer-*.log says why)";
+      break;
+    }
+  return p;
+}
+
 void run_dp(const DpArgs& a) {
   if (a.ranks < 2) throw Error("--ranks " + std::to_string(a.ranks) + " is below 2", "bench dp", "pass --ranks 2 or more");
   const std::string mpirun = find_on_path("mpirun");
@@ -133,9 +190,30 @@ void run_dp(const DpArgs& a) {
   const RunResult sharded = run_training_command(launch + flags + out("sharded"), a.output_dir + "/sharded", a.steps);
   const RunResult whole = run_training_command(launch + flags + out("unsharded") + " --shard-optimizer off",
                                                a.output_dir + "/unsharded", a.steps);
+  const Peer peer = run_peers(a, threads, per_rank);
   print_run("1 process", one);
   print_run((ranks + " ranks, sharded").c_str(), sharded);
   print_run((ranks + " ranks, unsharded").c_str(), whole);
+  // Ours over PyTorch's tokens per second, run for run (nan without a peer).
+  double vs_one = NAN, vs_sharded = NAN, vs_unsharded = NAN;
+  if (peer.unavailable.empty()) {
+    auto ratio = [](const RunResult& ours, const nlohmann::json& theirs) {
+      return ours.summary.at("tokens_per_s").get<double>() / theirs.at("tokens_per_s").get<double>();
+    };
+    vs_one = ratio(one, peer.one);
+    vs_sharded = ratio(sharded, peer.sharded);
+    vs_unsharded = ratio(whole, peer.unsharded);
+    auto show = [](const char* name, const nlohmann::json& j, double vs) {
+      std::printf("%-28s %9.0f tok/s  (PyTorch; optimizer states on rank 0 %lld bytes; ours %.2fx)\n", name,
+                  j.at("tokens_per_s").get<double>(), static_cast<long long>(j.at("optimizer_state_bytes").get<int64_t>()),
+                  vs);
+    };
+    show("torch 1 process", peer.one, vs_one);
+    show(("torch DDP " + ranks + " ranks, ZeRO-1").c_str(), peer.sharded, vs_sharded);
+    show(("torch DDP " + ranks + " ranks").c_str(), peer.unsharded, vs_unsharded);
+  } else {
+    std::printf("PyTorch peer skipped: %s\n", peer.unavailable.c_str());
+  }
   if (a.compute_budget_gb > 0) {
     // What the planner predicted for each run's step (the ranks' exchange counted, at the
     // link rate rank 0 measured or the profile gives) against the measured one; the plan
@@ -157,10 +235,12 @@ void run_dp(const DpArgs& a) {
   const double speedup =
       sharded.summary.at("tokens_per_s").get<double>() / one.summary.at("tokens_per_s").get<double>();
   std::printf("RESULT dp ranks=%d hidden_frac=%.3f state_per_rank_frac=%.3f equal=%s speedup=%.3f "
-              "bytes_per_step=%.0f unsharded_hidden_frac=%.3f streamed=%s\n",
+              "bytes_per_step=%.0f unsharded_hidden_frac=%.3f streamed=%s vs_torch_one=%.3f vs_ddp_zero1=%.3f "
+              "vs_ddp=%.3f\n",
               a.ranks, hidden, state_frac, equal ? "true" : "false", speedup,
               sharded.summary.at("collective_bytes_per_step").get<double>(),
-              whole.summary.at("collective_hidden_frac").get<double>(), a.compute_budget_gb > 0 ? "true" : "false");
+              whole.summary.at("collective_hidden_frac").get<double>(), a.compute_budget_gb > 0 ? "true" : "false",
+              vs_one, vs_sharded, vs_unsharded);
 }
 
 }  // namespace
@@ -182,6 +262,8 @@ void add_bench_dp_command(CLI::App& app) {
                   "stream every run through a plan for this compute budget (default: train in memory)");
   cmd->add_option("--hardware", a->hardware, "hardware profile the streamed runs plan with (default: train's)");
   cmd->add_option("--output-dir", a->output_dir, "where the runs write (replaced)");
+  cmd->add_flag("--no-peer", a->no_peer,
+                "skip the PyTorch peer (DDP over gloo with AdamW, whole and ZeRO-1 sharded; bench/dp_peer.py)");
   cmd->callback([a] { run_dp(*a); });
 }
 

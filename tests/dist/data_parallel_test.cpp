@@ -421,11 +421,12 @@ TEST(DataParallel, TwoHostsInNetworkNamespacesOverTcpMatchOneHost) {
 // `lazytrain bench dp` on a tiny model, in memory and streamed (each run planned for a
 // 1 GB compute tier on the h800 profile): it runs its three trainings and reports, and the
 // sharded run's weights are the unsharded run's (its speed and overlap figures are
-// measurements, for the bench's reader, not checked here).
+// measurements, for the bench's reader, not checked here). Without its PyTorch peer
+// (--no-peer: three more Python runs), which it says.
 TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string bench = mpirun_env() + "timeout 300 " + std::string(LT_BINARY_DIR) +
-                            "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 --batch 4 --seq 64 --steps 2";
+                            "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 --batch 4 --seq 64 --steps 2 --no-peer";
   const std::string streamed =
       " --compute-budget-gb 1 --hardware " + std::string(LT_TESTS_DIR) + "/../profiles/h800.json";
   for (const std::string& mode : {std::string(), streamed}) {
@@ -434,6 +435,7 @@ TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("RESULT dp ranks=2 hidden_frac="), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(" equal=true "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("PyTorch peer skipped: --no-peer"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(mode.empty() ? " streamed=false" : " streamed=true"), std::string::npos) << r.output;
     if (mode.empty()) continue;
     // Rank 0 planned for the two ranks' exchange, at the link rate it measured.
