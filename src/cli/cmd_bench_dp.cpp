@@ -204,9 +204,9 @@ void run_dp(const DpArgs& a) {
     vs_sharded = ratio(sharded, peer.sharded);
     vs_unsharded = ratio(whole, peer.unsharded);
     auto show = [](const char* name, const nlohmann::json& j, double vs) {
+      const auto state = static_cast<long long>(j.at("optimizer_state_bytes").get<int64_t>());
       std::printf("%-28s %9.0f tok/s  (PyTorch; optimizer states on rank 0 %lld bytes; ours %.2fx)\n", name,
-                  j.at("tokens_per_s").get<double>(), static_cast<long long>(j.at("optimizer_state_bytes").get<int64_t>()),
-                  vs);
+                  j.at("tokens_per_s").get<double>(), state, vs);
     };
     show("torch 1 process", peer.one, vs_one);
     show(("torch DDP " + ranks + " ranks, ZeRO-1").c_str(), peer.sharded, vs_sharded);

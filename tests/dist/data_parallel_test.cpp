@@ -425,8 +425,9 @@ TEST(DataParallel, TwoHostsInNetworkNamespacesOverTcpMatchOneHost) {
 // (--no-peer: three more Python runs), which it says.
 TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
-  const std::string bench = mpirun_env() + "timeout 300 " + std::string(LT_BINARY_DIR) +
-                            "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 --batch 4 --seq 64 --steps 2 --no-peer";
+  const std::string bench =
+      mpirun_env() + "timeout 300 " + std::string(LT_BINARY_DIR) +
+      "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 --batch 4 --seq 64 --steps 2 --no-peer";
   const std::string streamed =
       " --compute-budget-gb 1 --hardware " + std::string(LT_TESTS_DIR) + "/../profiles/h800.json";
   for (const std::string& mode : {std::string(), streamed}) {

@@ -45,8 +45,9 @@ inline void axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// The chunk's matrix products go through these two helpers, in the form
-// out[r, :] (+)= sum_i a[r, i] b[i, :]: vectorized over the output's columns, a block of
+// The chunk's matrix products go through row_times and rows_times, in the form
+// out[r, :] (+)= sum_i a[r, i] b[i, :] (on transposed operands where the product needs
+// it): vectorized over the output's columns, a block of
 // kColBlock of them held in registers for the whole sum over i. The dot-product form
 // (one horizontal sum per output element, and every (r, s) pair of a 64-row chunk has
 // two or three of them) made the backward four times the forward.
@@ -73,8 +74,8 @@ inline void row_block(float* out, const float* a, const float* b, int64_t ldb, i
 // purpose: inlined into the large chunk functions, GCC kept the accumulators on the stack
 // (measured, 1 thread, the bench layer shape: forward 23.5 ms against 15.9, backward 62
 // against 42).
-[[gnu::noinline]] void row_times(float* out, const float* a, const float* b, int64_t ldb, int64_t inner, int64_t cols,
-                      bool accumulate) {
+[[gnu::noinline]] void row_times(float* out, const float* a, const float* b, int64_t ldb, int64_t inner,
+                                 int64_t cols, bool accumulate) {
   int64_t c0 = 0;
   for (; c0 + kColBlock <= cols; c0 += kColBlock)
     row_block<true>(out + c0, a, b + c0, ldb, inner, kColBlock, accumulate);
@@ -248,8 +249,9 @@ void forward(float* out, float* final_state, float* chunk_states, const float* q
 }
 
 struct BackwardScratch : ForwardScratch {
-  float *dqc, *dkc, *rq, *rk, *dG, *e, *wl, *colsum, *dDl, *dR, *A, *Bm, *Cm, *Mp, *Mb, *S0T, *dST, *qeT, *kbT, *DlT, *T1,
-      *dS;
+  float *dqc, *dkc, *rq, *rk, *dG, *e, *wl, *colsum, *dDl, *dR, *A, *Bm, *Cm, *Mp, *Mb;
+  float *S0T, *dST, *qeT, *kbT, *DlT, *T1;  // transposed operands of the products
+  float* dS;
   BackwardScratch(float* w, const GatedDeltaShape& s) : ForwardScratch(w, s) {
     const int64_t C = s.chunk, dk = s.k_dim, dv = s.v_dim;
     w += gdr::forward_task_floats(s);
