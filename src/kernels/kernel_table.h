@@ -26,6 +26,7 @@
 #include "kernels/cpu/causal_conv1d.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/gated_delta_rule.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/head_cross_entropy_stream.h"
 
@@ -79,11 +80,16 @@ struct KernelTable {
                          int64_t n) = nullptr;
 
   // Linear layers and plain GEMMs: kernels/cpu/linear.h, kernels/cpu/matmul.h.
-  void (*linear_forward)(float* y, const float* x, const float* w, const bf16* w_bf16, const float* bias,
+  void (*linear_forward)(float* y, LinearInput x, const float* w, const bf16* w_bf16, const float* bias,
                          int64_t M, int64_t K, int64_t N, Precision p) = nullptr;
-  void (*linear_backward)(float* dx, float* dw, float* dbias, const float* dy, const float* x, const float* w,
+  void (*linear_backward)(float* dx, float* dw, float* dbias, const float* dy, LinearInput x, const float* w,
                           const bf16* w_bf16, int64_t M, int64_t K, int64_t N, bool accumulate_dx,
                           Precision p) = nullptr;
+  // An activation that only linear layers read, rounded once in place where this
+  // backend's GEMMs would each round it again under p; true: pass it as LinearInput{x, true}.
+  // gemm_inputs_rounded(p) is the same answer without the rounding (for backward).
+  bool (*round_gemm_input)(float* x, int64_t n, Precision p) = nullptr;
+  bool (*gemm_inputs_rounded)(Precision p) = nullptr;
   void (*matmul)(float* c, const float* a, bool trans_a, const float* b, bool trans_b, int64_t M, int64_t N,
                  int64_t K, bool accumulate, Precision p) = nullptr;
 

@@ -312,7 +312,7 @@ namespace {
 
 // Attention as a token mixer: out = o_proj(attention(rope(q), rope(k), v) [* sigmoid(gate)])
 // from h1 = the input norm's output. out is [T, C], before any sandwich norm.
-void attention_mixer_forward(float* out, BlockSaved& sv, BlockWorkspace& ws, const float* h1, const BlockTensors& w,
+void attention_mixer_forward(float* out, BlockSaved& sv, BlockWorkspace& ws, LinearInput h1, const BlockTensors& w,
                              const BlockTensorsBf16& wb, const BlockContext& ctx) {
   const BlockShape& s = ctx.shape;
   const KernelTable& k = *ctx.kernels;
@@ -346,7 +346,7 @@ void attention_mixer_forward(float* out, BlockSaved& sv, BlockWorkspace& ws, con
 }
 
 // Its backward: d_out is the gradient of out; leaves dh1 in ws.d_norm_out.
-void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* d_out, const float* h1,
+void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* d_out, LinearInput h1,
                               const BlockTensors& w, const BlockTensorsBf16& wb, const BlockSaved& sv,
                               const BlockContext& ctx) {
   const BlockShape& s = ctx.shape;
@@ -411,13 +411,17 @@ void dense_mlp_backward(BlockTensors& g, BlockWorkspace& ws, const float* d_out,
                        sv.post_mlp_norm_rstd, T, C, s.norm_offset);
     d_down = ws.d_norm_in;
   }
-  k.linear_backward(ws.d_act, g.wd, g.bd, d_down, sv.mlp_act, w.wd, wb.wd, T, I, C, false, p);
+  // What forward rounded in place (round_gemm_input): the activation always, the MLP's
+  // input only on a dense layer (a sparse one's router reads it as it is).
+  const bool rounded = k.gemm_inputs_rounded(p);
+  const LinearInput h2{sv.mlp_norm_out, rounded && !ctx.sparse};
+  k.linear_backward(ws.d_act, g.wd, g.bd, d_down, LinearInput{sv.mlp_act, rounded}, w.wd, wb.wd, T, I, C, false, p);
   if (s.act == MlpActivation::GeluTanh)
     k.geglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
   else
     k.swiglu_backward(ws.d_gate, ws.d_up, ws.d_act, sv.mlp_gate, sv.mlp_up, T * I);
-  k.linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, sv.mlp_norm_out, w.wg, wb.wg, T, C, I, accumulate_dh, p);
-  k.linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, sv.mlp_norm_out, w.wu, wb.wu, T, C, I, true, p);
+  k.linear_backward(ws.d_norm_out, g.wg, g.bg, ws.d_gate, h2, w.wg, wb.wg, T, C, I, accumulate_dh, p);
+  k.linear_backward(ws.d_norm_out, g.wu, g.bu, ws.d_up, h2, w.wu, wb.wu, T, C, I, true, p);
 }
 
 // qwen3_5_moe's shared expert in forward: the dense MLP on h2 into mlp_down_out, its gate's
@@ -431,7 +435,8 @@ void shared_expert_forward(float* out, BlockSaved& sv, const BlockTensors& w, co
   k.linear_forward(sv.mlp_gate, sv.mlp_norm_out, w.wg, wb.wg, nullptr, T, C, I, p);
   k.linear_forward(sv.mlp_up, sv.mlp_norm_out, w.wu, wb.wu, nullptr, T, C, I, p);
   k.swiglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
-  k.linear_forward(sv.mlp_down_out, sv.mlp_act, w.wd, wb.wd, nullptr, T, I, C, p);
+  const LinearInput act{sv.mlp_act, k.round_gemm_input(sv.mlp_act, T * I, p)};  // the down projection's alone
+  k.linear_forward(sv.mlp_down_out, act, w.wd, wb.wd, nullptr, T, I, C, p);
   shared_gate_forward(sv.moe_shared_logit, sv.mlp_norm_out, w.moe_shared_gate, T, C, p);
   shared_gate_apply(out, sv.moe_shared_logit, sv.mlp_down_out, T, C);
 }
@@ -512,7 +517,9 @@ void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float
   const float off = s.norm_offset;
 
   k.rmsnorm_forward(sv.attn_norm_out, sv.attn_norm_rstd, x_in, w.attn_norm, T, C, s.eps, off);
-  const float* h1 = sv.attn_norm_out;
+  // The norm's output is read by the mixer's input projections alone (the norm's backward
+  // reads its input): rounded once here where their GEMMs would each round it.
+  const LinearInput h1{sv.attn_norm_out, k.round_gemm_input(sv.attn_norm_out, T * C, p)};
   if (ctx.kind == LayerKind::LinearAttention) {
     if (ctx.doc_start) refuse_packed_documents(ctx.doc_start, T);
     linear_mixer_forward(k, sv.resid_mid, sv, h1, w, wb, linear_mixer_shape(s), p, ws.mixer);
@@ -532,15 +539,18 @@ void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float
     add_inplace(x_out, sv.resid_mid, T * C);
     return;
   }
-  k.linear_forward(sv.mlp_gate, sv.mlp_norm_out, w.wg, wb.wg, w.bg, T, C, I, p);
-  k.linear_forward(sv.mlp_up, sv.mlp_norm_out, w.wu, wb.wu, w.bu, T, C, I, p);
+  // h2 and the activation are read by the MLP's projections alone: rounded once each.
+  const LinearInput h2{sv.mlp_norm_out, k.round_gemm_input(sv.mlp_norm_out, T * C, p)};
+  k.linear_forward(sv.mlp_gate, h2, w.wg, wb.wg, w.bg, T, C, I, p);
+  k.linear_forward(sv.mlp_up, h2, w.wu, wb.wu, w.bu, T, C, I, p);
   if (s.act == MlpActivation::GeluTanh) k.geglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
   else k.swiglu_forward(sv.mlp_act, sv.mlp_gate, sv.mlp_up, T * I);
+  const LinearInput act{sv.mlp_act, k.round_gemm_input(sv.mlp_act, T * I, p)};
   if (s.sandwich_norms) {  // x_out = x_mid + norm(down(m))
-    k.linear_forward(sv.mlp_down_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
+    k.linear_forward(sv.mlp_down_out, act, w.wd, wb.wd, w.bd, T, I, C, p);
     k.rmsnorm_forward(x_out, sv.post_mlp_norm_rstd, sv.mlp_down_out, w.post_mlp_norm, T, C, s.eps, off);
   } else {
-    k.linear_forward(x_out, sv.mlp_act, w.wd, wb.wd, w.bd, T, I, C, p);
+    k.linear_forward(x_out, act, w.wd, wb.wd, w.bd, T, I, C, p);
   }
   add_inplace(x_out, sv.resid_mid, T * C);
 }
@@ -577,7 +587,7 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
   add_into(dx_mid, dx_out, ws.d_norm_in, T * C);
 
   // Token mixer: x_mid = x_in + mixer(h1) [Gemma: norm(o_proj(...))]; dh1 into d_norm_out.
-  const float* h1 = sv.attn_norm_out;
+  const LinearInput h1{sv.attn_norm_out, k.gemm_inputs_rounded(p)};  // as forward left it
   if (ctx.kind == LayerKind::LinearAttention) {
     linear_mixer_backward(k, ws.d_norm_out, g, dx_mid, h1, w, wb, sv, linear_mixer_shape(s), p, ws.mixer);
   } else {

@@ -125,12 +125,12 @@ size_t linear_mixer_workspace_floats(const KernelTable& k, const LinearMixerShap
   return std::max(forward_workspace(k, s), backward_layout(k, s).total);
 }
 
-void linear_mixer_forward(const KernelTable& k, float* out, BlockSaved& saved, const float* h,
+void linear_mixer_forward(const KernelTable& k, float* out, BlockSaved& saved, LinearInput h,
                           const BlockTensors& w, const BlockTensorsBf16& wb, const LinearMixerShape& s, Precision p,
                           float* workspace) {
   check_shape(s);
   check_weights(w, wb, "linear_mixer_forward");
-  LT_ASSERT(out && h && workspace && saved.conv_in && saved.conv_q && saved.conv_k && saved.conv_v &&
+  LT_ASSERT(out && h.data && workspace && saved.conv_in && saved.conv_q && saved.conv_k && saved.conv_v &&
             saved.z && saved.beta && saved.decay && saved.chunk_states && saved.delta_out &&
             saved.delta_norm_rstd && saved.delta_gated);
   const int64_t T = s.tokens(), C = s.hidden, Kd = s.la.key_dim(), Vd = s.la.value_dim(),
@@ -164,16 +164,18 @@ void linear_mixer_forward(const KernelTable& k, float* out, BlockSaved& saved, c
                            saved.conv_v, saved.decay, saved.beta, nullptr, delta_shape(s), workspace);
   k.gated_rmsnorm_forward(saved.delta_gated, saved.delta_norm_rstd, saved.delta_out, saved.z, w.la_norm,
                         T * Hv, s.la.value_head_dim, s.norm_eps);
-  k.linear_forward(out, saved.delta_gated, w.la_out_proj, wb.la_out_proj, nullptr, T, Vd, C, p);
+  // The gated norm's output is out_proj's input alone (its backward reads delta_out and z).
+  const LinearInput gated{saved.delta_gated, k.round_gemm_input(saved.delta_gated, T * Vd, p)};
+  k.linear_forward(out, gated, w.la_out_proj, wb.la_out_proj, nullptr, T, Vd, C, p);
 }
 
-void linear_mixer_backward(const KernelTable& k, float* dh, BlockTensors& g, const float* d_out, const float* h,
+void linear_mixer_backward(const KernelTable& k, float* dh, BlockTensors& g, const float* d_out, LinearInput h,
                            const BlockTensors& w, const BlockTensorsBf16& wb, const BlockSaved& saved,
                            const LinearMixerShape& s, Precision p, float* workspace) {
   check_shape(s);
   check_weights(w, wb, "linear_mixer_backward");
   check_weights(g, BlockTensorsBf16{}, "linear_mixer_backward (gradients)");
-  LT_ASSERT(dh && d_out && h && workspace);
+  LT_ASSERT(dh && d_out && h.data && workspace);
   const int64_t T = s.tokens(), C = s.hidden, Kd = s.la.key_dim(), Vd = s.la.value_dim(),
                 Hv = s.la.value_heads, Cc = s.la.conv_dim(), dv = s.la.value_head_dim;
   const BackwardLayout l = backward_layout(k, s);
@@ -183,8 +185,8 @@ void linear_mixer_backward(const KernelTable& k, float* dh, BlockTensors& g, con
   float *dq = dqkv, *dk = dqkv + T * Kd, *dvv = dqkv + 2 * T * Kd;
 
   // out = y · out_proj^T
-  k.linear_backward(dy, g.la_out_proj, nullptr, d_out, saved.delta_gated, w.la_out_proj, wb.la_out_proj, T,
-                  Vd, C, false, p);
+  const LinearInput gated{saved.delta_gated, k.gemm_inputs_rounded(p)};  // as forward left it
+  k.linear_backward(dy, g.la_out_proj, nullptr, d_out, gated, w.la_out_proj, wb.la_out_proj, T, Vd, C, false, p);
   k.gated_rmsnorm_backward(d_o, dz, g.la_norm, dy, saved.delta_out, saved.z, w.la_norm, saved.delta_norm_rstd,
                          T * Hv, dv, workspace + l.norm_ws);
   k.gated_delta_rule_backward(dq, dk, dvv, dg, dbeta, nullptr, d_o, nullptr, saved.conv_q, saved.conv_k,

@@ -55,13 +55,13 @@ size_t linear_mixer_workspace_floats(const KernelTable& k, const LinearMixerShap
 // Both passes run on the kernels of k (kernels/kernel_table.h), whose workspace needs
 // linear_mixer_workspace_floats counts.
 // out [T, C] is overwritten. w: the la_* views; wb: their bf16 copies (read under BF16).
-void linear_mixer_forward(const KernelTable& k, float* out, BlockSaved& saved, const float* h,
+void linear_mixer_forward(const KernelTable& k, float* out, BlockSaved& saved, LinearInput h,
                           const BlockTensors& w, const BlockTensorsBf16& wb, const LinearMixerShape& s,
                           Precision precision, float* workspace);
 
 // dh [T, C] is overwritten with the gradient of the mixer's input h; the la_* gradients in
 // g accumulate (+=). saved: what forward saved for the same h and weights.
-void linear_mixer_backward(const KernelTable& k, float* dh, BlockTensors& g, const float* d_out, const float* h,
+void linear_mixer_backward(const KernelTable& k, float* dh, BlockTensors& g, const float* d_out, LinearInput h,
                            const BlockTensors& w, const BlockTensorsBf16& wb, const BlockSaved& saved,
                            const LinearMixerShape& s, Precision precision, float* workspace);
 

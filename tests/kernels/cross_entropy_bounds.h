@@ -116,7 +116,11 @@ inline Expected expected(const Problem& pr, bool bf, int64_t n_tc, int64_t n_vc)
 inline std::pair<int64_t, int64_t> chunk_counts(const Problem& pr, int64_t bytes, Precision p,
                                          int64_t vocab_chunk = kCrossEntropyVocabChunk) {
   const auto ch = cross_entropy_chunks(pr.T, pr.V, CrossEntropyOptions{bytes, vocab_chunk}, p);
-  EXPECT_LE(ch.token_chunk * ch.vocab_chunk * (p == Precision::BF16 ? 6 : 4), bytes);
+  // Per token: fp32 logits (the whole vocabulary's when kept) and under BF16 one
+  // sub-chunk's bf16 gradient.
+  const int64_t grad = p == Precision::BF16 ? 2 : 0;
+  const int64_t per_token = ch.keep_logits ? 4 * pr.V + grad * ch.vocab_chunk : (4 + grad) * ch.vocab_chunk;
+  EXPECT_LE(ch.token_chunk * per_token, bytes);
   return {(pr.T + ch.token_chunk - 1) / ch.token_chunk,
           (pr.V + ch.vocab_chunk - 1) / ch.vocab_chunk};
 }

@@ -153,14 +153,16 @@ TEST(CrossEntropy, StreamedChunksEqualTheFusedCallBitwise) {
         for (bool give_bf16 : {false, true}) {
           if (give_bf16 && p != Precision::BF16) continue;
           const bf16* w16 = give_bf16 ? wb.data() : nullptr;
-          const int64_t per_logit = p == Precision::BF16 ? 6 : 4;
-          // 128 tokens of the whole vocabulary (logits kept), or of one sub-chunk (recomputed).
-          for (int64_t bytes : {per_logit * 128 * pr.V, per_logit * 128 * sub}) {
+          const int64_t grad = p == Precision::BF16 ? 2 : 0;  // a logit's bf16 gradient
+          // 128 tokens of the whole vocabulary's logits (kept) and one sub-chunk's gradient,
+          // or of one sub-chunk's logits and gradient (recomputed).
+          const int64_t kept = 128 * (4 * pr.V + grad * sub);
+          for (int64_t bytes : {kept, (4 + grad) * 128 * sub}) {
             const CrossEntropyOptions opt{bytes, sub};
             const CrossEntropyChunks ch = cross_entropy_chunks(pr.T, pr.V, opt, p);
             ASSERT_EQ(ch.vocab_chunk, sub);
             ASSERT_EQ(ch.token_chunk, 128);
-            ASSERT_EQ(ch.keep_logits, bytes == per_logit * 128 * pr.V);
+            ASSERT_EQ(ch.keep_logits, bytes == kept);
             const Result fused = run_fast(pr, p, w16, bytes, sub);
             for (int64_t rows : {sub, 2 * sub, 4 * sub}) {
               SCOPED_TRACE("chunks of " + std::to_string(rows) + " rows, budget " + std::to_string(bytes) +
@@ -189,12 +191,19 @@ TEST(CrossEntropy, StreamedChunksEqualTheFusedCallBitwise) {
 }
 
 TEST(CrossEntropy, Bf16MatchesReferenceOnRoundedValues) {
+  // Both bf16 paths: the widened one rounds the gradient in place in the logits, the
+  // native one writes its bf16 copy (at the levels below avx512 both widen).
   test::for_each_isa([](Isa) {
-    const Problem pr = make_problem(29, 40, 67, 3, 3);
-    check_against_reference(pr, Precision::BF16, false, int64_t(32) << 20);
-    check_against_reference(pr, Precision::BF16, true, int64_t(32) << 20);
-    check_against_reference(pr, Precision::BF16, true, 6 * 10 * 9);  // 10 tokens x 9 entries
-    check_against_reference(pr, Precision::BF16, false, 6);          // one logit at a time
+    for (Bf16GemmPath path : {Bf16GemmPath::Widened, Bf16GemmPath::Native}) {
+      SCOPED_TRACE(path == Bf16GemmPath::Widened ? "widened" : "native");
+      set_bf16_gemm_path(path);
+      const Problem pr = make_problem(29, 40, 67, 3, 3);
+      check_against_reference(pr, Precision::BF16, false, int64_t(32) << 20);
+      check_against_reference(pr, Precision::BF16, true, int64_t(32) << 20);
+      check_against_reference(pr, Precision::BF16, true, 6 * 10 * 9);  // 10 tokens x 9 entries
+      check_against_reference(pr, Precision::BF16, false, 6);          // one logit at a time
+      set_bf16_gemm_path(std::nullopt);
+    }
   });
 }
 

@@ -108,6 +108,57 @@ TEST(Linear, OverwritingDx) {
   for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx[i], want[i], (N + 2) * kU32 * N) << i;
 }
 
+// Rounding a GEMM input once ahead (round_gemm_input, LinearInput::bf16_exact) and
+// backward's single rounding of dy for both of its GEMMs are work saved, never a change:
+// on both bf16 paths, the results are bitwise those of each GEMM rounding for itself (one
+// GEMM per call), and the bias gradient still sums the unrounded dy.
+TEST(Linear, RoundingOnceAheadChangesNoBit) {
+  const int64_t M = 45, K = 70, N = 33;
+  const auto x = test::random_floats(size_t(M * K), 11, -2, 2);
+  const auto w = test::random_floats(size_t(N * K), 12);
+  const auto dy = test::random_floats(size_t(M * N), 13);
+  std::vector<bf16> wb;
+  for (float v : w) wb.push_back(f32_to_bf16(v));
+  const auto run = [&](bool ahead, std::vector<float> out[4]) {
+    std::vector<float> xa = x;
+    bool exact = false;
+    if (ahead) {
+      exact = round_gemm_input(xa.data(), M * K, Precision::BF16);
+      EXPECT_EQ(exact, gemm_inputs_rounded(Precision::BF16));
+      EXPECT_EQ(exact, bf16_gemm_widens(MatmulLayout::Forward) || bf16_gemm_widens(MatmulLayout::WeightGrad));
+    }
+    const LinearInput in{xa.data(), exact};
+    out[0].assign(size_t(M * N), 0.f);
+    out[1].assign(size_t(M * K), 0.5f);
+    out[2].assign(size_t(N * K), 0.25f);
+    out[3].assign(size_t(N), 0.125f);
+    linear_forward(out[0].data(), in, w.data(), wb.data(), nullptr, M, K, N, Precision::BF16);
+    if (ahead) {  // both GEMMs in one call: dy rounded once
+      linear_backward(out[1].data(), out[2].data(), out[3].data(), dy.data(), in, w.data(), wb.data(), M, K, N,
+                      true, Precision::BF16);
+    } else {  // one GEMM per call: each rounds its own operands
+      linear_backward(out[1].data(), nullptr, out[3].data(), dy.data(), in, w.data(), wb.data(), M, K, N, true,
+                      Precision::BF16);
+      linear_backward(nullptr, out[2].data(), nullptr, dy.data(), in, w.data(), wb.data(), M, K, N, true,
+                      Precision::BF16);
+    }
+  };
+  test::for_each_isa([&](Isa isa) {
+    for (Bf16GemmPath path : {Bf16GemmPath::Widened, Bf16GemmPath::Native}) {
+      if (path == Bf16GemmPath::Native && isa < Isa::Avx512) continue;  // always widened there
+      set_bf16_gemm_path(path);
+      std::vector<float> once[4], each[4];
+      run(true, once);
+      run(false, each);
+      set_bf16_gemm_path(std::nullopt);
+      const char* names[4] = {"y", "dx", "dw", "dbias"};
+      for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(0, std::memcmp(once[i].data(), each[i].data(), once[i].size() * sizeof(float)))
+            << names[i] << (path == Bf16GemmPath::Widened ? " widened" : " native");
+    }
+  });
+}
+
 TEST(Linear, DbiasIsBitwiseIdenticalForAnyThreadCount) {
   const int64_t M = 400, K = 8, N = 700;  // several column blocks, threaded
   auto x = test::random_floats(static_cast<size_t>(M * K), 1);

@@ -47,6 +47,8 @@ KernelTable make_cpu_kernel_table() {
   k.geglu_backward = &geglu_backward;
   k.linear_forward = &linear_forward;
   k.linear_backward = &linear_backward;
+  k.round_gemm_input = &round_gemm_input;
+  k.gemm_inputs_rounded = &gemm_inputs_rounded;
   k.matmul = &matmul;
   k.causal_conv1d_silu_forward = &causal_conv1d_silu_forward;
   k.causal_conv1d_silu_backward = &causal_conv1d_silu_backward;

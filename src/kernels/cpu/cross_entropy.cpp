@@ -69,10 +69,10 @@ void check_targets(const int32_t* targets, int64_t T, int64_t V) {
 
 CrossEntropyChunks cross_entropy_chunks(int64_t T, int64_t V, const CrossEntropyOptions& opt,
                                         Precision p) {
-  // Per logit: its fp32 value, plus under BF16 its bf16 gradient (see logits_to_grad).
-  const int64_t bytes_per_logit = p == Precision::BF16 ? 6 : 4;
-  const int64_t floats = opt.max_logit_bytes / bytes_per_logit;
-  if (floats < 1)
+  // Per token of a chunk: its fp32 logits (the whole vocabulary's when kept, else one
+  // sub-chunk's), plus under BF16 the bf16 gradient of one sub-chunk (see logits_to_grad).
+  const int64_t grad_bytes = p == Precision::BF16 ? 2 : 0;
+  if (opt.max_logit_bytes < 4 + grad_bytes)
     throw Error("max_logit_bytes " + std::to_string(opt.max_logit_bytes) +
                     " cannot hold one logit",
                 "CrossEntropyOptions", "give at least 6 bytes (the default is 32 MiB)");
@@ -82,13 +82,15 @@ CrossEntropyChunks cross_entropy_chunks(int64_t T, int64_t V, const CrossEntropy
   CrossEntropyChunks ch;
   const int64_t sub = std::max<int64_t>(1, std::min(V, opt.vocab_chunk));
   const int64_t want_tokens = std::max<int64_t>(1, std::min(T, kMinTokenChunk));
-  if (floats / want_tokens >= V) {  // whole vocabulary rows fit: keep them for pass 2
+  const int64_t kept_bytes_per_token = 4 * std::max<int64_t>(V, 1) + grad_bytes * sub;
+  if (opt.max_logit_bytes / want_tokens >= kept_bytes_per_token) {  // whole vocabulary rows fit: kept for pass 2
     ch.keep_logits = true;
     ch.vocab_chunk = sub;
-    ch.token_chunk = std::max<int64_t>(1, std::min(T, floats / std::max<int64_t>(V, 1)));
+    ch.token_chunk = std::max<int64_t>(1, std::min(T, opt.max_logit_bytes / kept_bytes_per_token));
   } else {  // recomputed: sub-chunks of at most sub rows, as many tokens as their logits allow
-    ch.vocab_chunk = std::max<int64_t>(1, std::min(sub, floats / want_tokens));
-    ch.token_chunk = std::max<int64_t>(1, std::min(T, floats / ch.vocab_chunk));
+    const int64_t logits = opt.max_logit_bytes / (4 + grad_bytes);
+    ch.vocab_chunk = std::max<int64_t>(1, std::min(sub, logits / want_tokens));
+    ch.token_chunk = std::max<int64_t>(1, std::min(T, logits / ch.vocab_chunk));
   }
   return ch;
 }
@@ -140,6 +142,7 @@ class StreamedHeadCrossEntropy::Engine {
   Engine(const float* x, const int32_t* targets, int64_t T, int64_t C, int64_t V, float grad_scale, Precision p,
          const CrossEntropyOptions& opt, bool fused, void* workspace)
       : x_(x), targets_(targets), T_(T), C_(C), V_(V), grad_scale_(grad_scale), p_(p), bf_(p == Precision::BF16),
+        grad_in_place_(bf_ && bf16_gemm_widens(MatmulLayout::InputGrad) && bf16_gemm_widens(MatmulLayout::WeightGrad)),
         k_(LT_ISA_PICK(kCrossEntropyKernels)) {
     LT_ASSERT(T >= 0 && C > 0 && V > 0, "head_cross_entropy sizes");
     check_targets(targets, T, V);
@@ -242,8 +245,11 @@ class StreamedHeadCrossEntropy::Engine {
   void grad(const Tokens& tk, MatmulOperand w, int64_t v0, int64_t nv, float* dxc, float* dw_sub) {
     float* l = logits_block(v0);
     if (!keep_) matmul_ex(l, tk.x, false, w, true, tk.n, nv, C_, false, p_);
-    k_.logits_to_grad(l, g16_, lse_ + tk.c0, tg_ + tk.c0, tk.n, v0, nv, grad_scale_);
-    const MatmulOperand g = bf_ ? MatmulOperand{nullptr, g16_} : MatmulOperand{l, nullptr};
+    k_.logits_to_grad(l, grad_in_place_ ? nullptr : g16_, lse_ + tk.c0, tg_ + tk.c0, tk.n, v0, nv, grad_scale_,
+                      grad_in_place_);
+    const MatmulOperand g = grad_in_place_ ? MatmulOperand{l, nullptr, true}
+                            : bf_          ? MatmulOperand{nullptr, g16_}
+                                           : MatmulOperand{l, nullptr};
     matmul_ex(dxc, g, false, w, false, tk.n, C_, nv, v0 > 0, p_);
     if (dw_sub) matmul_ex(dw_sub, g, true, tk.x, false, nv, C_, tk.n, true, p_);
   }
@@ -283,6 +289,10 @@ class StreamedHeadCrossEntropy::Engine {
   float grad_scale_;
   Precision p_;
   bool bf_;
+  // Under BF16 where both backward matmuls widen to fp32: the gradient is rounded to bf16
+  // values in the logits themselves, which they read without a copy (the bf16 one would be
+  // widened twice). g16's workspace stays counted, so that plans do not depend on the path.
+  bool grad_in_place_;
   const CrossEntropyKernels& k_;
   CrossEntropyChunks ch_;
   bool keep_ = false;

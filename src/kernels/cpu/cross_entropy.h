@@ -75,10 +75,11 @@ size_t head_cross_entropy_workspace_bytes(int64_t T, int64_t C, int64_t V, Preci
 // The chunk sizes head_cross_entropy uses: token_chunk * vocab_chunk logits, each 4 bytes
 // (fp32) plus, under BF16, 2 bytes (its bf16 gradient), within max_logit_bytes;
 // vocab_chunk = min(V, opt.vocab_chunk) unless max_logit_bytes holds fewer rows for
-// min(T, 128) tokens. keep_logits: min(T, 128) tokens of logits for the whole vocabulary
-// fit, so the fused call keeps a token chunk's logits (token_chunk * V of them) for its
-// second pass instead of recomputing them (3 matmuls, not 4); else token_chunk is as many
-// tokens as one sub-chunk's logits allow.
+// min(T, 128) tokens. keep_logits: min(T, 128) tokens of fp32 logits for the whole
+// vocabulary (and under BF16 one sub-chunk's bf16 gradient) fit, so the fused call keeps
+// a token chunk's logits (token_chunk * V of them) for its second pass instead of
+// recomputing them (3 matmuls, not 4), in as many tokens as fit; else token_chunk is as
+// many tokens as one sub-chunk's logits allow.
 // Throws lt::Error if max_logit_bytes cannot hold one logit or vocab_chunk < 1.
 struct CrossEntropyChunks {
   int64_t token_chunk = 0, vocab_chunk = 0;

@@ -22,9 +22,10 @@ struct CrossEntropyKernels {
   // logits chunk -> grad_scale * (softmax - onehot) with the rows' lse; ignored rows become
   // 0. In place (g16 == nullptr) or, for a BF16 matmul, written as bf16 into g16 [n, nv]:
   // the backward matmuls need bf16 operands, and rounding here once saves them two
-  // conversion passes.
+  // conversion passes. In place with round_in_place: the same bf16 values, as fp32 (the
+  // operand of BF16 matmuls that widen to fp32, read there without a copy).
   void (*logits_to_grad)(float* logits, bf16* g16, const float* lse, const int32_t* tgt,
-                         int64_t n, int64_t v0, int64_t nv, float grad_scale);
+                         int64_t n, int64_t v0, int64_t nv, float grad_scale, bool round_in_place);
   // dst row i [C] = bf16 of x row rows[i], for i < n (gathers and rounds the chunk's x).
   void (*gather_rows_bf16)(bf16* dst, const float* x, const int64_t* rows, int64_t n, int64_t C);
 };

@@ -36,7 +36,7 @@ void fold_chunk_stats(float* m, float* s, float* tlogit, const float* logits, co
 // grad_scale * (softmax - onehot), the target's column (at most one per row and chunk)
 // found by comparing each lane's column with it, inside the vector loop.
 void logits_to_grad(float* logits, bf16* g16, const float* lse, const int32_t* tgt, int64_t n,
-                    int64_t v0, int64_t nv, float grad_scale) {
+                    int64_t v0, int64_t nv, float grad_scale, bool round_in_place) {
 #pragma omp parallel for schedule(static) if (n * nv >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     float* l = logits + i * nv;
@@ -58,6 +58,13 @@ void logits_to_grad(float* logits, bf16* g16, const float* lse, const int32_t* t
     if (ignored) {
 #pragma omp simd
       for (int64_t v = 0; v < nv; ++v) l[v] = 0.0f;
+      continue;
+    }
+    if (round_in_place) {
+#pragma omp simd
+      for (int64_t v = 0; v < nv; ++v)
+        l[v] = lt::bf16_to_f32(bf16{vec::to_bf16_bits(grad_scale * vec::exp_approx(l[v] - li) -
+                                                  (v == hit ? grad_scale : 0.0f))});
       continue;
     }
 #pragma omp simd

@@ -254,6 +254,7 @@ struct MatmulContext::Impl {
   // is widened; fp32 data is rounded to bf16 values, as the bf16 path would round it, in
   // the same single pass).
   const float* widened(MatmulOperand o, size_t n, AlignedBuffer<float>& wide) {
+    if (o.f32 && o.bf16_exact) return o.f32;  // the caller's rounding, read in place
     if (wide.size() < n) wide.resize(n);
     if (o.b16) {
       convert_to_f32(wide.data(), o.b16, DType::BF16, n);
@@ -375,6 +376,15 @@ MatmulLayout matmul_layout(bool trans_a, bool trans_b) {
   if (trans_a && !trans_b) return MatmulLayout::WeightGrad;
   if (!trans_a && !trans_b) return MatmulLayout::InputGrad;
   return MatmulLayout::Forward;
+}
+
+bool bf16_gemm_widens(MatmulLayout layout) {
+  switch (layout) {
+    case MatmulLayout::Forward: return widen_bf16(false, true);
+    case MatmulLayout::InputGrad: return widen_bf16(false, false);
+    case MatmulLayout::WeightGrad: return widen_bf16(true, false);
+  }
+  return true;
 }
 
 const char* matmul_layout_name(MatmulLayout l) {

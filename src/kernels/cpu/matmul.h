@@ -78,13 +78,20 @@ void set_measured_bf16_gemm_paths(const std::optional<Bf16GemmMeasured>& measure
 // measurement); nullopt goes back to bf16_gemm_choice's order. A change takes effect at
 // the next call.
 void set_bf16_gemm_path(std::optional<Bf16GemmPath> path);
+// Whether a Precision::BF16 matmul of this layout now widens its operands to fp32 (each
+// fp32 operand is then rounded into a copy per call, unless it is bf16_exact).
+bool bf16_gemm_widens(MatmulLayout layout);
 
 // One matmul operand: fp32 data and/or its bf16 copy. Under Precision::BF16 the bf16 copy
 // is used when present, else the fp32 data is rounded into the context's scratch; under
-// Precision::F32 only f32 is read (and must be present).
+// Precision::F32 only f32 is read (and must be present). bf16_exact says that f32 holds
+// bf16 values already (rounded once by the caller, for several GEMMs): the widened path
+// then reads it in place instead of rounding a copy, and the native path's conversion is
+// exact. Set it only where that is true: the widened path would compute on unrounded data.
 struct MatmulOperand {
   const float* f32 = nullptr;
   const bf16* b16 = nullptr;
+  bool bf16_exact = false;
 };
 
 // Owns what the oneDNN path needs: engine, stream, the primitives cached by (shape,

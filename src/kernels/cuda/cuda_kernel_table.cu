@@ -109,17 +109,21 @@ KernelTable make_table() {
   k.geglu_backward = [](float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
     geglu_backward(dg, du, dh, g, u, n, stream());
   };
-  k.linear_forward = [](float* y, const float* x, const float* w, const bf16* w_bf16, const float* bias, int64_t M,
+  k.linear_forward = [](float* y, LinearInput x, const float* w, const bf16* w_bf16, const float* bias, int64_t M,
                        int64_t K, int64_t N, Precision p) {
     Scratch ws(linear_forward_workspace_bytes(M, K, N, gemm_input(p), w_bf16 != nullptr));
-    linear_forward(table_gemm(), y, x, w, bits(w_bf16), bias, M, K, N, gemm_input(p), ws.get(), stream());
+    linear_forward(table_gemm(), y, x.data, w, bits(w_bf16), bias, M, K, N, gemm_input(p), ws.get(), stream());
   };
-  k.linear_backward = [](float* dx, float* dw, float* dbias, const float* dy, const float* x, const float* w,
+  k.linear_backward = [](float* dx, float* dw, float* dbias, const float* dy, LinearInput x, const float* w,
                          const bf16* w_bf16, int64_t M, int64_t K, int64_t N, bool accumulate_dx, Precision p) {
     Scratch ws(linear_backward_workspace_bytes(M, K, N, gemm_input(p), w_bf16 != nullptr, dbias != nullptr));
-    linear_backward(table_gemm(), dx, dw, dbias, dy, x, w, bits(w_bf16), M, K, N, accumulate_dx, gemm_input(p),
-                    ws.get(), stream());
+    linear_backward(table_gemm(), dx, dw, dbias, dy, x.data, w, bits(w_bf16), M, K, N, accumulate_dx,
+                    gemm_input(p), ws.get(), stream());
   };
+  // The device GEMMs convert their inputs in their own pass (linear_cuda.cu): nothing to
+  // round ahead.
+  k.round_gemm_input = [](float*, int64_t, Precision) { return false; };
+  k.gemm_inputs_rounded = [](Precision) { return false; };
   k.matmul = [](float* c, const float* a, bool trans_a, const float* b, bool trans_b, int64_t M, int64_t N, int64_t K,
                 bool accumulate, Precision p) {
     Scratch ws(matmul_workspace_bytes(M, N, K, gemm_input(p)));
