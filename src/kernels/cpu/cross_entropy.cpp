@@ -19,14 +19,16 @@
 // prompt tokens cost no flops.
 // The softmax math is fp32 (logits are fp32 whatever the matmul precision); per-row
 // losses are summed in double, in token order. Under BF16 the gradient is written as bf16
-// into its own buffer (the backward matmuls' operand), not in place.
+// into its own buffer (the backward matmuls' operand), not in place, unless those matmuls
+// widen to fp32: then as bf16 values in place.
 // Work memory, all in one workspace the caller may give (head_cross_entropy_workspace_bytes;
 // else taken per call): the logits (one sub-chunk's, or a token chunk's whole vocabulary
 // under keep_logits) and under BF16 the bf16 gradient of one sub-chunk (together <=
 // max_logit_bytes), four words per token, the chunk's x rows (bf16, or fp32 when
 // gathered) and dx rows (when gathered), T positions and targets. Outside it: a V*C bf16
 // copy of w when BF16 is asked for and w_bf16 is not given (one chunk's rows for the
-// streamed form).
+// streamed form), or, where the BF16 matmuls widen to fp32, an fp32 one of at most two
+// sub-chunks of rows (Engine::rows).
 // The softmax loops are the ISA level's (cross_entropy_kernels.h, picked once per call).
 #include "kernels/cpu/cross_entropy.h"
 
@@ -54,6 +56,12 @@ namespace {
 // BF16 against 6 n flops per weight for n tokens). At n = 128 that is ~64 flops per byte,
 // still compute-bound here (~300 GFLOP/s against ~20 GB/s).
 constexpr int64_t kMinTokenChunk = 128;
+
+// The head's rows widened to fp32 once per call (Engine::rows), outside the planned
+// workspace like the matmuls' own widening scratch: per thread, read only within the call
+// that fills it, grown and never shrunk (a fresh one per call would fault in its pages
+// every step).
+thread_local AlignedBuffer<float> t_w_wide;
 
 void check_targets(const int32_t* targets, int64_t T, int64_t V) {
   for (int64_t t = 0; t < T; ++t)
@@ -143,6 +151,7 @@ class StreamedHeadCrossEntropy::Engine {
          const CrossEntropyOptions& opt, bool fused, void* workspace)
       : x_(x), targets_(targets), T_(T), C_(C), V_(V), grad_scale_(grad_scale), p_(p), bf_(p == Precision::BF16),
         grad_in_place_(bf_ && bf16_gemm_widens(MatmulLayout::InputGrad) && bf16_gemm_widens(MatmulLayout::WeightGrad)),
+        w_widened_once_(bf_ && bf16_gemm_widens(MatmulLayout::Forward) && bf16_gemm_widens(MatmulLayout::InputGrad)),
         k_(LT_ISA_PICK(kCrossEntropyKernels)) {
     LT_ASSERT(T >= 0 && C > 0 && V > 0, "head_cross_entropy sizes");
     check_targets(targets, T, V);
@@ -260,8 +269,18 @@ class StreamedHeadCrossEntropy::Engine {
       if (targets_[t] == kIgnoreIndex) std::fill(dx + t * C_, dx + (t + 1) * C_, 0.0f);
   }
 
-  // w's rows as the matmuls read them: given bf16 rows, or rounded here under BF16.
+  // w's rows as the matmuls read them: given bf16 rows, or rounded here under BF16; where
+  // the matmuls that read them widen to fp32 and there are at most two sub-chunks of rows,
+  // widened here once (every token chunk reads every row twice, and the widened GEMM would
+  // copy them each time into a sub-chunk's scratch: this is at most one more of those).
   MatmulOperand rows(const float* w, const bf16* w16, int64_t nv) {
+    if (w_widened_once_ && nv <= 2 * ch_.vocab_chunk) {
+      const size_t n = size_t(nv * C_);
+      if (t_w_wide.size() < n) t_w_wide.resize(n);
+      if (w16) convert_to_f32(t_w_wide.data(), w16, DType::BF16, n);
+      else round_to_bf16_values(t_w_wide.data(), w, n);
+      return MatmulOperand{t_w_wide.data(), nullptr, true};
+    }
     if (bf_ && !w16) {
       if (w_round_.size() < size_t(nv * C_)) w_round_.resize(size_t(nv * C_));
       convert_f32_to_bf16(w_round_.data(), w, size_t(nv * C_));
@@ -270,7 +289,7 @@ class StreamedHeadCrossEntropy::Engine {
     return MatmulOperand{w, w16};
   }
   MatmulOperand offset(MatmulOperand w, int64_t rows) const {
-    return MatmulOperand{w.f32 ? w.f32 + rows * C_ : nullptr, w.b16 ? w.b16 + rows * C_ : nullptr};
+    return MatmulOperand{w.f32 ? w.f32 + rows * C_ : nullptr, w.b16 ? w.b16 + rows * C_ : nullptr, w.bf16_exact};
   }
 
  private:
@@ -293,6 +312,7 @@ class StreamedHeadCrossEntropy::Engine {
   // values in the logits themselves, which they read without a copy (the bf16 one would be
   // widened twice). g16's workspace stays counted, so that plans do not depend on the path.
   bool grad_in_place_;
+  bool w_widened_once_;  // under BF16 where x.W^T and g.W both widen: see rows()
   const CrossEntropyKernels& k_;
   CrossEntropyChunks ch_;
   bool keep_ = false;
