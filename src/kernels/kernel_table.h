@@ -87,7 +87,9 @@ struct KernelTable {
                           Precision p) = nullptr;
   // An activation that only linear layers read, rounded once in place where this
   // backend's GEMMs would each round it again under p; true: pass it as LinearInput{x, true}.
-  // gemm_inputs_rounded(p) is the same answer without the rounding (for backward).
+  // gemm_inputs_rounded(p) is the same answer without the rounding (for backward, which
+  // relies on it: the bf16 path must not change between a layer's forward and its backward,
+  // or an unrounded activation would be read as exact).
   bool (*round_gemm_input)(float* x, int64_t n, Precision p) = nullptr;
   bool (*gemm_inputs_rounded)(Precision p) = nullptr;
   void (*matmul)(float* c, const float* a, bool trans_a, const float* b, bool trans_b, int64_t M, int64_t N,
