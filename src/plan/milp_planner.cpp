@@ -39,6 +39,46 @@ struct Range {
   bool empty() const { return hi < lo; }
 };
 
+// The executor lays an offloaded boundary's parts out in the order their fetches begin
+// (plan/stream_schedule.cpp), and a fetch of the later part's rows allocates every row
+// before them. Fetches that interleave the tiers (NVMe, cpu, NVMe) so hold more than the
+// MILP's memory rows count, which is the bytes reloaded through each stage. This moves
+// the same bytes per stage, the cpu part first: each stage's reloaded bytes, so the
+// compute-tier memory and the H2D time, stay as solved, and the NVMe part comes back no
+// earlier than it did (its read still precedes it; it waits longer in host staging). Not
+// where a cpu piece would then precede its own D2H (`offloaded`: the cpu part's D2H).
+void fetch_cpu_part_first(std::vector<StageBytes>& cpu, std::vector<StageBytes>& nvme,
+                          const std::vector<StageBytes>& offloaded) {
+  if (cpu.empty() || nvme.empty()) return;
+  const auto first = [](const std::vector<StageBytes>& v) { return v.front().stage; };
+  const auto last = [](const std::vector<StageBytes>& v) { return v.back().stage; };
+  // One part, then the other (where both begin in one stage, the cpu part is laid out first).
+  if (last(cpu) <= first(nvme) || last(nvme) < first(cpu)) return;
+  std::map<int, double> per_stage;
+  double cpu_bytes = 0;
+  for (const StageBytes& x : cpu) per_stage[x.stage] += x.bytes, cpu_bytes += x.bytes;
+  for (const StageBytes& x : nvme) per_stage[x.stage] += x.bytes;
+  std::vector<StageBytes> new_cpu, new_nvme;
+  double left = cpu_bytes;
+  for (auto [stage, bytes] : per_stage) {
+    const double c = std::min(left, bytes);
+    left -= c;
+    if (c > 0) new_cpu.push_back({stage, c});
+    if (bytes - c > 0) new_nvme.push_back({stage, bytes - c});
+  }
+  if (new_cpu.empty() || new_nvme.empty()) return;
+  double reloaded = 0;
+  for (const StageBytes& x : new_cpu) {
+    reloaded += x.bytes;
+    double out = 0;
+    for (const StageBytes& d : offloaded)
+      if (d.stage < x.stage) out += d.bytes;
+    if (reloaded > out * (1 + 1e-9)) return;
+  }
+  cpu = std::move(new_cpu);
+  nvme = std::move(new_nvme);
+}
+
 struct Milp {
   const PlanRequest& req;
   const CostModel& cm;
@@ -1081,6 +1121,7 @@ struct Milp {
       fill(tr.nvme_write, q[b], bp.nvme);
       fill(tr.nvme_read, r[b], bp.nvme);
       fill(tr.h2d_nvme, hn[b], bp.nvme);
+      fetch_cpu_part_first(tr.h2d_cpu, tr.h2d_nvme, tr.d2h_cpu);
     }
     for (int j = 0; j < L; ++j) {
       d.resident[j] = v[y[j]] > 0.5;

@@ -130,6 +130,11 @@ MipResult MipModel::solve(double time_limit_s, double rel_gap, const std::vector
     Cbc_setLogLevel(m.get(), log_level);
     Cbc_setMaximumSeconds(m.get(), std::max(0.05, seconds * kTimeLimitShare));
     Cbc_setAllowableFractionGap(m.get(), rel_gap);
+    // Clp perturbs degenerate LPs by default, and these are degenerate (identical layers,
+    // transfer families summing to the same bytes): measured, its perturbed root LP and the
+    // primal clean-up after it took twice as long (27B H800 case: 2.2 -> 1.0 s, the same
+    // plan; 70B H200 2.8 -> 1.7 s).
+    Cbc_setParameter(m.get(), "perturbation", "off");
     if (const char* f = std::getenv("LT_CBC_WRITE_LP")) Cbc_writeLp(m.get(), f);  // for inspecting a model
     return m;
   };
