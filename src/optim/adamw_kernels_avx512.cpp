@@ -157,13 +157,18 @@ inline FastRegs load_fast(const QuantMap& q) {
           q.bucket};
 }
 
-template <bool kSigned>
+// kNormalized: x is a block's state over its absmax (the step's case), so |x| <= 1 up to
+// one rounding (binade 127 at most: the upper clamp cannot act), finite, and for the
+// unsigned map x >= +0 (v is a sum of products of non-negative factors and squares, none
+// -0): its sign and |x| steps are no-ops. Any other x must take the general form.
+template <bool kSigned, bool kNormalized = false>
 inline __m512i nearest_code(const FastRegs& r, __m512 x) {
+  constexpr bool kNonNegative = kNormalized && !kSigned;
   const __m512i bits = _mm512_castps_si512(x);
-  const __m512i ab = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+  const __m512i ab = kNonNegative ? bits : _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
   const __m512 a = _mm512_castsi512_ps(ab);
-  __m512i e = _mm512_srli_epi32(ab, 23);
-  e = _mm512_min_epi32(_mm512_max_epi32(e, _mm512_set1_epi32(kFastFirstE)), _mm512_set1_epi32(kFastLastE));
+  __m512i e = _mm512_max_epi32(_mm512_srli_epi32(ab, 23), _mm512_set1_epi32(kFastFirstE));
+  if constexpr (!kNormalized) e = _mm512_min_epi32(e, _mm512_set1_epi32(kFastLastE));
   const __m512 thr = _mm512_permutex2var_ps(r.t0, e, r.t1);
   __m512i seg = _mm512_permutex2var_epi32(r.s0, e, r.s1);
   seg = _mm512_mask_add_epi32(seg, _mm512_cmp_ps_mask(a, thr, _CMP_GT_OQ), seg, _mm512_set1_epi32(1));
@@ -181,13 +186,13 @@ inline __m512i nearest_code(const FastRegs& r, __m512 x) {
   // boundary T itself or the next float up (midpoints round down on both sides), so
   // |x| > T is right for every |x| but T: flag that one.
   if constexpr (kSigned) amb |= _mm512_cmp_ps_mask(a, thr, _CMP_EQ_OQ);
-  const __mmask16 neg = _mm512_movepi32_mask(bits);
   __m512i code = _mm512_and_si512(_mm512_srli_epi32(w, 11), _mm512_set1_epi32(0xff));
   code = _mm512_min_epi32(_mm512_max_epi32(code, _mm512_permutexvar_epi32(seg, r.l)), _mm512_permutexvar_epi32(seg, r.h));
   if constexpr (kSigned) {
+    const __mmask16 neg = _mm512_movepi32_mask(bits);
     code = _mm512_max_epi32(_mm512_mask_sub_epi32(code, neg, _mm512_set1_epi32(254), code), _mm512_setzero_si512());
-  } else {
-    code = _mm512_mask_mov_epi32(code, neg, _mm512_setzero_si512());
+  } else if constexpr (!kNonNegative) {
+    code = _mm512_mask_mov_epi32(code, _mm512_movepi32_mask(bits), _mm512_setzero_si512());
   }
   if (amb) [[unlikely]]
     code = _mm512_mask_mov_epi32(code, amb, kSigned ? nearest_code_signed(r.bucket, x) : nearest_code_unsigned(r.bucket, x));
@@ -339,8 +344,8 @@ int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWS
         xv[q] = _mm512_mul_ps(vj, iv);
       }
       for (int q = 0; q < kQuad; ++q) {
-        cm[q] = nearest_code<true>(fm, xm[q]);
-        cv[q] = nearest_code<false>(fv, xv[q]);
+        cm[q] = nearest_code<true, true>(fm, xm[q]);
+        cv[q] = nearest_code<false, true>(fv, xv[q]);
       }
       for (int q = 0; q < kQuad; ++q) {
         store_codes(s.m_code + i0 + j + 16 * q, cm[q], 0xffff);
@@ -355,7 +360,7 @@ int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWS
       store_f32(a.param + i, p, k);
       if (!kExt && a.out_bf16) store_bf16(a.out_bf16 + i, p, k);
       const __m512 xm = _mm512_mul_ps(mj, im), xv = _mm512_mul_ps(vj, iv);
-      const __m512i cm = nearest_code<true>(fm, xm), cv = nearest_code<false>(fv, xv);
+      const __m512i cm = nearest_code<true, true>(fm, xm), cv = nearest_code<false, true>(fv, xv);
       store_codes(s.m_code + i, cm, k);
       store_codes(s.v_code + i, cv, k);
     }
