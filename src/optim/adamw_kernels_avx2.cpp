@@ -128,25 +128,8 @@ inline void store_bf16x16(bf16* out, __m256 p0, __m256 p1) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(w, 0xd8));
 }
 
-// The fast path's registers for one map (quant_map.h, QuantFastPath). The 9 segments
-// (0: below the first midpoint, the zero code; 1..7: the decades; 8: above the midpoint
-// below 1, code 255) share 8-entry permutes, segment 8 reading entry 0 (index bits 0..2):
-// entry 0's line is u = zero + 0.5 at a = 0 rising to zero + 1 at segment 0's upper
-// boundary (so that boundary lies at an integer of u like every other one, and its lanes
-// are flagged), which is > 10^6 in segment 8; with the clamp H = 255 that gives the zero
-// code in segment 0 and 255 in segment 8.
-// The segment is found from the float's bits read as an integer, a piecewise-linear log2
-// (low by < 0.087, so log10 low by < 0.026): q = round(0.988 * (L + 38.23) - 31), L the
-// log10 estimate, clamped to [0, 7], is the segment or the one below it (every segment
-// spans most of a decade and the boundaries lie 0.006 .. 0.28 decades above the powers of
-// ten; q's rounding points stay inside that band, by >= 0.2 decades, for L in [-7, 1]), so
-// one compare against segment q's upper boundary fixes it up. The fma evaluates q next to
-// 2^23, where floats step by 1, so it rounds to the integer and the low mantissa bits are q
-// itself; the 0.988 stretch stands in for the fraction of the offset, which a constant
-// next to 2^23 cannot hold. Tested exhaustively against the table.
-inline constexpr float kSegK = 0.30102999566f * (1 - 0.012f) / 8388608.f, kSegC = 8388577.f;
-inline constexpr int32_t kSegMinABits = 0x34210fb0;  // fp32 1.5e-7 (checked in load_fast)
-
+// The fast path's registers for one map: the segment estimate's tables (quant_map.h,
+// QuantFastPath), 8 entries.
 struct FastRegs {
   __m256i bound;     // segment q's upper boundary (bits), by q
   __m256 a, b;       // the line of segments 0..7
@@ -156,26 +139,11 @@ struct FastRegs {
 
 inline FastRegs load_fast(const QuantMap& q) {
   const QuantFastPath& f = q.fast;
-  alignas(32) float bound[8], a[8], b[8];
-  alignas(32) int32_t h[8];
-  for (int k = 0; k < 8; ++k) {
-    bound[k] = f.bound[k];
-    a[k] = f.A[k];
-    b[k] = f.B[k];
-    h[k] = static_cast<int32_t>(f.H[k]);
-  }
-  a[0] = 0.5f / f.bound[0];  // B[0] is zero + 0.5
-  // kSegMinA: in segment 0, well inside its line's floor (u <= zero + 0.97), at estimate 0.
-  const float amin = f32_of_bits(static_cast<uint32_t>(kSegMinABits));
-  LT_ASSERT(amin < f.bound[0] && std::fma(amin, a[0], b[0]) < b[0] + 0.47f &&
-                std::fma(static_cast<float>(kSegMinABits), kSegK, kSegC) == 8388608.f,
-            "AVX2 fast-path segment floor is off");
-  h[0] = 255;
   FastRegs r;
-  r.bound = _mm256_castps_si256(_mm256_load_ps(bound));
-  r.a = _mm256_load_ps(a);
-  r.b = _mm256_load_ps(b);
-  r.h = _mm256_load_si256(reinterpret_cast<const __m256i*>(h));
+  r.bound = _mm256_castps_si256(_mm256_loadu_ps(f.bound));
+  r.a = _mm256_loadu_ps(f.a);
+  r.b = _mm256_loadu_ps(f.b);
+  r.h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(f.h));
   r.map = &q;
   return r;
 }
@@ -195,7 +163,7 @@ inline __m256i nearest_code_fast(const FastRegs& r, __m256 x, __m256i* low) {
   const __m256i amin = _mm256_set1_epi32(kSegMinABits);
   const __m256i ab = kSigned ? _mm256_max_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)), amin)
                              : _mm256_max_epi32(bits, amin);
-  // The segment estimate (see FastRegs): y = 2^23 + q.
+  // The segment estimate (quant_map.h, kSegK): y = 2^23 + q.
   __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ab), _mm256_set1_ps(kSegK), _mm256_set1_ps(kSegC));
   if constexpr (!kBounded) y = _mm256_min_ps(y, _mm256_set1_ps(8388615.f));
   const __m256i q = _mm256_castps_si256(y);

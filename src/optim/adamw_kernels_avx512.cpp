@@ -63,7 +63,8 @@ inline __m512 lookup256(const Table256& t, __m512i idx) {
 // Nearest codes by the bucket table (quant_map.h): the same integer steps as
 // quant_bucket() / quantize_nearest(), lane by lane, with one gather per vector. Every step
 // depends on x alone, so vectors of a block overlap freely (the search this replaces was a
-// chain of eight dependent lookup-compare steps).
+// chain of eight dependent lookup-compare steps). The code is the low byte of each lane
+// (the upper ones hold the entry's midpoint key).
 inline __m512i nearest_code_signed(const uint32_t* bucket, __m512 x) {
   const __m512i bits = _mm512_castps_si512(x);
   const __m512i s = _mm512_srai_epi32(bits, 31);
@@ -138,64 +139,61 @@ LT_AVX512_VBMI void dequant_block_vbmi(const uint8_t* m_code, const uint8_t* v_c
   }
 }
 
-// The arithmetic fast path (quant_map.h, QuantFastPath): ~20 register-only operations per
-// vector instead of a gather, which on this CPU costs about as much as the rest of the
-// fused step. Lanes whose position lies too near a midpoint are flagged; a vector with any
-// flagged lane (rare) takes the table path for those lanes, so the result is the exact
-// nearest code either way.
+// The arithmetic fast path (quant_map.h: the segment estimate, QuantFastPath): ~16
+// register-only operations per vector instead of a gather, which on this CPU costs about
+// as much as the rest of the fused step. Lanes whose position lies too near a midpoint are
+// flagged; a vector with any flagged lane (rare) takes the table path for those lanes, so
+// the result is the exact nearest code either way.
 struct FastRegs {
-  __m512 t0, t1, a, b;
-  __m512i l, h;  // the clamp, as integers
-  __m512i s0, s1;
+  __m512i bound;  // segment q's upper boundary (bits), by q
+  __m512 a, b;    // the segments' lines
+  __m512i h;      // the segments' top codes
   const uint32_t* bucket;
 };
 
 inline FastRegs load_fast(const QuantMap& q) {
   const QuantFastPath& f = q.fast;
-  return {_mm512_loadu_ps(f.T), _mm512_loadu_ps(f.T + 16), _mm512_loadu_ps(f.A), _mm512_loadu_ps(f.B),
-          _mm512_cvttps_epi32(_mm512_loadu_ps(f.L)), _mm512_cvttps_epi32(_mm512_loadu_ps(f.H)), _mm512_loadu_si512(f.seg), _mm512_loadu_si512(f.seg + 16),
-          q.bucket};
+  return {_mm512_castps_si512(_mm512_loadu_ps(f.bound)), _mm512_loadu_ps(f.a), _mm512_loadu_ps(f.b),
+          _mm512_loadu_si512(f.h), q.bucket};
 }
 
 // kNormalized: x is a block's state over its absmax (the step's case), so |x| <= 1 up to
-// one rounding (binade 127 at most: the upper clamp cannot act), finite, and for the
-// unsigned map x >= +0 (v is a sum of products of non-negative factors and squares, none
-// -0): its sign and |x| steps are no-ops. Any other x must take the general form.
+// one rounding and finite: the segment estimate needs no upper clamp. Any other x must take
+// the general form. Code 0 of a negative x may come out as -1, which the stores saturate
+// to 0 (the mirror of code 255).
 template <bool kSigned, bool kNormalized = false>
 inline __m512i nearest_code(const FastRegs& r, __m512 x) {
-  constexpr bool kNonNegative = kNormalized && !kSigned;
   const __m512i bits = _mm512_castps_si512(x);
-  const __m512i ab = kNonNegative ? bits : _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
-  const __m512 a = _mm512_castsi512_ps(ab);
-  __m512i e = _mm512_max_epi32(_mm512_srli_epi32(ab, 23), _mm512_set1_epi32(kFastFirstE));
-  if constexpr (!kNormalized) e = _mm512_min_epi32(e, _mm512_set1_epi32(kFastLastE));
-  const __m512 thr = _mm512_permutex2var_ps(r.t0, e, r.t1);
-  __m512i seg = _mm512_permutex2var_epi32(r.s0, e, r.s1);
-  seg = _mm512_mask_add_epi32(seg, _mm512_cmp_ps_mask(a, thr, _CMP_GT_OQ), seg, _mm512_set1_epi32(1));
-  const __m512 u = _mm512_fmadd_ps(a, _mm512_permutexvar_ps(seg, r.a), _mm512_permutexvar_ps(seg, r.b));
-  // floor(u) and the ambiguity test in integer form (2 operations fewer than roundscale,
-  // sub and two compares): u lies in [0, 256] (the segments' codes), so w = u + 4096 lies
-  // in [4096, 8192), where floats step by 2^-11; the bits of w hold round(u * 2048) below
-  // 2^20: (bits >> 11) & 0xff is floor(u), except that the rounding carries it up when u lies
-  // within 2^-12 (= kFastAmbiguity) under an integer; and the low 11 bits are 0 exactly when
-  // u lies within 2^-12 of an integer (either side), NaN included (inf * 0): those lanes are
-  // flagged and take the table. Then the segment's clamp [L, H], in integers.
+  // a = max(|x|, kSegMinA) (signed map) or max(x, kSegMinA) (unsigned: x <= -0 too, as
+  // integers): every a below kSegMinA lies in segment 0 with the zero code, as kSegMinA does.
+  const __m512i amin = _mm512_set1_epi32(kSegMinABits);
+  const __m512i ab = kSigned ? _mm512_max_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), amin)
+                             : _mm512_max_epi32(bits, amin);
+  // The segment estimate, y = 2^23 + q, and its fix-up by one compare.
+  __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ab), _mm512_set1_ps(kSegK), _mm512_set1_ps(kSegC));
+  if constexpr (!kNormalized) y = _mm512_min_ps(y, _mm512_set1_ps(8388615.f));
+  const __m512i q = _mm512_castps_si512(y);
+  const __m512i seg = _mm512_mask_add_epi32(q, _mm512_cmpgt_epi32_mask(ab, _mm512_permutexvar_epi32(q, r.bound)), q,
+                                            _mm512_set1_epi32(1));
+  const __m512 u = _mm512_fmadd_ps(_mm512_castsi512_ps(ab), _mm512_permutexvar_ps(seg, r.a),
+                                   _mm512_permutexvar_ps(seg, r.b));
+  // floor(u) and the ambiguity test in integer form: w = u + 4096 lies in [4096, 8192)
+  // where floats step by 2^-11; (bits >> 11) - (bits(4096) >> 11) is floor(u) unless u lies
+  // within 2^-12 (kFastAmbiguity) of an integer, which the low 11 bits being 0 flag (inf
+  // too); those lanes take the table. Larger u (a > 1) only grows the code, clamped to 255.
+  // A negative x crosses a boundary when |x| >= the mirrored midpoint, which is the
+  // boundary itself or the float above it, so |x| > bound is right for every |x| but the
+  // boundary, which lies at an integer of u (flagged).
   const __m512i w = _mm512_castps_si512(_mm512_add_ps(u, _mm512_set1_ps(4096.f)));
-  __mmask16 amb = _mm512_testn_epi32_mask(w, _mm512_set1_epi32(0x7ff));
-  // A negative x counts a segment boundary when |x| >= the mirrored midpoint, which is the
-  // boundary T itself or the next float up (midpoints round down on both sides), so
-  // |x| > T is right for every |x| but T: flag that one.
-  if constexpr (kSigned) amb |= _mm512_cmp_ps_mask(a, thr, _CMP_EQ_OQ);
-  __m512i code = _mm512_and_si512(_mm512_srli_epi32(w, 11), _mm512_set1_epi32(0xff));
-  code = _mm512_min_epi32(_mm512_max_epi32(code, _mm512_permutexvar_epi32(seg, r.l)), _mm512_permutexvar_epi32(seg, r.h));
-  if constexpr (kSigned) {
-    const __mmask16 neg = _mm512_movepi32_mask(bits);
-    code = _mm512_max_epi32(_mm512_mask_sub_epi32(code, neg, _mm512_set1_epi32(254), code), _mm512_setzero_si512());
-  } else if constexpr (!kNonNegative) {
-    code = _mm512_mask_mov_epi32(code, _mm512_movepi32_mask(bits), _mm512_setzero_si512());
+  const __mmask16 amb = _mm512_testn_epi32_mask(w, _mm512_set1_epi32(0x7ff));
+  __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(w, 11), _mm512_set1_epi32(0x45800000 >> 11));
+  code = _mm512_min_epi32(code, _mm512_permutexvar_epi32(seg, r.h));
+  if constexpr (kSigned)  // negative x: the mirror, 254 - code
+    code = _mm512_mask_sub_epi32(code, _mm512_movepi32_mask(bits), _mm512_set1_epi32(254), code);
+  if (amb) [[unlikely]] {  // the table's entries hold the midpoint's key above the code
+    const __m512i exact = kSigned ? nearest_code_signed(r.bucket, x) : nearest_code_unsigned(r.bucket, x);
+    code = _mm512_mask_and_epi32(code, amb, exact, _mm512_set1_epi32(0xff));
   }
-  if (amb) [[unlikely]]
-    code = _mm512_mask_mov_epi32(code, amb, kSigned ? nearest_code_signed(r.bucket, x) : nearest_code_unsigned(r.bucket, x));
   return code;
 }
 
@@ -215,9 +213,17 @@ inline __m512i load_codes(const uint8_t* p, __mmask16 k) {
   return _mm512_cvtepu8_epi32(k == 0xffff ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi8(k, p));
 }
 inline void store_codes(uint8_t* p, __m512i code, __mmask16 k) {
-  const __m128i c = _mm512_cvtepi32_epi8(code);
+  const __m128i c = _mm512_cvtepi32_epi8(_mm512_max_epi32(code, _mm512_setzero_si512()));
   if (k == 0xffff) _mm_storeu_si128(reinterpret_cast<__m128i*>(p), c);
   else _mm_mask_storeu_epi8(p, k, c);
+}
+// 64 codes (four vectors of 16, in order; -1 saturates to 0) to 64 bytes: the packs work
+// inside 128-bit lanes, so lane l holds codes 4l .. 4l + 3 of every vector; one dword
+// permute restores the order.
+inline void store_codes64(uint8_t* p, const __m512i c[4]) {
+  const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(p, _mm512_permutexvar_epi32(order, b));
 }
 
 inline __m512 load_grad(const AdamWTensorArgs& a, int64_t i, __mmask16 k) {
@@ -347,10 +353,8 @@ int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWS
         cm[q] = nearest_code<true, true>(fm, xm[q]);
         cv[q] = nearest_code<false, true>(fv, xv[q]);
       }
-      for (int q = 0; q < kQuad; ++q) {
-        store_codes(s.m_code + i0 + j + 16 * q, cm[q], 0xffff);
-        store_codes(s.v_code + i0 + j + 16 * q, cv[q], 0xffff);
-      }
+      store_codes64(s.m_code + i0 + j, cm);
+      store_codes64(s.v_code + i0 + j, cv);
     }
     for (; j < len; j += 16) {
       const __mmask16 k = tail_mask(len, j);

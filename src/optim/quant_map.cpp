@@ -67,47 +67,37 @@ void build_buckets(QuantMap& m, bool is_signed) {
 
 // The fast path's tables (quant_map.h). Decade k holds codes [first[k], first[k] + N_k).
 void build_fast_path(QuantMap& m, bool is_signed) {
-  QuantFastPath& f = m.fast;
   const int zero_code = is_signed ? 127 : 0;
-  int first[7];
+  float a[8], b[8], bound[8];
+  int32_t h[8];
   int code = zero_code + 1;
-  for (int k = 0; k < 7; ++k) {
-    first[k] = code;
-    code += is_signed ? (1 << k) : (2 << k);
-  }
-  LT_ASSERT(code == 255, "dynamic map decades do not end below +1");
-  for (int i = 0; i < 16; ++i) f.A[i] = 0.f, f.B[i] = 255.5f, f.L[i] = f.H[i] = 255.f;
-  // Segment 0: the zero code; the +0.5 keeps u off integers (never ambiguous).
-  f.B[0] = zero_code + 0.5f;
-  f.L[0] = f.H[0] = float(zero_code);
   for (int k = 0; k < 7; ++k) {
     const int n = is_signed ? (1 << k) : (2 << k);
     const double s = std::pow(10.0, k - 6);
-    f.A[k + 1] = static_cast<float>(n / (0.9 * s));
-    f.B[k + 1] = static_cast<float>(first[k] - 0.1 * n / 0.9);
-    f.L[k + 1] = float(first[k]);
-    f.H[k + 1] = float(first[k] + n - 1);
+    a[k + 1] = static_cast<float>(n / (0.9 * s));
+    b[k + 1] = static_cast<float>(code - 0.1 * n / 0.9);
+    h[k + 1] = code + n - 1;
+    bound[k + 1] = m.mid[code + n - 1];  // the midpoint to the next decade (or to +1)
+    code += n;
   }
-  // Segment boundaries: the midpoint into decade 0, between decades, and below +1.
-  float bound[8];
+  LT_ASSERT(code == 255, "dynamic map decades do not end below +1");
   bound[0] = m.mid[zero_code];
-  for (int k = 0; k < 7; ++k) bound[k + 1] = m.mid[first[k] + (is_signed ? (1 << k) : (2 << k)) - 1];
-  for (int k = 0; k < 8; ++k) {
-    LT_ASSERT(k == 0 || bound[k - 1] < bound[k], "fast-path segment boundaries are not ascending");
-    f.bound[k] = bound[k];
+  a[0] = 0.5f / bound[0];
+  b[0] = zero_code + 0.5f;
+  h[0] = 255;
+  for (int k = 1; k < 8; ++k) LT_ASSERT(bound[k - 1] < bound[k], "fast-path segment boundaries are not ascending");
+  QuantFastPath& f = m.fast;
+  for (int k = 0; k < 16; ++k) {
+    f.bound[k] = bound[k % 8];
+    f.a[k] = a[k % 8];
+    f.b[k] = b[k % 8];
+    f.h[k] = h[k % 8];
   }
-  for (int e = 0; e < 32; ++e) f.T[e] = INFINITY, f.seg[e] = 0;
-  for (int32_t e = kFastFirstE; e <= kFastLastE; ++e) {
-    const float lo = float_of(uint32_t(e) << 23), hi = float_of(uint32_t(e + 1) << 23);
-    int seg = 0, inside = 0;
-    for (float b : bound) {
-      if (b < lo) ++seg;
-      else if (b < hi) ++inside, f.T[e & 31] = b;
-    }
-    LT_ASSERT(inside <= 1, "a binade holds two fast-path segment boundaries");
-    LT_ASSERT(!(e == kFastFirstE || e == kFastLastE) || inside == 0, "a boundary lies in a clamped binade");
-    f.seg[e & 31] = seg;
-  }
+  // kSegMinA: in segment 0, well inside its line's floor (u <= zero + 0.97), at estimate 0.
+  const float amin = float_of(static_cast<uint32_t>(kSegMinABits));
+  LT_ASSERT(amin < bound[0] && std::fma(amin, a[0], b[0]) < b[0] + 0.47f &&
+                std::fma(static_cast<float>(kSegMinABits), kSegK, kSegC) == 8388608.f,
+            "fast-path segment estimate floor is off");
 }
 
 QuantMap build_map(bool is_signed) {

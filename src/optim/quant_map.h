@@ -47,31 +47,48 @@ inline constexpr int32_t kBucketFirst = (127 - 24) << 7;    // A >> 16 of 2^-24
 inline constexpr int32_t kBucketLast = (128 << 7) - 1;      // A >> 16 of the top of [1, 2)
 inline constexpr int32_t kBucketsPerSide = kBucketLast - kBucketFirst + 1;  // 3200
 
-// The arithmetic fast path of the AVX-512 and AVX2 kernels (adamw_kernels_avx512.cpp, _avx2.cpp), on a = |x|.
-// Within decade k the midpoints sit (up to fp32 rounding) at the integers of
-// u = a * N_k / (0.9 * 10^(k-6)) + const, and the midpoint to the next decade at one more
-// integer, so code = clamp(floor(fma(a, A, B)), L, H) with one (A, B, L, H) per decade,
-// B holding the decade's first code. Segment 0 (below the first midpoint) and the last
-// (above the one below 1) are constant. The segment of a is seg[E] + (a > T[E]), E the
-// binade of a (no binade holds two segment boundaries; the builder checks), T[E] the
-// exact fp32 midpoint where the segment changes inside binade E, or +inf. The fp32
-// evaluation of u is off the true position by < 1e-4 (rounded A, B and midpoints), so a
-// lane whose u lies within kFastAmbiguity of an integer may be wrong; the kernel then
-// takes the table path for that vector (< 1% of vectors). Negative x in the signed map use
-// the mirror: code = max(254 - code(|x|), 0), with |x| == T flagged too (a negative x's
-// boundary is T or the float above it). Tested exhaustively against the table.
+// The arithmetic fast path of the AVX-512 and AVX2 kernels (adamw_kernels_avx512.cpp,
+// _avx2.cpp), on a = |x|. Within decade k the midpoints sit (up to fp32 rounding) at the
+// integers of u = a * N_k / (0.9 * 10^(k-6)) + const, and the midpoint to the next decade
+// at one more integer, so code = min(floor(fma(a, A, B)), H) with one line (A, B) and top
+// code H per segment, B holding the decade's first code. Segment 0 (below the first
+// midpoint) gives the zero code and segment 8 (above the midpoint below 1) code 255. The
+// fp32 evaluation of u is off the true position by < 1e-4 (rounded A, B and midpoints), so
+// a lane whose u lies within kFastAmbiguity of an integer may be wrong; the kernel then
+// takes the table for those lanes (< 1% of vectors). Negative x in the signed map use the
+// mirror: code = max(254 - code(|x|), 0).
+//
+// The segment estimate: the segment of a is found from the float's bits read as an
+// integer, a piecewise-linear log2 (low by < 0.087, so log10 low by < 0.026):
+// q = round(0.988 * (L + 38.23) - 31), L the log10 estimate, clamped to [0, 7], is the
+// segment or the one below it (every segment spans most of a decade and the boundaries lie
+// 0.006 .. 0.28 decades above the powers of ten; q's rounding points stay inside that
+// band, by >= 0.2 decades, for L in [-7, 1]), so one compare against segment q's upper
+// boundary fixes it up. The fma evaluates q next to 2^23, where floats step by 1, so it
+// rounds to the integer and the low mantissa bits are q itself; the 0.988 stretch stands
+// in for the fraction of the offset, which a constant next to 2^23 cannot hold. a is first
+// raised to kSegMinA (bits kSegMinABits, 1.5e-7), which lies in segment 0 at estimate 0
+// (the builder checks both). Tested exhaustively against the table.
 inline constexpr float kFastAmbiguity = 1.0f / 4096;
-inline constexpr int32_t kFastFirstE = 102;  // binade [2^-25, 2^-24): smaller a clamp here
-inline constexpr int32_t kFastLastE = 128;   // binade [2, 4): larger a clamp here
+inline constexpr float kSegK = 0.30102999566f * (1 - 0.012f) / 8388608.f, kSegC = 8388577.f;
+inline constexpr int32_t kSegMinABits = 0x34210fb0;
 
+// The fast path's tables, by segment. The 9 segments share 8 entries, segment 8 reading
+// entry 0 (an 8-lane permute reads index bits 0..2; a 16-lane one reads bits 0..3, so
+// entries 8..15 repeat 0..7): entry 0's line is u = zero + 0.5 at a = 0 rising to zero + 1
+// at segment 0's upper boundary (so that boundary lies at an integer of u like every other
+// one, and its lanes are flagged), which is > 10^6 in segment 8; with the top code 255 that
+// gives the zero code in segment 0 and 255 in segment 8. Only the top of a segment needs
+// its clamp: a decade's line extended past its upper edge reaches H + 1 before the
+// boundary, while the lower boundary lies at u >= L + 0.13 in every segment (L the
+// segment's first code), so floor(u) >= L there. A negative x crosses a boundary when
+// |x| >= the mirrored midpoint, which is the boundary itself or the float above it
+// (midpoints round down on both sides), so |x| > bound is right for every |x| but the
+// boundary, which lies at an integer of u (flagged).
 struct QuantFastPath {
-  float T[32];      // by E mod 32
-  int32_t seg[32];  // by E mod 32
-  float A[16], B[16], L[16], H[16];  // by segment
-  // The 8 segment boundaries, ascending: segment(a) = #{k : a > bound[k]}, the same as
-  // seg[E] + (a > T[E]). The AVX2 kernel counts compares (its permutes hold 8 entries,
-  // too few for the 27 binades).
-  float bound[8];
+  float bound[16];  // segment q's upper boundary: the midpoint into decade 0, between decades, below +1
+  float a[16], b[16];
+  int32_t h[16];
 };
 
 struct QuantMap {
