@@ -58,8 +58,9 @@ int main(int argc, char** argv) {
   lt::set_num_threads(0);
   try {
     // The bf16 GEMM paths `lazytrain train` takes here: this machine's profile's faster
-    // ones per layout when profiles/local.json measured this CPU, else the rule.
-    lt::choose_bf16_gemm_paths("local");
+    // ones per layout when profiles/local.json measured this CPU, else measured now (or the
+    // rule where oneDNN has no bf16 matmul of its own).
+    lt::choose_bf16_gemm_paths("local", nullptr, "", prec == "bf16");
     const lt::ModelConfig c = lt::load_model_config(dir);
     if (argc > 6 && std::string(argv[6]) == "gemm") return measure_gemm(c, batch * seq, steps);
     const lt::Precision p = prec == "bf16" ? lt::Precision::BF16 : lt::Precision::F32;

@@ -178,8 +178,8 @@ def main():
     print(f"bf16 GEMM rate measured in this run (oneDNN, {gemm[0]['impl']}): {gemm_rate / 1e9:.0f} GFLOP/s; "
           f"model FLOPs per step (3 x forward, attention included): {flops / 1e9:.1f} GFLOP")
     print(f"ours: {gemm[0]['cpu']}; PyTorch: {peer_env({}) or 'no cap'}")
-    print(f"ours' bf16 GEMM path per layout (as `lazytrain train` takes it with this machine's profile, "
-          f"profiles/local.json, or the rule without one): {results[('lazytrain', 'bf16')][0].get('bf16_gemm')}")
+    print(f"ours' bf16 GEMM path per layout (as `lazytrain train` takes it: this machine's profile, "
+          f"profiles/local.json, else measured at startup, else the rule): {results[('lazytrain', 'bf16')][0].get('bf16_gemm')}")
     # A peer rate that is an upper bound (a timed-out worker) makes the ratio a lower bound,
     # since a median only moves down when one of its values does; the RESULT line says so.
     for mode in sorted(timed_out):

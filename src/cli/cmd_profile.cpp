@@ -27,6 +27,7 @@
 #include "core/threads.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/matmul.h"
+#include "train/bf16_gemm_paths.h"
 
 namespace lt::cli {
 namespace {
@@ -40,10 +41,12 @@ struct ProfileArgs {
   double compute_memory_gb = 0;
 };
 
-// FLOP/s of a square GEMM at a transformer-like size (bf16: inputs rounded to bf16,
-// fp32 accumulation).
+// The GEMMs' size, n^3: transformer-like.
+constexpr int64_t kProfileGemmSize = 2048;
+
+// FLOP/s of a square GEMM (bf16: inputs rounded to bf16, fp32 accumulation).
 double measure_gemm(int reps, Precision precision) {
-  const int64_t n = 2048;
+  const int64_t n = kProfileGemmSize;
   AlignedBuffer<float> a(n * n), b(n * n), c(n * n);
   for (int64_t i = 0; i < n * n; ++i) {
     a[i] = static_cast<float>((i % 97) - 48) / 97.f;
@@ -59,45 +62,6 @@ double measure_gemm(int reps, Precision precision) {
   return median(rates);
 }
 
-// The bf16 GEMM paths (kernels/cpu/matmul.h) side by side at a linear layer's three
-// layouts (2048 tokens, 2048 x 2048 weight, bf16 operands as the step has them), GFLOP/s.
-struct Bf16PathRates {
-  const char* layout;
-  double native = 0, widened = 0;
-};
-std::vector<Bf16PathRates> measure_bf16_paths(int reps) {
-  const int64_t n = 2048;
-  std::vector<bf16> a(n * n), b(n * n);
-  for (int64_t i = 0; i < n * n; ++i) {
-    a[i] = f32_to_bf16(static_cast<float>((i % 97) - 48) / 97.f);
-    b[i] = f32_to_bf16(static_cast<float>((i % 89) - 44) / 89.f);
-  }
-  AlignedBuffer<float> c(n * n);
-  std::vector<Bf16PathRates> out;  // in MatmulLayout order
-  bool trans[kMatmulLayouts][2];
-  for (int l = 0; l < kMatmulLayouts; ++l) {
-    const auto layout = static_cast<MatmulLayout>(l);
-    out.push_back({matmul_layout_name(layout)});
-    trans[l][0] = layout == MatmulLayout::WeightGrad;
-    trans[l][1] = layout == MatmulLayout::Forward;
-  }
-  for (Bf16GemmPath path : {Bf16GemmPath::Native, Bf16GemmPath::Widened}) {
-    set_bf16_gemm_path(path);
-    for (int l = 0; l < kMatmulLayouts; ++l) {
-      auto run = [&] { matmul_bf16(c.data(), a.data(), trans[l][0], b.data(), trans[l][1], n, n, n, false); };
-      run();  // warm-up, and the primitive's creation
-      std::vector<double> rates;
-      for (int r = 0; r < reps; ++r) {
-        auto t0 = Clock::now();
-        run();
-        rates.push_back(2.0 * n * n * n / seconds_since(t0) / 1e9);
-      }
-      (path == Bf16GemmPath::Native ? out[l].native : out[l].widened) = median(rates);
-    }
-  }
-  set_bf16_gemm_path(std::nullopt);
-  return out;
-}
 
 // Bytes copied per second by memcpy on 256 MB buffers.
 double measure_memcpy(int reps) {
@@ -203,7 +167,7 @@ void run_profile(const ProfileArgs& a) {
   // (train/bf16_gemm_paths.h), and the bf16 rate below is measured on those.
   nlohmann::json paths;
   if (active_isa() >= Isa::Avx512) {
-    const std::vector<Bf16PathRates> rates = measure_bf16_paths(a.reps);
+    const std::vector<Bf16PathRates> rates = measure_bf16_gemm_paths(kProfileGemmSize, a.reps);
     Bf16GemmMeasured faster;
     faster.source = "the faster path per layout, measured just now";
     for (size_t l = 0; l < rates.size(); ++l) {

@@ -253,7 +253,10 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
       throw Error("malformed trainer state: " + std::string(e.what()), state_path, "use another checkpoint");
     }
   }
-  choose_bf16_gemm_paths(cfg.hardware, resume_from ? &resumed_state : nullptr, resume_from.value_or(""));
+  if (writer)
+    choose_bf16_gemm_paths(cfg.hardware, resume_from ? &resumed_state : nullptr, resume_from.value_or(""),
+                           cfg.precision == "bf16");
+  if (comm) take_rank0_bf16_gemm_paths(*comm);
   RunData data = load_data(cfg, weights_dir);
 
   const ModelConfig mc = weights_dir.empty() ? scratch_config(cfg, data.tokenizer->vocab_size())
@@ -479,6 +482,7 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
     }
   };
 
+  const int64_t setup_bytes_sent = comm ? comm->bytes_sent() : 0;  // the steps' collectives come after
   for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
     const auto t0 = Clock::now();
     // Fault injection for the data-parallel fault test: rank R dies as step S starts.
@@ -552,7 +556,7 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
   summary.optimizer_state_bytes = static_cast<int64_t>(updater.resident_state_bytes());
   if (comm && cfg.steps > start_step) {
     const double steps = static_cast<double>(cfg.steps - start_step);
-    summary.collective_bytes_per_step = static_cast<double>(comm->bytes_sent()) / steps;
+    summary.collective_bytes_per_step = static_cast<double>(comm->bytes_sent() - setup_bytes_sent) / steps;
     const double total = comm->collective_seconds(), hidden = std::min(total, engine->overlapped_collective_seconds());
     summary.collective_hidden_frac = total > 0 ? hidden / total : 0;
     std::printf("data parallel: rank 0 sent %s per step to the other ranks; its collectives took %.3g s (%s of its "

@@ -4,6 +4,8 @@
 #include "train/bf16_gemm_paths.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -77,16 +79,62 @@ TEST(Bf16GemmPaths, ARunTakesTheProfilesFasterPathsAndItsResumeKeepsThem) {
   EXPECT_EQ(recorded(resumed.checkpoint_dir), a_paths);
   EXPECT_EQ(test::final_weights(resumed.checkpoint_dir), test::final_weights(straight.checkpoint_dir));
 
-  // A profile measured on another CPU (or kernel level) says nothing about this one.
+  // A profile measured on another CPU (or kernel level) says nothing about this one: the
+  // paths measured at startup (or the rule, where nothing is measured).
   const TrainSummary foreign =
       run_training(config("foreign", write_profile(dir.str() + "/c.json", {"x.W^T"}, "another CPU")));
+  const std::optional<std::vector<Bf16PathRates>> rates = startup_bf16_gemm_rates();
+  if (rates) {
+    EXPECT_NE(matmul_bf16_path().find("measured at first use"), std::string::npos) << matmul_bf16_path();
+  }
   set_measured_bf16_gemm_paths(std::nullopt);
-  nlohmann::json rule;
+  nlohmann::json expected;
   for (int l = 0; l < kMatmulLayouts; ++l) {
     const auto layout = static_cast<MatmulLayout>(l);
-    rule[matmul_layout_name(layout)] = bf16_gemm_choice(layout).path == Bf16GemmPath::Native ? "native" : "widened";
+    const bool native = rates ? (*rates)[l].native >= kStartupNativeMargin * (*rates)[l].widened
+                              : bf16_gemm_choice(layout).path == Bf16GemmPath::Native;
+    expected[matmul_layout_name(layout)] = native ? "native" : "widened";
   }
-  EXPECT_EQ(recorded(foreign.checkpoint_dir), rule);
+  EXPECT_EQ(recorded(foreign.checkpoint_dir), expected);
+}
+
+// Without a profile of this CPU a bf16 run measures both paths at startup where oneDNN has
+// a bf16 matmul of its own (once per process), and takes the faster by the margin.
+TEST(Bf16GemmPaths, WithoutAProfileABf16RunMeasuresAtStartup) {
+  if (active_isa() < Isa::Avx512) GTEST_SKIP() << "kernels below the avx512 level: every bf16 matmul widens";
+  if (const char* e = std::getenv("LT_BF16_GEMM"); e && *e) GTEST_SKIP() << "LT_BF16_GEMM fixes the path";
+  const CpuFeatures& f = cpu_features();
+  const std::optional<std::vector<Bf16PathRates>> rates = startup_bf16_gemm_rates();
+  if (!f.avx512bf16 && !f.amx_bf16) {
+    EXPECT_FALSE(rates) << "measured, though oneDNN has no bf16 matmul of its own on this CPU";
+    GTEST_SKIP() << "no AVX512-BF16 or AMX-BF16: the rule (widened), nothing to measure";
+  }
+  ASSERT_TRUE(rates);
+  ASSERT_EQ(rates->size(), static_cast<size_t>(kMatmulLayouts));
+  for (const Bf16PathRates& r : *rates) {
+    EXPECT_GT(r.native, 0) << r.layout;
+    EXPECT_GT(r.widened, 0) << r.layout;
+    std::printf("startup measurement %s: native %.0f, widened %.0f GFLOP/s\n", r.layout, r.native, r.widened);
+  }
+  EXPECT_EQ(startup_bf16_gemm_rates()->front().native, rates->front().native) << "measured again";
+  // Cached for later runs on this machine (unless there is no writable cache directory).
+  if (const std::string file = bf16_gemm_cache_file(); !file.empty() && std::filesystem::exists(file)) {
+    const nlohmann::json cache = nlohmann::json::parse(test::read_file(file));
+    ASSERT_TRUE(cache.contains(cpu_summary())) << file;
+    for (const Bf16PathRates& r : *rates)
+      EXPECT_EQ(cache.at(cpu_summary()).at(r.layout).at("native_gflops").get<double>(), r.native) << r.layout;
+  }
+  choose_bf16_gemm_paths("no-such-profile", nullptr, "", /*bf16_run=*/true);
+  for (int l = 0; l < kMatmulLayouts; ++l) {
+    const Bf16GemmChoice c = bf16_gemm_choice(static_cast<MatmulLayout>(l));
+    const Bf16PathRates& r = (*rates)[l];
+    EXPECT_EQ(c.path == Bf16GemmPath::Native, r.native >= kStartupNativeMargin * r.widened) << r.layout;
+    EXPECT_NE(c.reason.find("measured at first use"), std::string::npos) << c.reason;
+  }
+  // An fp32 run measures nothing and keeps the rule.
+  choose_bf16_gemm_paths("no-such-profile", nullptr, "", /*bf16_run=*/false);
+  EXPECT_EQ(bf16_gemm_choice(MatmulLayout::Forward).reason.find("measured at first use"), std::string::npos);
+  set_measured_bf16_gemm_paths(std::nullopt);
 }
 
 // Each layout's matmuls take its own measured path.

@@ -50,7 +50,7 @@ std::string matmul_bf16_path();
 enum class Bf16GemmPath { Native, Widened };
 struct Bf16GemmChoice {
   Bf16GemmPath path;
-  std::string reason;  // "LT_BF16_GEMM=widened", "no AMX-BF16 on this CPU", ...
+  std::string reason;  // "LT_BF16_GEMM=widened", "the rule, unmeasured: no AMX-BF16 on this CPU", ...
 };
 // The three layouts of a linear layer's matmuls, the step's shape classes (the head's
 // products take the same three): forward x.W^T (trans_b), the input gradient dy.W, the
@@ -69,8 +69,9 @@ struct Bf16GemmMeasured {
 };
 // The process's choice for a layout, fixed per machine so that results are reproducible
 // run to run: LT_BF16_GEMM (native, widened) when set, else the measured path when one is
-// set, else Native exactly where the CPU has AMX-BF16 (the rule, from issue 31's
-// measurements on an Intel CPU without AMX; an AMD Zen 4 measures the other way).
+// set (a profile's, or a bf16 run's at startup: train/bf16_gemm_paths.h), else Native
+// exactly where the CPU has AMX-BF16 (the rule: without AMX an Intel Cooper Lake runs
+// oneDNN's bf16 GEMM slower than its fp32 one, an AMD Zen 4 faster).
 Bf16GemmChoice bf16_gemm_choice(MatmulLayout layout = MatmulLayout::Forward);
 // Sets (nullopt: clears) the measured paths. Cached primitives key on the path.
 void set_measured_bf16_gemm_paths(const std::optional<Bf16GemmMeasured>& measured);
