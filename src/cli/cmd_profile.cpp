@@ -62,7 +62,6 @@ double measure_gemm(int reps, Precision precision) {
   return median(rates);
 }
 
-
 // Bytes copied per second by memcpy on 256 MB buffers.
 double measure_memcpy(int reps) {
   const size_t bytes = size_t{256} << 20;

@@ -165,7 +165,7 @@ inline __m256i nearest_code_fast(const FastRegs& r, __m256 x, __m256i* low) {
                              : _mm256_max_epi32(bits, amin);
   // The segment estimate (quant_map.h, kSegK): y = 2^23 + q.
   __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ab), _mm256_set1_ps(kSegK), _mm256_set1_ps(kSegC));
-  if constexpr (!kBounded) y = _mm256_min_ps(y, _mm256_set1_ps(8388615.f));
+  if constexpr (!kBounded) y = _mm256_min_ps(y, _mm256_set1_ps(kSegTop));
   const __m256i q = _mm256_castps_si256(y);
   const __m256i seg = _mm256_sub_epi32(q, _mm256_cmpgt_epi32(ab, _mm256_permutevar8x32_epi32(r.bound, q)));
   const __m256 u = _mm256_fmadd_ps(_mm256_castsi256_ps(ab), _mm256_permutevar8x32_ps(r.a, seg),

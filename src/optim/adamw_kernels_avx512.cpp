@@ -171,7 +171,7 @@ inline __m512i nearest_code(const FastRegs& r, __m512 x) {
                              : _mm512_max_epi32(bits, amin);
   // The segment estimate, y = 2^23 + q, and its fix-up by one compare.
   __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ab), _mm512_set1_ps(kSegK), _mm512_set1_ps(kSegC));
-  if constexpr (!kNormalized) y = _mm512_min_ps(y, _mm512_set1_ps(8388615.f));
+  if constexpr (!kNormalized) y = _mm512_min_ps(y, _mm512_set1_ps(kSegTop));
   const __m512i q = _mm512_castps_si512(y);
   const __m512i seg = _mm512_mask_add_epi32(q, _mm512_cmpgt_epi32_mask(ab, _mm512_permutexvar_epi32(q, r.bound)), q,
                                             _mm512_set1_epi32(1));

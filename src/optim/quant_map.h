@@ -72,6 +72,8 @@ inline constexpr int32_t kBucketsPerSide = kBucketLast - kBucketFirst + 1;  // 3
 inline constexpr float kFastAmbiguity = 1.0f / 4096;
 inline constexpr float kSegK = 0.30102999566f * (1 - 0.012f) / 8388608.f, kSegC = 8388577.f;
 inline constexpr int32_t kSegMinABits = 0x34210fb0;
+// The estimate's clamp at 2^23 + 7 (segment 7) for any x; the step's |x| <= 1 never reaches it.
+inline constexpr float kSegTop = 8388615.f;
 
 // The fast path's tables, by segment. The 9 segments share 8 entries, segment 8 reading
 // entry 0 (an 8-lane permute reads index bits 0..2; a 16-lane one reads bits 0..3, so
