@@ -90,8 +90,9 @@ void print_table(const Plan& p) {
   std::printf("  %-24s %zu resident, %zu keep internals, optimizer %s\n", "layers", p.resident_layers.size(),
               p.keep_internals.size(), p.lazy_optimizer ? "lazy (overlapped with forward)" : "after backward");
   if (!p.nvme_state_layers.empty())
-    std::printf("  %-24s %zu layers (%d..%d) page from NVMe, %.3f GB\n", "optimizer states", p.nvme_state_layers.size(),
-                p.nvme_state_layers.front(), p.nvme_state_layers.back(), p.nvme_state_bytes() / 1e9);
+    std::printf("  %-24s %zu layers (%d..%d) page from NVMe%s, %.3f GB\n", "optimizer states",
+                p.nvme_state_layers.size(), p.nvme_state_layers.front(), p.nvme_state_layers.back(),
+                p.paged_master ? " with their matrices' fp32 masters" : "", p.nvme_state_bytes() / 1e9);
   if (p.ranks > 1) {
     double bytes = 0, net_s = 0;
     for (const Window& w : p.windows) {
@@ -126,6 +127,11 @@ void run_plan(const PlanArgs& a) {
   req.time_limit_s = a.time_limit_s;
   req.target_gap = a.gap;
   req.nvme_state_layers = a.nvme_state_layers;
+  // A profile whose compute tier gets bf16 weights (a GPU's) computes from bf16 copies of
+  // the matrices: their fp32 masters page with the optimizer states. The cpu and emu
+  // profiles' fp32 compute reads the masters themselves (train plans bf16 runs on them
+  // with paged masters itself, train/streamed_training.cpp).
+  req.page_master = req.hardware.weight_bytes < static_cast<int>(sizeof(float));
   if (a.ranks < 1) throw Error("--ranks must be at least 1", "--ranks", "e.g. --ranks 2");
   req.ranks = a.ranks;
   req.shard_optimizer = a.shard_optimizer == "on";
@@ -191,7 +197,8 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::IsMember(plan_policies()));
   cmd->add_option("--gpu-cap", a->gpu_cap_gb, "Compute-tier cap in GB (default: the profile's)");
   cmd->add_option("--host-budget-gb", a->host_budget_gb,
-                  "Host memory the plan may use, GB; optimizer states page to NVMe to stay within it "
+                  "Host memory the plan may use, GB; optimizer states (with the fp32 masters of the "
+                  "matrices on GPU profiles) page to NVMe to stay within it "
                   "(default: the profile's host memory)");
   cmd->add_option("--act-budget", a->act_budget, "Activation budgets in GB, e.g. cpu=15,nvme=32");
   cmd->add_option("--offload-dir", a->offload_dir,

@@ -74,16 +74,17 @@ void StatePager::abandon() noexcept {
 }
 
 void StatePager::read_state(int layer, std::span<std::byte> out) {
-  LT_ASSERT(paged(layer) && out.size() == bytes_, "read_state of layer " + std::to_string(layer));
+  LT_ASSERT(paged(layer) && out.size() <= bytes_, "read_state of layer " + std::to_string(layer));
   HostBuffer& b = staging_[0];
   store_->wait(store_->read(slot_[layer], 0, b.data(), bytes_));
-  std::memcpy(out.data(), b.data(), bytes_);
+  std::memcpy(out.data(), b.data(), out.size());
 }
 
 void StatePager::write_state(int layer, std::span<const std::byte> in) {
-  LT_ASSERT(paged(layer) && in.size() == bytes_, "write_state of layer " + std::to_string(layer));
+  LT_ASSERT(paged(layer) && in.size() <= bytes_, "write_state of layer " + std::to_string(layer));
   HostBuffer& b = staging_[0];
-  std::memcpy(b.data(), in.data(), bytes_);
+  if (in.size() < bytes_) store_->wait(store_->read(slot_[layer], 0, b.data(), bytes_));  // keeps the rest
+  std::memcpy(b.data(), in.data(), in.size());
   store_->wait(store_->write(slot_[layer], 0, b.data(), bytes_));
 }
 

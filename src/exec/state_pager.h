@@ -45,7 +45,8 @@ class StatePager {
   void abandon() noexcept;  // after a failed step, once the store is drained
 
   bool paged(int layer) const { return layer >= 0 && layer < static_cast<int>(slot_.size()) && slot_[layer] >= 0; }
-  // Between steps (checkpoints): a paged layer's state bytes from or to its NVMe slot.
+  // Between steps (checkpoints, re-plans): the first out.size() / in.size() bytes of a
+  // paged layer's NVMe slot (at most layer_state_bytes(); a shorter write keeps the rest).
   void read_state(int layer, std::span<std::byte> out);
   void write_state(int layer, std::span<const std::byte> in);
 

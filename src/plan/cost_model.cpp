@@ -7,6 +7,7 @@
 #include "model/bf16_slot_layout.h"
 #include "model/hybrid_layers.h"
 #include "model/layer_specs.h"
+#include "model/parameters.h"
 #include "plan/plan_request.h"
 #include "plan/stream_schedule.h"
 
@@ -31,6 +32,17 @@ constexpr double kHeadForwardsPerStep = 4;
 
 double layer_state_bytes(const ModelConfig& c, int j) {
   return kStateBytesPerParam * static_cast<double>(layer_params(c, j));
+}
+
+double layer_master_bytes(const ModelConfig& c, int j) {
+  double n = 0;
+  for (const BlockField& f : block_fields(c, j))
+    if (f.matrix) n += static_cast<double>(f.numel);
+  return sizeof(float) * n;
+}
+
+double layer_paged_bytes(const ModelConfig& c, int j, bool with_master) {
+  return layer_state_bytes(c, j) + (with_master ? layer_master_bytes(c, j) : 0.0);
 }
 
 CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int64_t batch, int64_t seq,
@@ -187,6 +199,8 @@ int64_t CostModel::min_head_chunk_rows() const {
 
 CostModel build_cost_model(const PlanRequest& req) {
   CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured, req.scratch);
+  if (req.page_master)
+    for (int j = 0; j < cm.num_layers; ++j) cm.layers[static_cast<size_t>(j)].master_bytes = layer_master_bytes(req.model, j);
   apply_data_parallel(cm, req);
   return cm;
 }

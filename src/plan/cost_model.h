@@ -74,6 +74,11 @@ struct LayerCost {
   double backward_s = 0;          // its gradient computation, without recompute
   double optimizer_s = 0;         // host AdamW of its parameters
   double state_bytes = 0;         // its optimizer state (8-bit m/v and scales)
+  // Its projection matrices' fp32 masters, when they page with the optimizer state
+  // (PlanRequest::page_master; else 0).
+  double master_bytes = 0;
+  // What a paged layer moves to and from NVMe: the state, with the masters when they page.
+  double paged_bytes() const { return state_bytes + master_bytes; }
 };
 
 struct CostModel {
@@ -134,9 +139,14 @@ struct CostModel {
   int64_t min_head_chunk_rows() const;
 };
 
-// Layer j's optimizer state bytes (LayerCost::state_bytes): what its paged state moves
-// to and from NVMe (plan/state_paging.h). Layers differ in a hybrid model.
+// Layer j's optimizer state bytes (LayerCost::state_bytes). Layers differ in a hybrid model.
 double layer_state_bytes(const ModelConfig& c, int j);
+// Layer j's projection matrices' fp32 masters (LayerCost::master_bytes when they page):
+// an upper bound of what the executor pages, the page-aligned interiors of those tensors.
+double layer_master_bytes(const ModelConfig& c, int j);
+// What paged layer j moves to and from NVMe (plan/state_paging.h): its optimizer state,
+// and its masters when `with_master` (Plan::paged_master).
+double layer_paged_bytes(const ModelConfig& c, int j, bool with_master);
 
 // Vocabulary chunk of the head's logits (columns per chunk).
 constexpr int64_t kHeadVocabChunk = 2048;

@@ -149,7 +149,7 @@ struct Milp {
       F.push_back(l.forward_s);
       Bw.push_back(l.backward_s);
       to.push_back(l.optimizer_s);
-      S.push_back(l.state_bytes / kGB);
+      S.push_back(l.paged_bytes() / kGB);
       S_slot = std::max(S_slot, S.back());
     }
     Wh = cm.head_weight_bytes / kGB;

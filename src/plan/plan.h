@@ -99,7 +99,8 @@
 //   "resident_layers": [j, ...], "keep_internals": [j, ...],
 //   "optimizer": { "lazy": bool, "placement": [ { "target": "layer.<j>"|"embed"|"head",
 //                  "window": index, "fraction" } ],
-//                  "nvme_state_layers": [j, ...], "state_bytes_per_layer" },
+//                  "nvme_state_layers": [j, ...], "state_bytes_per_layer",
+//                  "paged_master": bool (absent: false) },
 //   "windows": [ { "name", "kind": "P0"|"P1"|"forward"|"head"|"recompute"|"backward"|
 //                  "load"|"E", "layer", "stage",
 //                  "compute_flops", "compute_s", "workspace_bytes" (megatrain-code's and
@@ -229,9 +230,11 @@ struct Plan {
   bool lazy_optimizer = true;
   std::vector<OptimizerPlacement> optimizer;
   // Layers whose optimizer states page from NVMe (plan/state_paging.h): os.<j> is read
-  // before the layer's update and written back after it.
+  // before the layer's update and written back after it; with paged_master it holds the
+  // layer's projection matrices' fp32 masters too (PlanRequest::page_master).
   std::vector<int> nvme_state_layers;
-  double state_bytes_per_layer = 0;
+  double state_bytes_per_layer = 0;  // the largest paged layer's os.<j>
+  bool paged_master = false;
   double nvme_state_bytes() const { return static_cast<double>(nvme_state_layers.size()) * state_bytes_per_layer; }
   std::vector<Window> windows;
   // 0: the head is held whole on the compute tier; > 0: the lm_head streams through it in

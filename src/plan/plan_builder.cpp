@@ -282,6 +282,7 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   // their use (w.<j>), gradient slots from their backward to their drain (g.<j>).
   p.fixed_gpu_bytes = 0;
   p.host_state_bytes = host_state_bytes;
+  p.paged_master = req.page_master;
   p.scratch = req.scratch;
   p.ranks = cm.dp.ranks;
   p.shard_optimizer = cm.dp.on() && cm.dp.sharded;

@@ -290,7 +290,8 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["optimizer"] = {{"lazy", p.lazy_optimizer},
                     {"placement", place},
                     {"nvme_state_layers", p.nvme_state_layers},
-                    {"state_bytes_per_layer", p.state_bytes_per_layer}};
+                    {"state_bytes_per_layer", p.state_bytes_per_layer},
+                    {"paged_master", p.paged_master}};
   json ws = json::array();
   for (const auto& w : p.windows) {
     json wj = {{"name", w.name},
@@ -387,6 +388,7 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     if (j.at("optimizer").contains("nvme_state_layers"))
       p.nvme_state_layers = int_list(j.at("optimizer").at("nvme_state_layers"), "optimizer.nvme_state_layers", where);
     p.state_bytes_per_layer = j.at("optimizer").value("state_bytes_per_layer", 0.0);
+    p.paged_master = j.at("optimizer").value("paged_master", false);
     for (const auto& wj : j.at("windows")) {
       Window w;
       w.name = wj.at("name").get<std::string>();

@@ -23,6 +23,10 @@ struct PlanRequest {
                                      // less the paged optimizer states
   int nvme_state_layers = -1;        // layers whose optimizer states page from NVMe; < 0:
                                      // as few as host memory needs (plan/state_paging.h)
+  // The compute reads bf16 copies of the projection matrices (bf16 runs; GPU profiles),
+  // so a paged layer's fp32 masters of them page to NVMe with its optimizer state (a
+  // larger paged blob per layer: fewer layers page for the same host budget).
+  bool page_master = false;
   MeasuredLayerTimes measured;
   // The executor's kernels' scratch (plan/plan.h); not given: the cost model's estimate.
   ExecutorScratch scratch;

@@ -325,7 +325,7 @@ std::vector<std::string> validate_plan(const Plan& p) {
     }
     paged[j] = true;
     const std::string os = "os." + std::to_string(j), who = "optimizer state of layer " + std::to_string(j);
-    const double S = layer_state_bytes(p.model, j);  // its own (a hybrid's layers differ)
+    const double S = layer_paged_bytes(p.model, j, p.paged_master);  // its own (a hybrid's layers differ)
     if (!p.lazy_optimizer) out.push_back(who + ": paged in a plan without the lazy optimizer");
     if (first_update[j] < 0) {
       out.push_back(who + ": paged but never updated");

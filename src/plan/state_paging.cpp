@@ -40,8 +40,8 @@ StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read
   StatePaging p;
   p.on_nvme.assign(L, false);
   for (const LayerCost& l : cm.layers) {
-    p.state_bytes.push_back(l.state_bytes);
-    p.layer_bytes = std::max(p.layer_bytes, l.state_bytes);
+    p.state_bytes.push_back(l.paged_bytes());
+    p.layer_bytes = std::max(p.layer_bytes, l.paged_bytes());
   }
   p.read_stage = read;
   p.write_stage = write;

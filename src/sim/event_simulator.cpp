@@ -550,7 +550,7 @@ void EventGraph::add_paged_state_reads() {
     const int j = number_after(h->target, 6);
     if (std::find(p_.nvme_state_layers.begin(), p_.nvme_state_layers.end(), j) == p_.nvme_state_layers.end()) continue;
     const std::string os = "os." + std::to_string(j);
-    need(id, covering(os, Link::NvmeRead, layer_state_bytes(p_.model, j)), os + " read from NVMe");
+    need(id, covering(os, Link::NvmeRead, layer_paged_bytes(p_.model, j, p_.paged_master)), os + " read from NVMe");
   }
 }
 

@@ -244,7 +244,7 @@ struct Replay {
     const bool paged = std::find(p.nvme_state_layers.begin(), p.nvme_state_layers.end(),
                                  std::stoi(h.target.substr(6))) != p.nvme_state_layers.end();
     if (!paged) return 0;
-    double r = arrival(host_from_nvme, os, layer_state_bytes(p.model, std::stoi(h.target.substr(6))));
+    double r = arrival(host_from_nvme, os, layer_paged_bytes(p.model, std::stoi(h.target.substr(6)), p.paged_master));
     if (r < 0) violation(w.name + ": update of " + h.target + " before its optimizer state was read from NVMe");
     return std::max(r, 0.0);
   }

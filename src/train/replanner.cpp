@@ -184,6 +184,7 @@ PlanRequest request_of(const Plan& p, double time_limit_s) {
   req.cpu_act_budget_bytes = p.cpu_act_budget_bytes;
   req.nvme_act_budget_bytes = p.nvme_act_budget_bytes;
   req.nvme_state_layers = static_cast<int>(p.nvme_state_layers.size());
+  req.page_master = p.paged_master;
   req.measured = layer_times(assumed_measures(p));
   req.scratch = p.scratch;
   req.time_limit_s = time_limit_s;
@@ -280,7 +281,7 @@ ReplanResult judge_replan(const Plan& current, const Plan& solved, const Drift& 
     r.note = "the re-plan is for another model or shape";
     return r;
   }
-  if (solved.nvme_state_layers != current.nvme_state_layers) {
+  if (solved.nvme_state_layers != current.nvme_state_layers || solved.paged_master != current.paged_master) {
     r.note = "the re-plan pages other layers' optimizer states from NVMe (switching keeps the paged set)";
     return r;
   }

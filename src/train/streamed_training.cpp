@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "memory/compute_arena.h"
+#include "memory/nvme_store.h"
 #include "model/config.h"
 #include "plan/nvme_space.h"
 #include "plan/plan_json.h"
@@ -56,8 +57,10 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   // What the streaming executors hold on the compute tier: fp32 activations, weights and
   // gradients (bf16 matmuls read the host's bf16 copy).
   req.hardware.act_bytes = req.hardware.weight_bytes = req.hardware.grad_bytes = 4;
-  // bf16 matmuls run at the profile's bf16 rate when it has one.
+  // bf16 matmuls run at the profile's bf16 rate when it has one, and read the bf16 compute
+  // copy, so the fp32 masters of the matrices can page with the optimizer states.
   if (cfg.precision == "bf16" && req.hardware.bf16_peak_flops > 0) req.hardware.peak_flops = req.hardware.bf16_peak_flops;
+  req.page_master = cfg.precision == "bf16";
   // The profile's rates ran on its threads; a process on fewer (a data-parallel rank that
   // shares the host with others, or --threads) computes and updates at its share. Linear:
   // the GEMMs and the AdamW loop split their work over the threads (an estimate, since
@@ -134,9 +137,27 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   if (!plan.nvme_state_layers.empty() && so.layer_state_bytes == 0)
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
+  if (plan.paged_master && !plan.nvme_state_layers.empty()) {
+    if (so.precision != Precision::BF16)
+      throw Error("the plan pages the layers' fp32 masters to NVMe, which only bf16 runs can (an fp32 run's "
+                  "matmuls read the masters)",
+                  "train config (plan, precision)", "train with --precision bf16, or plan this fp32 run again");
+    masters_.emplace(params_, plan.nvme_state_layers);
+    state_part_ = NvmeStore::round_up(so.layer_state_bytes);  // the masters start at an aligned offset
+    so.layer_state_bytes = state_part_ + masters_->max_bytes();
+  }
   executor_options_ = so;
   if (comm_) exchange_ = std::make_unique<RankExchange>(*comm_, updater_, params_, grads_, copy_.data(params_));
   executor_ = std::make_unique<StreamingExecutor>(plan, *backend_, so);
+  if (masters_) {  // the slots get the masters (their states start as zeros, a new slot's bytes)
+    AlignedBuffer<std::byte> slot(so.layer_state_bytes);
+    slot.zero();
+    for (int j : plan.nvme_state_layers) {
+      masters_->copy_out(j, {slot.data() + state_part_, slot.size() - state_part_});
+      executor_->write_paged_state(j, {slot.data(), slot.size()});
+    }
+    page_out_masters();
+  }
   wait_for_replans_ = options.wait_for_replans;
   if (cfg.adaptive_plan != "on") {
     adaptive_note_ = "off (adaptive_plan off)";
@@ -195,7 +216,7 @@ void StreamedTraining::switch_to(const Plan& plan) {
   backend_->synchronize();  // between steps nothing is in flight; make sure
   auto next = std::make_unique<StreamingExecutor>(plan, *backend_, executor_options_);
   if (!plan.nvme_state_layers.empty()) {  // the same layers (judge_replan): move their bytes
-    AlignedBuffer<std::byte> state(updater_.layer_state_bytes());
+    AlignedBuffer<std::byte> state(executor_options_.layer_state_bytes);
     for (int j : plan.nvme_state_layers) {
       executor_->read_paged_state(j, {state.data(), state.size()});
       next->write_paged_state(j, {state.data(), state.size()});
@@ -243,14 +264,43 @@ std::vector<ReplanEvent> StreamedTraining::finish(int64_t step) {
 
 void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte> paged) {
   if (sharded()) return exchange_->weights_needed(t);  // updated by its owner after the last step
+  if (masters_ && !paged.empty()) {  // a paged layer during a step: its masters come and go with it
+    update_paged_layer(t.layer, paged);
+    masters_->release(t.layer);
+    return;
+  }
   for (auto [offset, n] : target_ranges(params_, t))
     updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), paged);
+}
+
+void StreamedTraining::update_paged_layer(int layer, std::span<std::byte> slot) {
+  const UpdateTarget t{UpdateTarget::Kind::Layer, layer};
+  const std::span<std::byte> masters = slot.subspan(state_part_);
+  masters_->copy_in(layer, masters);
+  for (auto [offset, n] : target_ranges(params_, t))
+    updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), slot.first(state_part_));
+  masters_->copy_out(layer, masters);
+}
+
+void StreamedTraining::page_out_masters() {
+  for (int j : plan().nvme_state_layers) masters_->release(j);
+  masters_resident_ = false;
+}
+
+void StreamedTraining::page_in_masters() {
+  AlignedBuffer<std::byte> slot(executor_options_.layer_state_bytes);
+  for (int j : plan().nvme_state_layers) {
+    executor_->read_paged_state(j, {slot.data(), slot.size()});
+    masters_->copy_in(j, {slot.data() + state_part_, slot.size() - state_part_});
+  }
+  masters_resident_ = true;
 }
 
 StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32_t* labels, int64_t predicted,
                                                  int64_t step, const int32_t* doc_start) {
   Outcome out;
   at_step_boundary(step, out.replans);  // a re-plan solved meanwhile switches here
+  if (masters_ && masters_resident_) page_out_masters();  // after a flush: their NVMe copies are current
   if (predicted == 0) {  // nothing carries a loss: the in-memory trainer's zero-gradient step
     flush();
     grads_.zero();
@@ -313,23 +363,30 @@ void StreamedTraining::start_update(const UpdateResult& d) {
 
 void StreamedTraining::flush() {
   if (sharded()) exchange_->all_weights_in();
-  if (!has_pending_) return;
+  if (!has_pending_) {
+    if (masters_ && !masters_resident_) page_in_masters();
+    return;
+  }
   const int L = static_cast<int>(params_.config().num_layers);
   update_target({UpdateTarget::Kind::Embed, -1}, {});
-  AlignedBuffer<std::byte> state;  // one paged layer's state at a time
+  AlignedBuffer<std::byte> slot;  // one paged layer's slot at a time
   for (int j = 0; j < L; ++j) {
     const UpdateTarget t{UpdateTarget::Kind::Layer, j};
     if (!executor_->state_paged(j)) {
       update_target(t, {});
       continue;
     }
-    if (state.size() == 0) state.resize(updater_.layer_state_bytes());
-    executor_->read_paged_state(j, {state.data(), state.size()});
-    update_target(t, {state.data(), state.size()});
-    executor_->write_paged_state(j, {state.data(), state.size()});
+    if (slot.size() == 0) slot.resize(executor_options_.layer_state_bytes);
+    executor_->read_paged_state(j, {slot.data(), slot.size()});
+    if (masters_)
+      update_paged_layer(j, {slot.data(), slot.size()});  // its masters stay in host memory
+    else
+      update_target(t, {slot.data(), slot.size()});
+    executor_->write_paged_state(j, {slot.data(), slot.size()});
   }
   update_target({UpdateTarget::Kind::Head, -1}, {});
   has_pending_ = false;
+  masters_resident_ = true;
 }
 
 void StreamedTraining::save_optimizer(const std::string& dir) {
@@ -350,9 +407,17 @@ StepEngine::Memory StreamedTraining::memory() const {
   Memory m;
   m.compute = static_cast<int64_t>(executor_->arena_bytes());
   m.host = 8 * n + static_cast<int64_t>(updater_.resident_state_bytes()) +
-           static_cast<int64_t>(executor_->host_peak_bytes()) + (cfg_.precision == "bf16" ? 2 * n : 0);
+           static_cast<int64_t>(executor_->host_peak_bytes()) + (cfg_.precision == "bf16" ? 2 * n : 0) -
+           paged_master_bytes();
   m.nvme = static_cast<int64_t>(executor_->nvme_bytes());
   return m;
+}
+
+int64_t StreamedTraining::paged_master_bytes() const {
+  if (!masters_) return 0;
+  int64_t b = 0;
+  for (int j : plan().nvme_state_layers) b += static_cast<int64_t>(masters_->bytes(j));
+  return b;
 }
 
 std::vector<std::string> StreamedTraining::describe() const {
@@ -371,9 +436,12 @@ std::vector<std::string> StreamedTraining::describe() const {
                 static_cast<long long>(cfg_.grad_accum), cfg_.precision.c_str());
   std::snprintf(memory_line, sizeof memory_line,
                 "memory: compute tier %s (fp32 activations; the plan's peak %s), host %s (fp32 weights and gradients "
-                "%s,%s %s optimizer states %s held, offloaded activations %s), nvme %s",
+                "%s%s,%s %s optimizer states %s held, offloaded activations %s), nvme %s",
                 format_bytes(m.compute).c_str(), format_bytes(static_cast<int64_t>(p.predicted_peak.gpu)).c_str(),
-                format_bytes(m.host).c_str(), format_bytes(8 * n).c_str(),
+                format_bytes(m.host).c_str(), format_bytes(8 * n - paged_master_bytes()).c_str(),
+                masters_ ? (" (the paged layers' matrices' masters, " + format_bytes(paged_master_bytes()) +
+                            ", on NVMe)").c_str()
+                         : "",
                 cfg_.precision == "bf16" ? (" bf16 weight copy " + format_bytes(2 * n) + ",").c_str() : "",
                 cfg_.optimizer.c_str(), format_bytes(updater_.resident_state_bytes()).c_str(),
                 format_bytes(executor_->host_peak_bytes()).c_str(), format_bytes(m.nvme).c_str());

@@ -11,6 +11,10 @@
 //
 // Paged optimizer states (the plan's nvme_state_layers) live in the executor's NVMe
 // slots; saving or loading the optimizer pages them through one layer's staging buffer.
+// With Plan::paged_master (bf16 runs) the slots hold the layers' matrices' fp32 masters
+// too, and host memory holds those only around each update (master_pages.h); flush()
+// pages them all in for the checkpoint or evaluation that follows it, and the next step
+// gives them back.
 //
 // Re-planning (cfg.adaptive_plan, train/replanner.h): after every step (but an executor's
 // first, which warms it up) the measured compute and link rates go to a drift detector; on
@@ -58,6 +62,7 @@
 #include "plan/plan.h"
 #include "plan/plan_request.h"
 #include "train/replanner.h"
+#include "train/master_pages.h"
 #include "train/step_engine.h"
 #include "train/train_config.h"
 #include "train/rank_exchange.h"
@@ -167,6 +172,19 @@ class StreamedTraining final : public StepEngine {
   bool sharded() const { return exchange_ && updater_.sharded(); }
   UpdateResult pending_;
   bool has_pending_ = false;
+  // Paged masters (Plan::paged_master): a paged layer's NVMe slot holds its optimizer
+  // state, then from state_part_ on its matrices' fp32 masters (master_pages.h). The NVMe
+  // copy is always current; the host's is too while masters_resident_ (from flush() to
+  // the next step, for checkpoints and evaluations), else released.
+  std::optional<MasterPages> masters_;
+  size_t state_part_ = 0;
+  bool masters_resident_ = true;
+  void page_out_masters();  // all paged layers' (their NVMe copies are current)
+  int64_t paged_master_bytes() const;  // host bytes they free
+  void page_in_masters();
+  // The lazy update of paged layer j from its slot's bytes (its state, and its masters
+  // when they page), which it updates in place.
+  void update_paged_layer(int layer, std::span<std::byte> slot);
 };
 
 }  // namespace lt

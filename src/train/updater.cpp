@@ -31,7 +31,7 @@ bool is_norm_or_bias(const std::string& name) {
 
 Updater::Updater(const TrainConfig& cfg, const ModelParameters& params, const std::vector<int>& paged_layers,
                  Communicator* comm)
-    : cfg_(cfg) {
+    : cfg_(cfg), params_layers_(static_cast<int>(params.config().num_layers)) {
   const bool shard = comm && comm->size() > 1 && cfg.shard_optimizer == "on";
   LT_ASSERT(!shard || paged_layers.empty(), "a sharded optimizer with paged layers");
   if (shard) {
@@ -98,8 +98,14 @@ std::vector<int> Updater::layer_tensors(int layer) const {
 
 size_t Updater::layer_state_bytes() const {
   if (!adamw_ || layer_of_.empty()) return 0;
+  size_t most = 0;  // a hybrid model's layers differ
+  for (int j = 0; j < params_layers_; ++j) most = std::max(most, layer_state_bytes(j));
+  return most;
+}
+
+size_t Updater::layer_state_bytes(int layer) const {
   size_t b = 0;
-  for (int id : layer_tensors(0)) b += adamw_->state_bytes(id);
+  for (int id : layer_tensors(layer)) b += adamw_ ? adamw_->state_bytes(id) : 0;
   return b;
 }
 

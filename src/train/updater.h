@@ -67,8 +67,10 @@ class Updater {
   UpdateResult decide(double grad_sq_sum, int64_t step);
   void update_range(ModelParameters& params, const ModelParameters& grads, int64_t offset, int64_t numel,
                     const UpdateResult& d, bf16* compute_copy, std::span<std::byte> paged_state = {});
-  // One paged layer's state bytes (0 without AdamW); attach/detach them for save and load.
+  // A paged layer's state bytes: the largest layer's (0 without AdamW; a hybrid model's
+  // layers differ), and layer j's own; attach/detach them for save and load.
   size_t layer_state_bytes() const;
+  size_t layer_state_bytes(int layer) const;
   void attach_layer_state(int layer, std::byte* storage);
   void detach_layer_state(int layer);
 
@@ -96,6 +98,7 @@ class Updater {
 
  private:
   TrainConfig cfg_;
+  int params_layers_ = 0;  // decoder layers
   LrSchedule schedule_;
   std::vector<int> tensors_in(int64_t offset, int64_t numel) const;  // AdamW ids, ascending
   // An AdamW pager that stages whole layers through `staging` (see save/load); `current`

@@ -133,6 +133,37 @@ TEST(StatePaging, MilpPlanMovesStatesAroundTheirUpdates) {
   EXPECT_DOUBLE_EQ(q.state_bytes_per_layer, p.state_bytes_per_layer);
 }
 
+// PlanRequest::page_master (bf16 compute): a paged layer's os.<j> holds its matrices' fp32
+// masters with its state, so each paged layer frees more host memory and moves more
+// bytes. Counted here from the shapes: a llama layer's matrices are all its parameters
+// but its two norms' (hidden each).
+TEST(StatePaging, PagedMastersMoveWithTheirStates) {
+  PlanRequest req = short_host(2.5);
+  const Plan states_only = make_plan(req, "milp");
+  req.page_master = true;
+  const CostModel cm = build_cost_model(req);
+  const double C = static_cast<double>(req.model.hidden_size);
+  const double master = 4 * (cm.layer(0).params - 2 * C), blob = cm.layer(0).state_bytes + master;
+  EXPECT_DOUBLE_EQ(cm.layer(0).paged_bytes(), blob);
+  const Plan p = make_plan(req, "milp");
+  ASSERT_TRUE(p.feasible && states_only.feasible) << p.infeasible_reason << states_only.infeasible_reason;
+  EXPECT_TRUE(p.paged_master);
+  ASSERT_FALSE(p.nvme_state_layers.empty());
+  EXPECT_LT(p.nvme_state_layers.size(), states_only.nvme_state_layers.size())
+      << "a layer's masters free as much host memory again as a state and more: fewer layers page";
+  EXPECT_TRUE(validate_plan(p).empty()) << validate_plan(p).front();
+  EXPECT_DOUBLE_EQ(p.state_bytes_per_layer, blob);
+  EXPECT_LE(p.host_state_bytes, 0.9 * req.hardware.host_memory_bytes);
+  for (const Window& w : p.windows)
+    for (const Transfer& t : w.transfers)
+      if (t.tensor.rfind("os.", 0) == 0) EXPECT_DOUBLE_EQ(t.bytes, blob) << t.tensor << " in " << w.name;
+  const SimResult r = simulate_plan(p);
+  EXPECT_TRUE(r.violations.empty()) << r.violations.front();
+  EXPECT_NEAR(r.step_s, p.predicted_step_s, 1e-9 * p.predicted_step_s);
+  EXPECT_TRUE(plan_from_json(plan_to_json(p), "test").paged_master);
+  EXPECT_FALSE(plan_from_json(plan_to_json(states_only), "test").paged_master);
+}
+
 // Paging costs NVMe time: with a disk slow enough that the states cannot hide under one
 // forward window, the paged plan predicts a longer step than the same request unpaged.
 TEST(StatePaging, SlowDiskMakesPagingCost) {

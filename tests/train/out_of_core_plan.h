@@ -17,9 +17,10 @@ namespace lt::test {
 // host activations). page_states: the host is short of the whole host state by one and a
 // half layers' optimizer states, so the plan pages the top layers' states from NVMe too.
 // An infeasible Plan when no cap has one. ranks > 1: a plan that counts the exchange of
-// that many data-parallel ranks (plan/data_parallel.h) over a 1 GB/s link.
+// that many data-parallel ranks (plan/data_parallel.h) over a 1 GB/s link. page_master:
+// the paged layers' matrices' fp32 masters page with their states (bf16 runs).
 inline Plan out_of_core_plan(const ModelConfig& model, int64_t batch, int64_t seq, bool page_states, int ranks = 1,
-                             bool sharded = true) {
+                             bool sharded = true, bool page_master = false) {
   PlanRequest req;
   req.model_name = "streamed-training-test";
   req.model = model;
@@ -30,8 +31,9 @@ inline Plan out_of_core_plan(const ModelConfig& model, int64_t batch, int64_t se
   req.ranks = ranks;
   req.shard_optimizer = sharded;
   if (ranks > 1) req.hardware.network_bw = 1e9;
+  req.page_master = page_master;
   const CostModel cm = build_cost_model(req);
-  if (page_states) req.hardware.host_memory_bytes = (cm.host_state_bytes - 1.5 * cm.layer(0).state_bytes) / 0.9;
+  if (page_states) req.hardware.host_memory_bytes = (cm.host_state_bytes - 1.5 * cm.layer(0).paged_bytes()) / 0.9;
   req.cpu_act_budget_bytes = 0.5 * cm.boundary_bytes;
   const Plan keep = make_plan(req, "keep-all");
   for (double f = 0.5; f <= 1.0; f += 0.05) {
@@ -39,7 +41,10 @@ inline Plan out_of_core_plan(const ModelConfig& model, int64_t batch, int64_t se
     Plan p = make_plan(req, "milp");
     if (p.feasible) return p;
   }
-  return Plan{};
+  Plan none;
+  none.feasible = false;
+  none.infeasible_reason = "no compute cap from half the keep-all peak up has a plan";
+  return none;
 }
 
 }  // namespace lt::test

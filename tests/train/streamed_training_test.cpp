@@ -51,6 +51,16 @@ void expect_training_error(const TrainConfig& c, const std::string& part) {
   }
 }
 
+void expect_same_run(const TrainSummary& s, const TrainSummary& ref, const std::string& what) {
+  EXPECT_EQ(std::memcmp(&s.final_loss, &ref.final_loss, sizeof(double)), 0)
+      << what << ": loss " << s.final_loss << " vs " << ref.final_loss;
+  const std::vector<float> a = test::final_weights(s.checkpoint_dir), b = test::final_weights(ref.checkpoint_dir);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << ": final weights differ";
+  EXPECT_EQ(test::read_file(s.checkpoint_dir + "/optimizer.bin"), test::read_file(ref.checkpoint_dir + "/optimizer.bin"))
+      << what << ": optimizer state differs";
+}
+
 class StreamedTraining : public ::testing::Test {
  protected:
   // A run that plans itself (compute_budget_gb) on the streaming cpu profile, for the
@@ -90,13 +100,7 @@ class StreamedTraining : public ::testing::Test {
     expect_same(s, reference_, what);
   }
   static void expect_same(const TrainSummary& s, const TrainSummary& ref, const std::string& what) {
-    EXPECT_EQ(std::memcmp(&s.final_loss, &ref.final_loss, sizeof(double)), 0)
-        << what << ": loss " << s.final_loss << " vs " << ref.final_loss;
-    const std::vector<float> a = test::final_weights(s.checkpoint_dir), b = test::final_weights(ref.checkpoint_dir);
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << ": final weights differ";
-    EXPECT_EQ(test::read_file(s.checkpoint_dir + "/optimizer.bin"), test::read_file(ref.checkpoint_dir + "/optimizer.bin"))
-        << what << ": optimizer state differs";
+    expect_same_run(s, ref, what);
   }
   test::TempDir ref_dir_{"streamed-ref"}, plan_dir_{"streamed-plan"};
   TrainSummary reference_;
@@ -126,6 +130,62 @@ TEST_F(StreamedTraining, Bf16MatchesTheInMemoryTrainerBitwise) {
     TrainConfig c = streamed(run.str(), backend);
     c.precision = "bf16";
     expect_same(run_training(c), ref, std::string("bf16 ") + backend);
+  }
+}
+
+// Paged masters (bf16, Plan::paged_master): the paged layers' matrices' fp32 masters live
+// in their NVMe slots between updates, and the run (with an evaluation, a checkpoint and a
+// resume from it) is the in-memory bf16 run bit for bit, on a host that holds less: its
+// host figure drops by the paged masters, which its NVMe slots hold (at this width the MLP's
+// matrices have a whole page inside each, the attention's one when it is page-aligned).
+TEST(StreamedTrainingPagedMasters, MatchBf16InMemoryBitwise) {
+  const auto config = [](const std::string& out) {
+    TrainConfig c = tiny_config(out);
+    c.precision = "bf16";
+    c.eval_problems = 4;
+    c.eval_every = 3;
+    c.save_every = 4;
+    return c;
+  };
+  test::TempDir ref_dir("paged-master-ref"), plan_dir("paged-master-plan");
+  const TrainSummary ref = run_training(config(ref_dir.str()));
+  const ModelConfig model = load_model_config(ref.checkpoint_dir);
+  const TrainConfig shape = config("");
+  std::vector<TrainSummary> runs;
+  for (bool page_master : {false, true}) {
+    const Plan p = test::out_of_core_plan(model, shape.batch, shape.seq_len, true, 1, true, page_master);
+    ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+    ASSERT_FALSE(p.nvme_state_layers.empty()) << "the plan pages no layer";
+    ASSERT_EQ(p.paged_master, page_master);
+    const std::string plan_path = plan_dir.str() + "/plan-" + std::to_string(page_master) + ".json";
+    save_plan(p, plan_path);
+    for (const char* backend : {"cpu", "emu"}) {
+      test::TempDir out(std::string("paged-master-") + backend);
+      TrainConfig c = config(out.str());
+      c.plan = plan_path;
+      c.backend = backend;
+      c.offload_dir = plan_dir.str();
+      const std::string what = std::string(page_master ? "paged masters " : "paged states ") + backend;
+      runs.push_back(run_training(c));
+      expect_same_run(runs.back(), ref, what);
+      EXPECT_EQ(runs.back().eval_exact_match, ref.eval_exact_match) << what;
+      if (!page_master || std::string(backend) != "cpu") continue;
+      std::filesystem::remove_all(out.path() / "checkpoint-000008");  // resumes from step 4's
+      c.resume = true;
+      expect_same_run(run_training(c), ref, what + ", resumed");
+    }
+  }
+  // An fp32 run's matmuls read the masters: such a plan is a clear error there.
+  test::TempDir fp32_out("paged-master-fp32");
+  TrainConfig fp32 = config(fp32_out.str());
+  fp32.precision = "f32";
+  fp32.plan = plan_dir.str() + "/plan-1.json";
+  fp32.offload_dir = plan_dir.str();
+  expect_training_error(fp32, "only bf16 runs");
+  // runs: states only (cpu, emu), then with masters (cpu, emu).
+  for (int b = 0; b < 2; ++b) {
+    EXPECT_LT(runs[2 + b].peak_host_bytes, runs[b].peak_host_bytes) << "paged masters left the host figure as it was";
+    EXPECT_GT(runs[2 + b].peak_nvme_bytes, runs[b].peak_nvme_bytes) << "paged masters took no NVMe bytes";
   }
 }
 
