@@ -92,7 +92,11 @@ void print_table(const Plan& p) {
   if (!p.nvme_state_layers.empty())
     std::printf("  %-24s %zu layers (%d..%d) page from NVMe%s, %.3f GB\n", "optimizer states",
                 p.nvme_state_layers.size(), p.nvme_state_layers.front(), p.nvme_state_layers.back(),
-                p.paged_master ? " with their matrices' fp32 masters" : "", p.nvme_state_bytes() / 1e9);
+                p.paged_master && p.paged_grads ? " with their matrices' fp32 masters and their gradients"
+                : p.paged_master                ? " with their matrices' fp32 masters"
+                : p.paged_grads                 ? " with their gradients"
+                                                : "",
+                p.nvme_state_bytes() / 1e9);
   if (p.ranks > 1) {
     double bytes = 0, net_s = 0;
     for (const Window& w : p.windows) {
@@ -132,6 +136,9 @@ void run_plan(const PlanArgs& a) {
   // profiles' fp32 compute reads the masters themselves (train plans bf16 runs on them
   // with paged masters itself, train/streamed_training.cpp).
   req.page_master = req.hardware.weight_bytes < static_cast<int>(sizeof(float));
+  // Paged layers' gradients page too on one process (train then needs --grad-accum 1; data-
+  // parallel ranks sum the host's gradients after backward).
+  req.page_grads = a.ranks == 1;
   if (a.ranks < 1) throw Error("--ranks must be at least 1", "--ranks", "e.g. --ranks 2");
   req.ranks = a.ranks;
   req.shard_optimizer = a.shard_optimizer == "on";

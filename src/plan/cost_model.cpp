@@ -45,6 +45,14 @@ double layer_paged_bytes(const ModelConfig& c, int j, bool with_master) {
   return layer_state_bytes(c, j) + (with_master ? layer_master_bytes(c, j) : 0.0);
 }
 
+PagedLayerBytes paged_layer_bytes(const Plan& p, int j) {
+  PagedLayerBytes b;
+  b.write_back = layer_paged_bytes(p.model, j, p.paged_master);
+  b.grads = p.paged_grads ? p.hardware.grad_bytes * static_cast<double>(layer_params(p.model, j)) : 0.0;
+  b.read = b.write_back + b.grads;
+  return b;
+}
+
 CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int64_t batch, int64_t seq,
                            const MeasuredLayerTimes& measured, const ExecutorScratch& scratch) {
   if (batch <= 0 || seq <= 0) throw Error("batch and seq must be positive", "plan request", "");
@@ -199,8 +207,11 @@ int64_t CostModel::min_head_chunk_rows() const {
 
 CostModel build_cost_model(const PlanRequest& req) {
   CostModel cm = build_cost_model(req.model, req.hardware, req.batch, req.seq, req.measured, req.scratch);
-  if (req.page_master)
-    for (int j = 0; j < cm.num_layers; ++j) cm.layers[static_cast<size_t>(j)].master_bytes = layer_master_bytes(req.model, j);
+  for (int j = 0; j < cm.num_layers; ++j) {
+    LayerCost& l = cm.layers[static_cast<size_t>(j)];
+    if (req.page_master) l.master_bytes = layer_master_bytes(req.model, j);
+    if (req.page_grads) l.grad_page_bytes = l.grad_bytes;
+  }
   apply_data_parallel(cm, req);
   return cm;
 }

@@ -77,8 +77,13 @@ struct LayerCost {
   // Its projection matrices' fp32 masters, when they page with the optimizer state
   // (PlanRequest::page_master; else 0).
   double master_bytes = 0;
-  // What a paged layer moves to and from NVMe: the state, with the masters when they page.
-  double paged_bytes() const { return state_bytes + master_bytes; }
+  // Its host gradients (grad_bytes), when they page too (PlanRequest::page_grads; else 0):
+  // written to NVMe after their drain, read back with the state for the update.
+  double grad_page_bytes = 0;
+  // What a paged layer reads from NVMe before its update (and holds there): the state,
+  // with the masters and the gradients when they page; and what it writes back after.
+  double paged_bytes() const { return state_bytes + master_bytes + grad_page_bytes; }
+  double paged_write_bytes() const { return state_bytes + master_bytes; }
 };
 
 struct CostModel {
@@ -147,6 +152,12 @@ double layer_master_bytes(const ModelConfig& c, int j);
 // What paged layer j moves to and from NVMe (plan/state_paging.h): its optimizer state,
 // and its masters when `with_master` (Plan::paged_master).
 double layer_paged_bytes(const ModelConfig& c, int j, bool with_master);
+// A plan's paged layer j (its nvme_state_layers): what os.<j>'s read moves and its
+// write-back, and its gradients' write gs.<j> (0 unless Plan::paged_grads).
+struct PagedLayerBytes {
+  double read = 0, write_back = 0, grads = 0;
+};
+PagedLayerBytes paged_layer_bytes(const Plan& p, int j);
 
 // Vocabulary chunk of the head's logits (columns per chunk).
 constexpr int64_t kHeadVocabChunk = 2048;

@@ -126,10 +126,14 @@ struct Milp {
   std::vector<int> pg;
   std::vector<StageCols> rd, wr;
   std::vector<Range> upd;
-  int state_slots = -1, host_state = -1;
+  // With paged gradients (PlanRequest::page_grads) grad_stage holds the host staging of
+  // the gradients between their backward and their NVMe write once any layer pages.
+  int state_slots = -1, host_state = -1, grad_stage = -1;
   double H0 = 0, capNTotal = 0, hostRoom = 0;
-  std::vector<double> S;  // per layer: its optimizer state, GB
-  double S_slot = 0;      // a host staging slot: the largest state
+  std::vector<double> S;   // per layer: what its paging reads (state, masters, gradients), GB
+  std::vector<double> Sw;  // per layer: what it writes back after the update (not the gradients), GB
+  std::vector<double> G;   // per layer: its paged gradients, written after their drain, GB
+  double S_slot = 0;       // a host staging slot: the largest S
 
   Milp(const PlanRequest& rq_, const CostModel& cm_, const MilpOptions& o_)
       : req(rq_),
@@ -150,6 +154,8 @@ struct Milp {
       Bw.push_back(l.backward_s);
       to.push_back(l.optimizer_s);
       S.push_back(l.paged_bytes() / kGB);
+      Sw.push_back(l.paged_write_bytes() / kGB);
+      G.push_back(l.grad_page_bytes / kGB);
       S_slot = std::max(S_slot, S.back());
     }
     Wh = cm.head_weight_bytes / kGB;
@@ -406,6 +412,7 @@ struct Milp {
     }
     state_slots = m.add_col("state_slots", 0, kInf, eps, false);
     host_state = m.add_col("host_state", 0, kInf, 0, false);
+    if (*std::max_element(G.begin(), G.end()) > 0) grad_stage = m.add_col("grad_stage", 0, kInf, eps, false);
   }
 
   // H2D seconds of weight loads moved off the rule: a stage's rule load moved to an
@@ -437,7 +444,8 @@ struct Milp {
     if (!page) return out;
     for (int j = 1; j < L; ++j) {
       at_stage(out, rd[j], w, S[j] / bnr);
-      at_stage(out, wr[j], w, S[j] / bnw);
+      at_stage(out, wr[j], w, Sw[j] / bnw);
+      if (G[j] > 0 && w == StatePaging::grad_write_stage(st, j)) out.emplace_back(pg[j], G[j] / bnw);
     }
     return out;
   }
@@ -526,10 +534,20 @@ struct Milp {
 
   void paging_rows() {
     Terms count, state{{host_state, 1}, {state_slots, -S_slot}};
+    const double grad_staging = StatePaging::kGradStagingLayers * *std::max_element(G.begin(), G.end());
+    if (grad_stage >= 0) state.emplace_back(grad_stage, -1);
     for (int j = 1; j < L; ++j) {
       const std::string js = std::to_string(j);
       count.emplace_back(pg[j], 1);
       state.emplace_back(pg[j], S[j]);
+      if (G[j] > 0) {
+        // Its gradients stage on the host between backward and their write (one reservation
+        // for all paged layers), and drain by the rule: their write follows in the next stage.
+        m.add_row("grad_stage_" + js, {{grad_stage, 1}, {pg[j], -grad_staging}}, 0, kInf);
+        Terms rule_drain{{pg[j], 1}};
+        for (auto [s, col] : gd[j]) rule_drain.emplace_back(col, 1);
+        if (rule_drain.size() > 1) m.add_row("grad_drain_rule_" + js, rule_drain, -kInf, 1);
+      }
       Terms r{{pg[j], -1}}, w{{pg[j], -1}};
       for (auto [s, col] : rd[j]) r.emplace_back(col, 1);
       for (auto [s, col] : wr[j]) w.emplace_back(col, 1);
@@ -835,7 +853,7 @@ struct Milp {
     for (int w = st.p0(); w <= st.head(); ++w) {
       Terms tt;
       for (int j = 1; j < L; ++j) {
-        const double r = std::max(0.0, S[j] / bnr - lb_[w]), wv = std::max(0.0, S[j] / bnw - lb_[w]);
+        const double r = std::max(0.0, S[j] / bnr - lb_[w]), wv = std::max(0.0, Sw[j] / bnw - lb_[w]);
         if (r > 0) at_stage(tt, rd[j], w, r);
         if (wv > 0) at_stage(tt, wr[j], w, wv);
       }

@@ -49,7 +49,9 @@
 //   a.<b>.cpu, a.<b>.nvme boundary b's parts for host memory and NVMe (through host
 //   staging), out after it is produced and back for its backward use; in.0 the embedded
 //   input; dx.0 the boundary-0 gradient (for the host's embedding gradient); os.<j> layer
-//   j's optimizer state (NVMe <-> its host staging slot, for layers whose states page).
+//   j's optimizer state (NVMe <-> its host staging slot, for layers whose states page;
+//   with the layer's masters and gradients too when those page); gs.<j> layer j's paged
+//   gradients (host -> NVMe, after their drain).
 //
 // Memory ops (alloc at window start, free at window end) are the streaming executor's
 // arena requests (plan/stream_schedule.h, laid out by plan/plan_memory.h at the cost
@@ -100,7 +102,7 @@
 //   "optimizer": { "lazy": bool, "placement": [ { "target": "layer.<j>"|"embed"|"head",
 //                  "window": index, "fraction" } ],
 //                  "nvme_state_layers": [j, ...], "state_bytes_per_layer",
-//                  "paged_master": bool (absent: false) },
+//                  "paged_master": bool, "paged_grads": bool (absent: false) },
 //   "windows": [ { "name", "kind": "P0"|"P1"|"forward"|"head"|"recompute"|"backward"|
 //                  "load"|"E", "layer", "stage",
 //                  "compute_flops", "compute_s", "workspace_bytes" (megatrain-code's and
@@ -235,6 +237,10 @@ struct Plan {
   std::vector<int> nvme_state_layers;
   double state_bytes_per_layer = 0;  // the largest paged layer's os.<j>
   bool paged_master = false;
+  // With paged_grads a paged layer's gradients go to os.<j> too: written as gs.<j> in the
+  // window after their drain, read with the state (os.<j>'s read is then larger than its
+  // write-back).
+  bool paged_grads = false;
   double nvme_state_bytes() const { return static_cast<double>(nvme_state_layers.size()) * state_bytes_per_layer; }
   std::vector<Window> windows;
   // 0: the head is held whole on the compute tier; > 0: the lm_head streams through it in

@@ -174,7 +174,12 @@ struct Builder {
       if (!paging.on_nvme[j]) continue;
       const std::string os = layer_tensor("os", j);
       transfer(stage(paging.read_stage[j]), os, Link::NvmeRead, paging.state_bytes[j]);
-      transfer(stage(paging.write_stage[j]), os, Link::NvmeWrite, paging.state_bytes[j]);
+      transfer(stage(paging.write_stage[j]), os, Link::NvmeWrite, paging.write_bytes[j]);
+      if (paging.grad_bytes[j] > 0) {
+        LT_ASSERT(d.grad_drain.empty() || d.grad_drain[j] < 0, "paged gradients drained off the rule");
+        transfer(stage(StatePaging::grad_write_stage(st, j)), layer_tensor("gs", j), Link::NvmeWrite,
+                 paging.grad_bytes[j]);
+      }
       p.nvme_state_layers.push_back(j);
     }
     p.state_bytes_per_layer = paging.layer_bytes;
@@ -283,6 +288,7 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   p.fixed_gpu_bytes = 0;
   p.host_state_bytes = host_state_bytes;
   p.paged_master = req.page_master;
+  p.paged_grads = req.page_grads;
   p.scratch = req.scratch;
   p.ranks = cm.dp.ranks;
   p.shard_optimizer = cm.dp.on() && cm.dp.sharded;

@@ -129,7 +129,7 @@ bool valid_tensor_name(const std::string& t, int L, int64_t head_chunks) {
       const int64_t c = index_at(t, std::strlen(head_prefix));
       return c >= 0 && c < head_chunks;
     }
-  for (const char* layer_prefix : {"w.", "wres.", "wx.", "g.", "gx.", "int.", "os."})
+  for (const char* layer_prefix : {"w.", "wres.", "wx.", "g.", "gx.", "int.", "os.", "gs."})
     if (starts_with(t, layer_prefix)) {
       const int64_t j = index_at(t, std::strlen(layer_prefix));
       return j >= 0 && j < L;
@@ -291,7 +291,8 @@ nlohmann::json plan_to_json(const Plan& p) {
                     {"placement", place},
                     {"nvme_state_layers", p.nvme_state_layers},
                     {"state_bytes_per_layer", p.state_bytes_per_layer},
-                    {"paged_master", p.paged_master}};
+                    {"paged_master", p.paged_master},
+                    {"paged_grads", p.paged_grads}};
   json ws = json::array();
   for (const auto& w : p.windows) {
     json wj = {{"name", w.name},
@@ -389,6 +390,7 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
       p.nvme_state_layers = int_list(j.at("optimizer").at("nvme_state_layers"), "optimizer.nvme_state_layers", where);
     p.state_bytes_per_layer = j.at("optimizer").value("state_bytes_per_layer", 0.0);
     p.paged_master = j.at("optimizer").value("paged_master", false);
+    p.paged_grads = j.at("optimizer").value("paged_grads", false);
     for (const auto& wj : j.at("windows")) {
       Window w;
       w.name = wj.at("name").get<std::string>();

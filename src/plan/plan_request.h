@@ -27,6 +27,10 @@ struct PlanRequest {
   // so a paged layer's fp32 masters of them page to NVMe with its optimizer state (a
   // larger paged blob per layer: fewer layers page for the same host budget).
   bool page_master = false;
+  // A paged layer's host gradients page too: written to NVMe in the window after their
+  // drain (the rule's drain window for a paged layer), read with the state before the
+  // update. Not with gradient accumulation or data-parallel sums (they read the host's).
+  bool page_grads = false;
   MeasuredLayerTimes measured;
   // The executor's kernels' scratch (plan/plan.h); not given: the cost model's estimate.
   ExecutorScratch scratch;

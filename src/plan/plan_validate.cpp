@@ -325,21 +325,33 @@ std::vector<std::string> validate_plan(const Plan& p) {
     }
     paged[j] = true;
     const std::string os = "os." + std::to_string(j), who = "optimizer state of layer " + std::to_string(j);
-    const double S = layer_paged_bytes(p.model, j, p.paged_master);  // its own (a hybrid's layers differ)
+    const PagedLayerBytes S = paged_layer_bytes(p, j);  // its own (a hybrid's layers differ)
     if (!p.lazy_optimizer) out.push_back(who + ": paged in a plan without the lazy optimizer");
     if (first_update[j] < 0) {
       out.push_back(who + ": paged but never updated");
       continue;
     }
-    if (std::fabs(through(os, Link::NvmeRead, first_update[j] - 1) - S) > tol)
+    if (std::fabs(through(os, Link::NvmeRead, first_update[j] - 1) - S.read) > tol)
       out.push_back(who + ": not read from NVMe before its update in " + p.windows[first_update[j]].name);
-    if (std::fabs(through(os, Link::NvmeRead, n - 1) - S) > tol) out.push_back(who + ": read more than once");
+    if (std::fabs(through(os, Link::NvmeRead, n - 1) - S.read) > tol) out.push_back(who + ": read more than once");
     if (through(os, Link::NvmeWrite, last_update[j]) > tol)
       out.push_back(who + ": written back before its update finished");
-    if (std::fabs(through(os, Link::NvmeWrite, n - 1) - S) > tol) out.push_back(who + ": not written back once");
+    if (std::fabs(through(os, Link::NvmeWrite, n - 1) - S.write_back) > tol)
+      out.push_back(who + ": not written back once");
+    // Paged gradients: written once, whole, in a window after the one that drains them
+    // (the next step's update reads them with the state).
+    const std::string gs = "gs." + std::to_string(j), g = "g." + std::to_string(j);
+    int drained = -1;
+    for (int i = 0; i < n && drained < 0; ++i)
+      for (const auto& x : p.windows[i].transfers)
+        if (x.link == Link::D2H && x.tensor == g) drained = i;
+    if (std::fabs(through(gs, Link::NvmeWrite, n - 1) - S.grads) > tol)
+      out.push_back("gradients of paged layer " + std::to_string(j) + ": not written to NVMe once");
+    else if (S.grads > 0 && (drained < 0 || through(gs, Link::NvmeWrite, drained) > tol))
+      out.push_back("gradients of paged layer " + std::to_string(j) + ": written to NVMe before their drain");
   }
   for (const auto& [key, f] : flows)
-    if (key.first.rfind("os.", 0) == 0) {
+    if (key.first.rfind("os.", 0) == 0 || key.first.rfind("gs.", 0) == 0) {
       int j = index_after(key.first, 3);
       if (j < 0 || j >= L || !paged[j]) out.push_back(key.first + " moves but layer " + std::to_string(j) + " is not paged");
     }

@@ -1,6 +1,10 @@
 #include "plan/planner.h"
 
 #include <algorithm>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "plan/baselines.h"
@@ -23,7 +27,31 @@ const std::vector<std::string>& plan_policies() {
   return p;
 }
 
-Plan make_plan(const PlanRequest& req, const std::string& policy) {
+namespace {
+
+// The parts a paged layer moves, of those the request allows (PlanRequest::page_master,
+// page_grads): the fewest with which the rule's paging brings the host state within its
+// share: the optimizer state alone, then with the masters, then with the gradients too.
+// A larger blob per layer frees the same host bytes per NVMe byte, but each staging slot
+// holds more and the gradients' writes fall in backward: a host that fits with less
+// pages less. (The MILP does not choose the parts per layer.)
+PlanRequest with_fewest_paged_parts(const PlanRequest& req) {
+  if (!req.page_master && !req.page_grads) return req;
+  std::vector<std::pair<bool, bool>> parts{{false, false}};
+  if (req.page_master) parts.emplace_back(true, false);
+  for (size_t k = 0; k + (req.page_grads ? 0 : 1) < parts.size(); ++k) {
+    PlanRequest r = req;
+    std::tie(r.page_master, r.page_grads) = parts[k];
+    const StatePaging p = plan_state_paging(r, build_cost_model(r), /*lazy_optimizer=*/true);
+    if (p.host_state_bytes <= kHostStateShare * req.hardware.host_memory_bytes) return r;
+  }
+  return req;
+}
+
+}  // namespace
+
+Plan make_plan(const PlanRequest& request, const std::string& policy) {
+  const PlanRequest req = with_fewest_paged_parts(request);
   CostModel cm = build_cost_model(req);
   if (policy == "milp") return plan_milp(req, cm);
   if (policy == "megatrain") return plan_megatrain(req, cm);
@@ -86,6 +114,17 @@ BatchSearchResult search_batch(const PlanRequest& req, const std::string& policy
   return r;
 }
 
+namespace {
+
+std::string stay_on_host(const PlanRequest& req) {
+  if (req.page_master && req.page_grads) return "the bf16 copy, norms and the embedding and head";
+  if (req.page_master) return "the bf16 copy, gradients, norms and the embedding and head";
+  if (req.page_grads) return "master weights, the bf16 copy and the embedding and head";
+  return "master weights, the bf16 copy and gradients";
+}
+
+}  // namespace
+
 InfeasibleReport diagnose_infeasible(const PlanRequest& req, const std::string& policy, const Plan& failed) {
   InfeasibleReport rep;
   std::vector<std::string> problems = failed.windows.empty() ? std::vector<std::string>{} : capacity_problems(failed);
@@ -107,8 +146,7 @@ InfeasibleReport diagnose_infeasible(const PlanRequest& req, const std::string& 
                          " of host memory with the optimizer states of layers 2.." +
                          std::to_string(cm.num_layers - 1) + " on NVMe, over " +
                          std::to_string(static_cast<int>(kHostStateShare * 100)) + "% of its " +
-                         fmt_gb(req.hardware.host_memory_bytes) + " (master weights, the bf16 copy and gradients " +
-                         "stay on the host)");
+                         fmt_gb(req.hardware.host_memory_bytes) + " (" + stay_on_host(req) + " stay on the host)");
   }
   rep.shortage = problems.empty() ? "no budget is short, but no plan was found in the time limit" : problems.front();
   rep.largest_batch = largest_feasible_batch(req, policy, std::max<int64_t>(req.batch - 1, 1));

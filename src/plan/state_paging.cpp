@@ -39,9 +39,13 @@ StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read
   LT_ASSERT(static_cast<int>(read.size()) == L && static_cast<int>(write.size()) == L, "paging stages per layer");
   StatePaging p;
   p.on_nvme.assign(L, false);
+  double most_grads = 0;
   for (const LayerCost& l : cm.layers) {
     p.state_bytes.push_back(l.paged_bytes());
+    p.write_bytes.push_back(l.paged_write_bytes());
+    p.grad_bytes.push_back(0);
     p.layer_bytes = std::max(p.layer_bytes, l.paged_bytes());
+    most_grads = std::max(most_grads, l.grad_page_bytes);
   }
   p.read_stage = read;
   p.write_stage = write;
@@ -49,10 +53,12 @@ StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read
     if (read[j] < 0 && write[j] < 0) continue;
     LT_ASSERT(read[j] >= 0 && write[j] > read[j] + 1, "paged layer " + std::to_string(j) + ": read before write");
     p.on_nvme[j] = true;
+    p.grad_bytes[j] = cm.layer(j).grad_page_bytes;
     ++p.count;
   }
   p.staging_slots = overlap(p, Stages{L});
-  p.host_state_bytes = cm.host_state_bytes - p.nvme_bytes() + p.staging_slots * p.layer_bytes;
+  if (p.count > 0) p.grad_staging_bytes = StatePaging::kGradStagingLayers * most_grads;
+  p.host_state_bytes = cm.host_state_bytes - p.nvme_bytes() + p.staging_slots * p.layer_bytes + p.grad_staging_bytes;
   return p;
 }
 

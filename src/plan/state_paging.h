@@ -32,9 +32,12 @@ struct StatePaging {
   std::vector<int> read_stage;  // per layer: the stage whose window reads its state (-1: not paged)
   std::vector<int> write_stage; // per layer: the stage whose window writes it back (-1: not paged)
   int count = 0;
-  std::vector<double> state_bytes;  // per layer: its optimizer state
+  std::vector<double> state_bytes;  // per layer: what its read moves (LayerCost::paged_bytes)
+  std::vector<double> write_bytes;  // per layer: what its write-back moves (paged_write_bytes)
+  std::vector<double> grad_bytes;   // per layer: its gradients' write after their drain (gs.<j>; 0: none)
   double layer_bytes = 0;       // a staging slot: the largest layer's optimizer state
   int staging_slots = 0;        // host buffers the states in flight need at once
+  double grad_staging_bytes = 0;  // paged gradients on the host between their backward and their write
   double host_state_bytes = 0;  // the policy's host state, less the paged states, plus the slots
   double nvme_bytes() const {
     double b = 0;
@@ -47,6 +50,11 @@ struct StatePaging {
   static int rule_update_stage(const Stages& st, int j) { return st.forward(j - 2); }
   static int rule_read_stage(const Stages& st, int j) { return j == 2 ? st.p1() : st.forward(j - 3); }
   static int rule_write_stage(const Stages& st, int j) { return st.forward(j - 1); }
+  // Paged gradients of layer j >= 1 are written in the stage after their drain, the rule's
+  // (backward slot j-1): the gradients of three layers are on the host at once at most
+  // (the one in backward, the one draining, the one being written).
+  static int grad_write_stage(const Stages& st, int j) { return j >= 2 ? st.backward(j - 2) : st.epilogue(); }
+  static constexpr int kGradStagingLayers = 3;
 };
 
 // The paging a request gets by the rule. req.nvme_state_layers >= 0 asks for that many

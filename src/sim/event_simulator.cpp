@@ -492,6 +492,13 @@ void EventGraph::add_transfer_sources() {
           if (!updates_.count("layer." + std::to_string(j)))
             violation(where(id) + " writes back a state that no update in this step changed");
           wait_for_update(id, "layer." + std::to_string(j));
+        } else if (starts_with(x, "gs.") && (j = number_after(x, 3)) >= 0 && j < L) {
+          // Paged gradients: written once they are on the host (their drain's copy).
+          const std::string g = "g." + std::to_string(j);
+          int drain = -1;
+          for (auto [tid, tr] : transfers_)
+            if (tr->link == Link::D2H && tr->tensor == g) drain = std::max(drain, tid);
+          need(id, drain, g + " drained to the host");
         } else if (boundary && part == "nvme") {
           need(id, covering(x, Link::D2H, upto), x + " in host staging");
         } else {
@@ -550,7 +557,7 @@ void EventGraph::add_paged_state_reads() {
     const int j = number_after(h->target, 6);
     if (std::find(p_.nvme_state_layers.begin(), p_.nvme_state_layers.end(), j) == p_.nvme_state_layers.end()) continue;
     const std::string os = "os." + std::to_string(j);
-    need(id, covering(os, Link::NvmeRead, layer_paged_bytes(p_.model, j, p_.paged_master)), os + " read from NVMe");
+    need(id, covering(os, Link::NvmeRead, paged_layer_bytes(p_, j).read), os + " read from NVMe");
   }
 }
 

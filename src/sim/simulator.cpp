@@ -225,6 +225,14 @@ struct Replay {
       }
       return done->second;
     }
+    if (starts_with(x, "gs.")) {  // paged gradients: written once drained to the host
+      auto it = drained.find("layer." + x.substr(3));
+      if (it == drained.end()) {
+        violation(w.name + ": NVMe write of " + x + " before the gradients are drained");
+        return start;
+      }
+      return it->second;
+    }
     if (t.link == Link::NvmeWrite) {
       double r = arrival(host, x, written[x] + t.bytes);
       written[x] += t.bytes;
@@ -244,7 +252,7 @@ struct Replay {
     const bool paged = std::find(p.nvme_state_layers.begin(), p.nvme_state_layers.end(),
                                  std::stoi(h.target.substr(6))) != p.nvme_state_layers.end();
     if (!paged) return 0;
-    double r = arrival(host_from_nvme, os, layer_paged_bytes(p.model, std::stoi(h.target.substr(6)), p.paged_master));
+    double r = arrival(host_from_nvme, os, paged_layer_bytes(p, std::stoi(h.target.substr(6))).read);
     if (r < 0) violation(w.name + ": update of " + h.target + " before its optimizer state was read from NVMe");
     return std::max(r, 0.0);
   }
@@ -396,7 +404,7 @@ struct Replay {
       // plan's host state), so they add no staging.
       case Link::NvmeWrite:
         nvme[x].add(e, t.bytes);
-        if (!starts_with(x, "os.")) host_delta.emplace_back(e, -t.bytes);
+        if (!starts_with(x, "os.") && !starts_with(x, "gs.")) host_delta.emplace_back(e, -t.bytes);
         break;
       case Link::NvmeRead:
         host_from_nvme[x].add(e, t.bytes);

@@ -137,6 +137,10 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   if (!plan.nvme_state_layers.empty() && so.layer_state_bytes == 0)
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
+  if (plan.paged_grads && !plan.nvme_state_layers.empty())
+    throw Error("the plan pages the layers' gradients to NVMe, which training cannot do yet",
+                "train config (plan)", "plan with `lazytrain plan` from this version on a host budget that fits "
+                "without paged gradients, or let train plan itself (--compute-budget-gb)");
   if (plan.paged_master && !plan.nvme_state_layers.empty()) {
     if (so.precision != Precision::BF16)
       throw Error("the plan pages the layers' fp32 masters to NVMe, which only bf16 runs can (an fp32 run's "

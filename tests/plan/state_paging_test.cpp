@@ -133,35 +133,91 @@ TEST(StatePaging, MilpPlanMovesStatesAroundTheirUpdates) {
   EXPECT_DOUBLE_EQ(q.state_bytes_per_layer, p.state_bytes_per_layer);
 }
 
-// PlanRequest::page_master (bf16 compute): a paged layer's os.<j> holds its matrices' fp32
-// masters with its state, so each paged layer frees more host memory and moves more
-// bytes. Counted here from the shapes: a llama layer's matrices are all its parameters
-// but its two norms' (hidden each).
-TEST(StatePaging, PagedMastersMoveWithTheirStates) {
-  PlanRequest req = short_host(2.5);
-  const Plan states_only = make_plan(req, "milp");
-  req.page_master = true;
-  const CostModel cm = build_cost_model(req);
-  const double C = static_cast<double>(req.model.hidden_size);
-  const double master = 4 * (cm.layer(0).params - 2 * C), blob = cm.layer(0).state_bytes + master;
-  EXPECT_DOUBLE_EQ(cm.layer(0).paged_bytes(), blob);
-  const Plan p = make_plan(req, "milp");
-  ASSERT_TRUE(p.feasible && states_only.feasible) << p.infeasible_reason << states_only.infeasible_reason;
-  EXPECT_TRUE(p.paged_master);
+// The request allows the masters (page_master) and the gradients (page_grads) to page
+// with a layer's state; the plan pages the fewest parts with which the host fits.
+PlanRequest allowing(PlanRequest req, bool master, bool grads) {
+  req.page_master = master;
+  req.page_grads = grads;
+  return req;
+}
+
+// Whether the rule's paging with these parts brings the host state within its share.
+bool fits_with(const PlanRequest& req, bool master, bool grads) {
+  const PlanRequest r = allowing(req, master, grads);
+  return plan_state_paging(r, build_cost_model(r), true).host_state_bytes <= 0.9 * r.hardware.host_memory_bytes;
+}
+
+// A plan's paged layers move what their parts say: os.<j> reads state + masters +
+// gradients before the update and writes back state + masters after it, gs.<j> writes
+// the gradients in a window after their drain (counted here from the shapes: a llama
+// layer's matrices are all its parameters but its two norms' (hidden each)); the validator
+// and both simulators agree with it, and the JSON keeps the parts.
+void expect_paged_parts(const Plan& p, const PlanRequest& req, bool master, bool grads) {
+  ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+  EXPECT_EQ(p.paged_master, master);
+  EXPECT_EQ(p.paged_grads, grads);
   ASSERT_FALSE(p.nvme_state_layers.empty());
-  EXPECT_LT(p.nvme_state_layers.size(), states_only.nvme_state_layers.size())
-      << "a layer's masters free as much host memory again as a state and more: fewer layers page";
+  const CostModel cm = costs(req);
+  const double params = cm.layer(0).params, C = static_cast<double>(req.model.hidden_size);
+  const double back = cm.layer(0).state_bytes + (master ? 4 * (params - 2 * C) : 0);
+  const double g = grads ? req.hardware.grad_bytes * params : 0;
+  EXPECT_DOUBLE_EQ(p.state_bytes_per_layer, back + g);
   EXPECT_TRUE(validate_plan(p).empty()) << validate_plan(p).front();
-  EXPECT_DOUBLE_EQ(p.state_bytes_per_layer, blob);
   EXPECT_LE(p.host_state_bytes, 0.9 * req.hardware.host_memory_bytes);
-  for (const Window& w : p.windows)
-    for (const Transfer& t : w.transfers)
-      if (t.tensor.rfind("os.", 0) == 0) EXPECT_DOUBLE_EQ(t.bytes, blob) << t.tensor << " in " << w.name;
+  for (int j : p.nvme_state_layers) {
+    int drained = -1, grad_write = -1;
+    for (int w = 0; w < static_cast<int>(p.windows.size()); ++w)
+      for (const Transfer& t : p.windows[w].transfers) {
+        if (t.tensor == "os." + std::to_string(j))
+          EXPECT_DOUBLE_EQ(t.bytes, t.link == Link::NvmeRead ? back + g : back) << t.tensor << " in " << p.windows[w].name;
+        if (t.tensor == "g." + std::to_string(j) && t.link == Link::D2H) drained = w;
+        if (t.tensor == "gs." + std::to_string(j)) {
+          EXPECT_EQ(t.link, Link::NvmeWrite);
+          EXPECT_DOUBLE_EQ(t.bytes, g);
+          grad_write = w;
+        }
+      }
+    if (grads) EXPECT_GT(grad_write, drained) << "layer " << j << "'s gradients written before their drain";
+    else EXPECT_LT(grad_write, 0) << "layer " << j << "'s gradients written without paged gradients";
+  }
   const SimResult r = simulate_plan(p);
   EXPECT_TRUE(r.violations.empty()) << r.violations.front();
   EXPECT_NEAR(r.step_s, p.predicted_step_s, 1e-9 * p.predicted_step_s);
-  EXPECT_TRUE(plan_from_json(plan_to_json(p), "test").paged_master);
-  EXPECT_FALSE(plan_from_json(plan_to_json(states_only), "test").paged_master);
+  const EventSimResult ev = simulate_events(p);
+  EXPECT_TRUE(ev.violations.empty()) << ev.violations.front();
+  const Plan q = plan_from_json(plan_to_json(p), "test");
+  EXPECT_EQ(q.paged_master, master);
+  EXPECT_EQ(q.paged_grads, grads);
+}
+
+// With the masters allowed, a host that the states alone fit pages states alone; one
+// they cannot fit pages the masters with them (each layer then frees as much again and
+// more).
+TEST(StatePaging, PagesTheMastersOnlyWhereTheStatesDoNotFit) {
+  const PlanRequest roomy = allowing(short_host(1.0), true, false);
+  ASSERT_TRUE(fits_with(roomy, false, false));
+  expect_paged_parts(make_plan(roomy, "milp"), roomy, false, false);
+  const PlanRequest tight = allowing(short_host(4.0), true, false);
+  ASSERT_FALSE(fits_with(tight, false, false)) << "the states alone fit";
+  ASSERT_TRUE(fits_with(tight, true, false));
+  EXPECT_FALSE(make_plan(allowing(tight, false, false), "milp").feasible);
+  expect_paged_parts(make_plan(tight, "milp"), tight, true, false);
+  for (const char* policy : {"keep-all", "greedy"})
+    expect_paged_parts(make_plan(tight, policy), tight, true, false);
+}
+
+// A host that the states and masters cannot fit pages the gradients too: written to NVMe
+// after their drain, read back with the state.
+TEST(StatePaging, PagesTheGradientsWhereTheMastersDoNotFit) {
+  PlanRequest req = test::tiny_request(16, "h800", 4);
+  req.time_limit_s = 5;
+  const CostModel cm = costs(req);
+  req.hardware.host_memory_bytes = (cm.host_state_bytes - 36 * cm.layer(0).state_bytes) / 0.9;
+  req = allowing(req, true, true);
+  ASSERT_FALSE(fits_with(req, true, false)) << "the states and masters fit";
+  ASSERT_TRUE(fits_with(req, true, true));
+  expect_paged_parts(make_plan(req, "milp"), req, true, true);
+  expect_paged_parts(make_plan(req, "keep-all"), req, true, true);
 }
 
 // Paging costs NVMe time: with a disk slow enough that the states cannot hide under one
