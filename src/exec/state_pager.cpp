@@ -6,20 +6,30 @@
 
 namespace lt {
 
-StatePager::StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPool& host)
-    : s_(s), bytes_(layer_state_bytes) {
+StatePager::StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPool& host, size_t grad_offset)
+    : s_(s), bytes_(layer_state_bytes), grad_offset_(grad_offset) {
   slot_.assign(s.L, -1);
   read_.assign(s.L, {});
   write_.assign(s.L, {});
+  grad_write_.assign(s.L, {});
+  grad_pages_.assign(s.L, {});
   read_name_.assign(s.L, {});
   write_name_.assign(s.L, {});
+  grad_name_.assign(s.L, {});
   for (int j = 0; j < s.L; ++j)
     if (!s.state_read_w.empty() && s.state_read_w[j] >= 0) {
       layers_.push_back(j);
       read_name_[j] = "os." + std::to_string(j) + " read";
       write_name_[j] = "os." + std::to_string(j) + " write";
+      grad_name_[j] = "gs." + std::to_string(j) + " write";
+      if ((grad_offset_ > 0) != (s.grad_write_w[j] >= 0))
+        throw Error("the plan " + std::string(grad_offset_ > 0 ? "does not page" : "pages") + " layer " +
+                        std::to_string(j) + "'s gradients, and the executor was told otherwise",
+                    "StreamingOptions::grad_offset", "set it where the plan pages gradients, and only there");
     }
   if (layers_.empty()) return;
+  LT_ASSERT(grad_offset_ % NvmeStore::kAlignment == 0 && grad_offset_ < bytes_ + (grad_offset_ == 0),
+            "the gradients' offset in a paged layer's slot");
   if (bytes_ == 0)
     throw Error("the plan pages " + std::to_string(layers_.size()) +
                     " layers' optimizer states from NVMe, but the executor was not given their size",
@@ -56,7 +66,7 @@ void StatePager::start_writes(int w, double now_s) {
   for (int j : layers_)
     if (s_.state_write_w[j] == w) {
       LT_ASSERT(read_[j].ticket == 0, "layer " + std::to_string(j) + "'s state written back before its read ended");
-      write_[j] = {store_->write(slot_[j], 0, staging_[s_.state_slot[j]].data(), bytes_), now_s};
+      write_[j] = {store_->write(slot_[j], 0, staging_[s_.state_slot[j]].data(), write_bytes()), now_s};
     }
 }
 
@@ -64,13 +74,36 @@ void StatePager::finish_writes(int w, const Done& done) {
   for (int j : layers_)
     if (s_.state_write_w[j] == w && write_[j].ticket != 0) {
       store_->wait(std::exchange(write_[j].ticket, 0));
-      if (done) done(write_name_[j], write_[j].issued_s, static_cast<double>(bytes_));
+      if (done) done(write_name_[j], write_[j].issued_s, static_cast<double>(write_bytes()));
+    }
+}
+
+void StatePager::start_grad_writes(int w, ModelParameters& grads, double now_s) {
+  if (grad_offset_ == 0) return;
+  for (int j : layers_)
+    if (s_.grad_write_w[j] == w) {
+      LT_ASSERT(grad_write_[j].ticket == 0, "gradients of layer " + std::to_string(j) + " written twice");
+      const PageSpan pages = page_interior(grads.block_base(j), block_numel(grads.config(), j) * sizeof(float));
+      LT_ASSERT(pages.bytes <= bytes_ - grad_offset_, "layer " + std::to_string(j) + "'s gradients outgrow its slot");
+      grad_pages_[j] = pages;
+      if (pages.bytes > 0) grad_write_[j] = {store_->write(slot_[j], grad_offset_, pages.begin, pages.bytes), now_s};
+    }
+}
+
+void StatePager::finish_grad_writes(int w, const Done& done) {
+  if (grad_offset_ == 0) return;
+  for (int j : layers_)
+    if (s_.grad_write_w[j] == w && grad_write_[j].ticket != 0) {
+      store_->wait(std::exchange(grad_write_[j].ticket, 0));
+      if (done) done(grad_name_[j], grad_write_[j].issued_s, static_cast<double>(grad_pages_[j].bytes));
+      release_pages(grad_pages_[j], "layer " + std::to_string(j) + "'s paged gradients");
     }
 }
 
 void StatePager::abandon() noexcept {
   for (auto& r : read_) r.ticket = 0;
   for (auto& r : write_) r.ticket = 0;
+  for (auto& r : grad_write_) r.ticket = 0;
 }
 
 void StatePager::read_state(int layer, std::span<std::byte> out) {

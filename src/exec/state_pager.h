@@ -19,6 +19,8 @@
 
 #include "memory/host_pool.h"
 #include "memory/nvme_store.h"
+#include "memory/page_interior.h"
+#include "model/parameters.h"
 #include "plan/stream_schedule.h"
 
 namespace lt {
@@ -29,8 +31,10 @@ class StatePager {
   // when it was issued, bytes), so the executor can trace it.
   using Done = std::function<void(const std::string& name, double issued_s, double bytes)>;
 
-  // layer_state_bytes: one layer's optimizer state (> 0 when the schedule pages any).
-  StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPool& host);
+  // layer_state_bytes: a paged layer's NVMe slot (> 0 when the schedule pages any).
+  // grad_offset: where in it the layer's gradients go when they page (0: they do not);
+  // the write-back after the update then stops there.
+  StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPool& host, size_t grad_offset = 0);
   bool active() const { return !layers_.empty(); }
   size_t layer_state_bytes() const { return bytes_; }
 
@@ -42,6 +46,14 @@ class StatePager {
   std::span<std::byte> acquire(int layer, const Done& done);
   void start_writes(int w, double now_s);
   void finish_writes(int w, const Done& done);
+  // Paged gradients: the whole pages of layer j's gradient block (the rest stays on the
+  // host) go to its slot at the plan's gs.<j> window (after its updates), and back to the
+  // kernel once written (at that window's barrier); the read before the update brings them
+  // back to the slot's staging, from grad_offset on.
+  bool grads_paged(int layer) const { return grad_offset_ > 0 && paged(layer); }
+  size_t grad_offset() const { return grad_offset_; }
+  void start_grad_writes(int w, ModelParameters& grads, double now_s);
+  void finish_grad_writes(int w, const Done& done);
   void abandon() noexcept;  // after a failed step, once the store is drained
 
   bool paged(int layer) const { return layer >= 0 && layer < static_cast<int>(slot_.size()) && slot_[layer] >= 0; }
@@ -60,8 +72,11 @@ class StatePager {
   std::vector<int> layers_;            // paged layers, ascending
   std::vector<int> slot_;              // per layer: NVMe slot index (-1: not paged)
   std::vector<HostBuffer> staging_;    // per staging slot
-  std::vector<Request> read_, write_;  // per layer, in flight
-  std::vector<std::string> read_name_, write_name_;  // per layer: its requests' trace names
+  std::vector<Request> read_, write_, grad_write_;  // per layer, in flight
+  std::vector<PageSpan> grad_pages_;                  // per layer: the gradient pages being written
+  std::vector<std::string> read_name_, write_name_, grad_name_;  // per layer: its requests' trace names
+  size_t grad_offset_ = 0;
+  size_t write_bytes() const { return grad_offset_ > 0 ? grad_offset_ : bytes_; }
   NvmeStore* store_ = nullptr;
 };
 

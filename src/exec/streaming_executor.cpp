@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "exec/streaming_parked.h"
 #include "memory/arena_layout.h"
+#include "memory/page_interior.h"
 #include "model/rope_frequencies.h"
 
 namespace lt {
@@ -179,7 +180,7 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
     }
     parked_[b] = std::move(p);
   }
-  pager_ = std::make_unique<StatePager>(sched_, options.layer_state_bytes, host_);
+  pager_ = std::make_unique<StatePager>(sched_, options.layer_state_bytes, host_, options.grad_offset);
   pager_->add_nvme_slots(slots);
   if (!slots.empty()) {
     if (options.offload_dir.empty())
@@ -251,8 +252,18 @@ void StreamingExecutor::run_update(size_t t_index) {
     (*o.update)(target, state);
     event(update_event_[t_index], ExecLane::Host, t);
   }
-  if (o.zero_grads)
-    for (auto [off, n] : target_ranges(grads, target)) std::memset(grads.data() + off, 0, n * sizeof(float));
+  if (!o.zero_grads) return;
+  const bool paged_grads = target.kind == UpdateTarget::Kind::Layer && pager_->grads_paged(target.layer);
+  for (auto [off, n] : target_ranges(grads, target)) {
+    std::byte* const at = reinterpret_cast<std::byte*>(grads.data() + off);
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    // Paged gradients' whole pages are zeroed by giving them back (they read as zeros and
+    // take no host memory until backward writes them again); the ends are cleared.
+    const PageSpan pages = paged_grads ? page_interior(at, bytes) : PageSpan{at, 0};
+    std::memset(at, 0, static_cast<size_t>(pages.begin - at));
+    release_pages(pages, "layer " + std::to_string(target.layer) + "'s paged gradients");
+    std::memset(pages.begin + pages.bytes, 0, bytes - static_cast<size_t>(pages.begin - at) - pages.bytes);
+  }
 }
 
 // Queues the weight copies planned to arrive in window w (none on host views); waits for
@@ -374,6 +385,7 @@ void StreamingExecutor::begin_window(int w) {
   for (size_t t = 0; t < sched_.targets.size(); ++t)
     if (sched_.update_w[t] == w) run_update(t);
   pager_->start_writes(w, now());
+  pager_->start_grad_writes(w, *state_.grads, now());
   loads_before_window_ = backend_.record(Backend::Stream::H2D);
   // A streamed head's chunks go first on the link; head() queues the prefetches behind
   // its last chunk.
@@ -465,7 +477,9 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
     backend_.wait_host(backend_.record(Backend::Stream::H2D));  // the frees below are the host's
     state_.sq = grads_->finish(state_.sq, state_.earlier_landings);
   }
-  pager_->finish_writes(w, [&](const std::string& n, double issued, double bytes) { event(n, ExecLane::Nvme, issued, bytes); });
+  const auto traced = [&](const std::string& n, double issued, double bytes) { event(n, ExecLane::Nvme, issued, bytes); };
+  pager_->finish_writes(w, traced);
+  pager_->finish_grad_writes(w, traced);
   if (win.kind == WindowKind::Epilogue) {
     state_.sq += cpu_kernel_table().sum_of_squares(state_.grads->embedding(),  // on the host
                                                    config_.vocab_size * C_);

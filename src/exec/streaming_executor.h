@@ -73,10 +73,12 @@
 namespace lt {
 
 // Called once per target per step (when StepOptions::update is set), before the step
-// reads the target's weights; the target's gradient still holds the previous step's sum.
-// paged_state: for a layer whose optimizer state the plan pages from NVMe, its bytes in
-// host staging (StreamingOptions::layer_state_bytes of them, 4096-aligned), valid during
-// the call and written back after it; empty when the optimizer holds the state itself.
+// reads the target's weights; the target's gradient still holds the previous step's sum
+// (a layer with paged gradients: its whole pages are in paged_state from grad_offset on).
+// paged_state: for a layer whose optimizer state the plan pages from NVMe, its slot's
+// bytes in host staging (StreamingOptions::layer_state_bytes of them, 4096-aligned),
+// valid during the call and written back after it (up to grad_offset when gradients
+// page); empty when the optimizer holds the state itself.
 using LazyUpdateHook = std::function<void(const UpdateTarget&, std::span<std::byte> paged_state)>;
 
 // (offset, numel) ranges of a target's tensors inside the parameter block (the same
@@ -114,6 +116,12 @@ struct StreamingOptions {
   // One decoder layer's optimizer state in bytes (the sum of AdamW::state_bytes over the
   // layer's tensors); required when the plan pages optimizer states from NVMe.
   size_t layer_state_bytes = 0;
+  // With the plan's paged gradients (Plan::paged_grads): where a paged layer's slot holds
+  // them (a multiple of 4096, after the state; layer_state_bytes then covers them), which
+  // the write-back after the update stops at. 0: they do not page. Their whole pages leave
+  // host memory once written and are zeroed by release (StatePager::start_grad_writes),
+  // and the update hook must put them back from paged_state before it reads them.
+  size_t grad_offset = 0;
   // BF16: matmuls read bf16 weights from StepOptions::compute_copy (fp32 accumulation,
   // ModelStep's BF16 math bit for bit); the cpu backend only, for now.
   Precision precision = Precision::F32;

@@ -35,6 +35,7 @@ void schedule_state_paging(StreamSchedule& s, const Plan& plan) {
   s.state_read_w.assign(L, -1);
   s.state_write_w.assign(L, -1);
   s.state_slot.assign(L, -1);
+  s.grad_write_w.assign(L, -1);
   std::vector<int> slot_free_after;  // per slot: the last window it is busy in
   for (int j : plan.nvme_state_layers) {
     if (j < 0 || j >= L || s.state_read_w[j] >= 0) bad_plan("bad or repeated paged layer " + std::to_string(j));
@@ -47,6 +48,12 @@ void schedule_state_paging(StreamSchedule& s, const Plan& plan) {
     if (s.state_read_w[j] < 0 || s.state_write_w[j] < 0 || s.state_read_w[j] > update || s.state_write_w[j] < update)
       bad_plan("layer " + std::to_string(j) + "'s optimizer state is paged, but the plan does not read it before " +
                "its update and write it back after");
+    const std::string gs = "gs." + std::to_string(j);
+    for (int w = 0; w < static_cast<int>(plan.windows.size()); ++w)
+      if (moves(plan.windows[w], gs, Link::NvmeWrite)) s.grad_write_w[j] = w;
+    // After the window that drains them (its barrier lands them on the host).
+    if (plan.paged_grads && (s.grad_write_w[j] < 0 || s.grad_write_w[j] <= s.grad_drain_w[j]))
+      bad_plan("layer " + std::to_string(j) + "'s gradients page, but the plan does not write them after their drain");
   }
   // Slots by read order (the plan lists layers in any order).
   std::vector<int> order;

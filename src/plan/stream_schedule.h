@@ -128,6 +128,9 @@ struct StreamSchedule {
   // to the end of its write window (slots reused, planned like the arena).
   std::vector<int> state_read_w, state_write_w, state_slot;
   int state_slots = 0;
+  // Paged gradients (Plan::paged_grads), per layer (-1: none): the window whose start
+  // (after its updates) writes them to NVMe (gs.<j>), done at its barrier.
+  std::vector<int> grad_write_w;
   // Where in a layer pass's workspace (ws.<window>) the saved tensors it writes begin,
   // when they are not kept: after the pass's scratch.
   size_t workspace_saved_offset = 0;

@@ -6,15 +6,15 @@
 // Only bf16 runs page masters: their matmuls read the bf16 compute copy, which each update
 // rewrites; the norms, biases and the Gated DeltaNet's small tensors, which the compute
 // reads in fp32, stay. ModelParameters keeps one contiguous block, so what pages is each
-// matrix's page-aligned interior: released with madvise(MADV_DONTNEED) (the addresses stay
-// valid, the pages read as zeros until written), written back before the update reads it.
-// A matrix's first and last partial pages stay resident.
+// matrix's whole pages (memory/page_interior.h): released after the update, written back
+// before the next one reads them. A matrix's first and last partial pages stay resident.
 #pragma once
 
 #include <cstddef>
 #include <span>
 #include <vector>
 
+#include "memory/page_interior.h"
 #include "model/parameters.h"
 
 namespace lt {
@@ -34,11 +34,7 @@ class MasterPages {
   void release(int layer);
 
  private:
-  struct Range {
-    std::byte* begin;
-    size_t bytes;
-  };
-  std::vector<std::vector<Range>> ranges_;  // per layer
+  std::vector<std::vector<PageSpan>> ranges_;  // per layer
   size_t max_bytes_ = 0;
 };
 

@@ -61,6 +61,9 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   // copy, so the fp32 masters of the matrices can page with the optimizer states.
   if (cfg.precision == "bf16" && req.hardware.bf16_peak_flops > 0) req.hardware.peak_flops = req.hardware.bf16_peak_flops;
   req.page_master = cfg.precision == "bf16";
+  // Gradients page too, but not where they accumulate over micro-batches on the host or
+  // are summed there over the ranks.
+  req.page_grads = cfg.grad_accum == 1 && dp.ranks == 1;
   // The profile's rates ran on its threads; a process on fewer (a data-parallel rank that
   // shares the host with others, or --threads) computes and updates at its share. Linear:
   // the GEMMs and the AdamW loop split their work over the threads (an estimate, since
@@ -137,18 +140,30 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   if (!plan.nvme_state_layers.empty() && so.layer_state_bytes == 0)
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
-  if (plan.paged_grads && !plan.nvme_state_layers.empty())
-    throw Error("the plan pages the layers' gradients to NVMe, which training cannot do yet",
-                "train config (plan)", "plan with `lazytrain plan` from this version on a host budget that fits "
-                "without paged gradients, or let train plan itself (--compute-budget-gb)");
-  if (plan.paged_master && !plan.nvme_state_layers.empty()) {
+  const bool paging = !plan.nvme_state_layers.empty();
+  if (paging && plan.paged_grads && (comm_ || cfg.grad_accum > 1))
+    throw Error("the plan pages the layers' gradients to NVMe, which a run " +
+                    std::string(comm_ ? "of data-parallel ranks (they sum the host's gradients)"
+                                      : "with gradient accumulation (micro-batches add to the host's gradients)") +
+                    " cannot do",
+                "train config (plan)",
+                comm_ ? "plan with `lazytrain plan --ranks N`" : "train with --grad-accum 1, or let train plan itself");
+  if (paging && plan.paged_master) {
     if (so.precision != Precision::BF16)
       throw Error("the plan pages the layers' fp32 masters to NVMe, which only bf16 runs can (an fp32 run's "
                   "matmuls read the masters)",
                   "train config (plan, precision)", "train with --precision bf16, or plan this fp32 run again");
     masters_.emplace(params_, plan.nvme_state_layers);
-    state_part_ = NvmeStore::round_up(so.layer_state_bytes);  // the masters start at an aligned offset
-    so.layer_state_bytes = state_part_ + masters_->max_bytes();
+  }
+  if (masters_ || (paging && plan.paged_grads)) {
+    // The slot: [optimizer state | masters | gradients], each part at an aligned offset.
+    state_part_ = NvmeStore::round_up(so.layer_state_bytes);
+    so.layer_state_bytes = state_part_ + (masters_ ? masters_->max_bytes() : 0);
+  }
+  if (paging && plan.paged_grads) {
+    so.grad_offset = so.layer_state_bytes;
+    for (int j : plan.nvme_state_layers) grad_pages_ = std::max(grad_pages_, layer_grad_pages(j).bytes);
+    so.layer_state_bytes += grad_pages_;
   }
   executor_options_ = so;
   if (comm_) exchange_ = std::make_unique<RankExchange>(*comm_, updater_, params_, grads_, copy_.data(params_));
@@ -162,6 +177,9 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
     }
     page_out_masters();
   }
+  if (grad_pages_ > 0)  // no gradients yet: their pages go (they read as the zeros they hold)
+    for (int j : plan.nvme_state_layers)
+      release_pages(layer_grad_pages(j), "layer " + std::to_string(j) + "'s paged gradients");
   wait_for_replans_ = options.wait_for_replans;
   if (cfg.adaptive_plan != "on") {
     adaptive_note_ = "off (adaptive_plan off)";
@@ -268,10 +286,10 @@ std::vector<ReplanEvent> StreamedTraining::finish(int64_t step) {
 
 void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte> paged) {
   if (sharded()) return exchange_->weights_needed(t);  // updated by its owner after the last step
-  if (masters_ && !paged.empty()) {  // a paged layer during a step: its masters come and go with it
+  if ((masters_ || grad_pages_ > 0) && !paged.empty()) {  // a paged layer during a step
     update_paged_layer(t.layer, paged);
-    masters_->release(t.layer);
-    return;
+    if (masters_) masters_->release(t.layer);  // its masters come and go with the update
+    return;  // (and the executor gives its gradients' pages back as it zeroes them)
   }
   for (auto [offset, n] : target_ranges(params_, t))
     updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), paged);
@@ -280,10 +298,35 @@ void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte>
 void StreamedTraining::update_paged_layer(int layer, std::span<std::byte> slot) {
   const UpdateTarget t{UpdateTarget::Kind::Layer, layer};
   const std::span<std::byte> masters = slot.subspan(state_part_);
-  masters_->copy_in(layer, masters);
+  if (masters_) masters_->copy_in(layer, masters);
+  if (grad_pages_ > 0 && grads_on_nvme_) {  // the gradients the last backward wrote to the slot
+    const PageSpan g = layer_grad_pages(layer);
+    std::memcpy(g.begin, slot.data() + executor_options_.grad_offset, g.bytes);
+  }
   for (auto [offset, n] : target_ranges(params_, t))
     updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), slot.first(state_part_));
-  masters_->copy_out(layer, masters);
+  if (masters_) masters_->copy_out(layer, masters);
+}
+
+PageSpan StreamedTraining::layer_grad_pages(int layer) const {
+  return page_interior(grads_.block_base(layer),
+                       static_cast<size_t>(block_numel(grads_.config(), layer)) * sizeof(float));
+}
+
+void StreamedTraining::zero_grads() {
+  if (grad_pages_ == 0) return grads_.zero();
+  // Paged layers' whole gradient pages are zeroed by giving them back (no host memory).
+  std::vector<PageSpan> paged;
+  for (int j : plan().nvme_state_layers) paged.push_back(layer_grad_pages(j));
+  std::sort(paged.begin(), paged.end(), [](const PageSpan& a, const PageSpan& b) { return a.begin < b.begin; });
+  auto* at = reinterpret_cast<std::byte*>(grads_.data());
+  std::byte* const end = at + static_cast<size_t>(grads_.numel()) * sizeof(float);
+  for (const PageSpan& s : paged) {
+    std::memset(at, 0, static_cast<size_t>(s.begin - at));
+    release_pages(s, "paged gradients");
+    at = s.begin + s.bytes;
+  }
+  std::memset(at, 0, static_cast<size_t>(end - at));
 }
 
 void StreamedTraining::page_out_masters() {
@@ -307,7 +350,8 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
   if (masters_ && masters_resident_) page_out_masters();  // after a flush: their NVMe copies are current
   if (predicted == 0) {  // nothing carries a loss: the in-memory trainer's zero-gradient step
     flush();
-    grads_.zero();
+    zero_grads();
+    grads_on_nvme_ = false;  // the update reads these zeros, not the slots' last gradients
     out.update = updater_.decide(0.0, step);
     start_update(out.update);
     return out;
@@ -345,6 +389,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
   }
   watch(step, last, h2d, d2h, out.replans);
   has_pending_ = false;
+  grads_on_nvme_ = grad_pages_ > 0;  // the paged layers' gradients went to their slots
   out.loss = loss_sum / static_cast<double>(predicted);
   out.update = updater_.decide(sq, step);
   start_update(out.update);
@@ -382,7 +427,7 @@ void StreamedTraining::flush() {
     }
     if (slot.size() == 0) slot.resize(executor_options_.layer_state_bytes);
     executor_->read_paged_state(j, {slot.data(), slot.size()});
-    if (masters_)
+    if (masters_ || grad_pages_ > 0)
       update_paged_layer(j, {slot.data(), slot.size()});  // its masters stay in host memory
     else
       update_target(t, {slot.data(), slot.size()});
@@ -412,7 +457,7 @@ StepEngine::Memory StreamedTraining::memory() const {
   m.compute = static_cast<int64_t>(executor_->arena_bytes());
   m.host = 8 * n + static_cast<int64_t>(updater_.resident_state_bytes()) +
            static_cast<int64_t>(executor_->host_peak_bytes()) + (cfg_.precision == "bf16" ? 2 * n : 0) -
-           paged_master_bytes();
+           paged_master_bytes() - paged_grad_bytes();
   m.nvme = static_cast<int64_t>(executor_->nvme_bytes());
   return m;
 }
@@ -421,6 +466,13 @@ int64_t StreamedTraining::paged_master_bytes() const {
   if (!masters_) return 0;
   int64_t b = 0;
   for (int j : plan().nvme_state_layers) b += static_cast<int64_t>(masters_->bytes(j));
+  return b;
+}
+
+int64_t StreamedTraining::paged_grad_bytes() const {
+  int64_t b = 0;
+  if (grad_pages_ > 0)
+    for (int j : plan().nvme_state_layers) b += static_cast<int64_t>(layer_grad_pages(j).bytes);
   return b;
 }
 
@@ -442,10 +494,13 @@ std::vector<std::string> StreamedTraining::describe() const {
                 "memory: compute tier %s (fp32 activations; the plan's peak %s), host %s (fp32 weights and gradients "
                 "%s%s,%s %s optimizer states %s held, offloaded activations %s), nvme %s",
                 format_bytes(m.compute).c_str(), format_bytes(static_cast<int64_t>(p.predicted_peak.gpu)).c_str(),
-                format_bytes(m.host).c_str(), format_bytes(8 * n - paged_master_bytes()).c_str(),
-                masters_ ? (" (the paged layers' matrices' masters, " + format_bytes(paged_master_bytes()) +
-                            ", on NVMe)").c_str()
-                         : "",
+                format_bytes(m.host).c_str(), format_bytes(8 * n - paged_master_bytes() - paged_grad_bytes()).c_str(),
+                masters_ || grad_pages_ > 0 ? (" (the paged layers' " + std::string(masters_ ? "matrices' masters" : "") +
+                                               (masters_ && grad_pages_ > 0 ? " and " : "") +
+                                               (grad_pages_ > 0 ? "gradients" : "") + ", " +
+                                               format_bytes(paged_master_bytes() + paged_grad_bytes()) + ", on NVMe)")
+                                                  .c_str()
+                                            : "",
                 cfg_.precision == "bf16" ? (" bf16 weight copy " + format_bytes(2 * n) + ",").c_str() : "",
                 cfg_.optimizer.c_str(), format_bytes(updater_.resident_state_bytes()).c_str(),
                 format_bytes(executor_->host_peak_bytes()).c_str(), format_bytes(m.nvme).c_str());

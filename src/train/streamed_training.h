@@ -14,7 +14,9 @@
 // With Plan::paged_master (bf16 runs) the slots hold the layers' matrices' fp32 masters
 // too, and host memory holds those only around each update (master_pages.h); flush()
 // pages them all in for the checkpoint or evaluation that follows it, and the next step
-// gives them back.
+// gives them back. With Plan::paged_grads (one rank, no accumulation) the slots hold the
+// layers' gradients from their backward to their update, which host memory then holds
+// only from backward to their NVMe write and around the update.
 //
 // Re-planning (cfg.adaptive_plan, train/replanner.h): after every step (but an executor's
 // first, which warms it up) the measured compute and link rates go to a drift detector; on
@@ -179,6 +181,15 @@ class StreamedTraining final : public StepEngine {
   std::optional<MasterPages> masters_;
   size_t state_part_ = 0;
   bool masters_resident_ = true;
+  // Paged gradients (Plan::paged_grads): the whole pages of a paged layer's gradient block
+  // go to its slot from StreamingOptions::grad_offset on, after backward (the executor
+  // writes and releases them); the update puts them back when grads_on_nvme_ (not after a
+  // step that zeroed the gradients without a backward). grad_pages_: the most of a layer.
+  size_t grad_pages_ = 0;
+  bool grads_on_nvme_ = false;
+  PageSpan layer_grad_pages(int layer) const;
+  void zero_grads();  // the whole block, giving the paged layers' pages back
+  int64_t paged_grad_bytes() const;
   void page_out_masters();  // all paged layers' (their NVMe copies are current)
   int64_t paged_master_bytes() const;  // host bytes they free
   void page_in_masters();

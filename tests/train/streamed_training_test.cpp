@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -133,60 +134,80 @@ TEST_F(StreamedTraining, Bf16MatchesTheInMemoryTrainerBitwise) {
   }
 }
 
-// Paged masters (bf16, Plan::paged_master): the paged layers' matrices' fp32 masters live
-// in their NVMe slots between updates, and the run (with an evaluation, a checkpoint and a
-// resume from it) is the in-memory bf16 run bit for bit, on a host that holds less: its
-// host figure drops by the paged masters, which its NVMe slots hold (at this width the MLP's
-// matrices have a whole page inside each, the attention's one when it is page-aligned).
-TEST(StreamedTrainingPagedMasters, MatchBf16InMemoryBitwise) {
-  const auto config = [](const std::string& out) {
+// What a paged layer's slot holds besides its optimizer state: its matrices' fp32 masters
+// (bf16 runs, Plan::paged_master) and its gradients (Plan::paged_grads), each on a host
+// that paging one part fewer cannot fit. The runs (with evaluations, checkpoints and a
+// resume from one) are the in-memory runs bit for bit; each part lowers the run's host
+// figure and takes NVMe bytes. No accumulation: paged gradients do not take it.
+TEST(StreamedTrainingPagedParts, MatchTheInMemoryRunsBitwise) {
+  const auto config = [](const std::string& out, const std::string& precision) {
     TrainConfig c = tiny_config(out);
-    c.precision = "bf16";
+    c.scratch_layers = 10;
+    c.grad_accum = 1;
+    c.precision = precision;
     c.eval_problems = 4;
     c.eval_every = 3;
     c.save_every = 4;
     return c;
   };
-  test::TempDir ref_dir("paged-master-ref"), plan_dir("paged-master-plan");
-  const TrainSummary ref = run_training(config(ref_dir.str()));
-  const ModelConfig model = load_model_config(ref.checkpoint_dir);
-  const TrainConfig shape = config("");
-  std::vector<TrainSummary> runs;
-  for (bool page_master : {false, true}) {
-    const Plan p = test::out_of_core_plan(model, shape.batch, shape.seq_len, true, 1, true, page_master);
-    ASSERT_TRUE(p.feasible) << p.infeasible_reason;
-    ASSERT_FALSE(p.nvme_state_layers.empty()) << "the plan pages no layer";
-    ASSERT_EQ(p.paged_master, page_master);
-    const std::string plan_path = plan_dir.str() + "/plan-" + std::to_string(page_master) + ".json";
+  test::TempDir plan_dir("paged-parts-plan"), bf16_ref_dir("paged-parts-ref-bf16"), f32_ref_dir("paged-parts-ref-f32");
+  struct Parts {
+    const char* precision;
+    bool master, grads;
+  };
+  std::map<std::string, TrainSummary> ref;
+  std::map<std::string, std::vector<TrainSummary>> runs;  // per precision: cpu and emu runs, part by part
+  for (const Parts parts : {Parts{"bf16", false, false}, Parts{"bf16", true, false}, Parts{"bf16", true, true},
+                            Parts{"f32", false, false}, Parts{"f32", false, true}}) {
+    const std::string precision = parts.precision;
+    const std::string what = precision + (parts.master ? " masters" : "") + (parts.grads ? " gradients" : "");
+    if (!ref.count(precision))
+      ref[precision] = run_training(config((precision == "bf16" ? bf16_ref_dir : f32_ref_dir).str(), precision));
+    const TrainConfig shape = config("", precision);
+    const Plan p = test::out_of_core_plan(load_model_config(ref[precision].checkpoint_dir), shape.batch,
+                                          shape.seq_len, true, 1, true, parts.master, parts.grads);
+    ASSERT_TRUE(p.feasible) << what << ": " << p.infeasible_reason;
+    ASSERT_FALSE(p.nvme_state_layers.empty()) << what << ": the plan pages no layer";
+    ASSERT_EQ(p.paged_master, parts.master) << what;
+    ASSERT_EQ(p.paged_grads, parts.grads) << what;
+    const std::string plan_path = plan_dir.str() + "/" + std::to_string(runs[precision].size()) + precision + ".json";
     save_plan(p, plan_path);
     for (const char* backend : {"cpu", "emu"}) {
-      test::TempDir out(std::string("paged-master-") + backend);
-      TrainConfig c = config(out.str());
+      test::TempDir out(std::string("paged-parts-") + backend);
+      TrainConfig c = config(out.str(), precision);
       c.plan = plan_path;
       c.backend = backend;
       c.offload_dir = plan_dir.str();
-      const std::string what = std::string(page_master ? "paged masters " : "paged states ") + backend;
-      runs.push_back(run_training(c));
-      expect_same_run(runs.back(), ref, what);
-      EXPECT_EQ(runs.back().eval_exact_match, ref.eval_exact_match) << what;
-      if (!page_master || std::string(backend) != "cpu") continue;
+      runs[precision].push_back(run_training(c));
+      expect_same_run(runs[precision].back(), ref[precision], what + " " + backend);
+      EXPECT_EQ(runs[precision].back().eval_exact_match, ref[precision].eval_exact_match) << what;
+      if (std::string(backend) != "cpu" || !(parts.master || parts.grads)) continue;
       std::filesystem::remove_all(out.path() / "checkpoint-000008");  // resumes from step 4's
       c.resume = true;
-      expect_same_run(run_training(c), ref, what + ", resumed");
+      expect_same_run(run_training(c), ref[precision], what + ", resumed");
+    }
+    if (parts.master) {  // an fp32 run's matmuls read the masters: such a plan is a clear error there
+      test::TempDir fp32_out("paged-parts-fp32");
+      TrainConfig fp32 = config(fp32_out.str(), "f32");
+      fp32.plan = plan_path;
+      fp32.offload_dir = plan_dir.str();
+      expect_training_error(fp32, "only bf16 runs");
+    }
+    if (parts.grads) {  // accumulating micro-batches add to the host's gradients
+      test::TempDir acc_out("paged-parts-accumulate");
+      TrainConfig acc = config(acc_out.str(), precision);
+      acc.grad_accum = 2;
+      acc.plan = plan_path;
+      acc.offload_dir = plan_dir.str();
+      expect_training_error(acc, "gradient accumulation");
     }
   }
-  // An fp32 run's matmuls read the masters: such a plan is a clear error there.
-  test::TempDir fp32_out("paged-master-fp32");
-  TrainConfig fp32 = config(fp32_out.str());
-  fp32.precision = "f32";
-  fp32.plan = plan_dir.str() + "/plan-1.json";
-  fp32.offload_dir = plan_dir.str();
-  expect_training_error(fp32, "only bf16 runs");
-  // runs: states only (cpu, emu), then with masters (cpu, emu).
-  for (int b = 0; b < 2; ++b) {
-    EXPECT_LT(runs[2 + b].peak_host_bytes, runs[b].peak_host_bytes) << "paged masters left the host figure as it was";
-    EXPECT_GT(runs[2 + b].peak_nvme_bytes, runs[b].peak_nvme_bytes) << "paged masters took no NVMe bytes";
-  }
+  // Each part added: a lower host figure, more NVMe bytes (cpu and emu runs alike).
+  for (auto& [precision, r] : runs)
+    for (size_t k = 2; k < r.size(); ++k) {
+      EXPECT_LT(r[k].peak_host_bytes, r[k - 2].peak_host_bytes) << precision << " run " << k << ": no host saved";
+      EXPECT_GT(r[k].peak_nvme_bytes, r[k - 2].peak_nvme_bytes) << precision << " run " << k << ": no NVMe taken";
+    }
 }
 
 TEST_F(StreamedTraining, ResumesBitwise) {

@@ -1,0 +1,24 @@
+// The whole pages inside a byte range, and giving them back to the kernel: how host
+// memory holds paged tensors (train/master_pages.h, exec/state_pager.h's gradients) only
+// while they are in use. A released page keeps its address and reads as zeros until it
+// is written (madvise(MADV_DONTNEED) on private anonymous memory, which every host block
+// here is); the partial pages at a range's ends stay resident.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace lt {
+
+struct PageSpan {
+  std::byte* begin = nullptr;
+  size_t bytes = 0;  // a multiple of the page size (0: no whole page inside)
+};
+
+// The whole pages inside [data, data + bytes).
+PageSpan page_interior(void* data, size_t bytes);
+
+// Gives the span's pages back to the kernel; lt::Error naming `what` if it refuses.
+void release_pages(PageSpan span, const std::string& what);
+
+}  // namespace lt
