@@ -17,9 +17,10 @@ namespace {
 // Optimizer state per parameter: 8-bit m and v, and an fp32 scale for each per block of
 // 256 (the hybrid AdamW's default, optim/adamw.h).
 constexpr double kStateBytesPerParam = 2 + 2 * 4.0 / 256;
-// Host bytes per parameter that live across steps.
-// Ours: fp32 master 4 + optimizer state + bf16 compute copy 2 + bf16 gradient 2.
-constexpr double kHostBytesPerParam = 4 + kStateBytesPerParam + 2 + 2;
+// Host bytes per parameter that live across steps, besides the gradient (the profile's
+// grad_bytes: bf16 on GPU profiles, fp32 in the cpu and emu executors' host block).
+// Ours: fp32 master 4 + optimizer state + bf16 compute copy 2.
+constexpr double kHostBytesPerParamBesidesGradient = 4 + kStateBytesPerParam + 2;
 // MegaTrain's public code: bf16 params 2 + fp32 grads 4 + fp32 m and v 8 (no fp32 master).
 constexpr double kHostBytesPerParamFp32Adam = 14;
 // A separate clip pass reads every fp32 gradient once and writes it once.
@@ -137,7 +138,7 @@ CostModel build_cost_model(const ModelConfig& c, const HardwareProfile& hw, int6
   m.clip_pass_s = kClipBytesPerParam * m.total_params / hw.host_memory_bw;
 
   if (hw.weight_bytes == 2) m.weight_slot_bytes = static_cast<double>(bf16_weight_slot_bytes(c));
-  m.host_state_bytes = kHostBytesPerParam * m.total_params;
+  m.host_state_bytes = (kHostBytesPerParamBesidesGradient + hw.grad_bytes) * m.total_params;
   m.host_state_bytes_fp32 = kHostBytesPerParamFp32Adam * m.total_params;
 
   m.h2d_bw = hw.h2d_bw;

@@ -116,7 +116,7 @@ struct CostModel {
   double clip_pass_s = 0;         // a separate pass over all fp32 gradients (megatrain-code)
 
   // Host state that lives for the whole run.
-  double host_state_bytes = 0;       // ours: fp32 master + 8-bit m/v + bf16 copy + bf16 grads
+  double host_state_bytes = 0;       // ours: fp32 master + 8-bit m/v + bf16 copy + grads (grad_bytes)
   double host_state_bytes_fp32 = 0;  // megatrain-code: bf16 params + fp32 grads + fp32 m/v
 
   // Data-parallel ranks (build_cost_model(req) fills it): their exchange's costs; the
