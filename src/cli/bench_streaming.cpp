@@ -116,6 +116,14 @@ ModelConfig bench_model(const StreamingBenchArgs& a) {
   return c;
 }
 
+void next_tokens(std::vector<int32_t>& ids, std::vector<int32_t>& labels, int64_t vocab, uint64_t& state) {
+  for (int32_t& id : ids) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(vocab));
+  }
+  labels = ids;
+}
+
 PlanRequest bench_request(const StreamingBenchArgs& a, const std::string& profile_name) {
   PlanRequest req;
   req.model_name = "bench-llama-" + std::to_string(a.layers) + "x" + std::to_string(a.hidden);

@@ -66,6 +66,10 @@ struct Measured {
 Measured run_plan(const Plan& plan, const StreamingBenchArgs& a, double emu_gbps = -1, bool train = false,
                   int min_steps = 1);
 
+// The next batch of a bench's token stream, from `state` (the same batches in every run
+// that starts from the same state): random ids in [0, vocab), and labels equal to them.
+void next_tokens(std::vector<int32_t>& ids, std::vector<int32_t>& labels, int64_t vocab, uint64_t& state);
+
 // The `bench` command that holds both, made by whichever registers first.
 CLI::App* bench_command(CLI::App& app);
 

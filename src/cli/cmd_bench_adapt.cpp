@@ -138,11 +138,7 @@ Run train(const AdaptArgs& a, const Plan& plan, const PlanRequest& req, bool ada
   const int change = a.steps / 3;
   Run run;
   for (int step = 1; step <= a.steps; ++step) {
-    for (int64_t i = 0; i < tokens; ++i) {  // the same tokens in both runs
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      ids[i] = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(mc.vocab_size));
-    }
-    std::copy(ids.begin(), ids.end(), labels.begin());
+    next_tokens(ids, labels, mc.vocab_size, s);  // the same tokens in both runs
     if (step == change + 1) {  // the machine changes between two steps
       knobs.set_link_rates(a.fast_gbps * a.slow_factor, a.fast_gbps * a.slow_factor);
       knobs.set_compute_slowdown(a.compute_after);
