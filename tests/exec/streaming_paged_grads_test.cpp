@@ -13,6 +13,7 @@
 #include "exec/backend.h"
 #include "exec/streaming_executor.h"
 #include "layers/model_step.h"
+#include "memory/nvme_test_util.h"
 #include "memory/page_interior.h"
 #include "plan/baselines.h"
 #include "plan/cost_model.h"
@@ -38,13 +39,23 @@ std::vector<float> reference_grads(const ModelConfig& c, const ModelParameters& 
   return {g.data(), g.data() + g.numel()};
 }
 
-TEST(StreamingPagedGradients, GoToTheirSlotsAndLeaveTheHost) {
-  test::TempDir dir("exec-paged-grads");
-  const ModelConfig c = test::streaming_tiny_config(6);
+// keep-all with layers 3..5 paging their states and gradients (the parts as asked:
+// make_plan would take the fewest its host needs).
+Plan paged_grads_plan(const ModelConfig& c) {
   PlanRequest req = streaming_test::request(c);
   req.nvme_state_layers = 3;
   req.page_grads = true;
-  const Plan plan = plan_keep_all(req, build_cost_model(req));  // the parts as asked (make_plan takes the fewest)
+  return plan_keep_all(req, build_cost_model(req));
+}
+
+PageSpan grad_pages(ModelParameters& grads, int j) {
+  return page_interior(grads.block_base(j), static_cast<size_t>(block_numel(grads.config(), j)) * sizeof(float));
+}
+
+TEST(StreamingPagedGradients, GoToTheirSlotsAndLeaveTheHost) {
+  test::TempDir dir("exec-paged-grads");
+  const ModelConfig c = test::streaming_tiny_config(6);
+  const Plan plan = paged_grads_plan(c);
   ASSERT_TRUE(plan.paged_grads);
   ASSERT_EQ(plan.nvme_state_layers, (std::vector<int>{3, 4, 5}));
   ASSERT_TRUE(validate_plan(plan).empty()) << validate_plan(plan).front();
@@ -52,9 +63,7 @@ TEST(StreamingPagedGradients, GoToTheirSlotsAndLeaveTheHost) {
     SCOPED_TRACE(backend_name);
     ModelParameters params(c), grads(c);
     test::init_parameters(params, 7);
-    const auto pages = [&](int j) {
-      return page_interior(grads.block_base(j), static_cast<size_t>(block_numel(c, j)) * sizeof(float));
-    };
+    const auto pages = [&](int j) { return grad_pages(grads, j); };
     auto backend = make_backend(backend_name);
     StreamingOptions so;
     so.offload_dir = dir.path();
@@ -103,6 +112,42 @@ TEST(StreamingPagedGradients, GoToTheirSlotsAndLeaveTheHost) {
     }
     EXPECT_EQ(hooked, (std::vector<int>{3, 4, 5})) << "the update hook did not find the last gradients in the slots";
   }
+}
+
+// A disk that dies under a gradient write: the step fails with an lt::Error naming the
+// offload file, and the gradients stay in host memory (their pages are released only once
+// written), bit for bit what backward computed.
+TEST(StreamingPagedGradients, DiskDyingUnderTheirWriteKeepsThemOnTheHost) {
+  test::TempDir scratch("exec-eio-grads");
+  std::string why;
+  auto mnt = test::ScratchMount::ext4_loop(scratch.path() / "disk.img", scratch.path() / "mnt", 32 << 20, &why);
+  if (!mnt) GTEST_SKIP() << why;
+  const ModelConfig c = test::streaming_tiny_config(6);
+  const Plan plan = paged_grads_plan(c);
+  ModelParameters params(c), grads(c);
+  test::init_parameters(params, 7);
+  auto backend = make_cpu_backend();
+  StreamingOptions so;
+  so.offload_dir = mnt->path();
+  so.grad_offset = 4096;
+  so.layer_state_bytes = so.grad_offset + grad_pages(grads, 5).bytes;
+  StreamingExecutor ex(plan, *backend, so);
+  const std::string file = ex.offload_file();
+  std::vector<int32_t> ids, labels;
+  test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, 0);
+  const std::vector<float> ref = reference_grads(c, params, ids, labels);
+  std::string shut_error;
+  StepOptions o;
+  o.before_window = [&](int w) {
+    if (w == ex.schedule().grad_write_w[5]) shut_error = mnt->shut_down();
+  };
+  const std::string m = test::error_of([&] { ex.step(params, grads, ids.data(), labels.data(), o); });
+  if (!shut_error.empty()) GTEST_SKIP() << shut_error;
+  EXPECT_NE(m.find("Input/output error"), std::string::npos) << m;
+  EXPECT_NE(m.find("offload file " + file + " at offset "), std::string::npos) << m;
+  const PageSpan p = grad_pages(grads, 5);
+  const auto* want = reinterpret_cast<const std::byte*>(ref.data()) + (p.begin - reinterpret_cast<std::byte*>(grads.data()));
+  EXPECT_EQ(std::memcmp(p.begin, want, p.bytes), 0) << "layer 5's gradients left the host without reaching the disk";
 }
 
 }  // namespace
