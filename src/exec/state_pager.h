@@ -51,7 +51,6 @@ class StatePager {
   // kernel once written (at that window's barrier); the read before the update brings them
   // back to the slot's staging, from grad_offset on.
   bool grads_paged(int layer) const { return grad_offset_ > 0 && paged(layer); }
-  size_t grad_offset() const { return grad_offset_; }
   void start_grad_writes(int w, ModelParameters& grads, double now_s);
   void finish_grad_writes(int w, const Done& done);
   void abandon() noexcept;  // after a failed step, once the store is drained

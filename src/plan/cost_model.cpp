@@ -42,13 +42,9 @@ double layer_master_bytes(const ModelConfig& c, int j) {
   return sizeof(float) * n;
 }
 
-double layer_paged_bytes(const ModelConfig& c, int j, bool with_master) {
-  return layer_state_bytes(c, j) + (with_master ? layer_master_bytes(c, j) : 0.0);
-}
-
 PagedLayerBytes paged_layer_bytes(const Plan& p, int j) {
   PagedLayerBytes b;
-  b.write_back = layer_paged_bytes(p.model, j, p.paged_master);
+  b.write_back = layer_state_bytes(p.model, j) + (p.paged_master ? layer_master_bytes(p.model, j) : 0.0);
   b.grads = p.paged_grads ? p.hardware.grad_bytes * static_cast<double>(layer_params(p.model, j)) : 0.0;
   b.read = b.write_back + b.grads;
   return b;

@@ -149,9 +149,6 @@ double layer_state_bytes(const ModelConfig& c, int j);
 // Layer j's projection matrices' fp32 masters (LayerCost::master_bytes when they page):
 // an upper bound of what the executor pages, the page-aligned interiors of those tensors.
 double layer_master_bytes(const ModelConfig& c, int j);
-// What paged layer j moves to and from NVMe (plan/state_paging.h): its optimizer state,
-// and its masters when `with_master` (Plan::paged_master).
-double layer_paged_bytes(const ModelConfig& c, int j, bool with_master);
 // A plan's paged layer j (its nvme_state_layers): what os.<j>'s read moves and its
 // write-back, and its gradients' write gs.<j> (0 unless Plan::paged_grads).
 struct PagedLayerBytes {

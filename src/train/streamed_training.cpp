@@ -457,22 +457,17 @@ StepEngine::Memory StreamedTraining::memory() const {
   m.compute = static_cast<int64_t>(executor_->arena_bytes());
   m.host = 8 * n + static_cast<int64_t>(updater_.resident_state_bytes()) +
            static_cast<int64_t>(executor_->host_peak_bytes()) + (cfg_.precision == "bf16" ? 2 * n : 0) -
-           paged_master_bytes() - paged_grad_bytes();
+           paged_off_host_bytes();
   m.nvme = static_cast<int64_t>(executor_->nvme_bytes());
   return m;
 }
 
-int64_t StreamedTraining::paged_master_bytes() const {
-  if (!masters_) return 0;
+int64_t StreamedTraining::paged_off_host_bytes() const {
   int64_t b = 0;
-  for (int j : plan().nvme_state_layers) b += static_cast<int64_t>(masters_->bytes(j));
-  return b;
-}
-
-int64_t StreamedTraining::paged_grad_bytes() const {
-  int64_t b = 0;
-  if (grad_pages_ > 0)
-    for (int j : plan().nvme_state_layers) b += static_cast<int64_t>(layer_grad_pages(j).bytes);
+  for (int j : plan().nvme_state_layers) {
+    if (masters_) b += static_cast<int64_t>(masters_->bytes(j));
+    if (grad_pages_ > 0) b += static_cast<int64_t>(layer_grad_pages(j).bytes);
+  }
   return b;
 }
 
@@ -481,6 +476,13 @@ std::vector<std::string> StreamedTraining::describe() const {
   const Plan::TierCounts tc = p.tier_counts();
   const Memory m = memory();
   const int64_t n = params_.numel();
+  const int64_t off_host = paged_off_host_bytes();
+  std::string paged_note;  // what of the fp32 weights and gradients lives in the NVMe slots
+  if (off_host > 0)
+    paged_note = std::string(" (the paged layers' ") +
+                 (masters_ && grad_pages_ > 0 ? "matrices' masters and gradients" : masters_ ? "matrices' masters"
+                                                                                          : "gradients") +
+                 ", " + format_bytes(off_host) + ", on NVMe)";
   char plan_line[512], memory_line[512];
   std::snprintf(plan_line, sizeof plan_line,
                 "plan: %s (%s policy, predicted %.4f s per micro-batch), %s backend, streaming; boundaries gpu %.1f "
@@ -494,13 +496,7 @@ std::vector<std::string> StreamedTraining::describe() const {
                 "memory: compute tier %s (fp32 activations; the plan's peak %s), host %s (fp32 weights and gradients "
                 "%s%s,%s %s optimizer states %s held, offloaded activations %s), nvme %s",
                 format_bytes(m.compute).c_str(), format_bytes(static_cast<int64_t>(p.predicted_peak.gpu)).c_str(),
-                format_bytes(m.host).c_str(), format_bytes(8 * n - paged_master_bytes() - paged_grad_bytes()).c_str(),
-                masters_ || grad_pages_ > 0 ? (" (the paged layers' " + std::string(masters_ ? "matrices' masters" : "") +
-                                               (masters_ && grad_pages_ > 0 ? " and " : "") +
-                                               (grad_pages_ > 0 ? "gradients" : "") + ", " +
-                                               format_bytes(paged_master_bytes() + paged_grad_bytes()) + ", on NVMe)")
-                                                  .c_str()
-                                            : "",
+                format_bytes(m.host).c_str(), format_bytes(8 * n - off_host).c_str(), paged_note.c_str(),
                 cfg_.precision == "bf16" ? (" bf16 weight copy " + format_bytes(2 * n) + ",").c_str() : "",
                 cfg_.optimizer.c_str(), format_bytes(updater_.resident_state_bytes()).c_str(),
                 format_bytes(executor_->host_peak_bytes()).c_str(), format_bytes(m.nvme).c_str());

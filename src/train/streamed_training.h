@@ -189,9 +189,9 @@ class StreamedTraining final : public StepEngine {
   bool grads_on_nvme_ = false;
   PageSpan layer_grad_pages(int layer) const;
   void zero_grads();  // the whole block, giving the paged layers' pages back
-  int64_t paged_grad_bytes() const;
   void page_out_masters();  // all paged layers' (their NVMe copies are current)
-  int64_t paged_master_bytes() const;  // host bytes they free
+  // The host bytes the paged masters and gradients free (their pages, in the NVMe slots).
+  int64_t paged_off_host_bytes() const;
   void page_in_masters();
   // The lazy update of paged layer j from its slot's bytes (its state, and its masters
   // when they page), which it updates in place.
