@@ -83,10 +83,12 @@ void StatePager::start_grad_writes(int w, ModelParameters& grads, double now_s) 
   for (int j : layers_)
     if (s_.grad_write_w[j] == w) {
       LT_ASSERT(grad_write_[j].ticket == 0, "gradients of layer " + std::to_string(j) + " written twice");
-      const PageSpan pages = page_interior(grads.block_base(j), block_numel(grads.config(), j) * sizeof(float));
-      LT_ASSERT(pages.bytes <= bytes_ - grad_offset_, "layer " + std::to_string(j) + "'s gradients outgrow its slot");
+      const size_t bytes = block_numel(grads.config(), j) * sizeof(float);
+      const PageSpan cover = page_cover(grads.block_base(j), bytes), pages = page_interior(grads.block_base(j), bytes);
+      LT_ASSERT(cover.bytes <= bytes_ - grad_offset_, "layer " + std::to_string(j) + "'s gradients outgrow its slot");
       grad_pages_[j] = pages;
-      if (pages.bytes > 0) grad_write_[j] = {store_->write(slot_[j], grad_offset_, pages.begin, pages.bytes), now_s};
+      const size_t at = grad_offset_ + static_cast<size_t>(pages.begin - cover.begin);
+      if (pages.bytes > 0) grad_write_[j] = {store_->write(slot_[j], at, pages.begin, pages.bytes), now_s};
     }
 }
 

@@ -49,7 +49,10 @@ class StatePager {
   // Paged gradients: the whole pages of layer j's gradient block (the rest stays on the
   // host) go to its slot at the plan's gs.<j> window (after its updates), and back to the
   // kernel once written (at that window's barrier); the read before the update brings them
-  // back to the slot's staging, from grad_offset on.
+  // back to the slot's staging. From grad_offset on the slot mirrors the pages covering
+  // the block (memory/page_interior.h's page_cover): the whole pages lie there at their
+  // offset from the cover's start, and the block's partial end pages' places are left to
+  // the update to fill from the host, which then finds the block whole in the slot.
   bool grads_paged(int layer) const { return grad_offset_ > 0 && paged(layer); }
   void start_grad_writes(int w, ModelParameters& grads, double now_s);
   void finish_grad_writes(int w, const Done& done);

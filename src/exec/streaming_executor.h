@@ -74,7 +74,8 @@ namespace lt {
 
 // Called once per target per step (when StepOptions::update is set), before the step
 // reads the target's weights; the target's gradient still holds the previous step's sum
-// (a layer with paged gradients: its whole pages are in paged_state from grad_offset on).
+// (a layer with paged gradients: its whole pages are in paged_state, laid out from
+// grad_offset on as StatePager::start_grad_writes says).
 // paged_state: for a layer whose optimizer state the plan pages from NVMe, its slot's
 // bytes in host staging (StreamingOptions::layer_state_bytes of them, 4096-aligned),
 // valid during the call and written back after it (up to grad_offset when gradients
@@ -120,7 +121,8 @@ struct StreamingOptions {
   // them (a multiple of 4096, after the state; layer_state_bytes then covers them), which
   // the write-back after the update stops at. 0: they do not page. Their whole pages leave
   // host memory once written and are zeroed by release (StatePager::start_grad_writes),
-  // and the update hook must put them back from paged_state before it reads them.
+  // and the update hook reads them from paged_state, where they lie as the pages covering
+  // the layer's gradient block (room for memory/page_interior.h's page_cover of it).
   size_t grad_offset = 0;
   // BF16: matmuls read bf16 weights from StepOptions::compute_copy (fp32 accumulation,
   // ModelStep's BF16 math bit for bit); the cpu backend only, for now.

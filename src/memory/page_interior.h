@@ -17,6 +17,12 @@ struct PageSpan {
 
 // The whole pages inside [data, data + bytes).
 PageSpan page_interior(void* data, size_t bytes);
+// The pages covering [data, data + bytes): from the start of the page holding its first
+// byte to the end of the page holding its last (empty for bytes == 0). A paged range's
+// copy elsewhere (an NVMe slot) keeps this layout, so that the range lies there whole
+// and in one piece: its interior at the same offset from the cover's start, its partial
+// ends beside it.
+PageSpan page_cover(void* data, size_t bytes);
 
 // Gives the span's pages back to the kernel; lt::Error naming `what` if it refuses.
 void release_pages(PageSpan span, const std::string& what);

@@ -158,11 +158,11 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   if (masters_ || (paging && plan.paged_grads)) {
     // The slot: [optimizer state | masters | gradients], each part at an aligned offset.
     state_part_ = NvmeStore::round_up(so.layer_state_bytes);
-    so.layer_state_bytes = state_part_ + (masters_ ? masters_->max_bytes() : 0);
+    so.layer_state_bytes = state_part_ + (masters_ ? masters_->max_slot_bytes() : 0);
   }
   if (paging && plan.paged_grads) {
     so.grad_offset = so.layer_state_bytes;
-    for (int j : plan.nvme_state_layers) grad_pages_ = std::max(grad_pages_, layer_grad_pages(j).bytes);
+    for (int j : plan.nvme_state_layers) grad_pages_ = std::max(grad_pages_, layer_grad_cover(j).bytes);
     so.layer_state_bytes += grad_pages_;
   }
   executor_options_ = so;
@@ -286,11 +286,8 @@ std::vector<ReplanEvent> StreamedTraining::finish(int64_t step) {
 
 void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte> paged) {
   if (sharded()) return exchange_->weights_needed(t);  // updated by its owner after the last step
-  if ((masters_ || grad_pages_ > 0) && !paged.empty()) {  // a paged layer during a step
-    update_paged_layer(t.layer, paged);
-    if (masters_) masters_->release(t.layer);  // its masters come and go with the update
-    return;  // (and the executor gives its gradients' pages back as it zeroes them)
-  }
+  if ((masters_ || grad_pages_ > 0) && !paged.empty())  // a paged layer during a step
+    return update_paged_layer(t.layer, paged);  // (the executor gives its gradients' pages back as it zeroes them)
   for (auto [offset, n] : target_ranges(params_, t))
     updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), paged);
 }
@@ -298,19 +295,43 @@ void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte>
 void StreamedTraining::update_paged_layer(int layer, std::span<std::byte> slot) {
   const UpdateTarget t{UpdateTarget::Kind::Layer, layer};
   const std::span<std::byte> masters = slot.subspan(state_part_);
-  if (masters_) masters_->copy_in(layer, masters);
+  TensorPlaces places;
+  if (masters_)
+    places.params = [&](int64_t offset) { return masters_->in_slot(layer, masters, params_.data() + offset); };
   if (grad_pages_ > 0 && grads_on_nvme_) {  // the gradients the last backward wrote to the slot
-    const PageSpan g = layer_grad_pages(layer);
-    std::memcpy(g.begin, slot.data() + executor_options_.grad_offset, g.bytes);
+    const float* const in_slot = gather_grads(layer, slot.subspan(executor_options_.grad_offset));
+    const int64_t first = grads_.block_base(layer) - grads_.data();
+    places.grads = [in_slot, first](int64_t offset) { return in_slot + (offset - first); };
   }
   for (auto [offset, n] : target_ranges(params_, t))
-    updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), slot.first(state_part_));
-  if (masters_) masters_->copy_out(layer, masters);
+    updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), slot.first(state_part_),
+                          &places);
+}
+
+const float* StreamedTraining::gather_grads(int layer, std::span<std::byte> part) const {
+  const PageSpan cover = layer_grad_cover(layer), pages = layer_grad_pages(layer);
+  auto* const first = reinterpret_cast<std::byte*>(grads_.block_base(layer));
+  std::byte* const end = first + static_cast<size_t>(block_numel(grads_.config(), layer)) * sizeof(float);
+  LT_ASSERT(part.size() >= cover.bytes, "layer " + std::to_string(layer) + "'s gradients outgrow its slot");
+  auto put = [&](std::byte* from, std::byte* to) {
+    std::memcpy(part.data() + (from - cover.begin), from, static_cast<size_t>(to - from));
+  };
+  if (pages.bytes == 0) {  // no whole page: all of them stayed on the host
+    put(first, end);
+  } else {
+    put(first, pages.begin);
+    put(pages.begin + pages.bytes, end);
+  }
+  return reinterpret_cast<const float*>(part.data() + (first - cover.begin));
 }
 
 PageSpan StreamedTraining::layer_grad_pages(int layer) const {
   return page_interior(grads_.block_base(layer),
                        static_cast<size_t>(block_numel(grads_.config(), layer)) * sizeof(float));
+}
+
+PageSpan StreamedTraining::layer_grad_cover(int layer) const {
+  return page_cover(grads_.block_base(layer), static_cast<size_t>(block_numel(grads_.config(), layer)) * sizeof(float));
 }
 
 void StreamedTraining::zero_grads() {
@@ -428,10 +449,11 @@ void StreamedTraining::flush() {
     if (slot.size() == 0) slot.resize(executor_options_.layer_state_bytes);
     executor_->read_paged_state(j, {slot.data(), slot.size()});
     if (masters_ || grad_pages_ > 0)
-      update_paged_layer(j, {slot.data(), slot.size()});  // its masters stay in host memory
+      update_paged_layer(j, {slot.data(), slot.size()});
     else
       update_target(t, {slot.data(), slot.size()});
     executor_->write_paged_state(j, {slot.data(), slot.size()});
+    if (masters_) masters_->copy_in(j, {slot.data() + state_part_, slot.size() - state_part_});  // and on the host
   }
   update_target({UpdateTarget::Kind::Head, -1}, {});
   has_pending_ = false;

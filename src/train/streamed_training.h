@@ -175,26 +175,33 @@ class StreamedTraining final : public StepEngine {
   UpdateResult pending_;
   bool has_pending_ = false;
   // Paged masters (Plan::paged_master): a paged layer's NVMe slot holds its optimizer
-  // state, then from state_part_ on its matrices' fp32 masters (master_pages.h). The NVMe
-  // copy is always current; the host's is too while masters_resident_ (from flush() to
-  // the next step, for checkpoints and evaluations), else released.
+  // state, then from state_part_ on its matrices' fp32 masters (master_pages.h), which the
+  // update reads and writes there. The NVMe copy is always current; the host's is too
+  // while masters_resident_ (from flush() to the next step, for checkpoints and
+  // evaluations), else released.
   std::optional<MasterPages> masters_;
   size_t state_part_ = 0;
   bool masters_resident_ = true;
   // Paged gradients (Plan::paged_grads): the whole pages of a paged layer's gradient block
   // go to its slot from StreamingOptions::grad_offset on, after backward (the executor
-  // writes and releases them); the update puts them back when grads_on_nvme_ (not after a
-  // step that zeroed the gradients without a backward). grad_pages_: the most of a layer.
+  // writes and releases them); the update reads them there when grads_on_nvme_ (not after
+  // a step that zeroed the gradients without a backward), after gather_grads put the
+  // block's partial end pages' bytes beside them. grad_pages_: the most slot bytes a
+  // layer's take (the pages covering its block).
   size_t grad_pages_ = 0;
   bool grads_on_nvme_ = false;
-  PageSpan layer_grad_pages(int layer) const;
+  PageSpan layer_grad_pages(int layer) const;  // the whole pages of layer j's gradients
+  PageSpan layer_grad_cover(int layer) const;  // the pages covering them, their layout in the slot
+  // Completes layer j's gradients in its slot's part from grad_offset on (the bytes on
+  // partial pages, from the host block); returns where its first gradient lies there.
+  const float* gather_grads(int layer, std::span<std::byte> part) const;
   void zero_grads();  // the whole block, giving the paged layers' pages back
   void page_out_masters();  // all paged layers' (their NVMe copies are current)
   // The host bytes the paged masters and gradients free (their pages, in the NVMe slots).
   int64_t paged_off_host_bytes() const;
   void page_in_masters();
-  // The lazy update of paged layer j from its slot's bytes (its state, and its masters
-  // when they page), which it updates in place.
+  // The lazy update of paged layer j in its slot's bytes (its state, its masters when they
+  // page, read from its gradients there when they page), which it updates in place.
   void update_paged_layer(int layer, std::span<std::byte> slot);
 };
 

@@ -148,15 +148,30 @@ UpdateResult Updater::decide(double grad_sq_sum, int64_t step) {
 }
 
 void Updater::update_range(ModelParameters& params, const ModelParameters& grads, int64_t offset, int64_t numel,
-                           const UpdateResult& d, bf16* compute_copy, std::span<std::byte> paged_state) {
+                           const UpdateResult& d, bf16* compute_copy, std::span<std::byte> paged_state,
+                           const TensorPlaces* places) {
   if (!d.applied) return;
-  if (!adamw_) {  // plain SGD
+  auto params_at = [&](int64_t off) {
+    float* p = places && places->params ? places->params(off) : nullptr;
+    return p ? p : params.data() + off;
+  };
+  auto grads_at = [&](int64_t off) {
+    const float* g = places && places->grads ? places->grads(off) : nullptr;
+    return g ? g : grads.data() + off;
+  };
+  if (!adamw_) {  // plain SGD, over the whole range, or tensor by tensor where they lie
     const float scale = static_cast<float>(d.lr) * d.clip_factor;
-    float* p = params.data() + offset;
-    const float* g = grads.data() + offset;
+    auto sgd = [&](int64_t off, int64_t n) {
+      float* p = params_at(off);
+      const float* g = grads_at(off);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < numel; ++i) p[i] -= scale * g[i];
-    if (compute_copy) convert_f32_to_bf16(compute_copy + offset, p, numel);
+      for (int64_t i = 0; i < n; ++i) p[i] -= scale * g[i];
+      if (compute_copy) convert_f32_to_bf16(compute_copy + off, p, n);
+    };
+    if (!places) return sgd(offset, numel);
+    for (const WeightSpec& s : params.specs())
+      if (const int64_t off = params.tensor(s.hf_name) - params.data(); off >= offset && off < offset + numel)
+        sgd(off, s.numel());
     return;
   }
   std::byte* state = paged_state.data();
@@ -167,8 +182,8 @@ void Updater::update_range(ModelParameters& params, const ModelParameters& grads
       adamw_->attach_state(id, state);
       state += adamw_->state_bytes(id);
     }
-    float* p = params.data() + offsets_[id];
-    const float* g = grads.data() + offsets_[id];
+    float* p = params_at(offsets_[id]);
+    const float* g = grads_at(offsets_[id]);
     bf16* out = compute_copy ? compute_copy + offsets_[id] : nullptr;
     adamw_->step_tensor(id, p, g, out, static_cast<float>(d.lr), d.clip_factor, d.optimizer_step);
     if (adamw_->is_paged(id)) adamw_->detach_state(id);

@@ -34,6 +34,15 @@ struct UpdateResult {
   int64_t optimizer_step = 0;  // AdamW's 1-based step count for this update
 };
 
+// Where Updater::update_range finds tensors that lie outside the blocks it is given (a
+// paged layer's, in its NVMe slot's host staging): by a tensor's offset in the block, its
+// fp32 parameters (null, or no function: in the parameter block) and its gradients
+// (likewise, in the gradient block).
+struct TensorPlaces {
+  std::function<float*(int64_t offset)> params;
+  std::function<const float*(int64_t offset)> grads;
+};
+
 class Updater {
  public:
   // paged_layers: decoder layers whose optimizer states the caller keeps (the streaming
@@ -64,9 +73,11 @@ class Updater {
   // [offset, offset + numel) of the block (whole tensors; nothing when !d.applied), in any
   // order and in pieces, bitwise as apply() would. paged_state: the bytes of those
   // tensors' states, in tensor order (layer_state_bytes() of them), when they are paged.
+  // places: where tensors outside `params` and `grads` lie (null: none do).
   UpdateResult decide(double grad_sq_sum, int64_t step);
   void update_range(ModelParameters& params, const ModelParameters& grads, int64_t offset, int64_t numel,
-                    const UpdateResult& d, bf16* compute_copy, std::span<std::byte> paged_state = {});
+                    const UpdateResult& d, bf16* compute_copy, std::span<std::byte> paged_state = {},
+                    const TensorPlaces* places = nullptr);
   // A paged layer's state bytes: the largest layer's (0 without AdamW; a hybrid model's
   // layers differ), and layer j's own; attach/detach them for save and load.
   size_t layer_state_bytes() const;

@@ -52,6 +52,16 @@ PageSpan grad_pages(ModelParameters& grads, int j) {
   return page_interior(grads.block_base(j), static_cast<size_t>(block_numel(grads.config(), j)) * sizeof(float));
 }
 
+// The pages covering layer j's gradients: the slot's layout of them from grad_offset on.
+PageSpan grad_cover(ModelParameters& grads, int j) {
+  return page_cover(grads.block_base(j), static_cast<size_t>(block_numel(grads.config(), j)) * sizeof(float));
+}
+
+// Where in a slot layer j's whole gradient pages lie.
+size_t slot_offset(ModelParameters& grads, int j, size_t grad_offset) {
+  return grad_offset + static_cast<size_t>(grad_pages(grads, j).begin - grad_cover(grads, j).begin);
+}
+
 TEST(StreamingPagedGradients, GoToTheirSlotsAndLeaveTheHost) {
   test::TempDir dir("exec-paged-grads");
   const ModelConfig c = test::streaming_tiny_config(6);
@@ -70,7 +80,7 @@ TEST(StreamingPagedGradients, GoToTheirSlotsAndLeaveTheHost) {
     so.direct_io = false;
     so.grad_offset = 4096;  // a one-page state part
     size_t most = 0;
-    for (int j : plan.nvme_state_layers) most = std::max(most, pages(j).bytes);
+    for (int j : plan.nvme_state_layers) most = std::max(most, grad_cover(grads, j).bytes);
     ASSERT_GT(most, 0u);
     so.layer_state_bytes = so.grad_offset + most;
     StreamingExecutor ex(plan, *backend, so);
@@ -83,7 +93,8 @@ TEST(StreamingPagedGradients, GoToTheirSlotsAndLeaveTheHost) {
       const PageSpan p = pages(t.layer);
       const std::byte* want = reinterpret_cast<const std::byte*>(ref[0].data()) +
                               (p.begin - reinterpret_cast<std::byte*>(grads.data()));
-      if (std::memcmp(slot.data() + so.grad_offset, want, p.bytes) == 0) hooked.push_back(t.layer);
+      if (std::memcmp(slot.data() + slot_offset(grads, t.layer, so.grad_offset), want, p.bytes) == 0)
+        hooked.push_back(t.layer);
     };
     StepOptions o;
     o.update = &hook;
@@ -106,7 +117,7 @@ TEST(StreamingPagedGradients, GoToTheirSlotsAndLeaveTheHost) {
         const std::vector<std::byte> zeros(p.bytes);
         EXPECT_EQ(std::memcmp(p.begin, zeros.data(), p.bytes), 0) << "layer " << j << "'s gradient pages stayed";
         ex.read_paged_state(j, {slot.data(), slot.size()});
-        EXPECT_EQ(std::memcmp(slot.data() + so.grad_offset, want + lo, p.bytes), 0)
+        EXPECT_EQ(std::memcmp(slot.data() + slot_offset(grads, j, so.grad_offset), want + lo, p.bytes), 0)
             << "layer " << j << "'s slot does not hold its gradients";
       }
     }
@@ -130,7 +141,7 @@ TEST(StreamingPagedGradients, DiskDyingUnderTheirWriteKeepsThemOnTheHost) {
   StreamingOptions so;
   so.offload_dir = mnt->path();
   so.grad_offset = 4096;
-  so.layer_state_bytes = so.grad_offset + grad_pages(grads, 5).bytes;
+  so.layer_state_bytes = so.grad_offset + grad_cover(grads, 5).bytes;
   StreamingExecutor ex(plan, *backend, so);
   const std::string file = ex.offload_file();
   std::vector<int32_t> ids, labels;

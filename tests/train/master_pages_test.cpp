@@ -1,6 +1,8 @@
-// MasterPages (train/master_pages.h): what pages is exactly the projection matrices'
-// page-aligned interiors of the chosen layers; released pages read as zeros, the copy
-// written back restores them bit for bit, and nothing else in the block ever changes.
+// MasterPages (train/master_pages.h): what is released is exactly the projection
+// matrices' page-aligned interiors of the chosen layers, and the slot holds each of those
+// matrices whole (as the pages covering it, where in_slot says); released pages read as
+// zeros, the slot's copy written back restores them bit for bit, and nothing else in the
+// block ever changes.
 #include "train/master_pages.h"
 
 #include <gtest/gtest.h>
@@ -26,31 +28,43 @@ void expect_pages_of(const ModelConfig& c, const std::vector<int>& layers) {
   // Which elements page: a matrix's elements on whole pages inside it, of the chosen layers.
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   std::vector<bool> paged(static_cast<size_t>(params.numel()), false);
-  size_t expected_max = 0;
+  std::vector<AlignedBuffer<std::byte>> slots;
   for (int j : layers) {
-    size_t bytes = 0;
+    size_t bytes = 0, slot = 0;
     float* at = params.block_base(j);
     for (const BlockField& f : block_fields(c, j)) {
+      const auto t = reinterpret_cast<uintptr_t>(at), e = reinterpret_cast<uintptr_t>(at + f.numel);
+      size_t whole = 0;
       for (int64_t i = 0; f.matrix && i < f.numel; ++i) {
         const auto a = reinterpret_cast<uintptr_t>(at + i);
-        const auto t = reinterpret_cast<uintptr_t>(at), e = reinterpret_cast<uintptr_t>(at + f.numel);
         if (a / page * page >= t && (a / page + 1) * page <= e) {
           paged[static_cast<size_t>(at + i - params.data())] = true;
-          bytes += sizeof(float);
+          whole += sizeof(float);
         }
       }
+      bytes += whole;
+      if (whole > 0) slot += (e + page - 1) / page * page - t / page * page;  // the pages it touches
       at += f.numel;
     }
     EXPECT_EQ(pages.bytes(j), bytes) << "layer " << j;
-    expected_max = std::max(expected_max, bytes);
-  }
-  ASSERT_GT(expected_max, 0u) << "this model has no whole page inside a matrix";
-  EXPECT_EQ(pages.max_bytes(), expected_max);
-
-  std::vector<AlignedBuffer<std::byte>> saved;
-  for (int j : layers) {
-    saved.emplace_back(pages.bytes(j));
-    pages.copy_out(j, {saved.back().data(), saved.back().size()});
+    EXPECT_EQ(pages.slot_bytes(j), slot) << "layer " << j;
+    EXPECT_LE(pages.slot_bytes(j), pages.max_slot_bytes());
+    ASSERT_GT(bytes, 0u) << "layer " << j << " has no whole page inside a matrix";
+    // The slot holds each paged matrix whole, where in_slot() says; the rest is not its.
+    slots.emplace_back(pages.slot_bytes(j));
+    const std::span<std::byte> part{slots.back().data(), slots.back().size()};
+    pages.copy_out(j, part);
+    at = params.block_base(j);
+    for (const BlockField& f : block_fields(c, j)) {
+      const float* in = pages.in_slot(j, part, at);
+      const bool pages_it = f.matrix && page_interior(at, static_cast<size_t>(f.numel) * sizeof(float)).bytes > 0;
+      const int64_t where = at - params.data();
+      EXPECT_EQ(in != nullptr, pages_it) << "layer " << j << ", tensor at " << where;
+      if (in) {
+        EXPECT_EQ(std::memcmp(in, at, static_cast<size_t>(f.numel) * sizeof(float)), 0) << "tensor at " << where;
+      }
+      at += f.numel;
+    }
     pages.release(j);
   }
   for (int64_t i = 0; i < params.numel(); ++i) {
@@ -58,7 +72,7 @@ void expect_pages_of(const ModelConfig& c, const std::vector<int>& layers) {
     ASSERT_EQ(std::memcmp(&params.data()[i], &want, sizeof(float)), 0)
         << "element " << i << (paged[static_cast<size_t>(i)] ? " was not released" : " changed without paging");
   }
-  for (size_t k = 0; k < layers.size(); ++k) pages.copy_in(layers[k], {saved[k].data(), saved[k].size()});
+  for (size_t k = 0; k < layers.size(); ++k) pages.copy_in(layers[k], {slots[k].data(), slots[k].size()});
   EXPECT_EQ(std::memcmp(params.data(), before.data(), before.size() * sizeof(float)), 0)
       << "paging in did not restore the block";
 }
