@@ -16,9 +16,13 @@ class SumInPlace final : public GradientSink {
  public:
   SumInPlace(const ModelConfig& c, const StreamSchedule& s) : c_(c), s_(s) {}
 
-  float* layer(int j) override { return grads_->block_base(j); }
+  float* layer(int j) override {
+    float* g = host_layer(j);
+    if (paged(j)) std::memset(g, 0, static_cast<size_t>(block_numel(c_, j)) * sizeof(float));  // a reused buffer
+    return g;
+  }
   void layer_done(int j, double& sq) override {
-    sq += host_kernels_.sum_of_squares(grads_->block_base(j), block_numel(c_, j));
+    sq += host_kernels_.sum_of_squares(host_layer(j), block_numel(c_, j));
     finished({UpdateTarget::Kind::Layer, j});
   }
   void drain(int) override {}
@@ -64,7 +68,7 @@ class SlotAndDrain final : public GradientSink {
 
   float* layer(int j) override { return zeroed(arena_(ArenaTensor::Gradients, j), block_numel(c_, j)); }
   void layer_done(int j, double&) override {
-    pending_.push_back({grads_->block_base(j), arena_(ArenaTensor::Gradients, j), block_numel(c_, j),
+    pending_.push_back({host_layer(j), arena_(ArenaTensor::Gradients, j), block_numel(c_, j),
                         s_.grad_drain_w[j], j});
   }
   void drain(int w) override {

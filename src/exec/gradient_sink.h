@@ -9,7 +9,9 @@
 //    HEAD, a streamed head's chunk by chunk through two slots), and its norm summed once
 //    the copy has landed, at the barrier of the window that waits for it.
 // Either way the squared norm is summed in one fixed order (head, layers L-1..0, then the
-// executor adds the embedding's): the same bits for every plan and both sinks.
+// executor adds the embedding's): the same bits for every plan and both sinks. A layer
+// whose gradients page to NVMe (exec/state_pager.h) has them put in the pager's host
+// staging instead of the host block (set_paged_home), in the same layout.
 // The embedding's gradient is on the host in both: a separate tier sends it the input
 // gradient of layer 0 over the link (the plan's dx.0).
 #pragma once
@@ -21,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "exec/backend.h"
 #include "exec/exec_event.h"
 #include "exec/live_arena.h"
@@ -52,6 +55,12 @@ class GradientSink {
     zero_grads_ = zero_grads;
     final_ = final;
   }
+
+  // Where layer j's gradients go on the host instead of the gradient block, when they
+  // page (a zeroed step's only: they are never accumulated); null for a layer that does
+  // not page.
+  using PagedHome = std::function<float*(int layer)>;
+  void set_paged_home(PagedHome home) { paged_home_ = std::move(home); }
 
   // Layer j's backward adds its weight gradients here (a zeroed slot, or the host block).
   virtual float* layer(int j) = 0;
@@ -85,8 +94,17 @@ class GradientSink {
     if (final_) (*final_)(t);
   }
 
+  // Layer j's gradients on the host: the block's, or a paged layer's staging.
+  float* host_layer(int j) const {
+    float* home = paged_home_ ? paged_home_(j) : nullptr;
+    LT_ASSERT(!home || zero_grads_, "paged gradients of layer " + std::to_string(j) + " accumulated");
+    return home ? home : grads_->block_base(j);
+  }
+  bool paged(int j) const { return paged_home_ && paged_home_(j) != nullptr; }
+
   ModelParameters* grads_ = nullptr;
   bool zero_grads_ = true;
+  PagedHome paged_home_;
   const GradientFinal* final_ = nullptr;
   // The host's kernels: the host gradients' squared norms and the embedding's gradient
   // are computed where they lie, in host memory, whatever the compute tier.

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "memory/page_interior.h"
 
 namespace lt {
 
@@ -12,7 +13,7 @@ StatePager::StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPo
   read_.assign(s.L, {});
   write_.assign(s.L, {});
   grad_write_.assign(s.L, {});
-  grad_pages_.assign(s.L, {});
+  grad_bytes_.assign(s.L, 0);
   read_name_.assign(s.L, {});
   write_name_.assign(s.L, {});
   grad_name_.assign(s.L, {});
@@ -36,6 +37,32 @@ StatePager::StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPo
                 "StreamingOptions::layer_state_bytes", "set it from the optimizer (AdamW::state_bytes)");
   for (int k = 0; k < s.state_slots; ++k)
     staging_.push_back(host.allocate(bytes_, "optimizer state staging " + std::to_string(k)));
+  if (grad_offset_ == 0) return;
+  for (int k = 0; k < kGradStaging; ++k)
+    grad_staging_.push_back(host.allocate(bytes_ - grad_offset_, "paged gradient staging " + std::to_string(k)));
+  // Layer j's buffer is free again once the paged layer above it that shares it (j + 3 in
+  // the plan's rule) has been written, before j's backward adds into it (or, on a
+  // separate compute tier, its drain lands there, later still).
+  for (int j : layers_)
+    for (int above = j + kGradStaging; above < s.L; above += kGradStaging)
+      if (s.state_read_w[above] >= 0) {  // paged (the slots are numbered later)
+        if (s.grad_write_w[above] >= s.backward_w[j])
+          throw Error("the plan writes layer " + std::to_string(above) + "'s paged gradients in window " +
+                          std::to_string(s.grad_write_w[above]) + ", not before layer " + std::to_string(j) +
+                          "'s backward (window " + std::to_string(s.backward_w[j]) +
+                          "), which reuses their host staging",
+                      "plan (gs." + std::to_string(above) + ")", "plan again: the planner writes them in time");
+        break;
+      }
+}
+
+float* StatePager::grads_home(int layer, ModelParameters& grads) {
+  if (!grads_paged(layer)) return nullptr;
+  float* first = grads.block_base(layer);
+  const PageSpan cover = page_cover(first, block_numel(grads.config(), layer) * sizeof(float));
+  LT_ASSERT(cover.bytes <= bytes_ - grad_offset_, "layer " + std::to_string(layer) + "'s gradients outgrow its slot");
+  return reinterpret_cast<float*>(grad_staging_[static_cast<size_t>(layer % kGradStaging)].data() +
+                                  (reinterpret_cast<std::byte*>(first) - cover.begin));
 }
 
 void StatePager::add_nvme_slots(std::vector<NvmeSlot>& slots) {
@@ -83,12 +110,9 @@ void StatePager::start_grad_writes(int w, ModelParameters& grads, double now_s) 
   for (int j : layers_)
     if (s_.grad_write_w[j] == w) {
       LT_ASSERT(grad_write_[j].ticket == 0, "gradients of layer " + std::to_string(j) + " written twice");
-      const size_t bytes = block_numel(grads.config(), j) * sizeof(float);
-      const PageSpan cover = page_cover(grads.block_base(j), bytes), pages = page_interior(grads.block_base(j), bytes);
-      LT_ASSERT(cover.bytes <= bytes_ - grad_offset_, "layer " + std::to_string(j) + "'s gradients outgrow its slot");
-      grad_pages_[j] = pages;
-      const size_t at = grad_offset_ + static_cast<size_t>(pages.begin - cover.begin);
-      if (pages.bytes > 0) grad_write_[j] = {store_->write(slot_[j], at, pages.begin, pages.bytes), now_s};
+      grad_bytes_[j] = page_cover(grads.block_base(j), block_numel(grads.config(), j) * sizeof(float)).bytes;
+      std::byte* const from = grad_staging_[static_cast<size_t>(j % kGradStaging)].data();
+      grad_write_[j] = {store_->write(slot_[j], grad_offset_, from, grad_bytes_[j]), now_s};
     }
 }
 
@@ -97,8 +121,7 @@ void StatePager::finish_grad_writes(int w, const Done& done) {
   for (int j : layers_)
     if (s_.grad_write_w[j] == w && grad_write_[j].ticket != 0) {
       store_->wait(std::exchange(grad_write_[j].ticket, 0));
-      if (done) done(grad_name_[j], grad_write_[j].issued_s, static_cast<double>(grad_pages_[j].bytes));
-      release_pages(grad_pages_[j], "layer " + std::to_string(j) + "'s paged gradients");
+      if (done) done(grad_name_[j], grad_write_[j].issued_s, static_cast<double>(grad_bytes_[j]));
     }
 }
 

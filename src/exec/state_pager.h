@@ -19,7 +19,6 @@
 
 #include "memory/host_pool.h"
 #include "memory/nvme_store.h"
-#include "memory/page_interior.h"
 #include "model/parameters.h"
 #include "plan/stream_schedule.h"
 
@@ -46,14 +45,17 @@ class StatePager {
   std::span<std::byte> acquire(int layer, const Done& done);
   void start_writes(int w, double now_s);
   void finish_writes(int w, const Done& done);
-  // Paged gradients: the whole pages of layer j's gradient block (the rest stays on the
-  // host) go to its slot at the plan's gs.<j> window (after its updates), and back to the
-  // kernel once written (at that window's barrier); the read before the update brings them
-  // back to the slot's staging. From grad_offset on the slot mirrors the pages covering
-  // the block (memory/page_interior.h's page_cover): the whole pages lie there at their
-  // offset from the cover's start, and the block's partial end pages' places are left to
-  // the update to fill from the host, which then finds the block whole in the slot.
+  // Paged gradients never reach the host gradient block: backward puts layer j's in one
+  // of kGradStaging host buffers (grads_home(j): where its block's first gradient goes,
+  // the buffer laid out as the pages covering the block, memory/page_interior.h's
+  // page_cover), the plan's gs.<j> window (after its updates) writes those pages to its
+  // slot from grad_offset on, and the read before the update brings them back to the
+  // slot's staging, the block whole at the same offset from grad_offset as in the buffer.
+  // Layer j uses buffer j % kGradStaging: the plan writes a paged layer's gradients before
+  // the backward of the paged layer three below it (plan/state_paging.h), checked at setup.
+  static constexpr int kGradStaging = 3;
   bool grads_paged(int layer) const { return grad_offset_ > 0 && paged(layer); }
+  float* grads_home(int layer, ModelParameters& grads);  // null: not paged
   void start_grad_writes(int w, ModelParameters& grads, double now_s);
   void finish_grad_writes(int w, const Done& done);
   void abandon() noexcept;  // after a failed step, once the store is drained
@@ -75,7 +77,8 @@ class StatePager {
   std::vector<int> slot_;              // per layer: NVMe slot index (-1: not paged)
   std::vector<HostBuffer> staging_;    // per staging slot
   std::vector<Request> read_, write_, grad_write_;  // per layer, in flight
-  std::vector<PageSpan> grad_pages_;                  // per layer: the gradient pages being written
+  std::vector<HostBuffer> grad_staging_;             // kGradStaging buffers, once gradients page
+  std::vector<size_t> grad_bytes_;                    // per layer: the bytes its gradients' write moves
   std::vector<std::string> read_name_, write_name_, grad_name_;  // per layer: its requests' trace names
   size_t grad_offset_ = 0;
   size_t write_bytes() const { return grad_offset_ > 0 ? grad_offset_ : bytes_; }

@@ -182,6 +182,8 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   }
   pager_ = std::make_unique<StatePager>(sched_, options.layer_state_bytes, host_, options.grad_offset);
   pager_->add_nvme_slots(slots);
+  if (options.grad_offset > 0)
+    grads_->set_paged_home([this](int j) { return pager_->grads_home(j, *state_.grads); });
   if (!slots.empty()) {
     if (options.offload_dir.empty())
       throw Error("the plan puts activations or optimizer states on NVMe but no offload directory was given",
@@ -252,18 +254,11 @@ void StreamingExecutor::run_update(size_t t_index) {
     (*o.update)(target, state);
     event(update_event_[t_index], ExecLane::Host, t);
   }
-  if (!o.zero_grads) return;
-  const bool paged_grads = target.kind == UpdateTarget::Kind::Layer && pager_->grads_paged(target.layer);
-  for (auto [off, n] : target_ranges(grads, target)) {
-    std::byte* const at = reinterpret_cast<std::byte*>(grads.data() + off);
-    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    // Paged gradients' whole pages are zeroed by giving them back (they read as zeros and
-    // take no host memory until backward writes them again); the ends are cleared.
-    const PageSpan pages = paged_grads ? page_interior(at, bytes) : PageSpan{at, 0};
-    std::memset(at, 0, static_cast<size_t>(pages.begin - at));
-    release_pages(pages, "layer " + std::to_string(target.layer) + "'s paged gradients");
-    std::memset(pages.begin + pages.bytes, 0, bytes - static_cast<size_t>(pages.begin - at) - pages.bytes);
-  }
+  // Paged gradients never come to the gradient block (they go to the pager's staging, and
+  // backward zeroes it there): nothing to zero.
+  if (!o.zero_grads || (target.kind == UpdateTarget::Kind::Layer && pager_->grads_paged(target.layer))) return;
+  for (auto [off, n] : target_ranges(grads, target))
+    std::memset(grads.data() + off, 0, static_cast<size_t>(n) * sizeof(float));
 }
 
 // Queues the weight copies planned to arrive in window w (none on host views); waits for

@@ -299,30 +299,16 @@ void StreamedTraining::update_paged_layer(int layer, std::span<std::byte> slot) 
   if (masters_)
     places.params = [&](int64_t offset) { return masters_->in_slot(layer, masters, params_.data() + offset); };
   if (grad_pages_ > 0 && grads_on_nvme_) {  // the gradients the last backward wrote to the slot
-    const float* const in_slot = gather_grads(layer, slot.subspan(executor_options_.grad_offset));
+    // The slot holds the pages covering the layer's gradient block (StatePager's staging).
+    const float* const in_slot = reinterpret_cast<const float*>(
+        slot.data() + executor_options_.grad_offset +
+        (reinterpret_cast<std::byte*>(grads_.block_base(layer)) - layer_grad_cover(layer).begin));
     const int64_t first = grads_.block_base(layer) - grads_.data();
     places.grads = [in_slot, first](int64_t offset) { return in_slot + (offset - first); };
   }
   for (auto [offset, n] : target_ranges(params_, t))
     updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), slot.first(state_part_),
                           &places);
-}
-
-const float* StreamedTraining::gather_grads(int layer, std::span<std::byte> part) const {
-  const PageSpan cover = layer_grad_cover(layer), pages = layer_grad_pages(layer);
-  auto* const first = reinterpret_cast<std::byte*>(grads_.block_base(layer));
-  std::byte* const end = first + static_cast<size_t>(block_numel(grads_.config(), layer)) * sizeof(float);
-  LT_ASSERT(part.size() >= cover.bytes, "layer " + std::to_string(layer) + "'s gradients outgrow its slot");
-  auto put = [&](std::byte* from, std::byte* to) {
-    std::memcpy(part.data() + (from - cover.begin), from, static_cast<size_t>(to - from));
-  };
-  if (pages.bytes == 0) {  // no whole page: all of them stayed on the host
-    put(first, end);
-  } else {
-    put(first, pages.begin);
-    put(pages.begin + pages.bytes, end);
-  }
-  return reinterpret_cast<const float*>(part.data() + (first - cover.begin));
 }
 
 PageSpan StreamedTraining::layer_grad_pages(int layer) const {

@@ -182,19 +182,16 @@ class StreamedTraining final : public StepEngine {
   std::optional<MasterPages> masters_;
   size_t state_part_ = 0;
   bool masters_resident_ = true;
-  // Paged gradients (Plan::paged_grads): the whole pages of a paged layer's gradient block
-  // go to its slot from StreamingOptions::grad_offset on, after backward (the executor
-  // writes and releases them); the update reads them there when grads_on_nvme_ (not after
-  // a step that zeroed the gradients without a backward), after gather_grads put the
-  // block's partial end pages' bytes beside them. grad_pages_: the most slot bytes a
+  // Paged gradients (Plan::paged_grads): a paged layer's gradients go from backward to the
+  // executor's host staging and on to its slot from StreamingOptions::grad_offset on
+  // (exec/state_pager.h), never to the gradient block, whose whole pages for that layer
+  // stay released; the update reads them in the slot when grads_on_nvme_ (not after a step
+  // that zeroed the gradients without a backward). grad_pages_: the most slot bytes a
   // layer's take (the pages covering its block).
   size_t grad_pages_ = 0;
   bool grads_on_nvme_ = false;
   PageSpan layer_grad_pages(int layer) const;  // the whole pages of layer j's gradients
   PageSpan layer_grad_cover(int layer) const;  // the pages covering them, their layout in the slot
-  // Completes layer j's gradients in its slot's part from grad_offset on (the bytes on
-  // partial pages, from the host block); returns where its first gradient lies there.
-  const float* gather_grads(int layer, std::span<std::byte> part) const;
   void zero_grads();  // the whole block, giving the paged layers' pages back
   void page_out_masters();  // all paged layers' (their NVMe copies are current)
   // The host bytes the paged masters and gradients free (their pages, in the NVMe slots).
