@@ -47,6 +47,8 @@ PagedLayerBytes paged_layer_bytes(const Plan& p, int j) {
   b.write_back = layer_state_bytes(p.model, j) + (p.paged_master ? layer_master_bytes(p.model, j) : 0.0);
   b.grads = p.paged_grads ? p.hardware.grad_bytes * static_cast<double>(layer_params(p.model, j)) : 0.0;
   b.read = b.write_back + b.grads;
+  if (std::find(p.nvme_copy_layers.begin(), p.nvme_copy_layers.end(), j) != p.nvme_copy_layers.end())
+    b.copy = layer_master_bytes(p.model, j) / 2;
   return b;
 }
 
@@ -208,6 +210,7 @@ CostModel build_cost_model(const PlanRequest& req) {
     LayerCost& l = cm.layers[static_cast<size_t>(j)];
     if (req.page_master) l.master_bytes = layer_master_bytes(req.model, j);
     if (req.page_grads) l.grad_page_bytes = l.grad_bytes;
+    if (req.page_copy) l.copy_page_bytes = layer_master_bytes(req.model, j) / 2;  // bf16 of the fp32 masters
   }
   apply_data_parallel(cm, req);
   return cm;

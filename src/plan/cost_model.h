@@ -80,6 +80,9 @@ struct LayerCost {
   // Its host gradients (grad_bytes), when they page too (PlanRequest::page_grads; else 0):
   // written to NVMe after their drain, read back with the state for the update.
   double grad_page_bytes = 0;
+  // Its projection matrices' bf16 compute copy, when it pages too (PlanRequest::page_copy;
+  // else 0): written to NVMe in its forward, read back for its backward.
+  double copy_page_bytes = 0;
   // What a paged layer reads from NVMe before its update (and holds there): the state,
   // with the masters and the gradients when they page; and what it writes back after.
   double paged_bytes() const { return state_bytes + master_bytes + grad_page_bytes; }
@@ -150,9 +153,10 @@ double layer_state_bytes(const ModelConfig& c, int j);
 // an upper bound of what the executor pages, the page-aligned interiors of those tensors.
 double layer_master_bytes(const ModelConfig& c, int j);
 // A plan's paged layer j (its nvme_state_layers): what os.<j>'s read moves and its
-// write-back, and its gradients' write gs.<j> (0 unless Plan::paged_grads).
+// write-back, its gradients' write gs.<j> (0 unless Plan::paged_grads), and its bf16
+// copy's write and read cp.<j> (0 unless among Plan::nvme_copy_layers).
 struct PagedLayerBytes {
-  double read = 0, write_back = 0, grads = 0;
+  double read = 0, write_back = 0, grads = 0, copy = 0;
 };
 PagedLayerBytes paged_layer_bytes(const Plan& p, int j);
 

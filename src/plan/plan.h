@@ -241,7 +241,15 @@ struct Plan {
   // window after their drain, read with the state (os.<j>'s read is then larger than its
   // write-back).
   bool paged_grads = false;
-  double nvme_state_bytes() const { return static_cast<double>(nvme_state_layers.size()) * state_bytes_per_layer; }
+  // Layers whose bf16 compute copies page (PlanRequest::page_copy), a subset of
+  // nvme_state_layers: cp.<j> written to NVMe in F{j}, read back in backward slot j+2.
+  std::vector<int> nvme_copy_layers;
+  double copy_bytes_per_layer = 0;  // the largest paged layer's cp.<j>
+  // NVMe the paged optimizer states (with their parts) and bf16 copies take.
+  double nvme_state_bytes() const {
+    return static_cast<double>(nvme_state_layers.size()) * state_bytes_per_layer +
+           static_cast<double>(nvme_copy_layers.size()) * copy_bytes_per_layer;
+  }
   std::vector<Window> windows;
   // 0: the head is held whole on the compute tier; > 0: the lm_head streams through it in
   // chunks of this many vocabulary rows (a multiple of kHeadChunkQuantum, below V).

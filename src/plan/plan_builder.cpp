@@ -168,7 +168,8 @@ struct Builder {
     }
   }
 
-  // Paged optimizer states: read before the update, written back after it.
+  // Paged optimizer states: read before the update, written back after it; paged bf16
+  // copies written in their forward, read back for their backward.
   void attach_state_paging() {
     for (int j = 0; j < L; ++j) {
       if (!paging.on_nvme[j]) continue;
@@ -181,8 +182,15 @@ struct Builder {
                  paging.grad_bytes[j]);
       }
       p.nvme_state_layers.push_back(j);
+      if (j < static_cast<int>(paging.copy_on_nvme.size()) && paging.copy_on_nvme[j]) {
+        const std::string cp = layer_tensor("cp", j);
+        transfer(stage(StatePaging::copy_write_stage(st, j)), cp, Link::NvmeWrite, paging.copy_bytes[j]);
+        transfer(stage(StatePaging::copy_read_stage(st, j)), cp, Link::NvmeRead, paging.copy_bytes[j]);
+        p.nvme_copy_layers.push_back(j);
+      }
     }
     p.state_bytes_per_layer = paging.layer_bytes;
+    if (!p.nvme_copy_layers.empty()) p.copy_bytes_per_layer = paging.copy_layer_bytes;
   }
 
   // Moves one transfer of `tensor` on `link` from window `from` to window `to` (appended
@@ -267,6 +275,19 @@ struct Builder {
   }
 };
 
+// The rule's paged copies: every paged layer whose copy may page, whose output boundary
+// is stored (no recompute window reads its weights), whose weights load by the rule, and
+// which is not resident (its backward loads them again).
+std::vector<bool> copy_pages_by_rule(const StatePaging& paging, const Decisions& d) {
+  const int L = static_cast<int>(paging.on_nvme.size());
+  std::vector<bool> copy(L, false);
+  for (int j = 0; j < L; ++j)
+    copy[j] = paging.on_nvme[j] && StatePaging::copy_may_page(L, j) && !d.boundaries[j + 1].recompute &&
+              !d.resident[j] && (d.forward_load.empty() || d.forward_load[j] < 0) &&
+              (d.backward_load.empty() || d.backward_load[j] < 0);
+  return copy;
+}
+
 }  // namespace
 
 void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, const std::string& policy,
@@ -301,8 +322,12 @@ Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d)
   LT_ASSERT(static_cast<int>(d.traffic.size()) == L + 1, "traffic");
   LT_ASSERT(!d.boundaries[0].recompute && !d.boundaries[L].recompute, "boundaries 0 and L are materialized");
   Plan p;
-  const StatePaging paging = d.paging_decided ? paging_from_stages(cm, d.state_read, d.state_write)
-                                              : plan_state_paging(req, cm, d.lazy_optimizer);
+  StatePaging paging = d.paging_decided ? paging_from_stages(cm, d.state_read, d.state_write)
+                                        : plan_state_paging(req, cm, d.lazy_optimizer);
+  if (req.page_copy && !d.copy_paged.empty())
+    page_copies(paging, cm, d.copy_paged);
+  else if (req.page_copy && !d.paging_decided)
+    page_copies(paging, cm, copy_pages_by_rule(paging, d));
   fill_plan_header(p, req, cm, d.policy, paging.host_state_bytes, paging.nvme_bytes());
   p.boundaries = d.boundaries;
   p.boundaries[L] = BoundaryPlacement{};

@@ -54,9 +54,9 @@ double peak_nvme_staging_bytes(const Plan& p) {
   for (const auto& w : p.windows) {
     double in = 0, out = 0;
     for (const auto& x : w.transfers) {
-      // Paged optimizer states have fixed slots, paged gradients their staging (both in
-      // the host state).
-      if (x.tensor.rfind("os.", 0) == 0 || x.tensor.rfind("gs.", 0) == 0) continue;
+      // Paged optimizer states have fixed slots, paged gradients and bf16 copies their
+      // staging (all in the host state).
+      if (x.tensor.rfind("os.", 0) == 0 || x.tensor.rfind("gs.", 0) == 0 || x.tensor.rfind("cp.", 0) == 0) continue;
       bool nv = ends_with(x.tensor, ".nvme");
       if ((x.link == Link::D2H && nv) || x.link == Link::NvmeRead) in += x.bytes;
       if (x.link == Link::NvmeWrite || (x.link == Link::H2D && nv)) out += x.bytes;

@@ -129,7 +129,7 @@ bool valid_tensor_name(const std::string& t, int L, int64_t head_chunks) {
       const int64_t c = index_at(t, std::strlen(head_prefix));
       return c >= 0 && c < head_chunks;
     }
-  for (const char* layer_prefix : {"w.", "wres.", "wx.", "g.", "gx.", "int.", "os.", "gs."})
+  for (const char* layer_prefix : {"w.", "wres.", "wx.", "g.", "gx.", "int.", "os.", "gs.", "cp."})
     if (starts_with(t, layer_prefix)) {
       const int64_t j = index_at(t, std::strlen(layer_prefix));
       return j >= 0 && j < L;
@@ -201,7 +201,7 @@ void check_structure(const Plan& p, const std::string& where) {
     if (s < 0 || e > L || s >= e)
       bad("recompute block [" + std::to_string(s) + ", " + std::to_string(e) + "] is not within 0.." +
           std::to_string(L));
-  for (const auto* list : {&p.resident_layers, &p.keep_internals, &p.nvme_state_layers})
+  for (const auto* list : {&p.resident_layers, &p.keep_internals, &p.nvme_state_layers, &p.nvme_copy_layers})
     for (int j : *list)
       if (j < 0 || j >= L) bad("layer " + std::to_string(j) + " is not one of the plan's 0.." + std::to_string(L - 1));
   const int n = static_cast<int>(p.windows.size());
@@ -293,6 +293,10 @@ nlohmann::json plan_to_json(const Plan& p) {
                     {"state_bytes_per_layer", p.state_bytes_per_layer},
                     {"paged_master", p.paged_master},
                     {"paged_grads", p.paged_grads}};
+  if (!p.nvme_copy_layers.empty()) {
+    j["optimizer"]["nvme_copy_layers"] = p.nvme_copy_layers;
+    j["optimizer"]["copy_bytes_per_layer"] = p.copy_bytes_per_layer;
+  }
   json ws = json::array();
   for (const auto& w : p.windows) {
     json wj = {{"name", w.name},
@@ -391,6 +395,9 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     p.state_bytes_per_layer = j.at("optimizer").value("state_bytes_per_layer", 0.0);
     p.paged_master = j.at("optimizer").value("paged_master", false);
     p.paged_grads = j.at("optimizer").value("paged_grads", false);
+    if (j.at("optimizer").contains("nvme_copy_layers"))
+      p.nvme_copy_layers = int_list(j.at("optimizer").at("nvme_copy_layers"), "optimizer.nvme_copy_layers", where);
+    p.copy_bytes_per_layer = j.at("optimizer").value("copy_bytes_per_layer", 0.0);
     for (const auto& wj : j.at("windows")) {
       Window w;
       w.name = wj.at("name").get<std::string>();

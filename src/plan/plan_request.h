@@ -31,6 +31,12 @@ struct PlanRequest {
   // drain (the rule's drain window for a paged layer), read with the state before the
   // update. Not with gradient accumulation or data-parallel sums (they read the host's).
   bool page_grads = false;
+  // A paged layer's bf16 compute copy pages too (with page_master): the update writes it
+  // into host staging from the paged masters, the layer's forward reads it there, it goes
+  // to NVMe during that forward (cp.<j>) and comes back for the layer's backward. Only for
+  // layers 2..L-3 whose output boundary is stored (no recompute reads the copy) and whose
+  // weights load by the rule (plan/state_paging.h).
+  bool page_copy = false;
   MeasuredLayerTimes measured;
   // The executor's kernels' scratch (plan/plan.h); not given: the cost model's estimate.
   ExecutorScratch scratch;

@@ -350,10 +350,40 @@ std::vector<std::string> validate_plan(const Plan& p) {
     else if (S.grads > 0 && (drained < 0 || through(gs, Link::NvmeWrite, drained) > tol))
       out.push_back("gradients of paged layer " + std::to_string(j) + ": written to NVMe before their drain");
   }
+  // Paged bf16 copies: of paged layers whose output boundary is stored (no recompute reads
+  // the copy); written once after the update, read back once after that and before B{j}.
+  for (int j : p.nvme_copy_layers) {
+    const std::string cp = "cp." + std::to_string(j), who = "bf16 copy of layer " + std::to_string(j);
+    if (j < 0 || j >= L || !paged[j] || first_update[j] < 0) {
+      out.push_back(who + ": paged, but the layer's optimizer state is not");
+      continue;
+    }
+    if (j + 1 < static_cast<int>(p.boundaries.size()) && p.boundaries[j + 1].recompute)
+      out.push_back(who + ": paged, but a recompute window reads it (boundary " + std::to_string(j + 1) +
+                    " is recomputed)");
+    const double bytes = paged_layer_bytes(p, j).copy;
+    int written = -1, backward = -1;
+    for (int i = 0; i < n; ++i) {
+      if (written < 0 && through(cp, Link::NvmeWrite, i) > tol) written = i;
+      if (p.windows[i].kind == WindowKind::Backward && p.windows[i].layer == j) backward = i;
+    }
+    if (std::fabs(through(cp, Link::NvmeWrite, n - 1) - bytes) > tol || written < 0)
+      out.push_back(who + ": not written to NVMe once");
+    else if (written <= last_update[j])
+      out.push_back(who + ": written to NVMe before its update finished");
+    else if (std::fabs(through(cp, Link::NvmeRead, n - 1) - bytes) > tol || through(cp, Link::NvmeRead, written) > tol)
+      out.push_back(who + ": not read back once after its write");
+    else if (backward < 0 || std::fabs(through(cp, Link::NvmeRead, backward - 1) - bytes) > tol)
+      out.push_back(who + ": not read back before its backward");
+  }
   for (const auto& [key, f] : flows)
     if (key.first.rfind("os.", 0) == 0 || key.first.rfind("gs.", 0) == 0) {
       int j = index_after(key.first, 3);
       if (j < 0 || j >= L || !paged[j]) out.push_back(key.first + " moves but layer " + std::to_string(j) + " is not paged");
+    } else if (key.first.rfind("cp.", 0) == 0) {
+      const int j = index_after(key.first, 3);
+      if (std::find(p.nvme_copy_layers.begin(), p.nvme_copy_layers.end(), j) == p.nvme_copy_layers.end())
+        out.push_back(key.first + " moves but layer " + std::to_string(j) + "'s bf16 copy is not paged");
     }
 
   auto head = head_problems(p, through, tol);

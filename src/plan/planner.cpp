@@ -30,22 +30,28 @@ const std::vector<std::string>& plan_policies() {
 namespace {
 
 // The parts a paged layer moves, of those the request allows (PlanRequest::page_master,
-// page_grads): the fewest with which the rule's paging brings the host state within its
-// share: the optimizer state alone, then with the masters, then with the gradients too.
-// A larger blob per layer frees the same host bytes per NVMe byte, but each staging slot
-// holds more and the gradients' writes fall in backward: a host that fits with less
-// pages less. (The MILP does not choose the parts per layer.)
+// page_grads, page_copy): the fewest with which the rule's paging brings the host state
+// within its share: the optimizer state alone, then with the masters, then with the
+// gradients, then with the bf16 copies too (those counted as if every paged layer that
+// may page its copy did). A larger blob per layer frees the same host bytes per NVMe
+// byte, but each staging slot holds more, the gradients' writes fall in backward and the
+// copies cross NVMe twice a step: a host that fits with less pages less. (The MILP does
+// not choose the parts per layer.)
 PlanRequest with_fewest_paged_parts(const PlanRequest& req) {
-  if (!req.page_master && !req.page_grads) return req;
-  std::vector<std::pair<bool, bool>> parts{{false, false}};
-  if (req.page_master) parts.emplace_back(true, false);
-  for (size_t k = 0; k + (req.page_grads ? 0 : 1) < parts.size(); ++k) {
-    PlanRequest r = req;
-    std::tie(r.page_master, r.page_grads) = parts[k];
-    const StatePaging p = plan_state_paging(r, build_cost_model(r), /*lazy_optimizer=*/true);
-    if (p.host_state_bytes <= kHostStateShare * req.hardware.host_memory_bytes) return r;
+  if (!req.page_master && !req.page_grads && !req.page_copy) return req;
+  std::vector<PlanRequest> steps;  // one more part each
+  PlanRequest r = req;
+  r.page_master = r.page_grads = r.page_copy = false;
+  steps.push_back(r);
+  if (req.page_master) steps.push_back((r.page_master = true, r));
+  if (req.page_grads) steps.push_back((r.page_grads = true, r));
+  if (req.page_copy && req.page_master) steps.push_back((r.page_copy = true, r));
+  for (size_t k = 0; k + 1 < steps.size(); ++k) {
+    const CostModel cm = build_cost_model(steps[k]);
+    const StatePaging p = plan_state_paging(steps[k], cm, /*lazy_optimizer=*/true);
+    if (p.host_state_bytes <= kHostStateShare * req.hardware.host_memory_bytes) return steps[k];
   }
-  return req;
+  return steps.back();
 }
 
 }  // namespace
@@ -117,6 +123,8 @@ BatchSearchResult search_batch(const PlanRequest& req, const std::string& policy
 namespace {
 
 std::string stay_on_host(const PlanRequest& req) {
+  if (req.page_master && req.page_grads && req.page_copy)
+    return "norms, the embedding and head, and the bf16 copies of layers whose copy cannot page";
   if (req.page_master && req.page_grads) return "the bf16 copy, norms and the embedding and head";
   if (req.page_master) return "the bf16 copy, gradients, norms and the embedding and head";
   if (req.page_grads) return "master weights, the bf16 copy and the embedding and head";

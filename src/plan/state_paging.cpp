@@ -62,6 +62,26 @@ StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read
   return p;
 }
 
+void page_copies(StatePaging& p, const CostModel& cm, const std::vector<bool>& copy) {
+  const int L = cm.num_layers;
+  LT_ASSERT(static_cast<int>(copy.size()) == L, "paged copies per layer");
+  p.copy_on_nvme.assign(L, false);
+  p.copy_bytes.assign(L, 0);
+  bool any = false;
+  for (int j = 0; j < L; ++j) {
+    p.copy_bytes[j] = cm.layer(j).copy_page_bytes;
+    p.copy_layer_bytes = std::max(p.copy_layer_bytes, p.copy_bytes[j]);
+    if (!copy[j]) continue;
+    LT_ASSERT(p.on_nvme[j] && StatePaging::copy_may_page(L, j) && p.copy_bytes[j] > 0,
+              "layer " + std::to_string(j) + "'s bf16 copy cannot page");
+    p.copy_on_nvme[j] = any = true;
+    p.host_state_bytes -= p.copy_bytes[j];
+  }
+  if (!any) return;
+  p.copy_staging_bytes = StatePaging::kCopyStagingLayers * p.copy_layer_bytes;
+  p.host_state_bytes += p.copy_staging_bytes;
+}
+
 StatePaging plan_state_paging(const PlanRequest& req, const CostModel& cm, bool lazy_optimizer) {
   const int L = cm.num_layers;
   const int most = std::max(0, L - 2);

@@ -38,11 +38,19 @@ struct StatePaging {
   double layer_bytes = 0;       // a staging slot: the largest layer's optimizer state
   int staging_slots = 0;        // host buffers the states in flight need at once
   double grad_staging_bytes = 0;  // paged gradients on the host between their backward and their write
+  // Paged bf16 copies (PlanRequest::page_copy; page_copies below): per layer, and what
+  // each moves; the host staging they use (kCopyStagingLayers of the largest).
+  std::vector<bool> copy_on_nvme;
+  std::vector<double> copy_bytes;
+  double copy_layer_bytes = 0;
+  double copy_staging_bytes = 0;
   double host_state_bytes = 0;  // the policy's host state, less the paged states, plus the slots
   double nvme_bytes() const {
     double b = 0;
-    for (size_t j = 0; j < on_nvme.size(); ++j)
+    for (size_t j = 0; j < on_nvme.size(); ++j) {
       if (on_nvme[j]) b += state_bytes[j];
+      if (j < copy_on_nvme.size() && copy_on_nvme[j]) b += copy_bytes[j];
+    }
     return b;
   }
 
@@ -55,7 +63,20 @@ struct StatePaging {
   // (the one in backward, the one draining, the one being written).
   static int grad_write_stage(const Stages& st, int j) { return j >= 2 ? st.backward(j - 2) : st.epilogue(); }
   static constexpr int kGradStagingLayers = 3;
+  // A paged bf16 copy of layer j (2 <= j <= L-3) lives in host staging from its update
+  // (no earlier than F{j-2}) through F{j}, whose window writes it to NVMe, and again from
+  // backward slot j+2, whose window reads it back, through B{j}: three layers' copies at
+  // once in either phase, the phases apart.
+  static int copy_write_stage(const Stages& st, int j) { return st.forward(j); }
+  static int copy_read_stage(const Stages& st, int j) { return st.backward(j + 2); }
+  static bool copy_may_page(int L, int j) { return j >= 2 && j <= L - 3; }
+  static constexpr int kCopyStagingLayers = 3;
 };
+
+// Pages the bf16 copies of the layers `copy` names (each paged, copy_may_page; cm's
+// copy_page_bytes): their bytes leave the host state for NVMe, and the copy staging joins
+// it once any pages.
+void page_copies(StatePaging& p, const CostModel& cm, const std::vector<bool>& copy);
 
 // The paging a request gets by the rule. req.nvme_state_layers >= 0 asks for that many
 // layers (lt::Error when more than L-2); < 0 pages as few as make the host state and its

@@ -488,7 +488,8 @@ void EventGraph::add_transfer_sources() {
         }
         break;
       case Link::NvmeWrite:
-        if (starts_with(x, "os.") && (j = number_after(x, 3)) >= 0 && j < L) {
+        if ((starts_with(x, "os.") || starts_with(x, "cp.")) && (j = number_after(x, 3)) >= 0 && j < L) {
+          // A paged state written back, or a paged bf16 copy written out, once its update made it.
           if (!updates_.count("layer." + std::to_string(j)))
             violation(where(id) + " writes back a state that no update in this step changed");
           wait_for_update(id, "layer." + std::to_string(j));
@@ -510,7 +511,8 @@ void EventGraph::add_transfer_sources() {
         break;
       case Link::NvmeRead:
         if (starts_with(x, "os.") && number_after(x, 3) >= 0) break;  // on NVMe since the last step
-        if (boundary && part == "nvme") need(id, covering(x, Link::NvmeWrite, upto), x + " written to NVMe");
+        if ((boundary && part == "nvme") || starts_with(x, "cp."))
+          need(id, covering(x, Link::NvmeWrite, upto), x + " written to NVMe");
         else unknown();
         break;
     }
@@ -559,6 +561,12 @@ void EventGraph::add_paged_state_reads() {
     const std::string os = "os." + std::to_string(j);
     need(id, covering(os, Link::NvmeRead, paged_layer_bytes(p_, j).read), os + " read from NVMe");
   }
+  // A paged bf16 copy's backward reads it back first.
+  for (int j : p_.nvme_copy_layers)
+    if (j >= 0 && j < static_cast<int>(backward_op_.size()) && backward_op_[j] >= 0) {
+      const std::string cp = "cp." + std::to_string(j);
+      need(backward_op_[j], covering(cp, Link::NvmeRead, paged_layer_bytes(p_, j).copy), cp + " read from NVMe");
+    }
 }
 
 // Start times in dependency order (Kahn, the earliest issued first). A cycle of waits is

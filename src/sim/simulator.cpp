@@ -215,7 +215,9 @@ struct Replay {
       auto it = drained.find(exchange_target(x));
       return it == drained.end() ? start : it->second;
     }
-    if (starts_with(x, "os.")) {  // a paged optimizer state: read any time, written once updated
+    // A paged optimizer state: read any time, written once updated; a paged bf16 copy:
+    // written once its update made it, read back once written (below).
+    if (starts_with(x, "os.") || (starts_with(x, "cp.") && t.link == Link::NvmeWrite)) {
       if (t.link == Link::NvmeRead) return start;
       const std::string target = "layer." + x.substr(3);
       auto done = update_done.find(target);
@@ -400,15 +402,16 @@ struct Replay {
       case Link::Net:  // a target's weights in: its update is done here
         if (starts_with(x, "bcast.")) update_part_done(exchange_target(x), w, e);
         break;
-      // Paged optimizer states move between NVMe and fixed host slots (counted in the
-      // plan's host state), so they add no staging.
+      // Paged optimizer states, gradients and bf16 copies move between NVMe and fixed host
+      // staging (counted in the plan's host state), so they add no staging.
       case Link::NvmeWrite:
         nvme[x].add(e, t.bytes);
-        if (!starts_with(x, "os.") && !starts_with(x, "gs.")) host_delta.emplace_back(e, -t.bytes);
+        if (!starts_with(x, "os.") && !starts_with(x, "gs.") && !starts_with(x, "cp."))
+          host_delta.emplace_back(e, -t.bytes);
         break;
       case Link::NvmeRead:
         host_from_nvme[x].add(e, t.bytes);
-        if (!starts_with(x, "os.")) host_delta.emplace_back(e, t.bytes);
+        if (!starts_with(x, "os.") && !starts_with(x, "cp.")) host_delta.emplace_back(e, t.bytes);
         break;
     }
   }

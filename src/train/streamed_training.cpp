@@ -141,6 +141,10 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
   const bool paging = !plan.nvme_state_layers.empty();
+  if (!plan.nvme_copy_layers.empty())
+    throw Error("the plan pages " + std::to_string(plan.nvme_copy_layers.size()) +
+                    " layers' bf16 copies to NVMe, which the streaming executor does not run yet",
+                "train config (plan)", "plan without paging the bf16 copies (a larger --host-budget-gb)");
   if (paging && plan.paged_grads && (comm_ || cfg.grad_accum > 1))
     throw Error("the plan pages the layers' gradients to NVMe, which a run " +
                     std::string(comm_ ? "of data-parallel ranks (they sum the host's gradients)"

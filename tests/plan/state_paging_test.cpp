@@ -147,6 +147,16 @@ bool fits_with(const PlanRequest& req, bool master, bool grads) {
   return plan_state_paging(r, build_cost_model(r), true).host_state_bytes <= 0.9 * r.hardware.host_memory_bytes;
 }
 
+// Both simulators replay the plan without a violation, the window simulator at its
+// predicted step.
+void expect_replayed(const Plan& p) {
+  const SimResult r = simulate_plan(p);
+  EXPECT_TRUE(r.violations.empty()) << r.violations.front();
+  EXPECT_NEAR(r.step_s, p.predicted_step_s, 1e-9 * p.predicted_step_s);
+  const EventSimResult ev = simulate_events(p);
+  EXPECT_TRUE(ev.violations.empty()) << ev.violations.front();
+}
+
 // A plan's paged layers move what their parts say: os.<j> reads state + masters +
 // gradients before the update and writes back state + masters after it, gs.<j> writes
 // the gradients in a window after their drain (counted here from the shapes: a llama
@@ -180,11 +190,7 @@ void expect_paged_parts(const Plan& p, const PlanRequest& req, bool master, bool
     if (grads) EXPECT_GT(grad_write, drained) << "layer " << j << "'s gradients written before their drain";
     else EXPECT_LT(grad_write, 0) << "layer " << j << "'s gradients written without paged gradients";
   }
-  const SimResult r = simulate_plan(p);
-  EXPECT_TRUE(r.violations.empty()) << r.violations.front();
-  EXPECT_NEAR(r.step_s, p.predicted_step_s, 1e-9 * p.predicted_step_s);
-  const EventSimResult ev = simulate_events(p);
-  EXPECT_TRUE(ev.violations.empty()) << ev.violations.front();
+  expect_replayed(p);
   const Plan q = plan_from_json(plan_to_json(p), "test");
   EXPECT_EQ(q.paged_master, master);
   EXPECT_EQ(q.paged_grads, grads);
@@ -218,6 +224,62 @@ TEST(StatePaging, PagesTheGradientsWhereTheMastersDoNotFit) {
   ASSERT_TRUE(fits_with(req, true, true));
   expect_paged_parts(make_plan(req, "milp"), req, true, true);
   expect_paged_parts(make_plan(req, "keep-all"), req, true, true);
+}
+
+// A host that the states, masters and gradients cannot fit pages the bf16 copies too (a
+// rule policy; the MILP does not page them yet): a paged copy of layer j is written to
+// NVMe in F{j} and read back in backward slot j+2, both its matrices' bf16 bytes; the
+// plan is valid, both simulators replay it, the JSON keeps the copies, and the host state
+// is within its share.
+TEST(StatePaging, PagesTheCopiesWhereTheGradientsDoNotFit) {
+  PlanRequest req = test::tiny_request(16, "h800", 4);
+  req = allowing(req, true, true);
+  PlanRequest all = req;
+  all.nvme_state_layers = req.model.num_layers - 2;
+  const double least = plan_state_paging(all, build_cost_model(all), true).host_state_bytes;
+  const CostModel cm = costs(req);
+  const double copy = 2 * (cm.layer(0).params - 2 * static_cast<double>(req.model.hidden_size));
+  req.hardware.host_memory_bytes = (least - 4.5 * copy) / 0.9;  // 12 copies page, 3 stage
+  ASSERT_FALSE(fits_with(req, true, true)) << "the states, masters and gradients fit";
+  req.page_copy = true;
+  const Plan p = make_plan(req, "keep-all");
+  ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+  ASSERT_FALSE(p.nvme_copy_layers.empty());
+  EXPECT_DOUBLE_EQ(p.copy_bytes_per_layer, copy);
+  EXPECT_LE(p.host_state_bytes, 0.9 * req.hardware.host_memory_bytes);
+  EXPECT_TRUE(validate_plan(p).empty()) << validate_plan(p).front();
+  for (int j : p.nvme_copy_layers) {
+    EXPECT_TRUE(StatePaging::copy_may_page(req.model.num_layers, j)) << j;
+    int written = -1, read = -1;
+    for (int w = 0; w < static_cast<int>(p.windows.size()); ++w)
+      for (const Transfer& t : p.windows[w].transfers)
+        if (t.tensor == "cp." + std::to_string(j)) {
+          EXPECT_DOUBLE_EQ(t.bytes, copy) << t.tensor;
+          (t.link == Link::NvmeWrite ? written : read) = w;
+        }
+    ASSERT_GE(written, 0);
+    ASSERT_GE(read, 0);
+    EXPECT_EQ(p.windows[written].name, "F" + std::to_string(j));
+    EXPECT_EQ(p.windows[read].kind, WindowKind::Backward);
+    EXPECT_EQ(p.windows[read].layer, j + 2);
+  }
+  expect_replayed(p);
+  const Plan q = plan_from_json(plan_to_json(p), "test");
+  EXPECT_EQ(q.nvme_copy_layers, p.nvme_copy_layers);
+  EXPECT_DOUBLE_EQ(q.nvme_state_bytes(), p.nvme_state_bytes());
+  // A copy read back after its backward is caught.
+  Plan late = p;
+  const std::string cp = "cp." + std::to_string(late.nvme_copy_layers.front());
+  for (Window& w : late.windows)
+    for (auto t = w.transfers.begin(); t != w.transfers.end(); ++t)
+      if (t->tensor == cp && t->link == Link::NvmeRead) {
+        late.windows.back().transfers.push_back(*t);
+        w.transfers.erase(t);
+        break;
+      }
+  const std::vector<std::string> problems = validate_plan(late);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems.front().find("not read back before its backward"), std::string::npos) << problems.front();
 }
 
 // Paging costs NVMe time: with a disk slow enough that the states cannot hide under one
