@@ -88,7 +88,8 @@ Run train(const HostBudgetArgs& o, const Plan& plan) {
   run.paged_layers = plan.nvme_state_layers.size();
   run.parts = plan.nvme_state_layers.empty() ? "nothing"
               : std::string("optimizer states") + (plan.paged_master ? ", fp32 masters" : "") +
-                    (plan.paged_grads ? ", gradients" : "");
+                    (plan.paged_grads ? ", gradients" : "") +
+                    (plan.nvme_copy_layers.empty() ? "" : ", bf16 copies of " + std::to_string(plan.nvme_copy_layers.size()));
   return run;
 }
 

@@ -96,7 +96,11 @@ void print_table(const Plan& p) {
                 : p.paged_master                ? " with their matrices' fp32 masters"
                 : p.paged_grads                 ? " with their gradients"
                                                 : "",
-                p.nvme_state_bytes() / 1e9);
+                static_cast<double>(p.nvme_state_layers.size()) * p.state_bytes_per_layer / 1e9);
+  if (!p.nvme_copy_layers.empty())
+    std::printf("  %-24s %zu layers' (%d..%d) page to NVMe between their forward and backward, %.3f GB\n",
+                "bf16 copies", p.nvme_copy_layers.size(), p.nvme_copy_layers.front(), p.nvme_copy_layers.back(),
+                static_cast<double>(p.nvme_copy_layers.size()) * p.copy_bytes_per_layer / 1e9);
   if (p.ranks > 1) {
     double bytes = 0, net_s = 0;
     for (const Window& w : p.windows) {
@@ -139,6 +143,9 @@ void run_plan(const PlanArgs& a) {
   // Paged layers' gradients page too on one process (train then needs --grad-accum 1; data-
   // parallel ranks sum the host's gradients after backward).
   req.page_grads = a.ranks == 1;
+  // And their bf16 copies, written from the paged masters (the rule's policies page them;
+  // the MILP does not yet).
+  req.page_copy = req.page_master && a.ranks == 1;
   if (a.ranks < 1) throw Error("--ranks must be at least 1", "--ranks", "e.g. --ranks 2");
   req.ranks = a.ranks;
   req.shard_optimizer = a.shard_optimizer == "on";

@@ -12,15 +12,17 @@ Bf16WeightSlot::Bf16WeightSlot(const ModelConfig& c) {
 }
 
 void Bf16WeightSlot::copy_in(Backend& backend, std::byte* slot, const ModelParameters& params,
-                             const bf16* compute_copy, int layer) const {
-  const BlockTensors host = const_cast<ModelParameters&>(params).block(layer);
-  for (const Bf16SlotPart& p : layouts_[static_cast<size_t>(layer)].parts) {
-    const float* src = host.*p.field.member;
-    const size_t n = static_cast<size_t>(p.field.numel);
-    if (p.field.matrix)
-      backend.copy_to_compute(slot + p.offset, compute_copy + (src - params.data()), n * sizeof(bf16));
+                             const bf16* layer_copy, int layer) const {
+  auto& p = const_cast<ModelParameters&>(params);
+  const BlockTensors host = p.block(layer);
+  const float* first = p.block_base(layer);
+  for (const Bf16SlotPart& part : layouts_[static_cast<size_t>(layer)].parts) {
+    const float* src = host.*part.field.member;
+    const size_t n = static_cast<size_t>(part.field.numel);
+    if (part.field.matrix)
+      backend.copy_to_compute(slot + part.offset, layer_copy + (src - first), n * sizeof(bf16));
     else
-      backend.copy_to_compute(slot + p.offset, src, n * sizeof(float));
+      backend.copy_to_compute(slot + part.offset, src, n * sizeof(float));
   }
 }
 

@@ -22,9 +22,10 @@ class Bf16WeightSlot {
   explicit Bf16WeightSlot(const ModelConfig& c);
   size_t bytes() const { return bytes_; }
 
-  // Queues the copies of layer `layer` into `slot`: matrices from the bf16 compute copy
-  // (ModelParameters' layout), norms and biases from the fp32 parameters.
-  void copy_in(Backend& backend, std::byte* slot, const ModelParameters& params, const bf16* compute_copy,
+  // Queues the copies of layer `layer` into `slot`: matrices from its bf16 copy
+  // (`layer_copy`: the layer's block in ModelParameters' layout, from its first parameter),
+  // norms and biases from the fp32 parameters.
+  void copy_in(Backend& backend, std::byte* slot, const ModelParameters& params, const bf16* layer_copy,
                int layer) const;
   // Views of a slot filled with layer `layer`: bf16 matrices, fp32 norms and biases (fp32
   // matrix views null).

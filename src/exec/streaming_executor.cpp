@@ -182,6 +182,9 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   }
   pager_ = std::make_unique<StatePager>(sched_, options.layer_state_bytes, host_, options.grad_offset);
   pager_->add_nvme_slots(slots);
+  copies_ = std::make_unique<CopyPager>(sched_, config_, host_);
+  copies_->add_nvme_slots(slots);
+  if (copies_->active()) weights_->set_paged_copy([this](int j) { return copies_->home(j); });
   if (options.grad_offset > 0)
     grads_->set_paged_home([this](int j) { return pager_->grads_home(j, *state_.grads); });
   if (!slots.empty()) {
@@ -193,6 +196,7 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
     no.direct_io = options.direct_io;
     nvme_ = std::make_unique<NvmeStore>(std::move(slots), no);
     pager_->attach(nvme_.get());
+    copies_->attach(nvme_.get());
   }
 }
 
@@ -225,6 +229,7 @@ void StreamingExecutor::abort_step() noexcept {
   for (auto& p : parked_)
     if (p) p->write = p->read = 0;
   pager_->abandon();
+  copies_->abandon();
   grads_->abandon();
   live_.clear();
   peak_ = std::max(peak_, arena_->peak_live_bytes());
@@ -322,6 +327,10 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
     live_.clear();
   }
   weights_->begin_step(params, options.compute_copy);
+  copies_->begin_step(params, options.compute_copy);
+  if (copies_->active() && !options.update)
+    throw Error("the plan pages bf16 copies, which the update hook writes, but the step has none",
+                "StepOptions::update", "set the hook in every step (it writes a paged copy even without an update)");
   grads_->begin_step(grads, options.zero_grads, options.gradient_final);
   t0_ = std::chrono::steady_clock::now();
   events_ = &state_.result.events;
@@ -377,10 +386,12 @@ void StreamingExecutor::begin_window(int w) {
       if (bs.fetches[k].window == w) fetch_boundary(b, k);
   }
   pager_->start_reads(w, now());
+  copies_->start_reads(w, now());
   for (size_t t = 0; t < sched_.targets.size(); ++t)
     if (sched_.update_w[t] == w) run_update(t);
   pager_->start_writes(w, now());
   pager_->start_grad_writes(w, *state_.grads, now());
+  copies_->start_writes(w, now());
   loads_before_window_ = backend_.record(Backend::Stream::H2D);
   // A streamed head's chunks go first on the link; head() queues the prefetches behind
   // its last chunk.
@@ -475,6 +486,8 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
   const auto traced = [&](const std::string& n, double issued, double bytes) { event(n, ExecLane::Nvme, issued, bytes); };
   pager_->finish_writes(w, traced);
   pager_->finish_grad_writes(w, traced);
+  copies_->finish_writes(w, traced);
+  copies_->finish_reads(w, traced);
   if (win.kind == WindowKind::Epilogue) {
     state_.sq += cpu_kernel_table().sum_of_squares(state_.grads->embedding(),  // on the host
                                                    config_.vocab_size * C_);

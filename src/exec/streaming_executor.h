@@ -58,6 +58,7 @@
 #include "exec/exec_event.h"
 #include "exec/gradient_sink.h"
 #include "exec/live_arena.h"
+#include "exec/copy_pager.h"
 #include "exec/state_pager.h"
 #include "exec/weight_source.h"
 #include "layers/decoder_block.h"
@@ -197,6 +198,10 @@ class StreamingExecutor {
   bool state_paged(int layer) const { return pager_->paged(layer); }
   void read_paged_state(int layer, std::span<std::byte> out) { pager_->read_state(layer, out); }
   void write_paged_state(int layer, std::span<const std::byte> in) { pager_->write_state(layer, in); }
+  // Bf16 copies the plan pages (exec/copy_pager.h): whether layer j's is one, and during a
+  // step (in the update hook) where its update writes it.
+  bool copy_paged(int layer) const { return copies_->paged(layer); }
+  bf16* paged_copy(int layer) { return copies_->home(layer); }
 
  private:
   struct Parked;  // one boundary's offloaded parts
@@ -281,6 +286,7 @@ class StreamingExecutor {
   // Declared before the store, so the store (which waits for requests in flight) goes
   // first and the pager's staging buffers outlive every request that uses them.
   std::unique_ptr<StatePager> pager_;
+  std::unique_ptr<CopyPager> copies_;
   std::unique_ptr<NvmeStore> nvme_;
   // Its layout; bound to the window's ws.<window> range at each layer window's start.
   BlockWorkspace workspace_;

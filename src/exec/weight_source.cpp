@@ -27,7 +27,7 @@ class HostViews final : public WeightSource {
     BlockTensorsBf16 b;
     if (precision_ == Precision::BF16)  // views of the step's bf16 compute copy
       for (const BlockField& f : block_fields(c_, j))
-        if (f.matrix) b.*bf16_member(f.member) = copy_ + (w.*f.member - params_->data());
+        if (f.matrix) b.*bf16_member(f.member) = layer_copy(j) + (w.*f.member - params_->block_base(j));
     return {w, b};
   }
   const float* final_norm() override { return params_->final_norm(); }
@@ -65,7 +65,7 @@ class ComputeSlots final : public WeightSource {
 
   void load_layer(ArenaTensor slot, int j) override {
     if (bf16_slot_)
-      bf16_slot_->copy_in(backend_, reinterpret_cast<std::byte*>(arena_(slot, j)), *params_, copy_, j);
+      bf16_slot_->copy_in(backend_, reinterpret_cast<std::byte*>(arena_(slot, j)), *params_, layer_copy(j), j);
     else
       backend_.copy_to_compute(arena_(slot, j), params_->block_base(j),
                                static_cast<size_t>(block_numel(c_, j)) * sizeof(float));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -44,6 +45,10 @@ class WeightSource {
     params_ = &params;
     copy_ = compute_copy;
   }
+  // Where a paged bf16 copy of layer j begins (exec/copy_pager.h), or null: in the compute
+  // copy. Set once by the executor.
+  using PagedCopy = std::function<const bf16*(int layer)>;
+  void set_paged_copy(PagedCopy paged) { paged_copy_ = std::move(paged); }
 
   // Boundary 0: the embedding of `ids` where layer 0's forward reads it, `x0` on the
   // compute tier (the lookup runs on the host; a separate tier gets it over the link).
@@ -63,8 +68,15 @@ class WeightSource {
   virtual HeadWeights head_chunk(int64_t i) = 0;
 
  protected:
+  // Layer j's bf16 copy from its block's first parameter: in the compute copy, or paged.
+  const bf16* layer_copy(int j) const {
+    const bf16* paged = paged_copy_ ? paged_copy_(j) : nullptr;
+    return paged ? paged : copy_ + (params_->block_base(j) - params_->data());
+  }
+
   ModelParameters* params_ = nullptr;
   const bf16* copy_ = nullptr;
+  PagedCopy paged_copy_;
   // The host's kernels: the embedding table lies in host memory, and its lookup runs there.
   const KernelTable& host_kernels_ = cpu_kernel_table();
 };

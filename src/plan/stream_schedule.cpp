@@ -55,6 +55,20 @@ void schedule_state_paging(StreamSchedule& s, const Plan& plan) {
     if (plan.paged_grads && (s.grad_write_w[j] < 0 || s.grad_write_w[j] <= s.grad_drain_w[j]))
       bad_plan("layer " + std::to_string(j) + "'s gradients page, but the plan does not write them after their drain");
   }
+  s.copy_write_w.assign(L, -1);
+  s.copy_read_w.assign(L, -1);
+  for (int j : plan.nvme_copy_layers) {
+    if (j < 0 || j >= L || s.state_read_w[j] < 0 || s.copy_write_w[j] >= 0)
+      bad_plan("bad or repeated layer " + std::to_string(j) + " with a paged bf16 copy");
+    const std::string cp = "cp." + std::to_string(j);
+    for (int w = 0; w < static_cast<int>(plan.windows.size()); ++w) {
+      if (moves(plan.windows[w], cp, Link::NvmeWrite)) s.copy_write_w[j] = w;
+      if (moves(plan.windows[w], cp, Link::NvmeRead)) s.copy_read_w[j] = w;
+    }
+    if (s.copy_write_w[j] < s.update_w[1 + j] || s.copy_read_w[j] <= s.copy_write_w[j])
+      bad_plan("layer " + std::to_string(j) + "'s bf16 copy pages, but the plan does not write it after its update "
+               "and read it back after that");
+  }
   // Slots by read order (the plan lists layers in any order).
   std::vector<int> order;
   for (int j = 0; j < L; ++j)

@@ -131,6 +131,10 @@ struct StreamSchedule {
   // Paged gradients (Plan::paged_grads), per layer (-1: none): the window whose start
   // (after its updates) writes them to NVMe (gs.<j>), done at its barrier.
   std::vector<int> grad_write_w;
+  // Paged bf16 copies (Plan::nvme_copy_layers), per layer (-1: none): the window whose
+  // start (after its updates) writes the copy to NVMe, done at its barrier, and the one
+  // whose start reads it back, done at its barrier.
+  std::vector<int> copy_write_w, copy_read_w;
   // Where in a layer pass's workspace (ws.<window>) the saved tensors it writes begin,
   // when they are not kept: after the pass's scratch.
   size_t workspace_saved_offset = 0;

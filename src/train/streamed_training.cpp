@@ -64,6 +64,9 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   // Gradients page too, but not where they accumulate over micro-batches on the host or
   // are summed there over the ranks.
   req.page_grads = cfg.grad_accum == 1 && dp.ranks == 1;
+  // So do the bf16 copies, which the update writes from the paged masters in every step
+  // (the rule's policies page them; the MILP does not yet).
+  req.page_copy = req.page_master && req.page_grads;
   // The profile's rates ran on its threads; a process on fewer (a data-parallel rank that
   // shares the host with others, or --threads) computes and updates at its share. Linear:
   // the GEMMs and the AdamW loop split their work over the threads (an estimate, since
@@ -141,10 +144,18 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
   const bool paging = !plan.nvme_state_layers.empty();
-  if (!plan.nvme_copy_layers.empty())
+  if (!plan.nvme_copy_layers.empty() && (!plan.paged_master || comm_ || cfg.grad_accum > 1)) {
+    const std::string why =
+        !plan.paged_master ? "the update writes from the paged masters, and this plan pages none"
+        : comm_            ? "a run of data-parallel ranks cannot do"
+                           : "a run with gradient accumulation cannot do (each micro-batch reads them)";
     throw Error("the plan pages " + std::to_string(plan.nvme_copy_layers.size()) +
-                    " layers' bf16 copies to NVMe, which the streaming executor does not run yet",
-                "train config (plan)", "plan without paging the bf16 copies (a larger --host-budget-gb)");
+                    " layers' bf16 copies to NVMe, which " + why,
+                "train config (plan)",
+                !plan.paged_master ? "plan this run again"
+                : comm_            ? "plan with `lazytrain plan --ranks N`"
+                                   : "train with --grad-accum 1, or let train plan itself");
+  }
   if (paging && plan.paged_grads && (comm_ || cfg.grad_accum > 1))
     throw Error("the plan pages the layers' gradients to NVMe, which a run " +
                     std::string(comm_ ? "of data-parallel ranks (they sum the host's gradients)"
@@ -184,6 +195,11 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   if (grad_pages_ > 0)  // no gradients yet: their pages go (they read as the zeros they hold)
     for (int j : plan.nvme_state_layers)
       release_pages(layer_grad_pages(j), "layer " + std::to_string(j) + "'s paged gradients");
+  for (int j : plan.nvme_copy_layers) {  // the executor's staging holds them from now on
+    const PageSpan pages = layer_copy_pages(j);
+    release_pages(pages, "layer " + std::to_string(j) + "'s paged bf16 copy");
+    copy_pages_bytes_ += static_cast<int64_t>(pages.bytes);
+  }
   wait_for_replans_ = options.wait_for_replans;
   if (cfg.adaptive_plan != "on") {
     adaptive_note_ = "off (adaptive_plan off)";
@@ -290,16 +306,30 @@ std::vector<ReplanEvent> StreamedTraining::finish(int64_t step) {
 
 void StreamedTraining::update_target(const UpdateTarget& t, std::span<std::byte> paged) {
   if (sharded()) return exchange_->weights_needed(t);  // updated by its owner after the last step
+  if (!has_pending_) {  // a step without an update runs the hook for the paged bf16 copies alone
+    if (t.kind == UpdateTarget::Kind::Layer && executor_->copy_paged(t.layer))
+      write_paged_copy(t.layer, paged.subspan(state_part_), executor_->paged_copy(t.layer));
+    return;
+  }
   if ((masters_ || grad_pages_ > 0) && !paged.empty())  // a paged layer during a step
-    return update_paged_layer(t.layer, paged);  // (the executor gives its gradients' pages back as it zeroes them)
+    return update_paged_layer(t.layer, paged, /*in_step=*/true);  // (its gradients' pages stay released)
   for (auto [offset, n] : target_ranges(params_, t))
     updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), paged);
 }
 
-void StreamedTraining::update_paged_layer(int layer, std::span<std::byte> slot) {
+void StreamedTraining::update_paged_layer(int layer, std::span<std::byte> slot, bool in_step) {
   const UpdateTarget t{UpdateTarget::Kind::Layer, layer};
   const std::span<std::byte> masters = slot.subspan(state_part_);
   TensorPlaces places;
+  bf16* copy = copy_.data(params_);
+  bf16* const paged_copy = executor_->copy_paged(layer) ? (in_step ? executor_->paged_copy(layer) : nullptr) : copy;
+  if (paged_copy != copy) {  // the executor's staging in a step; none at flush() (the next step writes it)
+    copy = nullptr;
+    if (paged_copy) {
+      const int64_t first = params_.block_base(layer) - params_.data();
+      places.copy = [paged_copy, first](int64_t offset) { return paged_copy + (offset - first); };
+    }
+  }
   if (masters_)
     places.params = [&](int64_t offset) { return masters_->in_slot(layer, masters, params_.data() + offset); };
   if (grad_pages_ > 0 && grads_on_nvme_) {  // the gradients the last backward wrote to the slot
@@ -311,13 +341,31 @@ void StreamedTraining::update_paged_layer(int layer, std::span<std::byte> slot) 
     places.grads = [in_slot, first](int64_t offset) { return in_slot + (offset - first); };
   }
   for (auto [offset, n] : target_ranges(params_, t))
-    updater_.update_range(params_, grads_, offset, n, pending_, copy_.data(params_), slot.first(state_part_),
-                          &places);
+    updater_.update_range(params_, grads_, offset, n, pending_, copy, slot.first(state_part_), &places);
+  if (paged_copy && paged_copy != copy_.data(params_) && !pending_.applied)  // skipped: the masters as they are
+    write_paged_copy(layer, masters, paged_copy);
+}
+
+void StreamedTraining::write_paged_copy(int layer, std::span<std::byte> masters, bf16* to) {
+  LT_ASSERT(masters_, "a paged bf16 copy without paged masters");
+  float* at = params_.block_base(layer);
+  for (const BlockField& f : block_fields(params_.config(), layer)) {
+    if (f.matrix) {  // what the compute reads of the copy
+      const float* master = masters_->in_slot(layer, masters, at);
+      convert_f32_to_bf16(to + (at - params_.block_base(layer)), master ? master : at, f.numel);
+    }
+    at += f.numel;
+  }
 }
 
 PageSpan StreamedTraining::layer_grad_pages(int layer) const {
   return page_interior(grads_.block_base(layer),
                        static_cast<size_t>(block_numel(grads_.config(), layer)) * sizeof(float));
+}
+
+PageSpan StreamedTraining::layer_copy_pages(int layer) {
+  bf16* first = copy_.data(params_) + (params_.block_base(layer) - params_.data());
+  return page_interior(first, static_cast<size_t>(block_numel(params_.config(), layer)) * sizeof(bf16));
 }
 
 PageSpan StreamedTraining::layer_grad_cover(int layer) const {
@@ -377,7 +425,8 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
   LinkUse h2d, d2h;
   for (int64_t a = 0; a < cfg_.grad_accum; ++a) {
     StepOptions o;
-    o.update = a == 0 && (has_pending_ || sharded()) ? &hook : nullptr;
+    // (Paged bf16 copies are written by the hook in every step.)
+    o.update = a == 0 && (has_pending_ || sharded() || !plan().nvme_copy_layers.empty()) ? &hook : nullptr;
     o.zero_grads = a == 0;  // later micro-batches add to the first's gradients
     o.grad_scale = 1.0f / static_cast<float>(predicted);
     o.compute_copy = copy_.data(params_);
@@ -439,7 +488,7 @@ void StreamedTraining::flush() {
     if (slot.size() == 0) slot.resize(executor_options_.layer_state_bytes);
     executor_->read_paged_state(j, {slot.data(), slot.size()});
     if (masters_ || grad_pages_ > 0)
-      update_paged_layer(j, {slot.data(), slot.size()});
+      update_paged_layer(j, {slot.data(), slot.size()}, /*in_step=*/false);
     else
       update_target(t, {slot.data(), slot.size()});
     executor_->write_paged_state(j, {slot.data(), slot.size()});
@@ -480,7 +529,7 @@ int64_t StreamedTraining::paged_off_host_bytes() const {
     if (masters_) b += static_cast<int64_t>(masters_->bytes(j));
     if (grad_pages_ > 0) b += static_cast<int64_t>(layer_grad_pages(j).bytes);
   }
-  return b;
+  return b + copy_pages_bytes_;
 }
 
 std::vector<std::string> StreamedTraining::describe() const {
@@ -488,7 +537,7 @@ std::vector<std::string> StreamedTraining::describe() const {
   const Plan::TierCounts tc = p.tier_counts();
   const Memory m = memory();
   const int64_t n = params_.numel();
-  const int64_t off_host = paged_off_host_bytes();
+  const int64_t off_host = paged_off_host_bytes() - copy_pages_bytes_;  // of the fp32 weights and gradients
   std::string paged_note;  // what of the fp32 weights and gradients lives in the NVMe slots
   if (off_host > 0)
     paged_note = std::string(" (the paged layers' ") +
@@ -509,7 +558,11 @@ std::vector<std::string> StreamedTraining::describe() const {
                 "%s%s,%s %s optimizer states %s held, offloaded activations %s), nvme %s",
                 format_bytes(m.compute).c_str(), format_bytes(static_cast<int64_t>(p.predicted_peak.gpu)).c_str(),
                 format_bytes(m.host).c_str(), format_bytes(8 * n - off_host).c_str(), paged_note.c_str(),
-                cfg_.precision == "bf16" ? (" bf16 weight copy " + format_bytes(2 * n) + ",").c_str() : "",
+                cfg_.precision != "bf16" ? ""
+                : copy_pages_bytes_ == 0
+                    ? (" bf16 weight copy " + format_bytes(2 * n) + ",").c_str()
+                    : (" bf16 weight copy " + format_bytes(2 * n - copy_pages_bytes_) + " (the paged layers', " +
+                       format_bytes(copy_pages_bytes_) + ", on NVMe),").c_str(),
                 cfg_.optimizer.c_str(), format_bytes(updater_.resident_state_bytes()).c_str(),
                 format_bytes(executor_->host_peak_bytes()).c_str(), format_bytes(m.nvme).c_str());
   return {plan_line, memory_line, "re-planning: " + adaptive_note_};

@@ -198,8 +198,16 @@ class StreamedTraining final : public StepEngine {
   int64_t paged_off_host_bytes() const;
   void page_in_masters();
   // The lazy update of paged layer j in its slot's bytes (its state, its masters when they
-  // page, read from its gradients there when they page), which it updates in place.
-  void update_paged_layer(int layer, std::span<std::byte> slot);
+  // page, read from its gradients there when they page), which it updates in place; in a
+  // step, a paged bf16 copy goes to the executor's staging (written from the masters when
+  // the update is skipped), at flush() nowhere (the next step writes it).
+  void update_paged_layer(int layer, std::span<std::byte> slot, bool in_step);
+  // Paged bf16 copies (Plan::nvme_copy_layers, exec/copy_pager.h): the executor's staging
+  // holds them; their pages in copy_ stay released (copy_pages_bytes_ of them). The hook
+  // writes layer j's from its masters in the slot's masters part when no update does.
+  void write_paged_copy(int layer, std::span<std::byte> masters, bf16* to);
+  PageSpan layer_copy_pages(int layer);  // the whole pages of layer j's part of copy_
+  int64_t copy_pages_bytes_ = 0;
 };
 
 }  // namespace lt

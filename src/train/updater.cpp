@@ -159,6 +159,10 @@ void Updater::update_range(ModelParameters& params, const ModelParameters& grads
     const float* g = places && places->grads ? places->grads(off) : nullptr;
     return g ? g : grads.data() + off;
   };
+  auto copy_at = [&](int64_t off) -> bf16* {
+    bf16* c = places && places->copy ? places->copy(off) : nullptr;
+    return c ? c : compute_copy ? compute_copy + off : nullptr;
+  };
   if (!adamw_) {  // plain SGD, over the whole range, or tensor by tensor where they lie
     const float scale = static_cast<float>(d.lr) * d.clip_factor;
     auto sgd = [&](int64_t off, int64_t n) {
@@ -166,7 +170,7 @@ void Updater::update_range(ModelParameters& params, const ModelParameters& grads
       const float* g = grads_at(off);
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < n; ++i) p[i] -= scale * g[i];
-      if (compute_copy) convert_f32_to_bf16(compute_copy + off, p, n);
+      if (bf16* out = copy_at(off)) convert_f32_to_bf16(out, p, n);
     };
     if (!places) return sgd(offset, numel);
     for (const WeightSpec& s : params.specs())
@@ -184,7 +188,7 @@ void Updater::update_range(ModelParameters& params, const ModelParameters& grads
     }
     float* p = params_at(offsets_[id]);
     const float* g = grads_at(offsets_[id]);
-    bf16* out = compute_copy ? compute_copy + offsets_[id] : nullptr;
+    bf16* out = copy_at(offsets_[id]);
     adamw_->step_tensor(id, p, g, out, static_cast<float>(d.lr), d.clip_factor, d.optimizer_step);
     if (adamw_->is_paged(id)) adamw_->detach_state(id);
   }

@@ -36,11 +36,13 @@ struct UpdateResult {
 
 // Where Updater::update_range finds tensors that lie outside the blocks it is given (a
 // paged layer's, in its NVMe slot's host staging): by a tensor's offset in the block, its
-// fp32 parameters (null, or no function: in the parameter block) and its gradients
-// (likewise, in the gradient block).
+// fp32 parameters (null, or no function: in the parameter block), its gradients
+// (likewise, in the gradient block) and where its bf16 copy goes (likewise, in the
+// compute copy given).
 struct TensorPlaces {
   std::function<float*(int64_t offset)> params;
   std::function<const float*(int64_t offset)> grads;
+  std::function<bf16*(int64_t offset)> copy;
 };
 
 class Updater {

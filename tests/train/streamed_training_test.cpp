@@ -212,6 +212,67 @@ TEST(StreamedTrainingPagedParts, MatchTheInMemoryRunsBitwise) {
     }
 }
 
+// The bf16 copies page too, on a host that every other part paged cannot fit (a keep-all
+// plan: the MILP does not page copies yet): the update writes each paged copy into the
+// executor's staging, it goes to NVMe in its forward and comes back for its backward. The
+// runs on cpu and emu (evaluations, checkpoints, a resume) are the in-memory run bit for
+// bit.
+TEST(StreamedTrainingPagedCopies, MatchTheInMemoryRunBitwise) {
+  const auto config = [](const std::string& out) {
+    TrainConfig c = tiny_config(out);
+    c.scratch_layers = 10;
+    c.grad_accum = 1;
+    c.precision = "bf16";
+    c.eval_problems = 4;
+    c.eval_every = 3;
+    c.save_every = 4;
+    return c;
+  };
+  test::TempDir plan_dir("paged-copies-plan"), ref_dir("paged-copies-ref");
+  const TrainSummary ref = run_training(config(ref_dir.str()));
+  const TrainConfig shape = config("");
+  PlanRequest req;
+  req.model_name = "streamed-training-test";
+  req.model = load_model_config(ref.checkpoint_dir);
+  req.hardware = test::streaming_cpu_profile();
+  req.hardware.act_bytes = 4;
+  req.batch = shape.batch;
+  req.seq = shape.seq_len;
+  req.page_master = req.page_grads = req.page_copy = true;
+  // A host between the rule's state with every layer's other parts paged and with the copies too.
+  PlanRequest all = req;
+  all.nvme_state_layers = req.model.num_layers - 2;
+  const CostModel cm = build_cost_model(all);
+  StatePaging paging = plan_state_paging(all, cm, true);
+  const double without = paging.host_state_bytes;
+  std::vector<bool> copies(req.model.num_layers, false);
+  for (int j = 0; j < req.model.num_layers; ++j) copies[j] = StatePaging::copy_may_page(req.model.num_layers, j);
+  page_copies(paging, cm, copies);
+  req.hardware.host_memory_bytes = (without + paging.host_state_bytes) / 2;
+  const Plan plan = make_plan(req, "keep-all");
+  ASSERT_TRUE(plan.feasible) << plan.infeasible_reason;
+  ASSERT_GE(plan.nvme_copy_layers.size(), 4u) << "no paged copy reuses a staging buffer";
+  PlanRequest no_copies = req;
+  no_copies.page_copy = false;
+  EXPECT_FALSE(make_plan(no_copies, "keep-all").feasible) << "the host fits without paging the copies";
+  const std::string plan_path = plan_dir.str() + "/copies.json";
+  save_plan(plan, plan_path);
+  for (const char* backend : {"cpu", "emu"}) {
+    test::TempDir out(std::string("paged-copies-") + backend);
+    TrainConfig c = config(out.str());
+    c.plan = plan_path;
+    c.backend = backend;
+    c.offload_dir = plan_dir.str();
+    const TrainSummary run = run_training(c);
+    expect_same_run(run, ref, std::string("paged copies ") + backend);
+    EXPECT_EQ(run.eval_exact_match, ref.eval_exact_match) << backend;
+    if (std::string(backend) != "cpu") continue;
+    std::filesystem::remove_all(out.path() / "checkpoint-000008");  // resumes from step 4's
+    c.resume = true;
+    expect_same_run(run_training(c), ref, "paged copies, resumed");
+  }
+}
+
 TEST_F(StreamedTraining, ResumesBitwise) {
   test::TempDir out("streamed-resume");
   TrainConfig first = streamed(out.str(), "cpu");
