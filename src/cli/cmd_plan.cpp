@@ -143,8 +143,7 @@ void run_plan(const PlanArgs& a) {
   // Paged layers' gradients page too on one process (train then needs --grad-accum 1; data-
   // parallel ranks sum the host's gradients after backward).
   req.page_grads = a.ranks == 1;
-  // And their bf16 copies, written from the paged masters (the rule's policies page them;
-  // the MILP does not yet).
+  // And their bf16 copies, written from the paged masters.
   req.page_copy = req.page_master && a.ranks == 1;
   if (a.ranks < 1) throw Error("--ranks must be at least 1", "--ranks", "e.g. --ranks 2");
   req.ranks = a.ranks;

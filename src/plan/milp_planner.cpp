@@ -129,6 +129,12 @@ struct Milp {
   // With paged gradients (PlanRequest::page_grads) grad_stage holds the host staging of
   // the gradients between their backward and their NVMe write once any layer pages.
   int state_slots = -1, host_state = -1, grad_stage = -1;
+  // Paged bf16 copies (PlanRequest::page_copy): pc[j] layer j's copy pages (binary, -1
+  // where it may not: plan/state_paging.h), at the rule's stages (written in F{j}, read
+  // back in backward slot j+2); copy_stage holds their host staging once any pages.
+  std::vector<int> pc;
+  int copy_stage = -1;
+  std::vector<double> C;  // per layer: its paged copy, GB
   double H0 = 0, capNTotal = 0, hostRoom = 0;
   std::vector<double> S;   // per layer: what its paging reads (state, masters, gradients), GB
   std::vector<double> Sw;  // per layer: what it writes back after the update (not the gradients), GB
@@ -156,6 +162,7 @@ struct Milp {
       S.push_back(l.paged_bytes() / kGB);
       Sw.push_back(l.paged_write_bytes() / kGB);
       G.push_back(l.grad_page_bytes / kGB);
+      C.push_back(l.copy_page_bytes / kGB);
       S_slot = std::max(S_slot, S.back());
     }
     Wh = cm.head_weight_bytes / kGB;
@@ -413,6 +420,12 @@ struct Milp {
     state_slots = m.add_col("state_slots", 0, kInf, eps, false);
     host_state = m.add_col("host_state", 0, kInf, 0, false);
     if (*std::max_element(G.begin(), G.end()) > 0) grad_stage = m.add_col("grad_stage", 0, kInf, eps, false);
+    pc.assign(L, -1);
+    if (!req.page_copy) return;
+    for (int j = 0; j < L; ++j)
+      if (StatePaging::copy_may_page(L, j) && C[j] > 0)
+        pc[j] = m.add_col("pc_" + std::to_string(j), 0, 1, eps * (2 - static_cast<double>(j) / L), true);
+    copy_stage = m.add_col("copy_stage", 0, kInf, eps, false);
   }
 
   // H2D seconds of weight loads moved off the rule: a stage's rule load moved to an
@@ -446,6 +459,8 @@ struct Milp {
       at_stage(out, rd[j], w, S[j] / bnr);
       at_stage(out, wr[j], w, Sw[j] / bnw);
       if (G[j] > 0 && w == StatePaging::grad_write_stage(st, j)) out.emplace_back(pg[j], G[j] / bnw);
+      if (pc[j] >= 0 && w == StatePaging::copy_write_stage(st, j)) out.emplace_back(pc[j], C[j] / bnw);
+      if (pc[j] >= 0 && w == StatePaging::copy_read_stage(st, j)) out.emplace_back(pc[j], C[j] / bnr);
     }
     return out;
   }
@@ -568,6 +583,7 @@ struct Milp {
         m.add_row("pg_after_" + js + "_" + sn(u), after, -kInf, 1);
       }
     }
+    copy_rows(state);
     if (req.nvme_state_layers > 0) m.add_row("pg_count", count, req.nvme_state_layers, req.nvme_state_layers);
     // Host staging slots: at least the states read and not yet written back in any stage
     // (a state holds its slot from its read window through its write window).
@@ -584,6 +600,29 @@ struct Milp {
     }
     m.add_row("host_state_def", state, H0, H0);
     m.add_row("host_state_share", {{host_state, 1}}, -kInf, shrink(kHostStateShare * req.hardware.host_memory_bytes) / kGB);
+  }
+
+  // A paged copy (pc[j]): of a paged layer, whose output boundary is stored (no recompute
+  // reads it), which is not resident, whose weights load by the rule, and whose update runs
+  // no earlier than F{j-2} (so that three layers' copies at most are staged at once); its
+  // bytes leave the host state for NVMe, its staging joins it.
+  void copy_rows(Terms& state) {
+    if (copy_stage < 0) return;
+    const double C_slot = *std::max_element(C.begin(), C.end());
+    state.emplace_back(copy_stage, -1);
+    for (int j = 0; j < L; ++j) {
+      if (pc[j] < 0) continue;
+      const std::string js = std::to_string(j);
+      state.emplace_back(pc[j], C[j]);
+      m.add_row("pc_pg_" + js, {{pc[j], 1}, {pg[j], -1}}, -kInf, 0);
+      m.add_row("pc_stored_" + js, {{pc[j], 1}, {z[j + 1], -1}}, -kInf, 0);
+      m.add_row("pc_resident_" + js, {{pc[j], 1}, {y[j], 1}}, -kInf, 1);
+      m.add_row("copy_stage_" + js, {{copy_stage, 1}, {pc[j], -StatePaging::kCopyStagingLayers * C_slot}}, 0, kInf);
+      for (const StageCols* loads : {&lf[j], &lb[j]})
+        for (auto [s, col] : *loads) m.add_row("pc_load_" + js + "_" + sn(s), {{pc[j], 1}, {col, 1}}, -kInf, 1);
+      for (auto [u, ocol] : o[j])
+        if (u < st.forward(j - 2)) m.add_row("pc_upd_" + js + "_" + sn(u), {{pc[j], 1}, {ocol, 1}}, -kInf, 1);
+    }
   }
 
   void rows() {
@@ -971,6 +1010,8 @@ struct Milp {
     if (page) {  // NVMe holds the paged states and the NVMe activations
       Terms tot;
       for (int j = 1; j < L; ++j) tot.emplace_back(pg[j], S[j]);
+      for (int j = 0; j < L; ++j)
+        if (pc[j] >= 0) tot.emplace_back(pc[j], C[j]);
       if (use_nvme)
         for (int b = 0; b < L; ++b) tot.emplace_back(n[b], A);
       m.add_row("nvme_capacity", tot, -kInf, capNTotal);
@@ -1047,6 +1088,8 @@ struct Milp {
       for (auto [s, col] : rd[j]) out.emplace_back(col, on && s == paged.read_stage[j] ? 1 : 0);
       for (auto [s, col] : wr[j]) out.emplace_back(col, on && s == paged.write_stage[j] ? 1 : 0);
     }
+    for (int j = 0; j < L; ++j)
+      if (pc[j] >= 0) out.emplace_back(pc[j], j < static_cast<int>(paged.copy_on_nvme.size()) && paged.copy_on_nvme[j]);
     return out;
   }
   // The starts: today's rule, and where paging is decided here a second one: the rule's
@@ -1084,6 +1127,13 @@ struct Milp {
       }
     }
     if (found.count > 0 && found.on_nvme != paging.on_nvme) out.push_back(rule(found));
+    if (found.count == 0 && copy_stage >= 0) {  // no layer count fits without the copies: all of them page
+      StatePaging all = spaced(1, L - 2);
+      std::vector<bool> copy(L, false);
+      for (int j = 0; j < L; ++j) copy[j] = pc[j] >= 0;
+      page_copies(all, cm, copy);
+      out.push_back(rule(all));
+    }
     return out;
   }
 
@@ -1177,6 +1227,8 @@ struct Milp {
           d.state_read[j] = chosen(rd[j]);
           d.state_write[j] = chosen(wr[j]);
         }
+      d.copy_paged.assign(L, false);
+      for (int j = 0; j < L; ++j) d.copy_paged[j] = pc[j] >= 0 && v[pc[j]] > 0.5;
     }
     d.head_chunk_rows = hs >= 0 && v[hs] > 0.5 ? head_rows : 0;
     return d;

@@ -59,9 +59,9 @@ struct Decisions {
   // state_write[j], their updates where layer_optimizer puts them (strictly between).
   bool paging_decided = false;
   std::vector<int> state_read, state_write;  // L
-  // Paged bf16 copies (PlanRequest::page_copy), per layer; empty: by the rule when the
-  // paging is the rule's (every paged layer whose copy may page: copy_pages_by_rule),
-  // none when it is decided.
+  // Paged bf16 copies (PlanRequest::page_copy), per layer, as the MILP decides them;
+  // empty: by the rule when the paging is the rule's (every paged layer whose copy may
+  // page: copy_pages_by_rule), none when it is decided.
   std::vector<bool> copy_paged;
 
   // The head: 0 held whole on the compute tier; > 0 streamed in chunks of this many

@@ -35,8 +35,8 @@ namespace {
 // gradients, then with the bf16 copies too (those counted as if every paged layer that
 // may page its copy did). A larger blob per layer frees the same host bytes per NVMe
 // byte, but each staging slot holds more, the gradients' writes fall in backward and the
-// copies cross NVMe twice a step: a host that fits with less pages less. (The MILP does
-// not choose the parts per layer.)
+// copies cross NVMe twice a step: a host that fits with less pages less. (The MILP
+// chooses which layers' copies page, not the other parts per layer.)
 PlanRequest with_fewest_paged_parts(const PlanRequest& req) {
   if (!req.page_master && !req.page_grads && !req.page_copy) return req;
   std::vector<PlanRequest> steps;  // one more part each

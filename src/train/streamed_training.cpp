@@ -64,8 +64,7 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   // Gradients page too, but not where they accumulate over micro-batches on the host or
   // are summed there over the ranks.
   req.page_grads = cfg.grad_accum == 1 && dp.ranks == 1;
-  // So do the bf16 copies, which the update writes from the paged masters in every step
-  // (the rule's policies page them; the MILP does not yet).
+  // So do the bf16 copies, which the update writes from the paged masters in every step.
   req.page_copy = req.page_master && req.page_grads;
   // The profile's rates ran on its threads; a process on fewer (a data-parallel rank that
   // shares the host with others, or --threads) computes and updates at its share. Linear:

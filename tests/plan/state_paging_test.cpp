@@ -226,11 +226,10 @@ TEST(StatePaging, PagesTheGradientsWhereTheMastersDoNotFit) {
   expect_paged_parts(make_plan(req, "keep-all"), req, true, true);
 }
 
-// A host that the states, masters and gradients cannot fit pages the bf16 copies too (a
-// rule policy; the MILP does not page them yet): a paged copy of layer j is written to
-// NVMe in F{j} and read back in backward slot j+2, both its matrices' bf16 bytes; the
-// plan is valid, both simulators replay it, the JSON keeps the copies, and the host state
-// is within its share.
+void expect_paged_copies(const Plan& p, const PlanRequest& req, double copy);
+
+// A host that the states, masters and gradients cannot fit pages the bf16 copies too,
+// under a rule policy and the MILP alike (each copy its matrices' bf16 bytes).
 TEST(StatePaging, PagesTheCopiesWhereTheGradientsDoNotFit) {
   PlanRequest req = test::tiny_request(16, "h800", 4);
   req = allowing(req, true, true);
@@ -242,7 +241,17 @@ TEST(StatePaging, PagesTheCopiesWhereTheGradientsDoNotFit) {
   req.hardware.host_memory_bytes = (least - 4.5 * copy) / 0.9;  // 12 copies page, 3 stage
   ASSERT_FALSE(fits_with(req, true, true)) << "the states, masters and gradients fit";
   req.page_copy = true;
-  const Plan p = make_plan(req, "keep-all");
+  for (const char* policy : {"keep-all", "milp"}) {
+    SCOPED_TRACE(policy);
+    expect_paged_copies(make_plan(req, policy), req, copy);
+  }
+}
+
+// A plan's paged bf16 copies: of layers that may page theirs, each written to NVMe in
+// F{j} and read back in backward slot j+2, both `copy` bytes; the plan is valid, both
+// simulators replay it, the JSON keeps the copies, the host state is within its share,
+// and a copy read back after its backward is caught.
+void expect_paged_copies(const Plan& p, const PlanRequest& req, double copy) {
   ASSERT_TRUE(p.feasible) << p.infeasible_reason;
   ASSERT_FALSE(p.nvme_copy_layers.empty());
   EXPECT_DOUBLE_EQ(p.copy_bytes_per_layer, copy);

@@ -413,6 +413,19 @@ TEST(Replanner, FailedOrForeignReplansAreNotAdopted) {
   const ReplanResult foreign = judge_replan(current, make_plan(other, "milp"), drift, 0.05);
   EXPECT_FALSE(foreign.adopt);
   EXPECT_NE(foreign.note.find("another model or shape"), std::string::npos) << foreign.note;
+  // A re-plan that pages other parts (here the gradients, or the bf16 copies of other
+  // layers) is not adopted: the trainer's host blocks and slots are set up for what pages.
+  for (bool copies : {false, true}) {
+    Plan faster = current;
+    faster.predicted_step_s = 0.5 * current.predicted_step_s;
+    if (copies)
+      faster.nvme_copy_layers = {3};
+    else
+      faster.paged_grads = !current.paged_grads;
+    const ReplanResult other_parts = judge_replan(current, faster, drift, 0.05);
+    EXPECT_FALSE(other_parts.adopt) << (copies ? "copies" : "gradients");
+    EXPECT_NE(other_parts.note.find("other layers or parts"), std::string::npos) << other_parts.note;
+  }
   // The same plan again is not faster by the margin: no switch (no flapping between equals).
   const ReplanResult same = judge_replan(current, make_plan(req, "milp"), drift, 0.05);
   EXPECT_FALSE(same.adopt);

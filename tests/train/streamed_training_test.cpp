@@ -213,10 +213,10 @@ TEST(StreamedTrainingPagedParts, MatchTheInMemoryRunsBitwise) {
 }
 
 // The bf16 copies page too, on a host that every other part paged cannot fit (a keep-all
-// plan: the MILP does not page copies yet): the update writes each paged copy into the
-// executor's staging, it goes to NVMe in its forward and comes back for its backward. The
-// runs on cpu and emu (evaluations, checkpoints, a resume) are the in-memory run bit for
-// bit.
+// plan, whose six paged copies reuse the staging buffers, and the MILP's): the update
+// writes each paged copy into the executor's staging, it goes to NVMe in its forward and
+// comes back for its backward. The runs on cpu and emu (evaluations, checkpoints, a
+// resume) are the in-memory run bit for bit.
 TEST(StreamedTrainingPagedCopies, MatchTheInMemoryRunBitwise) {
   const auto config = [](const std::string& out) {
     TrainConfig c = tiny_config(out);
@@ -249,27 +249,33 @@ TEST(StreamedTrainingPagedCopies, MatchTheInMemoryRunBitwise) {
   for (int j = 0; j < req.model.num_layers; ++j) copies[j] = StatePaging::copy_may_page(req.model.num_layers, j);
   page_copies(paging, cm, copies);
   req.hardware.host_memory_bytes = (without + paging.host_state_bytes) / 2;
-  const Plan plan = make_plan(req, "keep-all");
-  ASSERT_TRUE(plan.feasible) << plan.infeasible_reason;
-  ASSERT_GE(plan.nvme_copy_layers.size(), 4u) << "no paged copy reuses a staging buffer";
   PlanRequest no_copies = req;
   no_copies.page_copy = false;
   EXPECT_FALSE(make_plan(no_copies, "keep-all").feasible) << "the host fits without paging the copies";
-  const std::string plan_path = plan_dir.str() + "/copies.json";
-  save_plan(plan, plan_path);
-  for (const char* backend : {"cpu", "emu"}) {
-    test::TempDir out(std::string("paged-copies-") + backend);
-    TrainConfig c = config(out.str());
-    c.plan = plan_path;
-    c.backend = backend;
-    c.offload_dir = plan_dir.str();
-    const TrainSummary run = run_training(c);
-    expect_same_run(run, ref, std::string("paged copies ") + backend);
-    EXPECT_EQ(run.eval_exact_match, ref.eval_exact_match) << backend;
-    if (std::string(backend) != "cpu") continue;
-    std::filesystem::remove_all(out.path() / "checkpoint-000008");  // resumes from step 4's
-    c.resume = true;
-    expect_same_run(run_training(c), ref, "paged copies, resumed");
+  for (const char* policy : {"keep-all", "milp"}) {
+    SCOPED_TRACE(policy);
+    const Plan plan = make_plan(req, policy);
+    ASSERT_TRUE(plan.feasible) << plan.infeasible_reason;
+    ASSERT_FALSE(plan.nvme_copy_layers.empty());
+    if (std::string(policy) == "keep-all")
+      ASSERT_GE(plan.nvme_copy_layers.size(), 4u) << "no paged copy reuses a staging buffer";
+    const std::string plan_path = plan_dir.str() + "/" + policy + ".json";
+    save_plan(plan, plan_path);
+    for (const char* backend : {"cpu", "emu"}) {
+      test::TempDir out(std::string("paged-copies-") + backend);
+      TrainConfig c = config(out.str());
+      c.plan = plan_path;
+      c.backend = backend;
+      c.offload_dir = plan_dir.str();
+      c.adaptive_plan = "off";
+      const TrainSummary run = run_training(c);
+      expect_same_run(run, ref, std::string("paged copies ") + policy + " " + backend);
+      EXPECT_EQ(run.eval_exact_match, ref.eval_exact_match) << backend;
+      if (std::string(backend) != "cpu") continue;
+      std::filesystem::remove_all(out.path() / "checkpoint-000008");  // resumes from step 4's
+      c.resume = true;
+      expect_same_run(run_training(c), ref, std::string("paged copies ") + policy + ", resumed");
+    }
   }
 }
 
