@@ -1,8 +1,8 @@
 // `lazytrain bench host-budget` (issue 30, deliverable 5): the bench model trained on the
 // emu backend (a separate compute tier) with its host memory at the in-memory footprint,
 // and again at a fraction of it (a quarter by default), where the optimizer states, the
-// matrices' fp32 masters (bf16) and the gradients page to an NVMe directory as the plan
-// says. Both runs are the trainer's streamed training (StreamedTraining) on the same
+// matrices' fp32 masters and bf16 copies (bf16) and the gradients page to an NVMe
+// directory as the plan says. Both runs are the trainer's streamed training (StreamedTraining) on the same
 // tokens; each step is timed against its plan's prediction, and the final weights are
 // compared bit for bit. The plans come from this machine's measured profile (the NVMe
 // store's bandwidth, memcpy for the links, a keep-all step's layer times, the 8-bit
@@ -112,6 +112,7 @@ void run_host_budget(const HostBudgetArgs& o) {
   measure_layer_times(req, a);
   req.page_master = a.precision == Precision::BF16;  // as train plans itself: one rank, no accumulation
   req.page_grads = true;
+  req.page_copy = req.page_master;
   req.time_limit_s = 20;
 
   const Plan in_memory = make_plan(req, "milp");  // the profile's 64 GB: nothing pages
@@ -146,7 +147,10 @@ void run_host_budget(const HostBudgetArgs& o) {
 void add_bench_host_budget_command(CLI::App& app) {
   CLI::App* parent = bench_command(app);
   auto o = std::make_shared<HostBudgetArgs>();
-  o->base.layers = 24;
+  // 48 layers: at a quarter of the in-memory footprint what cannot page (the embedding and
+  // head, the layers that do not page, the staging) must still fit, which 24 layers of
+  // this width do not.
+  o->base.layers = 48;
   o->base.steps = 5;
   o->base.precision = Precision::BF16;
   CLI::App* cmd = parent->add_subcommand(
