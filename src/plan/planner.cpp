@@ -144,6 +144,20 @@ InfeasibleReport diagnose_infeasible(const PlanRequest& req, const std::string& 
     Plan rc = plan_recompute_all(req, cm);
     if (rc.predicted_peak.gpu < best.predicted_peak.gpu) best = rc;
     problems = capacity_problems(best);
+    // Those plans recompute, so no bf16 copy of theirs pages (a paged copy's boundary is
+    // stored): keep-all's host shortage is smaller where copies may page, or it has none
+    // (the MILP keeps the state within its share of the host, kHostStateShare).
+    if (req.page_copy && !problems.empty() && problems.front().rfind("host memory short", 0) == 0) {
+      const Plan keep = plan_keep_all(req, cm);
+      const std::vector<std::string> kept = capacity_problems(keep);
+      if (kept.empty())
+        problems = {"host memory short for the MILP, which keeps the training state within " +
+                    std::to_string(static_cast<int>(kHostStateShare * 100)) + "% of the host; the keep-all plan fits (" +
+                    fmt_gb(keep.predicted_peak.cpu) + " of " + fmt_gb(req.hardware.host_memory_bytes) +
+                    "): plan with --policy keep-all"};
+      else if (keep.predicted_peak.cpu < best.predicted_peak.cpu && kept.front().rfind("host memory short", 0) == 0)
+        problems = kept;
+    }
     // The host's share for the persistent state (state_paging.h), with every optimizer
     // state that can page on NVMe.
     const StatePaging paged = problems.empty() && req.nvme_state_layers < 0

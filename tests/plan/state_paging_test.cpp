@@ -247,6 +247,28 @@ TEST(StatePaging, PagesTheCopiesWhereTheGradientsDoNotFit) {
   }
 }
 
+// Where the MILP cannot keep the state within its share of the host but the keep-all plan
+// (every copy that may page paged) fits the host, the diagnosis says so and names the
+// policy; below that, it gives keep-all's shortage, the smallest (the least compute-tier
+// plans recompute, and a recomputed layer's copy cannot page). The 27B hybrid on an RTX
+// 3090 with 50 and 40 GB of host memory.
+TEST(StatePaging, DiagnosisPointsToKeepAllWhereOnlyItFits) {
+  PlanRequest req = test::preset_request("qwen3.6-27b", "rtx3090", 2);
+  req.page_master = req.page_grads = req.page_copy = true;
+  req.hardware.host_memory_bytes = 50e9;
+  ASSERT_TRUE(make_plan(req, "keep-all").feasible);
+  const Plan milp = make_plan(req, "milp");
+  ASSERT_FALSE(milp.feasible) << "the MILP fits 50 GB";
+  const InfeasibleReport rep = diagnose_infeasible(req, "milp", milp);
+  EXPECT_NE(rep.shortage.find("plan with --policy keep-all"), std::string::npos) << rep.shortage;
+  req.hardware.host_memory_bytes = 40e9;
+  const Plan keep = make_plan(req, "keep-all");
+  ASSERT_FALSE(keep.feasible);
+  const InfeasibleReport shorter = diagnose_infeasible(req, "milp", make_plan(req, "milp"));
+  EXPECT_EQ(shorter.shortage.rfind("host memory short by", 0), 0u) << shorter.shortage;
+  EXPECT_NE(shorter.shortage.find("needs " + fmt_gb(keep.predicted_peak.cpu)), std::string::npos) << shorter.shortage;
+}
+
 // A plan's paged bf16 copies: of layers that may page theirs, each written to NVMe in
 // F{j} and read back in backward slot j+2, both `copy` bytes; the plan is valid, both
 // simulators replay it, the JSON keeps the copies, the host state is within its share,
