@@ -120,10 +120,11 @@ struct StreamingOptions {
   size_t layer_state_bytes = 0;
   // With the plan's paged gradients (Plan::paged_grads): where a paged layer's slot holds
   // them (a multiple of 4096, after the state; layer_state_bytes then covers them), which
-  // the write-back after the update stops at. 0: they do not page. Their whole pages leave
-  // host memory once written and are zeroed by release (StatePager::start_grad_writes),
-  // and the update hook reads them from paged_state, where they lie as the pages covering
-  // the layer's gradient block (room for memory/page_interior.h's page_cover of it).
+  // the write-back after the update stops at. 0: they do not page. They never come to the
+  // gradient block: backward puts them in the pager's host staging, whose pages go to the
+  // slot (StatePager::grads_home, start_grad_writes), and the update hook reads them from
+  // paged_state, where they lie as the pages covering the layer's gradient block (room
+  // for memory/page_interior.h's page_cover of it).
   size_t grad_offset = 0;
   // BF16: matmuls read bf16 weights from StepOptions::compute_copy (fp32 accumulation,
   // ModelStep's BF16 math bit for bit); the cpu backend only, for now.

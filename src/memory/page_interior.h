@@ -1,8 +1,9 @@
 // The whole pages inside a byte range, and giving them back to the kernel: how host
-// memory holds paged tensors (train/master_pages.h, exec/state_pager.h's gradients) only
-// while they are in use. A released page keeps its address and reads as zeros until it
-// is written (madvise(MADV_DONTNEED) on private anonymous memory, which every host block
-// here is); the partial pages at a range's ends stay resident.
+// memory stops holding paged tensors (train/master_pages.h's masters, and the paged
+// layers' parts of the gradient block and the bf16 compute copy, whose bytes live in
+// staging and on NVMe instead). A released page keeps its address and reads as zeros
+// until it is written (madvise(MADV_DONTNEED) on private anonymous memory, which every
+// host block here is); the partial pages at a range's ends stay resident.
 #pragma once
 
 #include <cstddef>

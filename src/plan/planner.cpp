@@ -152,9 +152,9 @@ InfeasibleReport diagnose_infeasible(const PlanRequest& req, const std::string& 
       const std::vector<std::string> kept = capacity_problems(keep);
       if (kept.empty())
         problems = {"host memory short for the MILP, which keeps the training state within " +
-                    std::to_string(static_cast<int>(kHostStateShare * 100)) + "% of the host; the keep-all plan fits (" +
-                    fmt_gb(keep.predicted_peak.cpu) + " of " + fmt_gb(req.hardware.host_memory_bytes) +
-                    "): plan with --policy keep-all"};
+                    std::to_string(static_cast<int>(kHostStateShare * 100)) +
+                    "% of the host; the keep-all plan fits (" + fmt_gb(keep.predicted_peak.cpu) + " of " +
+                    fmt_gb(req.hardware.host_memory_bytes) + "): plan with --policy keep-all"};
       else if (keep.predicted_peak.cpu < best.predicted_peak.cpu && kept.front().rfind("host memory short", 0) == 0)
         problems = kept;
     }
