@@ -25,6 +25,7 @@
 #include "memory/nvme_store.h"
 #include "memory/page_interior.h"
 #include "model/parameters.h"
+#include "plan/state_paging.h"
 #include "plan/stream_schedule.h"
 
 namespace lt {
@@ -32,7 +33,7 @@ namespace lt {
 class CopyPager {
  public:
   using Done = std::function<void(const std::string& name, double issued_s, double bytes)>;
-  static constexpr int kCopyStaging = 3;
+  static constexpr int kCopyStaging = StatePaging::kCopyStagingLayers;  // what the plan reserves
 
   CopyPager(const StreamSchedule& s, const ModelConfig& c, HostPool& host);
   bool active() const { return !layers_.empty(); }

@@ -18,7 +18,8 @@ class SumInPlace final : public GradientSink {
 
   float* layer(int j) override {
     float* g = host_layer(j);
-    if (paged(j)) std::memset(g, 0, static_cast<size_t>(block_numel(c_, j)) * sizeof(float));  // a reused buffer
+    if (g != grads_->block_base(j))  // a paged layer's reused staging buffer
+      std::memset(g, 0, static_cast<size_t>(block_numel(c_, j)) * sizeof(float));
     return g;
   }
   void layer_done(int j, double& sq) override {

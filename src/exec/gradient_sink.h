@@ -100,7 +100,6 @@ class GradientSink {
     LT_ASSERT(!home || zero_grads_, "paged gradients of layer " + std::to_string(j) + " accumulated");
     return home ? home : grads_->block_base(j);
   }
-  bool paged(int j) const { return paged_home_ && paged_home_(j) != nullptr; }
 
   ModelParameters* grads_ = nullptr;
   bool zero_grads_ = true;

@@ -20,6 +20,7 @@
 #include "memory/host_pool.h"
 #include "memory/nvme_store.h"
 #include "model/parameters.h"
+#include "plan/state_paging.h"
 #include "plan/stream_schedule.h"
 
 namespace lt {
@@ -53,7 +54,7 @@ class StatePager {
   // slot's staging, the block whole at the same offset from grad_offset as in the buffer.
   // Layer j uses buffer j % kGradStaging: the plan writes a paged layer's gradients before
   // the backward of the paged layer three below it (plan/state_paging.h), checked at setup.
-  static constexpr int kGradStaging = 3;
+  static constexpr int kGradStaging = StatePaging::kGradStagingLayers;  // what the plan reserves
   bool grads_paged(int layer) const { return grad_offset_ > 0 && paged(layer); }
   float* grads_home(int layer, ModelParameters& grads);  // null: not paged
   void start_grad_writes(int w, ModelParameters& grads, double now_s);

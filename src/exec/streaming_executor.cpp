@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "exec/streaming_parked.h"
 #include "memory/arena_layout.h"
-#include "memory/page_interior.h"
 #include "model/rope_frequencies.h"
 
 namespace lt {

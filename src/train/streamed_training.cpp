@@ -320,14 +320,15 @@ void StreamedTraining::update_paged_layer(int layer, std::span<std::byte> slot, 
   const UpdateTarget t{UpdateTarget::Kind::Layer, layer};
   const std::span<std::byte> masters = slot.subspan(state_part_);
   TensorPlaces places;
-  bf16* copy = copy_.data(params_);
-  bf16* const paged_copy = executor_->copy_paged(layer) ? (in_step ? executor_->paged_copy(layer) : nullptr) : copy;
-  if (paged_copy != copy) {  // the executor's staging in a step; none at flush() (the next step writes it)
+  bf16* copy = copy_.data(params_);  // where the update writes the layer's bf16 copy
+  bf16* staged = nullptr;  // a paged copy's: the executor's staging in a step, none at flush() (the next step's hook)
+  if (executor_->copy_paged(layer)) {
     copy = nullptr;
-    if (paged_copy) {
-      const int64_t first = params_.block_base(layer) - params_.data();
-      places.copy = [paged_copy, first](int64_t offset) { return paged_copy + (offset - first); };
-    }
+    staged = in_step ? executor_->paged_copy(layer) : nullptr;
+  }
+  if (staged) {
+    const int64_t first = params_.block_base(layer) - params_.data();
+    places.copy = [staged, first](int64_t offset) { return staged + (offset - first); };
   }
   if (masters_)
     places.params = [&](int64_t offset) { return masters_->in_slot(layer, masters, params_.data() + offset); };
@@ -341,8 +342,8 @@ void StreamedTraining::update_paged_layer(int layer, std::span<std::byte> slot, 
   }
   for (auto [offset, n] : target_ranges(params_, t))
     updater_.update_range(params_, grads_, offset, n, pending_, copy, slot.first(state_part_), &places);
-  if (paged_copy && paged_copy != copy_.data(params_) && !pending_.applied)  // skipped: the masters as they are
-    write_paged_copy(layer, masters, paged_copy);
+  if (staged && !pending_.applied)  // skipped: the masters as they are
+    write_paged_copy(layer, masters, staged);
 }
 
 void StreamedTraining::write_paged_copy(int layer, std::span<std::byte> masters, bf16* to) {

@@ -19,6 +19,7 @@
 #include "plan/cost_model.h"
 #include "plan/plan_request.h"
 #include "plan/plan_validate.h"
+#include "../plan/plan_test_util.h"
 #include "streaming_test_util.h"
 #include "streaming_trajectory.h"
 #include "test_util.h"
@@ -69,13 +70,7 @@ TEST(StreamingPagedCopies, NeedTheUpdateHookAndTheirWindows) {
 
   // cp.3's read moved to the epilogue, after layer 3's backward.
   Plan late = plan;
-  for (Window& w : late.windows)
-    for (auto t = w.transfers.begin(); t != w.transfers.end(); ++t)
-      if (t->tensor == "cp.3" && t->link == Link::NvmeRead) {
-        late.windows.back().transfers.push_back(*t);
-        w.transfers.erase(t);
-        break;
-      }
+  ASSERT_TRUE(test::move_to_last_window(late, "cp.3", Link::NvmeRead));
   const std::string refused = test::error_of([&] { StreamingExecutor bad(late, *backend, options(dir.str(), c)); });
   EXPECT_NE(refused.find("layer 3's bf16 copy"), std::string::npos) << refused;
   EXPECT_NE(refused.find("not before its backward"), std::string::npos) << refused;

@@ -20,6 +20,7 @@
 #include "plan/cost_model.h"
 #include "plan/plan_request.h"
 #include "plan/plan_validate.h"
+#include "../plan/plan_test_util.h"
 #include "streaming_test_util.h"
 #include "streaming_trajectory.h"
 #include "test_util.h"
@@ -130,16 +131,7 @@ TEST(StreamingPagedGradients, APlanWritingThemAfterTheirBufferIsReusedIsRefused)
   req.page_grads = true;
   Plan plan = plan_keep_all(req, build_cost_model(req));
   // gs.5 moves to the epilogue, after layer 2's backward (layer 2 reuses layer 5's buffer).
-  bool moved = false;
-  for (Window& w : plan.windows)
-    for (auto t = w.transfers.begin(); t != w.transfers.end(); ++t)
-      if (t->tensor == "gs.5") {
-        plan.windows.back().transfers.push_back(*t);
-        w.transfers.erase(t);
-        moved = true;
-        break;
-      }
-  ASSERT_TRUE(moved) << "the plan writes no gs.5";
+  ASSERT_TRUE(test::move_to_last_window(plan, "gs.5", Link::NvmeWrite)) << "the plan writes no gs.5";
   ASSERT_EQ(plan.windows.back().kind, WindowKind::Epilogue);
   test::TempDir dir("exec-late-grads");
   auto backend = make_cpu_backend();

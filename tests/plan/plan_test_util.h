@@ -5,9 +5,24 @@
 #include <string>
 
 #include "plan/model_preset.h"
+#include "plan/plan.h"
 #include "plan/plan_request.h"
 
 namespace lt::test {
+
+// Moves the first transfer of `tensor` on `link` to the plan's last window (a plan damaged
+// on purpose, for the checks that must catch it); false when no window moves it.
+inline bool move_to_last_window(Plan& p, const std::string& tensor, Link link) {
+  for (Window& w : p.windows)
+    for (auto t = w.transfers.begin(); t != w.transfers.end(); ++t)
+      if (t->tensor == tensor && t->link == link) {
+        const Transfer moved = *t;
+        w.transfers.erase(t);
+        p.windows.back().transfers.push_back(moved);
+        return true;
+      }
+  return false;
+}
 
 inline PlanRequest preset_request(const std::string& model, const std::string& hardware, int64_t batch,
                                   int64_t seq = 1024) {

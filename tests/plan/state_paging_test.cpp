@@ -301,13 +301,7 @@ void expect_paged_copies(const Plan& p, const PlanRequest& req, double copy) {
   // A copy read back after its backward is caught.
   Plan late = p;
   const std::string cp = "cp." + std::to_string(late.nvme_copy_layers.front());
-  for (Window& w : late.windows)
-    for (auto t = w.transfers.begin(); t != w.transfers.end(); ++t)
-      if (t->tensor == cp && t->link == Link::NvmeRead) {
-        late.windows.back().transfers.push_back(*t);
-        w.transfers.erase(t);
-        break;
-      }
+  ASSERT_TRUE(test::move_to_last_window(late, cp, Link::NvmeRead));
   const std::vector<std::string> problems = validate_plan(late);
   ASSERT_FALSE(problems.empty());
   EXPECT_NE(problems.front().find("not read back before its backward"), std::string::npos) << problems.front();
