@@ -86,10 +86,12 @@ Run train(const HostBudgetArgs& o, const Plan& plan) {
   run.host_peak = plan.predicted_peak.cpu;
   run.nvme_bytes = static_cast<double>(st.nvme_bytes());
   run.paged_layers = plan.nvme_state_layers.size();
+  auto of = [](const char* part, const std::vector<int>& layers) {
+    return layers.empty() ? std::string() : std::string(", ") + part + " of " + std::to_string(layers.size());
+  };
   run.parts = plan.nvme_state_layers.empty() ? "nothing"
-              : std::string("optimizer states") + (plan.paged_master ? ", fp32 masters" : "") +
-                    (plan.paged_grads ? ", gradients" : "") +
-                    (plan.nvme_copy_layers.empty() ? "" : ", bf16 copies of " + std::to_string(plan.nvme_copy_layers.size()));
+              : "optimizer states" + of("fp32 masters", plan.nvme_master_layers) +
+                    of("gradients", plan.nvme_grad_layers) + of("bf16 copies", plan.nvme_copy_layers);
   return run;
 }
 

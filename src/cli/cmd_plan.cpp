@@ -6,6 +6,7 @@
 #include <memory>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -89,14 +90,19 @@ void print_table(const Plan& p) {
               p.hardware.host_memory_bytes / 1e9, p.predicted_peak.nvme / 1e9);
   std::printf("  %-24s %zu resident, %zu keep internals, optimizer %s\n", "layers", p.resident_layers.size(),
               p.keep_internals.size(), p.lazy_optimizer ? "lazy (overlapped with forward)" : "after backward");
-  if (!p.nvme_state_layers.empty())
+  if (!p.nvme_state_layers.empty()) {
+    // "with their ..." where every paged layer's part pages, "N with their ..." otherwise.
+    std::string parts;
+    for (auto [layers, what] : {std::pair{&p.nvme_master_layers, "matrices' fp32 masters"},
+                                std::pair{&p.nvme_grad_layers, "gradients"}})
+      if (!layers->empty())
+        parts += (parts.empty() ? ", " : "; ") +
+                 (layers->size() == p.nvme_state_layers.size() ? std::string("all") : std::to_string(layers->size())) +
+                 " with their " + what;
     std::printf("  %-24s %zu layers (%d..%d) page from NVMe%s, %.3f GB\n", "optimizer states",
-                p.nvme_state_layers.size(), p.nvme_state_layers.front(), p.nvme_state_layers.back(),
-                p.paged_master && p.paged_grads ? " with their matrices' fp32 masters and their gradients"
-                : p.paged_master                ? " with their matrices' fp32 masters"
-                : p.paged_grads                 ? " with their gradients"
-                                                : "",
+                p.nvme_state_layers.size(), p.nvme_state_layers.front(), p.nvme_state_layers.back(), parts.c_str(),
                 static_cast<double>(p.nvme_state_layers.size()) * p.state_bytes_per_layer / 1e9);
+  }
   if (!p.nvme_copy_layers.empty())
     std::printf("  %-24s %zu layers' (%d..%d) page to NVMe between their forward and backward, %.3f GB\n",
                 "bf16 copies", p.nvme_copy_layers.size(), p.nvme_copy_layers.front(), p.nvme_copy_layers.back(),

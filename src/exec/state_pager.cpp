@@ -7,8 +7,8 @@
 
 namespace lt {
 
-StatePager::StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPool& host, size_t grad_offset)
-    : s_(s), bytes_(layer_state_bytes), grad_offset_(grad_offset) {
+StatePager::StatePager(const StreamSchedule& s, const StateSlotLayout& layout, HostPool& host)
+    : s_(s), bytes_(layout.bytes), master_offset_(layout.master_offset), grad_offset_(layout.grad_offset) {
   slot_.assign(s.L, -1);
   read_.assign(s.L, {});
   write_.assign(s.L, {});
@@ -23,14 +23,17 @@ StatePager::StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPo
       read_name_[j] = "os." + std::to_string(j) + " read";
       write_name_[j] = "os." + std::to_string(j) + " write";
       grad_name_[j] = "gs." + std::to_string(j) + " write";
-      if ((grad_offset_ > 0) != (s.grad_write_w[j] >= 0))
-        throw Error("the plan " + std::string(grad_offset_ > 0 ? "does not page" : "pages") + " layer " +
-                        std::to_string(j) + "'s gradients, and the executor was told otherwise",
-                    "StreamingOptions::grad_offset", "set it where the plan pages gradients, and only there");
+      const bool masters = s.master_paged[j], grads = s.grad_write_w[j] >= 0;
+      if ((masters && master_offset_ == 0) || (grads && grad_offset_ == 0))
+        throw Error("the plan pages layer " + std::to_string(j) + "'s " + (masters ? "masters" : "gradients") +
+                        ", and the executor was given no room for them in its slot",
+                    "StreamingOptions::" + std::string(masters ? "master_offset" : "grad_offset"),
+                    "set it where the plan pages them");
     }
   if (layers_.empty()) return;
-  LT_ASSERT(grad_offset_ % NvmeStore::kAlignment == 0 && grad_offset_ < bytes_ + (grad_offset_ == 0),
-            "the gradients' offset in a paged layer's slot");
+  for (size_t offset : {master_offset_, grad_offset_})
+    LT_ASSERT(offset % NvmeStore::kAlignment == 0 && offset < bytes_ + (offset == 0), "a part's offset in a paged slot");
+  LT_ASSERT(master_offset_ == 0 || grad_offset_ == 0 || master_offset_ < grad_offset_, "the slot's parts in order");
   if (bytes_ == 0)
     throw Error("the plan pages " + std::to_string(layers_.size()) +
                     " layers' optimizer states from NVMe, but the executor was not given their size",
@@ -40,12 +43,12 @@ StatePager::StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPo
   if (grad_offset_ == 0) return;
   for (int k = 0; k < kGradStaging; ++k)
     grad_staging_.push_back(host.allocate(bytes_ - grad_offset_, "paged gradient staging " + std::to_string(k)));
-  // Layer j's buffer is free again once the paged layer above it that shares it (j + 3 in
-  // the plan's rule) has been written, before j's backward adds into it (or, on a
+  // Layer j's buffer is free again once the nearest layer above it whose gradients page
+  // and share it (j + 3 in the plan's rule) has been written, before j's backward adds into it (or, on a
   // separate compute tier, its drain lands there, later still).
   for (int j : layers_)
-    for (int above = j + kGradStaging; above < s.L; above += kGradStaging)
-      if (s.state_read_w[above] >= 0) {  // paged (the slots are numbered later)
+    for (int above = j + kGradStaging; above < s.L && s.grad_write_w[j] >= 0; above += kGradStaging)
+      if (s.grad_write_w[above] >= 0) {  // its gradients page
         if (s.grad_write_w[above] >= s.backward_w[j])
           throw Error("the plan writes layer " + std::to_string(above) + "'s paged gradients in window " +
                           std::to_string(s.grad_write_w[above]) + ", not before layer " + std::to_string(j) +
@@ -65,6 +68,11 @@ float* StatePager::grads_home(int layer, ModelParameters& grads) {
                                   (reinterpret_cast<std::byte*>(first) - cover.begin));
 }
 
+size_t StatePager::write_bytes(int layer) const {
+  const size_t end = grad_offset_ > 0 ? grad_offset_ : bytes_;  // the state and the masters
+  return s_.master_paged[layer] || master_offset_ == 0 ? end : master_offset_;
+}
+
 void StatePager::add_nvme_slots(std::vector<NvmeSlot>& slots) {
   for (int j : layers_) {
     slot_[j] = static_cast<int>(slots.size());
@@ -76,7 +84,7 @@ void StatePager::start_reads(int w, double now_s) {
   for (int j : layers_)
     if (s_.state_read_w[j] == w) {
       LT_ASSERT(store_ && read_[j].ticket == 0, "state read of layer " + std::to_string(j));
-      read_[j] = {store_->read(slot_[j], 0, staging_[s_.state_slot[j]].data(), bytes_), now_s};
+      read_[j] = {store_->read(slot_[j], 0, staging_[s_.state_slot[j]].data(), read_bytes(j)), now_s};
     }
 }
 
@@ -85,7 +93,7 @@ std::span<std::byte> StatePager::acquire(int layer, const Done& done) {
   Request& r = read_[layer];
   LT_ASSERT(r.ticket != 0, "layer " + std::to_string(layer) + "'s state update before its read was issued");
   store_->wait(std::exchange(r.ticket, 0));
-  if (done) done(read_name_[layer], r.issued_s, static_cast<double>(bytes_));
+  if (done) done(read_name_[layer], r.issued_s, static_cast<double>(read_bytes(layer)));
   return staging_[s_.state_slot[layer]].span().first(bytes_);
 }
 
@@ -93,7 +101,7 @@ void StatePager::start_writes(int w, double now_s) {
   for (int j : layers_)
     if (s_.state_write_w[j] == w) {
       LT_ASSERT(read_[j].ticket == 0, "layer " + std::to_string(j) + "'s state written back before its read ended");
-      write_[j] = {store_->write(slot_[j], 0, staging_[s_.state_slot[j]].data(), write_bytes()), now_s};
+      write_[j] = {store_->write(slot_[j], 0, staging_[s_.state_slot[j]].data(), write_bytes(j)), now_s};
     }
 }
 
@@ -101,7 +109,7 @@ void StatePager::finish_writes(int w, const Done& done) {
   for (int j : layers_)
     if (s_.state_write_w[j] == w && write_[j].ticket != 0) {
       store_->wait(std::exchange(write_[j].ticket, 0));
-      if (done) done(write_name_[j], write_[j].issued_s, static_cast<double>(write_bytes()));
+      if (done) done(write_name_[j], write_[j].issued_s, static_cast<double>(write_bytes(j)));
     }
 }
 

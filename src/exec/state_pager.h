@@ -25,16 +25,22 @@
 
 namespace lt {
 
+// A paged layer's NVMe slot, the same for every paged layer: [optimizer state | fp32
+// masters | gradients], each part from a multiple of 4096. A layer's read moves the prefix
+// that holds its parts; its write-back, the state and (when they page) its masters.
+struct StateSlotLayout {
+  size_t bytes = 0;          // the whole slot (> 0 when the schedule pages any layer)
+  size_t master_offset = 0;  // where the masters begin (0: no layer's page)
+  size_t grad_offset = 0;    // where the gradients begin (0: no layer's page)
+};
+
 class StatePager {
  public:
   // Called when a request is waited for: (tensor name, seconds since the clock's origin
   // when it was issued, bytes), so the executor can trace it.
   using Done = std::function<void(const std::string& name, double issued_s, double bytes)>;
 
-  // layer_state_bytes: a paged layer's NVMe slot (> 0 when the schedule pages any).
-  // grad_offset: where in it the layer's gradients go when they page (0: they do not);
-  // the write-back after the update then stops there.
-  StatePager(const StreamSchedule& s, size_t layer_state_bytes, HostPool& host, size_t grad_offset = 0);
+  StatePager(const StreamSchedule& s, const StateSlotLayout& layout, HostPool& host);
   bool active() const { return !layers_.empty(); }
   size_t layer_state_bytes() const { return bytes_; }
 
@@ -55,7 +61,7 @@ class StatePager {
   // Layer j uses buffer j % kGradStaging: the plan writes a paged layer's gradients before
   // the backward of the paged layer three below it (plan/state_paging.h), checked at setup.
   static constexpr int kGradStaging = StatePaging::kGradStagingLayers;  // what the plan reserves
-  bool grads_paged(int layer) const { return grad_offset_ > 0 && paged(layer); }
+  bool grads_paged(int layer) const { return paged(layer) && s_.grad_write_w[layer] >= 0; }
   float* grads_home(int layer, ModelParameters& grads);  // null: not paged
   void start_grad_writes(int w, ModelParameters& grads, double now_s);
   void finish_grad_writes(int w, const Done& done);
@@ -81,8 +87,10 @@ class StatePager {
   std::vector<HostBuffer> grad_staging_;             // kGradStaging buffers, once gradients page
   std::vector<size_t> grad_bytes_;                    // per layer: the bytes its gradients' write moves
   std::vector<std::string> read_name_, write_name_, grad_name_;  // per layer: its requests' trace names
-  size_t grad_offset_ = 0;
-  size_t write_bytes() const { return grad_offset_ > 0 ? grad_offset_ : bytes_; }
+  size_t master_offset_ = 0, grad_offset_ = 0;
+  // What layer j's write-back after its update moves, and its read before it.
+  size_t write_bytes(int layer) const;
+  size_t read_bytes(int layer) const { return grads_paged(layer) ? bytes_ : write_bytes(layer); }
   NvmeStore* store_ = nullptr;
 };
 

@@ -179,7 +179,8 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
     }
     parked_[b] = std::move(p);
   }
-  pager_ = std::make_unique<StatePager>(sched_, options.layer_state_bytes, host_, options.grad_offset);
+  pager_ = std::make_unique<StatePager>(
+      sched_, StateSlotLayout{options.layer_state_bytes, options.master_offset, options.grad_offset}, host_);
   pager_->add_nvme_slots(slots);
   copies_ = std::make_unique<CopyPager>(sched_, config_, host_);
   copies_->add_nvme_slots(slots);

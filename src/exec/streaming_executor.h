@@ -78,9 +78,10 @@ namespace lt {
 // (a layer with paged gradients: its whole pages are in paged_state, laid out from
 // grad_offset on as StatePager::start_grad_writes says).
 // paged_state: for a layer whose optimizer state the plan pages from NVMe, its slot's
-// bytes in host staging (StreamingOptions::layer_state_bytes of them, 4096-aligned),
-// valid during the call and written back after it (up to grad_offset when gradients
-// page); empty when the optimizer holds the state itself.
+// bytes in host staging (StreamingOptions::layer_state_bytes of them, 4096-aligned; the
+// parts the layer pages are valid, exec/state_pager.h's StateSlotLayout) during the call,
+// its state and masters written back after it; empty when the optimizer holds the state
+// itself.
 using LazyUpdateHook = std::function<void(const UpdateTarget&, std::span<std::byte> paged_state)>;
 
 // (offset, numel) ranges of a target's tensors inside the parameter block (the same
@@ -118,9 +119,14 @@ struct StreamingOptions {
   // One decoder layer's optimizer state in bytes (the sum of AdamW::state_bytes over the
   // layer's tensors); required when the plan pages optimizer states from NVMe.
   size_t layer_state_bytes = 0;
-  // With the plan's paged gradients (Plan::paged_grads): where a paged layer's slot holds
-  // them (a multiple of 4096, after the state; layer_state_bytes then covers them), which
-  // the write-back after the update stops at. 0: they do not page. They never come to the
+  // With the plan's paged masters (Plan::nvme_master_layers): where a paged layer's slot
+  // holds them (a multiple of 4096, after the state; layer_state_bytes then covers them).
+  // A layer whose masters do not page reads and writes back its slot up to there. 0: no
+  // layer's page.
+  size_t master_offset = 0;
+  // With the plan's paged gradients (Plan::nvme_grad_layers): where a paged layer's slot
+  // holds them (a multiple of 4096, after the state and the masters), which the
+  // write-back after the update stops at. 0: no layer's page. They never come to the
   // gradient block: backward puts them in the pager's host staging, whose pages go to the
   // slot (StatePager::grads_home, start_grad_writes), and the update hook reads them from
   // paged_state, where they lie as the pages covering the layer's gradient block (room
@@ -197,6 +203,7 @@ class StreamingExecutor {
   // Optimizer states the plan pages from NVMe: whether layer j's is one, and its bytes
   // copied out of or into its NVMe slot between steps (to save or restore a checkpoint).
   bool state_paged(int layer) const { return pager_->paged(layer); }
+  bool grads_paged(int layer) const { return pager_->grads_paged(layer); }
   void read_paged_state(int layer, std::span<std::byte> out) { pager_->read_state(layer, out); }
   void write_paged_state(int layer, std::span<const std::byte> in) { pager_->write_state(layer, in); }
   // Bf16 copies the plan pages (exec/copy_pager.h): whether layer j's is one, and during a

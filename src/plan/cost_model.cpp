@@ -44,11 +44,10 @@ double layer_master_bytes(const ModelConfig& c, int j) {
 
 PagedLayerBytes paged_layer_bytes(const Plan& p, int j) {
   PagedLayerBytes b;
-  b.write_back = layer_state_bytes(p.model, j) + (p.paged_master ? layer_master_bytes(p.model, j) : 0.0);
-  b.grads = p.paged_grads ? p.hardware.grad_bytes * static_cast<double>(layer_params(p.model, j)) : 0.0;
+  b.write_back = layer_state_bytes(p.model, j) + (p.master_paged(j) ? layer_master_bytes(p.model, j) : 0.0);
+  b.grads = p.grads_paged(j) ? p.hardware.grad_bytes * static_cast<double>(layer_params(p.model, j)) : 0.0;
   b.read = b.write_back + b.grads;
-  if (std::find(p.nvme_copy_layers.begin(), p.nvme_copy_layers.end(), j) != p.nvme_copy_layers.end())
-    b.copy = layer_master_bytes(p.model, j) / 2;
+  if (p.copy_paged(j)) b.copy = layer_master_bytes(p.model, j) / 2;
   return b;
 }
 

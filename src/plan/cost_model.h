@@ -153,7 +153,7 @@ double layer_state_bytes(const ModelConfig& c, int j);
 // an upper bound of what the executor pages, the page-aligned interiors of those tensors.
 double layer_master_bytes(const ModelConfig& c, int j);
 // A plan's paged layer j (its nvme_state_layers): what os.<j>'s read moves and its
-// write-back, its gradients' write gs.<j> (0 unless Plan::paged_grads), and its bf16
+// write-back, its gradients' write gs.<j> (0 unless among Plan::nvme_grad_layers), and its bf16
 // copy's write and read cp.<j> (0 unless among Plan::nvme_copy_layers).
 struct PagedLayerBytes {
   double read = 0, write_back = 0, grads = 0, copy = 0;

@@ -102,7 +102,9 @@
 //   "optimizer": { "lazy": bool, "placement": [ { "target": "layer.<j>"|"embed"|"head",
 //                  "window": index, "fraction" } ],
 //                  "nvme_state_layers": [j, ...], "state_bytes_per_layer",
-//                  "paged_master": bool, "paged_grads": bool (absent: false) },
+//                  "nvme_master_layers": [j, ...], "nvme_grad_layers": [j, ...] (absent: none;
+//                  older plans' "paged_master"/"paged_grads": true name every paged layer),
+//                  "nvme_copy_layers": [j, ...], "copy_bytes_per_layer" },
 //   "windows": [ { "name", "kind": "P0"|"P1"|"forward"|"head"|"recompute"|"backward"|
 //                  "load"|"E", "layer", "stage",
 //                  "compute_flops", "compute_s", "workspace_bytes" (megatrain-code's and
@@ -117,6 +119,7 @@
 //               "columns", "rows" } }
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -232,19 +235,28 @@ struct Plan {
   bool lazy_optimizer = true;
   std::vector<OptimizerPlacement> optimizer;
   // Layers whose optimizer states page from NVMe (plan/state_paging.h): os.<j> is read
-  // before the layer's update and written back after it; with paged_master it holds the
-  // layer's projection matrices' fp32 masters too (PlanRequest::page_master).
+  // before the layer's update and written back after it.
   std::vector<int> nvme_state_layers;
-  double state_bytes_per_layer = 0;  // the largest paged layer's os.<j>
-  bool paged_master = false;
-  // With paged_grads a paged layer's gradients go to os.<j> too: written as gs.<j> in the
-  // window after their drain, read with the state (os.<j>'s read is then larger than its
-  // write-back).
-  bool paged_grads = false;
+  double state_bytes_per_layer = 0;  // the largest paged layer's os.<j> (every part it may hold)
+  // Of those, the layers whose os.<j> holds their projection matrices' fp32 masters too
+  // (PlanRequest::page_master), read and written back with the state.
+  std::vector<int> nvme_master_layers;
+  // And the layers whose gradients page: written to os.<j> as gs.<j> in the window after
+  // their drain, read with the state (os.<j>'s read is then larger than its write-back).
+  // Where masters may page, only layers that page them (a slot's read is one prefix of
+  // [state | masters | gradients]).
+  std::vector<int> nvme_grad_layers;
   // Layers whose bf16 compute copies page (PlanRequest::page_copy), a subset of
-  // nvme_state_layers: cp.<j> written to NVMe in F{j}, read back in backward slot j+2.
+  // nvme_master_layers: cp.<j> written to NVMe in F{j}, read back in backward slot j+2.
   std::vector<int> nvme_copy_layers;
   double copy_bytes_per_layer = 0;  // the largest paged layer's cp.<j>
+  static bool listed(const std::vector<int>& layers, int j) {
+    return std::find(layers.begin(), layers.end(), j) != layers.end();
+  }
+  bool state_paged(int j) const { return listed(nvme_state_layers, j); }
+  bool master_paged(int j) const { return listed(nvme_master_layers, j); }
+  bool grads_paged(int j) const { return listed(nvme_grad_layers, j); }
+  bool copy_paged(int j) const { return listed(nvme_copy_layers, j); }
   // NVMe the paged optimizer states (with their parts) and bf16 copies take.
   double nvme_state_bytes() const {
     return static_cast<double>(nvme_state_layers.size()) * state_bytes_per_layer +

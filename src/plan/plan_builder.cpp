@@ -182,6 +182,8 @@ struct Builder {
                  paging.grad_bytes[j]);
       }
       p.nvme_state_layers.push_back(j);
+      if (paging.master_on_nvme[j]) p.nvme_master_layers.push_back(j);
+      if (paging.grads_on_nvme[j]) p.nvme_grad_layers.push_back(j);
       if (j < static_cast<int>(paging.copy_on_nvme.size()) && paging.copy_on_nvme[j]) {
         const std::string cp = layer_tensor("cp", j);
         transfer(stage(StatePaging::copy_write_stage(st, j)), cp, Link::NvmeWrite, paging.copy_bytes[j]);
@@ -308,8 +310,6 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   // their use (w.<j>), gradient slots from their backward to their drain (g.<j>).
   p.fixed_gpu_bytes = 0;
   p.host_state_bytes = host_state_bytes;
-  p.paged_master = req.page_master;
-  p.paged_grads = req.page_grads;
   p.scratch = req.scratch;
   p.ranks = cm.dp.ranks;
   p.shard_optimizer = cm.dp.on() && cm.dp.sharded;
@@ -324,6 +324,7 @@ Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d)
   Plan p;
   StatePaging paging = d.paging_decided ? paging_from_stages(cm, d.state_read, d.state_write)
                                         : plan_state_paging(req, cm, d.lazy_optimizer);
+  if (!d.master_paged.empty()) page_parts(paging, cm, d.master_paged, d.grads_paged);
   if (req.page_copy && !d.copy_paged.empty())
     page_copies(paging, cm, d.copy_paged);
   else if (req.page_copy && !d.paging_decided)

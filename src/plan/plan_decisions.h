@@ -59,6 +59,9 @@ struct Decisions {
   // state_write[j], their updates where layer_optimizer puts them (strictly between).
   bool paging_decided = false;
   std::vector<int> state_read, state_write;  // L
+  // Per paged layer, whether its masters and its gradients page (of what the request
+  // lets page), as the MILP decides them; empty: every paged layer's do.
+  std::vector<bool> master_paged, grads_paged;
   // Paged bf16 copies (PlanRequest::page_copy), per layer, as the MILP decides them;
   // empty: by the rule when the paging is the rule's (every paged layer whose copy may
   // page: copy_pages_by_rule), none when it is decided.

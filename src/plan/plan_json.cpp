@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -201,7 +202,8 @@ void check_structure(const Plan& p, const std::string& where) {
     if (s < 0 || e > L || s >= e)
       bad("recompute block [" + std::to_string(s) + ", " + std::to_string(e) + "] is not within 0.." +
           std::to_string(L));
-  for (const auto* list : {&p.resident_layers, &p.keep_internals, &p.nvme_state_layers, &p.nvme_copy_layers})
+  for (const auto* list : {&p.resident_layers, &p.keep_internals, &p.nvme_state_layers, &p.nvme_master_layers,
+                           &p.nvme_grad_layers, &p.nvme_copy_layers})
     for (int j : *list)
       if (j < 0 || j >= L) bad("layer " + std::to_string(j) + " is not one of the plan's 0.." + std::to_string(L - 1));
   const int n = static_cast<int>(p.windows.size());
@@ -290,9 +292,9 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["optimizer"] = {{"lazy", p.lazy_optimizer},
                     {"placement", place},
                     {"nvme_state_layers", p.nvme_state_layers},
-                    {"state_bytes_per_layer", p.state_bytes_per_layer},
-                    {"paged_master", p.paged_master},
-                    {"paged_grads", p.paged_grads}};
+                    {"state_bytes_per_layer", p.state_bytes_per_layer}};
+  if (!p.nvme_master_layers.empty()) j["optimizer"]["nvme_master_layers"] = p.nvme_master_layers;
+  if (!p.nvme_grad_layers.empty()) j["optimizer"]["nvme_grad_layers"] = p.nvme_grad_layers;
   if (!p.nvme_copy_layers.empty()) {
     j["optimizer"]["nvme_copy_layers"] = p.nvme_copy_layers;
     j["optimizer"]["copy_bytes_per_layer"] = p.copy_bytes_per_layer;
@@ -393,8 +395,14 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     if (j.at("optimizer").contains("nvme_state_layers"))
       p.nvme_state_layers = int_list(j.at("optimizer").at("nvme_state_layers"), "optimizer.nvme_state_layers", where);
     p.state_bytes_per_layer = j.at("optimizer").value("state_bytes_per_layer", 0.0);
-    p.paged_master = j.at("optimizer").value("paged_master", false);
-    p.paged_grads = j.at("optimizer").value("paged_grads", false);
+    // Per-layer parts; plans written before them page all of a paged layer's or none.
+    const nlohmann::json& opt = j.at("optimizer");
+    for (auto [key, old_key, list] : {std::tuple{"nvme_master_layers", "paged_master", &p.nvme_master_layers},
+                                      std::tuple{"nvme_grad_layers", "paged_grads", &p.nvme_grad_layers}})
+      if (opt.contains(key))
+        *list = int_list(opt.at(key), std::string("optimizer.") + key, where);
+      else if (opt.value(old_key, false))
+        *list = p.nvme_state_layers;
     if (j.at("optimizer").contains("nvme_copy_layers"))
       p.nvme_copy_layers = int_list(j.at("optimizer").at("nvme_copy_layers"), "optimizer.nvme_copy_layers", where);
     p.copy_bytes_per_layer = j.at("optimizer").value("copy_bytes_per_layer", 0.0);

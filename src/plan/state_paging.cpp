@@ -39,6 +39,8 @@ StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read
   LT_ASSERT(static_cast<int>(read.size()) == L && static_cast<int>(write.size()) == L, "paging stages per layer");
   StatePaging p;
   p.on_nvme.assign(L, false);
+  p.master_on_nvme.assign(L, false);
+  p.grads_on_nvme.assign(L, false);
   double most_grads = 0;
   for (const LayerCost& l : cm.layers) {
     p.state_bytes.push_back(l.paged_bytes());
@@ -53,6 +55,8 @@ StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read
     if (read[j] < 0 && write[j] < 0) continue;
     LT_ASSERT(read[j] >= 0 && write[j] > read[j] + 1, "paged layer " + std::to_string(j) + ": read before write");
     p.on_nvme[j] = true;
+    p.master_on_nvme[j] = cm.layer(j).master_bytes > 0;
+    p.grads_on_nvme[j] = cm.layer(j).grad_page_bytes > 0;
     p.grad_bytes[j] = cm.layer(j).grad_page_bytes;
     ++p.count;
   }
@@ -60,6 +64,32 @@ StatePaging paging_from_stages(const CostModel& cm, const std::vector<int>& read
   if (p.count > 0) p.grad_staging_bytes = StatePaging::kGradStagingLayers * most_grads;
   p.host_state_bytes = cm.host_state_bytes - p.nvme_bytes() + p.staging_slots * p.layer_bytes + p.grad_staging_bytes;
   return p;
+}
+
+void page_parts(StatePaging& p, const CostModel& cm, const std::vector<bool>& masters, const std::vector<bool>& grads) {
+  const int L = cm.num_layers;
+  LT_ASSERT(static_cast<int>(masters.size()) == L && static_cast<int>(grads.size()) == L, "paged parts per layer");
+  for (int j = 0; j < L; ++j) {
+    if (!p.on_nvme[j]) {
+      LT_ASSERT(!masters[j] && !grads[j], "parts of layer " + std::to_string(j) + ", whose state does not page");
+      continue;
+    }
+    const LayerCost& l = cm.layer(j);
+    LT_ASSERT((!masters[j] || l.master_bytes > 0) && (!grads[j] || l.grad_page_bytes > 0) &&
+                  (!grads[j] || masters[j] || l.master_bytes == 0),
+              "layer " + std::to_string(j) + "'s parts cannot page so");
+    const double kept = (masters[j] ? 0 : l.master_bytes) + (grads[j] ? 0 : l.grad_page_bytes);
+    p.master_on_nvme[j] = masters[j];
+    p.grads_on_nvme[j] = grads[j];
+    p.state_bytes[j] -= kept;
+    p.write_bytes[j] -= masters[j] ? 0 : l.master_bytes;
+    p.grad_bytes[j] = grads[j] ? l.grad_page_bytes : 0;
+    p.host_state_bytes += kept;
+  }
+  if (std::none_of(grads.begin(), grads.end(), [](bool g) { return g; })) {  // nothing to stage
+    p.host_state_bytes -= p.grad_staging_bytes;
+    p.grad_staging_bytes = 0;
+  }
 }
 
 void page_copies(StatePaging& p, const CostModel& cm, const std::vector<bool>& copy) {
@@ -72,7 +102,7 @@ void page_copies(StatePaging& p, const CostModel& cm, const std::vector<bool>& c
     p.copy_bytes[j] = cm.layer(j).copy_page_bytes;
     p.copy_layer_bytes = std::max(p.copy_layer_bytes, p.copy_bytes[j]);
     if (!copy[j]) continue;
-    LT_ASSERT(p.on_nvme[j] && StatePaging::copy_may_page(L, j) && p.copy_bytes[j] > 0,
+    LT_ASSERT(p.on_nvme[j] && p.master_on_nvme[j] && StatePaging::copy_may_page(L, j) && p.copy_bytes[j] > 0,
               "layer " + std::to_string(j) + "'s bf16 copy cannot page");
     p.copy_on_nvme[j] = any = true;
     p.host_state_bytes -= p.copy_bytes[j];

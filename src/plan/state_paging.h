@@ -32,8 +32,11 @@ struct StatePaging {
   std::vector<int> read_stage;  // per layer: the stage whose window reads its state (-1: not paged)
   std::vector<int> write_stage; // per layer: the stage whose window writes it back (-1: not paged)
   int count = 0;
-  std::vector<double> state_bytes;  // per layer: what its read moves (LayerCost::paged_bytes)
-  std::vector<double> write_bytes;  // per layer: what its write-back moves (paged_write_bytes)
+  // Per paged layer, which of the parts the request lets page do (page_parts below; all
+  // of them unless it says otherwise).
+  std::vector<bool> master_on_nvme, grads_on_nvme;
+  std::vector<double> state_bytes;  // per layer: what its read moves (LayerCost::paged_bytes of its parts)
+  std::vector<double> write_bytes;  // per layer: what its write-back moves (paged_write_bytes of its parts)
   std::vector<double> grad_bytes;   // per layer: its gradients' write after their drain (gs.<j>; 0: none)
   double layer_bytes = 0;       // a staging slot: the largest layer's optimizer state
   int staging_slots = 0;        // host buffers the states in flight need at once
@@ -72,6 +75,12 @@ struct StatePaging {
   static bool copy_may_page(int L, int j) { return j >= 2 && j <= L - 3; }
   static constexpr int kCopyStagingLayers = 3;
 };
+
+// Keeps on the host the masters and the gradients of the paged layers that `masters` and
+// `grads` do not name (each naming paged layers only; gradients of layers whose masters
+// page, where masters may page): their bytes stay in the host state and leave the layer's
+// NVMe traffic. The slots stay as large as every part needs.
+void page_parts(StatePaging& p, const CostModel& cm, const std::vector<bool>& masters, const std::vector<bool>& grads);
 
 // Pages the bf16 copies of the layers `copy` names (each paged, copy_may_page; cm's
 // copy_page_bytes): their bytes leave the host state for NVMe, and the copy staging joins

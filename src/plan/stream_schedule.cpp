@@ -52,14 +52,22 @@ void schedule_state_paging(StreamSchedule& s, const Plan& plan) {
     for (int w = 0; w < static_cast<int>(plan.windows.size()); ++w)
       if (moves(plan.windows[w], gs, Link::NvmeWrite)) s.grad_write_w[j] = w;
     // After the window that drains them (its barrier lands them on the host).
-    if (plan.paged_grads && (s.grad_write_w[j] < 0 || s.grad_write_w[j] <= s.grad_drain_w[j]))
+    if (plan.grads_paged(j) && (s.grad_write_w[j] < 0 || s.grad_write_w[j] <= s.grad_drain_w[j]))
       bad_plan("layer " + std::to_string(j) + "'s gradients page, but the plan does not write them after their drain");
+    if (!plan.grads_paged(j) && s.grad_write_w[j] >= 0)
+      bad_plan("the plan writes layer " + std::to_string(j) + "'s gradients to NVMe, but does not list them as paged");
   }
+  for (const auto* parts : {&plan.nvme_master_layers, &plan.nvme_grad_layers})
+    for (int j : *parts)
+      if (j < 0 || j >= L || s.state_read_w[j] < 0)
+        bad_plan("layer " + std::to_string(j) + "'s masters or gradients page, but its optimizer state does not");
+  s.master_paged.assign(L, false);
+  for (int j : plan.nvme_master_layers) s.master_paged[j] = true;
   s.copy_write_w.assign(L, -1);
   s.copy_read_w.assign(L, -1);
   for (int j : plan.nvme_copy_layers) {
-    if (j < 0 || j >= L || s.state_read_w[j] < 0 || s.copy_write_w[j] >= 0)
-      bad_plan("bad or repeated layer " + std::to_string(j) + " with a paged bf16 copy");
+    if (j < 0 || j >= L || !plan.master_paged(j) || s.copy_write_w[j] >= 0)
+      bad_plan("bad or repeated layer " + std::to_string(j) + " with a paged bf16 copy (its masters must page too)");
     const std::string cp = "cp." + std::to_string(j);
     for (int w = 0; w < static_cast<int>(plan.windows.size()); ++w) {
       if (moves(plan.windows[w], cp, Link::NvmeWrite)) s.copy_write_w[j] = w;

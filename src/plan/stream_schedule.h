@@ -128,7 +128,9 @@ struct StreamSchedule {
   // to the end of its write window (slots reused, planned like the arena).
   std::vector<int> state_read_w, state_write_w, state_slot;
   int state_slots = 0;
-  // Paged gradients (Plan::paged_grads), per layer (-1: none): the window whose start
+  // Paged masters (Plan::nvme_master_layers), per layer: they page with its state.
+  std::vector<bool> master_paged;
+  // Paged gradients (Plan::nvme_grad_layers), per layer (-1: none): the window whose start
   // (after its updates) writes them to NVMe (gs.<j>), done at its barrier.
   std::vector<int> grad_write_w;
   // Paged bf16 copies (Plan::nvme_copy_layers), per layer (-1: none): the window whose

@@ -1,4 +1,4 @@
-// The fp32 masters of paged layers' projection matrices (Plan::paged_master): between a
+// The fp32 masters of paged layers' projection matrices (Plan::nvme_master_layers): between a
 // layer's lazy updates they live in its NVMe slot, after its optimizer state, where the
 // update reads and writes them in place (in the slot's host staging); their host pages
 // are given back to the kernel, so host memory holds them only while a checkpoint or an

@@ -184,8 +184,8 @@ PlanRequest request_of(const Plan& p, double time_limit_s) {
   req.cpu_act_budget_bytes = p.cpu_act_budget_bytes;
   req.nvme_act_budget_bytes = p.nvme_act_budget_bytes;
   req.nvme_state_layers = static_cast<int>(p.nvme_state_layers.size());
-  req.page_master = p.paged_master;
-  req.page_grads = p.paged_grads;
+  req.page_master = !p.nvme_master_layers.empty();
+  req.page_grads = !p.nvme_grad_layers.empty();
   req.page_copy = !p.nvme_copy_layers.empty();
   req.measured = layer_times(assumed_measures(p));
   req.scratch = p.scratch;
@@ -283,8 +283,8 @@ ReplanResult judge_replan(const Plan& current, const Plan& solved, const Drift& 
     r.note = "the re-plan is for another model or shape";
     return r;
   }
-  if (solved.nvme_state_layers != current.nvme_state_layers || solved.paged_master != current.paged_master ||
-      solved.paged_grads != current.paged_grads || solved.nvme_copy_layers != current.nvme_copy_layers) {
+  if (solved.nvme_state_layers != current.nvme_state_layers || solved.nvme_master_layers != current.nvme_master_layers ||
+      solved.nvme_grad_layers != current.nvme_grad_layers || solved.nvme_copy_layers != current.nvme_copy_layers) {
     // The trainer set its host blocks and NVMe slots up for what pages (a paged layer's
     // gradients and bf16 copy have no host pages to come back to).
     r.note = "the re-plan pages other layers or parts to NVMe (switching keeps what pages)";

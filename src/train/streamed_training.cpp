@@ -142,41 +142,45 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   if (!plan.nvme_state_layers.empty() && so.layer_state_bytes == 0)
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
-  const bool paging = !plan.nvme_state_layers.empty();
-  if (!plan.nvme_copy_layers.empty() && (!plan.paged_master || comm_ || cfg.grad_accum > 1)) {
+  if (!plan.nvme_copy_layers.empty() && (plan.nvme_master_layers.empty() || comm_ || cfg.grad_accum > 1)) {
     const std::string why =
-        !plan.paged_master ? "the update writes from the paged masters, and this plan pages none"
+        plan.nvme_master_layers.empty() ? "the update writes from the paged masters, and this plan pages none"
         : comm_            ? "a run of data-parallel ranks cannot do"
                            : "a run with gradient accumulation cannot do (each micro-batch reads them)";
     throw Error("the plan pages " + std::to_string(plan.nvme_copy_layers.size()) +
                     " layers' bf16 copies to NVMe, which " + why,
                 "train config (plan)",
-                !plan.paged_master ? "plan this run again"
+                plan.nvme_master_layers.empty() ? "plan this run again"
                 : comm_            ? "plan with `lazytrain plan --ranks N`"
                                    : "train with --grad-accum 1, or let train plan itself");
   }
-  if (paging && plan.paged_grads && (comm_ || cfg.grad_accum > 1))
+  if (!plan.nvme_grad_layers.empty() && (comm_ || cfg.grad_accum > 1))
     throw Error("the plan pages the layers' gradients to NVMe, which a run " +
                     std::string(comm_ ? "of data-parallel ranks (they sum the host's gradients)"
                                       : "with gradient accumulation (micro-batches add to the host's gradients)") +
                     " cannot do",
                 "train config (plan)",
                 comm_ ? "plan with `lazytrain plan --ranks N`" : "train with --grad-accum 1, or let train plan itself");
-  if (paging && plan.paged_master) {
+  if (!plan.nvme_master_layers.empty()) {
     if (so.precision != Precision::BF16)
       throw Error("the plan pages the layers' fp32 masters to NVMe, which only bf16 runs can (an fp32 run's "
                   "matmuls read the masters)",
                   "train config (plan, precision)", "train with --precision bf16, or plan this fp32 run again");
-    masters_.emplace(params_, plan.nvme_state_layers);
+    masters_.emplace(params_, plan.nvme_master_layers);
   }
-  if (masters_ || (paging && plan.paged_grads)) {
-    // The slot: [optimizer state | masters | gradients], each part at an aligned offset.
+  if (masters_ || !plan.nvme_grad_layers.empty()) {
+    // The slot: [optimizer state | masters | gradients], each part at an aligned offset
+    // (exec/state_pager.h's StateSlotLayout).
     state_part_ = NvmeStore::round_up(so.layer_state_bytes);
-    so.layer_state_bytes = state_part_ + (masters_ ? masters_->max_slot_bytes() : 0);
+    so.layer_state_bytes = state_part_;
   }
-  if (paging && plan.paged_grads) {
+  if (masters_) {
+    so.master_offset = state_part_;
+    so.layer_state_bytes += masters_->max_slot_bytes();
+  }
+  if (!plan.nvme_grad_layers.empty()) {
     so.grad_offset = so.layer_state_bytes;
-    for (int j : plan.nvme_state_layers) grad_pages_ = std::max(grad_pages_, layer_grad_cover(j).bytes);
+    for (int j : plan.nvme_grad_layers) grad_pages_ = std::max(grad_pages_, layer_grad_cover(j).bytes);
     so.layer_state_bytes += grad_pages_;
   }
   executor_options_ = so;
@@ -185,14 +189,14 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   if (masters_) {  // the slots get the masters (their states start as zeros, a new slot's bytes)
     AlignedBuffer<std::byte> slot(so.layer_state_bytes);
     slot.zero();
-    for (int j : plan.nvme_state_layers) {
+    for (int j : plan.nvme_master_layers) {
       masters_->copy_out(j, {slot.data() + state_part_, slot.size() - state_part_});
       executor_->write_paged_state(j, {slot.data(), slot.size()});
     }
     page_out_masters();
   }
   if (grad_pages_ > 0)  // no gradients yet: their pages go (they read as the zeros they hold)
-    for (int j : plan.nvme_state_layers)
+    for (int j : plan.nvme_grad_layers)
       release_pages(layer_grad_pages(j), "layer " + std::to_string(j) + "'s paged gradients");
   for (int j : plan.nvme_copy_layers) {  // the executor's staging holds them from now on
     const PageSpan pages = layer_copy_pages(j);
@@ -332,7 +336,7 @@ void StreamedTraining::update_paged_layer(int layer, std::span<std::byte> slot, 
   }
   if (masters_)
     places.params = [&](int64_t offset) { return masters_->in_slot(layer, masters, params_.data() + offset); };
-  if (grad_pages_ > 0 && grads_on_nvme_) {  // the gradients the last backward wrote to the slot
+  if (grads_on_nvme_ && executor_->grads_paged(layer)) {  // the gradients the last backward wrote to the slot
     // The slot holds the pages covering the layer's gradient block (StatePager's staging).
     const float* const in_slot = reinterpret_cast<const float*>(
         slot.data() + executor_options_.grad_offset +
@@ -376,7 +380,7 @@ void StreamedTraining::zero_grads() {
   if (grad_pages_ == 0) return grads_.zero();
   // Paged layers' whole gradient pages are zeroed by giving them back (no host memory).
   std::vector<PageSpan> paged;
-  for (int j : plan().nvme_state_layers) paged.push_back(layer_grad_pages(j));
+  for (int j : plan().nvme_grad_layers) paged.push_back(layer_grad_pages(j));
   std::sort(paged.begin(), paged.end(), [](const PageSpan& a, const PageSpan& b) { return a.begin < b.begin; });
   auto* at = reinterpret_cast<std::byte*>(grads_.data());
   std::byte* const end = at + static_cast<size_t>(grads_.numel()) * sizeof(float);
@@ -389,13 +393,13 @@ void StreamedTraining::zero_grads() {
 }
 
 void StreamedTraining::page_out_masters() {
-  for (int j : plan().nvme_state_layers) masters_->release(j);
+  for (int j : plan().nvme_master_layers) masters_->release(j);
   masters_resident_ = false;
 }
 
 void StreamedTraining::page_in_masters() {
   AlignedBuffer<std::byte> slot(executor_options_.layer_state_bytes);
-  for (int j : plan().nvme_state_layers) {
+  for (int j : plan().nvme_master_layers) {
     executor_->read_paged_state(j, {slot.data(), slot.size()});
     masters_->copy_in(j, {slot.data() + state_part_, slot.size() - state_part_});
   }
@@ -525,10 +529,9 @@ StepEngine::Memory StreamedTraining::memory() const {
 
 int64_t StreamedTraining::paged_off_host_bytes() const {
   int64_t b = 0;
-  for (int j : plan().nvme_state_layers) {
-    if (masters_) b += static_cast<int64_t>(masters_->bytes(j));
-    if (grad_pages_ > 0) b += static_cast<int64_t>(layer_grad_pages(j).bytes);
-  }
+  if (masters_)
+    for (int j : plan().nvme_master_layers) b += static_cast<int64_t>(masters_->bytes(j));
+  for (int j : plan().nvme_grad_layers) b += static_cast<int64_t>(layer_grad_pages(j).bytes);
   return b + copy_pages_bytes_;
 }
 

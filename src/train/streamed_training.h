@@ -11,10 +11,10 @@
 //
 // Paged optimizer states (the plan's nvme_state_layers) live in the executor's NVMe
 // slots; saving or loading the optimizer pages them through one layer's staging buffer.
-// With Plan::paged_master (bf16 runs) the slots hold the layers' matrices' fp32 masters
+// With Plan::nvme_master_layers (bf16 runs) the slots hold the layers' matrices' fp32 masters
 // too, and host memory holds those only around each update (master_pages.h); flush()
 // pages them all in for the checkpoint or evaluation that follows it, and the next step
-// gives them back. With Plan::paged_grads (one rank, no accumulation) the slots hold the
+// gives them back. With Plan::nvme_grad_layers (one rank, no accumulation) the slots hold the
 // layers' gradients from their backward to their update, which host memory then holds
 // only from backward to their NVMe write and around the update.
 //
@@ -174,7 +174,7 @@ class StreamedTraining final : public StepEngine {
   bool sharded() const { return exchange_ && updater_.sharded(); }
   UpdateResult pending_;
   bool has_pending_ = false;
-  // Paged masters (Plan::paged_master): a paged layer's NVMe slot holds its optimizer
+  // Paged masters (Plan::nvme_master_layers): a paged layer's NVMe slot holds its optimizer
   // state, then from state_part_ on its matrices' fp32 masters (master_pages.h), which the
   // update reads and writes there. The NVMe copy is always current; the host's is too
   // while masters_resident_ (from flush() to the next step, for checkpoints and
@@ -182,7 +182,7 @@ class StreamedTraining final : public StepEngine {
   std::optional<MasterPages> masters_;
   size_t state_part_ = 0;
   bool masters_resident_ = true;
-  // Paged gradients (Plan::paged_grads): a paged layer's gradients go from backward to the
+  // Paged gradients (Plan::nvme_grad_layers): a paged layer's gradients go from backward to the
   // executor's host staging and on to its slot from StreamingOptions::grad_offset on
   // (exec/state_pager.h), never to the gradient block, whose whole pages for that layer
   // stay released; the update reads them in the slot when grads_on_nvme_ (not after a step

@@ -44,7 +44,8 @@ StreamingOptions options(const std::string& dir, const ModelConfig& c) {
   so.offload_dir = dir;
   so.direct_io = false;
   so.precision = Precision::BF16;
-  so.grad_offset = 4096;  // a one-page state part (the executor does not read it)
+  so.master_offset = 4096;  // one-page state and masters parts (the executor reads neither)
+  so.grad_offset = 8192;
   so.layer_state_bytes = so.grad_offset + NvmeStore::round_up(static_cast<size_t>(max_block_numel(c)) * 4) + 4096;
   return so;
 }

@@ -1,12 +1,14 @@
-// Paged gradients in the executor (StreamingOptions::grad_offset, Plan::paged_grads): after
-// a step, a paged layer's gradients are in its NVMe slot, whole, bit for bit what backward
-// computed, at their place in the pages covering the layer's block, and never came to the
-// host gradient block (it stays zero); the other layers' are there. The next step's update
-// hook finds them in its slot. On both backends (the cpu sums in place, emu drains from
-// its slots).
+// Paged gradients in the executor (StreamingOptions::grad_offset, Plan::nvme_grad_layers):
+// after a step, a paged layer's gradients are in its NVMe slot, whole, bit for bit what
+// backward computed, at their place in the pages covering the layer's block, and never came
+// to the host gradient block (it stays zero); the other layers' are there, a paged layer
+// that keeps its gradients on the host among them. The next step's update hook finds them in
+// its slot. On both backends (the cpu sums in place, emu drains from its slots).
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -64,12 +66,15 @@ size_t slot_offset(ModelParameters& grads, int j, size_t grad_offset) {
 TEST(StreamingPagedGradients, GoToTheirSlotsAndNeverToTheHostBlock) {
   test::TempDir dir("exec-paged-grads");
   const ModelConfig c = test::streaming_tiny_config(6);
-  const Plan plan = paged_grads_plan(c);
-  ASSERT_TRUE(plan.paged_grads);
-  ASSERT_EQ(plan.nvme_state_layers, (std::vector<int>{3, 4, 5}));
-  ASSERT_TRUE(validate_plan(plan).empty()) << validate_plan(plan).front();
-  for (const char* backend_name : {"cpu", "emu"}) {
-    SCOPED_TRACE(backend_name);
+  Plan all = paged_grads_plan(c), mixed = all;
+  ASSERT_EQ(all.nvme_state_layers, (std::vector<int>{3, 4, 5}));
+  ASSERT_EQ(all.nvme_grad_layers, all.nvme_state_layers);
+  test::keep_on_host(mixed, 4, /*masters=*/false);
+  ASSERT_EQ(mixed.nvme_grad_layers, (std::vector<int>{3, 5}));
+  for (const auto& [backend_name, plan] : {std::pair{"cpu", all}, std::pair{"emu", all}, std::pair{"cpu", mixed},
+                                           std::pair{"emu", mixed}}) {
+    SCOPED_TRACE(std::string(backend_name) + (plan.nvme_grad_layers.size() < 3 ? ", layer 4's on the host" : ""));
+    ASSERT_TRUE(validate_plan(plan).empty()) << validate_plan(plan).front();
     ModelParameters params(c), grads(c);
     test::init_parameters(params, 7);
     auto backend = make_backend(backend_name);
@@ -78,7 +83,7 @@ TEST(StreamingPagedGradients, GoToTheirSlotsAndNeverToTheHostBlock) {
     so.direct_io = false;
     so.grad_offset = 4096;  // a one-page state part
     size_t most = 0;
-    for (int j : plan.nvme_state_layers) most = std::max(most, grad_cover(grads, j).bytes);
+    for (int j : plan.nvme_grad_layers) most = std::max(most, grad_cover(grads, j).bytes);
     ASSERT_GT(most, 0u);
     so.layer_state_bytes = so.grad_offset + most;
     StreamingExecutor ex(plan, *backend, so);
@@ -105,7 +110,7 @@ TEST(StreamingPagedGradients, GoToTheirSlotsAndNeverToTheHostBlock) {
         auto* got = reinterpret_cast<const std::byte*>(grads.data());
         const size_t begin = static_cast<size_t>(grads.block_base(j) - grads.data()) * sizeof(float);
         const size_t end = begin + static_cast<size_t>(block_numel(c, j)) * sizeof(float);
-        if (j < 3) {
+        if (!plan.grads_paged(j)) {
           EXPECT_EQ(std::memcmp(got + begin, want + begin, end - begin), 0) << "layer " << j << "'s gradients";
           continue;
         }
@@ -117,7 +122,7 @@ TEST(StreamingPagedGradients, GoToTheirSlotsAndNeverToTheHostBlock) {
             << "layer " << j << "'s slot does not hold its gradients";
       }
     }
-    EXPECT_EQ(hooked, (std::vector<int>{3, 4, 5})) << "the update hook did not find the last gradients in the slots";
+    EXPECT_EQ(hooked, plan.nvme_grad_layers) << "the update hook did not find the last gradients in the slots";
   }
 }
 

@@ -4,6 +4,10 @@
 
 #include <string>
 
+#include <algorithm>
+#include <vector>
+
+#include "plan/cost_model.h"
 #include "plan/model_preset.h"
 #include "plan/plan.h"
 #include "plan/plan_request.h"
@@ -22,6 +26,31 @@ inline bool move_to_last_window(Plan& p, const std::string& tensor, Link link) {
         return true;
       }
   return false;
+}
+
+// Keeps paged layer j's masters (and with them its gradients and bf16 copy: a slot's read
+// is one prefix, the update writes a paged copy from the masters) or its gradients alone
+// on the host: the plan's lists lose it, its os.<j> moves what paged_layer_bytes then says,
+// its gs.<j> and cp.<j> transfers go. A plan with other layers' parts paged, for the
+// executor's and the trainer's tests.
+inline void keep_on_host(Plan& p, int j, bool masters) {
+  const auto drop = [j](std::vector<int>& layers) {
+    layers.erase(std::remove(layers.begin(), layers.end(), j), layers.end());
+  };
+  drop(p.nvme_grad_layers);
+  if (masters) {
+    drop(p.nvme_master_layers);
+    drop(p.nvme_copy_layers);
+  }
+  const PagedLayerBytes bytes = paged_layer_bytes(p, j);
+  const std::string js = std::to_string(j);
+  for (Window& w : p.windows) {
+    auto& t = w.transfers;
+    const auto gone = [&](const Transfer& x) { return x.tensor == "gs." + js || (masters && x.tensor == "cp." + js); };
+    t.erase(std::remove_if(t.begin(), t.end(), gone), t.end());
+    for (Transfer& x : t)
+      if (x.tensor == "os." + js) x.bytes = x.link == Link::NvmeRead ? bytes.read : bytes.write_back;
+  }
 }
 
 inline PlanRequest preset_request(const std::string& model, const std::string& hardware, int64_t batch,

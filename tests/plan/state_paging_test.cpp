@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "plan/baselines.h"
 #include "plan/cost_model.h"
 #include "plan/plan_json.h"
 #include "plan/plan_validate.h"
@@ -158,42 +159,45 @@ void expect_replayed(const Plan& p) {
 }
 
 // A plan's paged layers move what their parts say: os.<j> reads state + masters +
-// gradients before the update and writes back state + masters after it, gs.<j> writes
-// the gradients in a window after their drain (counted here from the shapes: a llama
-// layer's matrices are all its parameters but its two norms' (hidden each)); the validator
-// and both simulators agree with it, and the JSON keeps the parts.
+// gradients (those of the parts the layer pages) before the update and writes back state
+// + masters after it, gs.<j> writes the gradients in a window after their drain (counted
+// here from the shapes: a llama layer's matrices are all its parameters but its two
+// norms' (hidden each)); the validator and both simulators agree with it, and the JSON
+// keeps the parts. `master`, `grads`: whether any layer's masters, gradients page (the
+// parts make_plan let page); the slot is as large as all of them.
 void expect_paged_parts(const Plan& p, const PlanRequest& req, bool master, bool grads) {
   ASSERT_TRUE(p.feasible) << p.infeasible_reason;
-  EXPECT_EQ(p.paged_master, master);
-  EXPECT_EQ(p.paged_grads, grads);
+  EXPECT_EQ(!p.nvme_master_layers.empty(), master);
+  EXPECT_EQ(!p.nvme_grad_layers.empty(), grads);
   ASSERT_FALSE(p.nvme_state_layers.empty());
   const CostModel cm = costs(req);
   const double params = cm.layer(0).params, C = static_cast<double>(req.model.hidden_size);
-  const double back = cm.layer(0).state_bytes + (master ? 4 * (params - 2 * C) : 0);
-  const double g = grads ? req.hardware.grad_bytes * params : 0;
-  EXPECT_DOUBLE_EQ(p.state_bytes_per_layer, back + g);
+  const double state = cm.layer(0).state_bytes, masters = 4 * (params - 2 * C);
+  const double g = req.hardware.grad_bytes * params;
+  EXPECT_DOUBLE_EQ(p.state_bytes_per_layer, state + (master ? masters : 0) + (grads ? g : 0));
   EXPECT_TRUE(validate_plan(p).empty()) << validate_plan(p).front();
   EXPECT_LE(p.host_state_bytes, 0.9 * req.hardware.host_memory_bytes);
   for (int j : p.nvme_state_layers) {
+    const double back = state + (p.master_paged(j) ? masters : 0), gj = p.grads_paged(j) ? g : 0;
     int drained = -1, grad_write = -1;
     for (int w = 0; w < static_cast<int>(p.windows.size()); ++w)
       for (const Transfer& t : p.windows[w].transfers) {
         if (t.tensor == "os." + std::to_string(j))
-          EXPECT_DOUBLE_EQ(t.bytes, t.link == Link::NvmeRead ? back + g : back) << t.tensor << " in " << p.windows[w].name;
+          EXPECT_DOUBLE_EQ(t.bytes, t.link == Link::NvmeRead ? back + gj : back) << t.tensor << " in " << p.windows[w].name;
         if (t.tensor == "g." + std::to_string(j) && t.link == Link::D2H) drained = w;
         if (t.tensor == "gs." + std::to_string(j)) {
           EXPECT_EQ(t.link, Link::NvmeWrite);
-          EXPECT_DOUBLE_EQ(t.bytes, g);
+          EXPECT_DOUBLE_EQ(t.bytes, gj);
           grad_write = w;
         }
       }
-    if (grads) EXPECT_GT(grad_write, drained) << "layer " << j << "'s gradients written before their drain";
-    else EXPECT_LT(grad_write, 0) << "layer " << j << "'s gradients written without paged gradients";
+    if (p.grads_paged(j)) EXPECT_GT(grad_write, drained) << "layer " << j << "'s gradients written before their drain";
+    else EXPECT_LT(grad_write, 0) << "layer " << j << "'s gradients written without paging";
   }
   expect_replayed(p);
   const Plan q = plan_from_json(plan_to_json(p), "test");
-  EXPECT_EQ(q.paged_master, master);
-  EXPECT_EQ(q.paged_grads, grads);
+  EXPECT_EQ(q.nvme_master_layers, p.nvme_master_layers);
+  EXPECT_EQ(q.nvme_grad_layers, p.nvme_grad_layers);
 }
 
 // With the masters allowed, a host that the states alone fit pages states alone; one
@@ -224,6 +228,63 @@ TEST(StatePaging, PagesTheGradientsWhereTheMastersDoNotFit) {
   ASSERT_TRUE(fits_with(req, true, true));
   expect_paged_parts(make_plan(req, "milp"), req, true, true);
   expect_paged_parts(make_plan(req, "keep-all"), req, true, true);
+}
+
+// A plan written before the parts paged per layer says "paged_master"/"paged_grads":
+// true pages that part of every paged layer, false (or absent) none.
+TEST(StatePaging, PlansWithPartsForAllLayersStillLoad) {
+  PlanRequest req = test::tiny_request(16, "h800", 4);
+  req.nvme_state_layers = 5;
+  req = allowing(req, true, true);
+  const Plan p = make_plan(req, "keep-all");
+  ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+  for (bool master : {false, true})
+    for (bool grads : {false, true}) {
+      nlohmann::json j = plan_to_json(p);
+      j["optimizer"].erase("nvme_master_layers");
+      j["optimizer"].erase("nvme_grad_layers");
+      j["optimizer"]["paged_master"] = master;
+      j["optimizer"]["paged_grads"] = grads;
+      const Plan q = plan_from_json(j, "test");
+      EXPECT_EQ(q.nvme_master_layers, master ? p.nvme_state_layers : std::vector<int>{});
+      EXPECT_EQ(q.nvme_grad_layers, grads ? p.nvme_state_layers : std::vector<int>{});
+    }
+}
+
+// Parts per layer: a layer that keeps its masters or gradients on the host reads and
+// writes back less (valid, replayed); gradients paged without their layer's masters while
+// other layers' page, or a bf16 copy without them, is caught.
+TEST(StatePaging, PartsPerLayerAreValidatedLayerByLayer) {
+  PlanRequest req = test::tiny_request(16, "h800", 4);
+  req.nvme_state_layers = 6;
+  req = allowing(req, true, true);
+  req.page_copy = true;
+  const Plan all = plan_keep_all(req, build_cost_model(req));  // every part as asked (make_plan takes the fewest)
+  ASSERT_TRUE(all.feasible) << all.infeasible_reason;
+  ASSERT_EQ(all.nvme_grad_layers, all.nvme_state_layers);
+  ASSERT_FALSE(all.nvme_copy_layers.empty());
+  const int j = all.nvme_copy_layers.front(), k = all.nvme_state_layers.back();
+  Plan mixed = all;
+  test::keep_on_host(mixed, j, /*masters=*/true);
+  test::keep_on_host(mixed, k, /*masters=*/false);
+  EXPECT_TRUE(validate_plan(mixed).empty()) << validate_plan(mixed).front();
+  EXPECT_FALSE(mixed.copy_paged(j));
+  EXPECT_TRUE(mixed.master_paged(k) && !mixed.grads_paged(k));
+  EXPECT_LT(paged_layer_bytes(mixed, j).read, paged_layer_bytes(all, j).read);
+  EXPECT_LT(paged_layer_bytes(mixed, k).read, paged_layer_bytes(all, k).read);
+  EXPECT_TRUE(simulate_events(mixed).violations.empty());
+  const auto has = [](const std::vector<std::string>& problems, const std::string& what) {
+    const auto names = [&](const std::string& p) { return p.find(what) != std::string::npos; };
+    return std::any_of(problems.begin(), problems.end(), names);
+  };
+  Plan grads_alone = all;
+  grads_alone.nvme_master_layers.erase(std::find(grads_alone.nvme_master_layers.begin(),
+                                                 grads_alone.nvme_master_layers.end(), k));
+  EXPECT_TRUE(has(validate_plan(grads_alone), "gradients of layer " + std::to_string(k) + ": paged, but its masters"));
+  Plan copy_alone = all;
+  copy_alone.nvme_master_layers.erase(std::find(copy_alone.nvme_master_layers.begin(),
+                                                copy_alone.nvme_master_layers.end(), j));
+  EXPECT_TRUE(has(validate_plan(copy_alone), "bf16 copy of layer " + std::to_string(j) + ": paged, but its masters"));
 }
 
 void expect_paged_copies(const Plan& p, const PlanRequest& req, double copy);

@@ -421,7 +421,7 @@ TEST(Replanner, FailedOrForeignReplansAreNotAdopted) {
     if (copies)
       faster.nvme_copy_layers = {3};
     else
-      faster.paged_grads = !current.paged_grads;
+      faster.nvme_grad_layers = current.nvme_grad_layers.empty() ? std::vector<int>{3} : std::vector<int>{};
     const ReplanResult other_parts = judge_replan(current, faster, drift, 0.05);
     EXPECT_FALSE(other_parts.adopt) << (copies ? "copies" : "gradients");
     EXPECT_NE(other_parts.note.find("other layers or parts"), std::string::npos) << other_parts.note;

@@ -16,11 +16,13 @@
 #include "model/checkpoint.h"
 #include "plan/hardware_profile.h"
 #include "plan/plan_json.h"
+#include "plan/plan_validate.h"
 #include "plan/planner.h"
 #include "plan/state_paging.h"
 #include "train/streamed_training.h"
 #include "train/trainer.h"
 #include "../exec/streaming_test_util.h"
+#include "../plan/plan_test_util.h"
 #include "test_util.h"
 #include "out_of_core_plan.h"
 #include "train_test_util.h"
@@ -134,22 +136,26 @@ TEST_F(StreamedTraining, Bf16MatchesTheInMemoryTrainerBitwise) {
   }
 }
 
+// The paging tests' runs: evaluations and checkpoints along, no accumulation (paged
+// gradients and copies do not take it).
+TrainConfig paged_run_config(const std::string& out, const std::string& precision) {
+  TrainConfig c = tiny_config(out);
+  c.scratch_layers = 10;
+  c.grad_accum = 1;
+  c.precision = precision;
+  c.eval_problems = 4;
+  c.eval_every = 3;
+  c.save_every = 4;
+  return c;
+}
+
 // What a paged layer's slot holds besides its optimizer state: its matrices' fp32 masters
-// (bf16 runs, Plan::paged_master) and its gradients (Plan::paged_grads), each on a host
+// (bf16 runs, Plan::nvme_master_layers) and its gradients (nvme_grad_layers), each on a host
 // that paging one part fewer cannot fit. The runs (with evaluations, checkpoints and a
 // resume from one) are the in-memory runs bit for bit; each part lowers the run's host
 // figure and takes NVMe bytes. No accumulation: paged gradients do not take it.
 TEST(StreamedTrainingPagedParts, MatchTheInMemoryRunsBitwise) {
-  const auto config = [](const std::string& out, const std::string& precision) {
-    TrainConfig c = tiny_config(out);
-    c.scratch_layers = 10;
-    c.grad_accum = 1;
-    c.precision = precision;
-    c.eval_problems = 4;
-    c.eval_every = 3;
-    c.save_every = 4;
-    return c;
-  };
+  const auto config = paged_run_config;
   test::TempDir plan_dir("paged-parts-plan"), bf16_ref_dir("paged-parts-ref-bf16"), f32_ref_dir("paged-parts-ref-f32");
   struct Parts {
     const char* precision;
@@ -168,8 +174,8 @@ TEST(StreamedTrainingPagedParts, MatchTheInMemoryRunsBitwise) {
                                           shape.seq_len, true, 1, true, parts.master, parts.grads);
     ASSERT_TRUE(p.feasible) << what << ": " << p.infeasible_reason;
     ASSERT_FALSE(p.nvme_state_layers.empty()) << what << ": the plan pages no layer";
-    ASSERT_EQ(p.paged_master, parts.master) << what;
-    ASSERT_EQ(p.paged_grads, parts.grads) << what;
+    ASSERT_EQ(p.nvme_master_layers, parts.master ? p.nvme_state_layers : std::vector<int>{}) << what;
+    ASSERT_EQ(p.nvme_grad_layers, parts.grads ? p.nvme_state_layers : std::vector<int>{}) << what;
     if (parts.grads)  // the executor's three gradient buffers (exec/state_pager.h) are reused
       ASSERT_GE(p.nvme_state_layers.size(), 4u) << what << ": no paged layer reuses a gradient buffer";
     const std::string plan_path = plan_dir.str() + "/" + std::to_string(runs[precision].size()) + precision + ".json";
@@ -212,22 +218,54 @@ TEST(StreamedTrainingPagedParts, MatchTheInMemoryRunsBitwise) {
     }
 }
 
+// The parts page per layer: of a plan that pages every paged layer's masters and
+// gradients (bf16) or gradients (fp32), one layer keeps its masters and gradients on the
+// host, another its gradients (each slot then reads and writes back less). The runs on cpu
+// and emu (evaluations, checkpoints, a resume) are the in-memory runs bit for bit.
+TEST(StreamedTrainingPagedParts, PerLayerMatchTheInMemoryRunsBitwise) {
+  const auto config = paged_run_config;
+  test::TempDir plan_dir("per-layer-parts-plan");
+  for (const std::string precision : {"bf16", "f32"}) {
+    test::TempDir ref_dir("per-layer-parts-ref");
+    const TrainSummary ref = run_training(config(ref_dir.str(), precision));
+    const TrainConfig shape = config("", precision);
+    const bool bf16 = precision == "bf16";
+    Plan p = test::out_of_core_plan(load_model_config(ref.checkpoint_dir), shape.batch, shape.seq_len, true, 1, true,
+                                    bf16, true);
+    ASSERT_TRUE(p.feasible) << precision << ": " << p.infeasible_reason;
+    ASSERT_GE(p.nvme_grad_layers.size(), 3u) << precision << ": too few paged layers";
+    const std::vector<int> all = p.nvme_grad_layers;
+    test::keep_on_host(p, all[0], /*masters=*/true);
+    if (bf16) test::keep_on_host(p, all[1], /*masters=*/false);  // fp32: the masters never page
+    ASSERT_TRUE(validate_plan(p).empty()) << validate_plan(p).front();
+    ASSERT_EQ(p.nvme_state_layers, all);
+    ASSERT_EQ(p.nvme_grad_layers, std::vector<int>(all.begin() + (bf16 ? 2 : 1), all.end()));
+    ASSERT_EQ(p.nvme_master_layers, bf16 ? std::vector<int>(all.begin() + 1, all.end()) : std::vector<int>{});
+    const std::string plan_path = plan_dir.str() + "/" + precision + ".json";
+    save_plan(p, plan_path);
+    for (const char* backend : {"cpu", "emu"}) {
+      const std::string what = precision + " " + backend;
+      test::TempDir out(std::string("per-layer-parts-") + backend);
+      TrainConfig c = config(out.str(), precision);
+      c.plan = plan_path;
+      c.backend = backend;
+      c.offload_dir = plan_dir.str();
+      expect_same_run(run_training(c), ref, what);
+      if (std::string(backend) != "cpu") continue;
+      std::filesystem::remove_all(out.path() / "checkpoint-000008");  // resumes from step 4's
+      c.resume = true;
+      expect_same_run(run_training(c), ref, what + ", resumed");
+    }
+  }
+}
+
 // The bf16 copies page too, on a host that every other part paged cannot fit (a keep-all
 // plan, whose six paged copies reuse the staging buffers, and the MILP's): the update
 // writes each paged copy into the executor's staging, it goes to NVMe in its forward and
 // comes back for its backward. The runs on cpu and emu (evaluations, checkpoints, a
 // resume) are the in-memory run bit for bit.
 TEST(StreamedTrainingPagedCopies, MatchTheInMemoryRunBitwise) {
-  const auto config = [](const std::string& out) {
-    TrainConfig c = tiny_config(out);
-    c.scratch_layers = 10;
-    c.grad_accum = 1;
-    c.precision = "bf16";
-    c.eval_problems = 4;
-    c.eval_every = 3;
-    c.save_every = 4;
-    return c;
-  };
+  const auto config = [](const std::string& out) { return paged_run_config(out, "bf16"); };
   test::TempDir plan_dir("paged-copies-plan"), ref_dir("paged-copies-ref");
   const TrainSummary ref = run_training(config(ref_dir.str()));
   const TrainConfig shape = config("");
