@@ -126,6 +126,13 @@ struct Milp {
   std::vector<int> pg;
   std::vector<StageCols> rd, wr;
   std::vector<Range> upd;
+  // Its parts, where the request lets them page (-1 elsewhere): pm[j] its masters page
+  // (binary, only with its state), pgr[j] its gradients (binary, only with its masters
+  // where those may page: a slot's read is one prefix). They move with the state, in its
+  // windows: rdm[j][s] and rdg[j][s] (continuous, at most rd[j][s], summing to pm[j] and
+  // pgr[j]) carry the masters' and gradients' reads, wrm[j][s] the masters' write-back.
+  std::vector<int> pm, pgr;
+  std::vector<StageCols> rdm, rdg, wrm;
   // With paged gradients (PlanRequest::page_grads) grad_stage holds the host staging of
   // the gradients between their backward and their NVMe write once any layer pages.
   int state_slots = -1, host_state = -1, grad_stage = -1;
@@ -138,7 +145,9 @@ struct Milp {
   double H0 = 0, capNTotal = 0, hostRoom = 0;
   std::vector<double> S;   // per layer: what its paging reads (state, masters, gradients), GB
   std::vector<double> Sw;  // per layer: what it writes back after the update (not the gradients), GB
-  std::vector<double> G;   // per layer: its paged gradients, written after their drain, GB
+  std::vector<double> Sst;  // per layer: its optimizer state alone, GB
+  std::vector<double> M;   // per layer: its masters, when they may page, GB
+  std::vector<double> G;   // per layer: its gradients, when they may page (written after their drain), GB
   double S_slot = 0;       // a host staging slot: the largest S
 
   Milp(const PlanRequest& rq_, const CostModel& cm_, const MilpOptions& o_)
@@ -161,6 +170,8 @@ struct Milp {
       to.push_back(l.optimizer_s);
       S.push_back(l.paged_bytes() / kGB);
       Sw.push_back(l.paged_write_bytes() / kGB);
+      Sst.push_back(l.state_bytes / kGB);
+      M.push_back(l.master_bytes / kGB);
       G.push_back(l.grad_page_bytes / kGB);
       C.push_back(l.copy_page_bytes / kGB);
       S_slot = std::max(S_slot, S.back());
@@ -404,6 +415,11 @@ struct Milp {
     rd.assign(L, {});
     wr.assign(L, {});
     upd.assign(L, {});
+    pm.assign(L, -1);
+    pgr.assign(L, -1);
+    rdm.assign(L, {});
+    rdg.assign(L, {});
+    wrm.assign(L, {});
     const int h = std::max(1, opt.state_horizon);  // at least the rule's stages
     for (int j = 1; j < L; ++j) {
       const std::string js = std::to_string(j);
@@ -416,6 +432,7 @@ struct Milp {
         rd[j][s] = m.add_col("rd_" + js + "_" + sn(s), 0, 1, s == rule_r ? 0 : eps, true);
       for (int s = u.lo + 1; s <= std::min(st.head(), u.hi + h); ++s)
         wr[j][s] = m.add_col("wr_" + js + "_" + sn(s), 0, 1, s == rule_w ? 0 : eps, true);
+      part_columns(j, eps);
     }
     state_slots = m.add_col("state_slots", 0, kInf, eps, false);
     host_state = m.add_col("host_state", 0, kInf, 0, false);
@@ -426,6 +443,22 @@ struct Milp {
       if (StatePaging::copy_may_page(L, j) && C[j] > 0)
         pc[j] = m.add_col("pc_" + std::to_string(j), 0, 1, eps * (2 - static_cast<double>(j) / L), true);
     copy_stage = m.add_col("copy_stage", 0, kInf, eps, false);
+  }
+
+  // Layer j's masters and gradients, where they may page (the fewest parts page, as
+  // the fewest states: each costs a perturbation).
+  void part_columns(int j, double eps) {
+    const std::string js = std::to_string(j);
+    const double cost = eps * (2 - static_cast<double>(j) / L);
+    if (M[j] > 0) {
+      pm[j] = m.add_col("pm_" + js, 0, 1, cost, true);
+      for (auto [s, col] : rd[j]) rdm[j][s] = m.add_col("rdm_" + js + "_" + sn(s), 0, 1, 0, false);
+      for (auto [s, col] : wr[j]) wrm[j][s] = m.add_col("wrm_" + js + "_" + sn(s), 0, 1, 0, false);
+    }
+    if (G[j] > 0) {
+      pgr[j] = m.add_col("pgr_" + js, 0, 1, cost, true);
+      for (auto [s, col] : rd[j]) rdg[j][s] = m.add_col("rdg_" + js + "_" + sn(s), 0, 1, 0, false);
+    }
   }
 
   // H2D seconds of weight loads moved off the rule: a stage's rule load moved to an
@@ -456,9 +489,12 @@ struct Milp {
     Terms out;
     if (!page) return out;
     for (int j = 1; j < L; ++j) {
-      at_stage(out, rd[j], w, S[j] / bnr);
-      at_stage(out, wr[j], w, Sw[j] / bnw);
-      if (G[j] > 0 && w == StatePaging::grad_write_stage(st, j)) out.emplace_back(pg[j], G[j] / bnw);
+      at_stage(out, rd[j], w, Sst[j] / bnr);
+      at_stage(out, wr[j], w, Sst[j] / bnw);
+      at_stage(out, rdm[j], w, M[j] / bnr);
+      at_stage(out, wrm[j], w, M[j] / bnw);
+      at_stage(out, rdg[j], w, G[j] / bnr);
+      if (pgr[j] >= 0 && w == StatePaging::grad_write_stage(st, j)) out.emplace_back(pgr[j], G[j] / bnw);
       if (pc[j] >= 0 && w == StatePaging::copy_write_stage(st, j)) out.emplace_back(pc[j], C[j] / bnw);
       if (pc[j] >= 0 && w == StatePaging::copy_read_stage(st, j)) out.emplace_back(pc[j], C[j] / bnr);
     }
@@ -554,12 +590,13 @@ struct Milp {
     for (int j = 1; j < L; ++j) {
       const std::string js = std::to_string(j);
       count.emplace_back(pg[j], 1);
-      state.emplace_back(pg[j], S[j]);
-      if (G[j] > 0) {
+      state.emplace_back(pg[j], Sst[j]);
+      part_rows(j, state);
+      if (pgr[j] >= 0) {
         // Its gradients stage on the host between backward and their write (one reservation
         // for all paged layers), and drain by the rule: their write follows in the next stage.
-        m.add_row("grad_stage_" + js, {{grad_stage, 1}, {pg[j], -grad_staging}}, 0, kInf);
-        Terms rule_drain{{pg[j], 1}};
+        m.add_row("grad_stage_" + js, {{grad_stage, 1}, {pgr[j], -grad_staging}}, 0, kInf);
+        Terms rule_drain{{pgr[j], 1}};
         for (auto [s, col] : gd[j]) rule_drain.emplace_back(col, 1);
         if (rule_drain.size() > 1) m.add_row("grad_drain_rule_" + js, rule_drain, -kInf, 1);
       }
@@ -602,6 +639,31 @@ struct Milp {
     m.add_row("host_state_share", {{host_state, 1}}, -kInf, shrink(kHostStateShare * req.hardware.host_memory_bytes) / kGB);
   }
 
+  // A part pages only with its state (gradients with the masters where those may page),
+  // moves in the state's windows, and leaves the host state.
+  void part_rows(int j, Terms& state) {
+    const std::string js = std::to_string(j);
+    const auto moves_with = [&](int part, const StageCols& part_cols, const StageCols& state_cols, const char* name) {
+      Terms sum{{part, -1}};
+      for (auto [s, col] : part_cols) {
+        sum.emplace_back(col, 1);
+        m.add_row(std::string(name) + "_le_" + js + "_" + sn(s), {{col, 1}, {state_cols.at(s), -1}}, -kInf, 0);
+      }
+      m.add_row(std::string(name) + "_sum_" + js, sum, 0, 0);
+    };
+    if (pm[j] >= 0) {
+      m.add_row("pm_pg_" + js, {{pm[j], 1}, {pg[j], -1}}, -kInf, 0);
+      moves_with(pm[j], rdm[j], rd[j], "rdm");
+      moves_with(pm[j], wrm[j], wr[j], "wrm");
+      state.emplace_back(pm[j], M[j]);
+    }
+    if (pgr[j] >= 0) {
+      m.add_row("pgr_pm_" + js, {{pgr[j], 1}, {pm[j] >= 0 ? pm[j] : pg[j], -1}}, -kInf, 0);
+      moves_with(pgr[j], rdg[j], rd[j], "rdg");
+      state.emplace_back(pgr[j], G[j]);
+    }
+  }
+
   // A paged copy (pc[j]): of a paged layer, whose output boundary is stored (no recompute
   // reads it), which is not resident, whose weights load by the rule, and whose update runs
   // no earlier than F{j-2} (so that three layers' copies at most are staged at once); its
@@ -614,7 +676,7 @@ struct Milp {
       if (pc[j] < 0) continue;
       const std::string js = std::to_string(j);
       state.emplace_back(pc[j], C[j]);
-      m.add_row("pc_pg_" + js, {{pc[j], 1}, {pg[j], -1}}, -kInf, 0);
+      m.add_row("pc_pm_" + js, {{pc[j], 1}, {pm[j] >= 0 ? pm[j] : pg[j], -1}}, -kInf, 0);
       m.add_row("pc_stored_" + js, {{pc[j], 1}, {z[j + 1], -1}}, -kInf, 0);
       m.add_row("pc_resident_" + js, {{pc[j], 1}, {y[j], 1}}, -kInf, 1);
       m.add_row("copy_stage_" + js, {{copy_stage, 1}, {pc[j], -StatePaging::kCopyStagingLayers * C_slot}}, 0, kInf);
@@ -892,13 +954,37 @@ struct Milp {
     for (int w = st.p0(); w <= st.head(); ++w) {
       Terms tt;
       for (int j = 1; j < L; ++j) {
-        const double r = std::max(0.0, S[j] / bnr - lb_[w]), wv = std::max(0.0, Sw[j] / bnw - lb_[w]);
-        if (r > 0) at_stage(tt, rd[j], w, r);
-        if (wv > 0) at_stage(tt, wr[j], w, wv);
+        move_cut(tt, w, Sst[j] / bnr, rd[j], M[j] / bnr, rdm[j], G[j] / bnr, rdg[j]);
+        move_cut(tt, w, Sst[j] / bnw, wr[j], M[j] / bnw, wrm[j], 0, {});
       }
       if (tt.empty()) continue;
       tt.emplace_back(t[w], -1);
       m.add_row("state_cut_" + sn(w), tt, -kInf, -lb_[w]);
+    }
+  }
+
+  // Layer j's move in stage w beyond lb_w, (state + masters + gradients seconds - lb_w)
+  // when positive, as terms exact at every integer choice of its parts (the gradients move
+  // only with the masters where those may page): with a the state's seconds beyond lb_w,
+  //   a >= 0: a + masters + gradients, each with its column;
+  //   a < 0: (a + masters)+ with the masters' column, and what the gradients add to that
+  //          with theirs (the gradients' alone where no masters page).
+  void move_cut(Terms& tt, int w, double state_s, const StageCols& state_cols, double master_s,
+                const StageCols& master_cols, double grad_s, const StageCols& grad_cols) const {
+    const double a = state_s - lb_[w];
+    if (a >= 0) {
+      at_stage(tt, state_cols, w, a);
+      at_stage(tt, master_cols, w, master_s);
+      at_stage(tt, grad_cols, w, grad_s);
+      return;
+    }
+    const double with_masters = std::max(0.0, a + master_s);
+    const double with_grads = std::max(0.0, a + master_s + grad_s);
+    if (!master_cols.empty()) {
+      if (with_masters > 0) at_stage(tt, master_cols, w, with_masters);
+      if (with_grads > with_masters) at_stage(tt, grad_cols, w, with_grads - with_masters);
+    } else if (std::max(0.0, a + grad_s) > 0) {
+      at_stage(tt, grad_cols, w, a + grad_s);
     }
   }
 
@@ -1087,11 +1173,37 @@ struct Milp {
       out.emplace_back(pg[j], on ? 1 : 0);
       for (auto [s, col] : rd[j]) out.emplace_back(col, on && s == paged.read_stage[j] ? 1 : 0);
       for (auto [s, col] : wr[j]) out.emplace_back(col, on && s == paged.write_stage[j] ? 1 : 0);
+      // Parts: as the paging says (all that may page, unless page_parts kept some).
+      const bool masters = on && paged.master_on_nvme[j], grads = on && paged.grads_on_nvme[j];
+      if (pm[j] >= 0) out.emplace_back(pm[j], masters ? 1 : 0);
+      if (pgr[j] >= 0) out.emplace_back(pgr[j], grads ? 1 : 0);
+      for (auto [s, col] : rdm[j]) out.emplace_back(col, masters && s == paged.read_stage[j] ? 1 : 0);
+      for (auto [s, col] : wrm[j]) out.emplace_back(col, masters && s == paged.write_stage[j] ? 1 : 0);
+      for (auto [s, col] : rdg[j]) out.emplace_back(col, grads && s == paged.read_stage[j] ? 1 : 0);
     }
     for (int j = 0; j < L; ++j)
       if (pc[j] >= 0) out.emplace_back(pc[j], j < static_cast<int>(paged.copy_on_nvme.size()) && paged.copy_on_nvme[j]);
     return out;
   }
+  // Every layer of `all` paged with none of its parts, then parts added top layer first
+  // until the host state fits `room`: masters, then gradients. What pages frees the same
+  // bytes per byte moved whichever part it is; paging every layer's state and as few parts
+  // as fit spreads the traffic over every forward window (the MILP rarely finds such
+  // mixes alone within its time).
+  StatePaging fewest_parts(const StatePaging& all, double room) const {
+    if (all.on_nvme.empty()) return all;
+    std::vector<bool> masters(L, false), grads(L, false);
+    const auto with = [&] {
+      StatePaging p = all;
+      page_parts(p, cm, masters, grads);
+      return p;
+    };
+    for (int j = L - 1; j >= 1 && with().host_state_bytes > room; --j) masters[j] = all.on_nvme[j] && M[j] > 0;
+    for (int j = L - 1; j >= 1 && with().host_state_bytes > room; --j)
+      grads[j] = all.on_nvme[j] && G[j] > 0 && (masters[j] || M[j] == 0);
+    return with();
+  }
+
   // The starts: today's rule, and where paging is decided here a second one: the rule's
   // stages on layers spaced d apart from the top, so that their read-to-write intervals
   // (three stages each) overlap less: d = 3 needs one staging slot, d = 2 two, against
@@ -1127,6 +1239,10 @@ struct Milp {
       }
     }
     if (found.count > 0 && found.on_nvme != paging.on_nvme) out.push_back(rule(found));
+    if (req.nvme_state_layers < 0) {
+      const StatePaging fewest = fewest_parts(spaced(1, L - 2), room);
+      if (fewest.host_state_bytes <= room) out.push_back(rule(fewest));
+    }
     if (found.count == 0 && copy_stage >= 0) {  // no layer count fits without the copies: all of them page
       StatePaging all = spaced(1, L - 2);
       std::vector<bool> copy(L, false);
@@ -1227,6 +1343,13 @@ struct Milp {
           d.state_read[j] = chosen(rd[j]);
           d.state_write[j] = chosen(wr[j]);
         }
+      d.master_paged.assign(L, false);
+      d.grads_paged.assign(L, false);
+      for (int j = 1; j < L; ++j) {
+        if (d.state_read[j] < 0) continue;
+        d.master_paged[j] = pm[j] >= 0 && v[pm[j]] > 0.5;
+        d.grads_paged[j] = pgr[j] >= 0 && v[pgr[j]] > 0.5;
+      }
       d.copy_paged.assign(L, false);
       for (int j = 0; j < L; ++j) d.copy_paged[j] = pc[j] >= 0 && v[pc[j]] > 0.5;
     }

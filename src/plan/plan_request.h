@@ -24,12 +24,14 @@ struct PlanRequest {
   int nvme_state_layers = -1;        // layers whose optimizer states page from NVMe; < 0:
                                      // as few as host memory needs (plan/state_paging.h)
   // The compute reads bf16 copies of the projection matrices (bf16 runs; GPU profiles),
-  // so a paged layer's fp32 masters of them page to NVMe with its optimizer state (a
-  // larger paged blob per layer: fewer layers page for the same host budget).
+  // so a paged layer's fp32 masters of them may page to NVMe with its optimizer state (a
+  // larger paged blob per layer: fewer layers page for the same host budget; the MILP
+  // chooses the layers, the rule policies take every paged layer's).
   bool page_master = false;
-  // A paged layer's host gradients page too: written to NVMe in the window after their
-  // drain (the rule's drain window for a paged layer), read with the state before the
-  // update. Not with gradient accumulation or data-parallel sums (they read the host's).
+  // A paged layer's host gradients may page too (likewise; where masters may page, only
+  // with its masters): written to NVMe in the window after their drain (the rule's drain
+  // window for a paged layer), read with the state before the update. Not with gradient
+  // accumulation or data-parallel sums (they read the host's).
   bool page_grads = false;
   // A paged layer's bf16 compute copy pages too (with page_master): the update writes it
   // into host staging from the paged masters, the layer's forward reads it there, it goes

@@ -29,14 +29,14 @@ const std::vector<std::string>& plan_policies() {
 
 namespace {
 
-// The parts a paged layer moves, of those the request allows (PlanRequest::page_master,
+// The parts paged layers may move, of those the request allows (PlanRequest::page_master,
 // page_grads, page_copy): the fewest with which the rule's paging brings the host state
 // within its share: the optimizer state alone, then with the masters, then with the
 // gradients, then with the bf16 copies too (those counted as if every paged layer that
 // may page its copy did). A larger blob per layer frees the same host bytes per NVMe
 // byte, but each staging slot holds more, the gradients' writes fall in backward and the
-// copies cross NVMe twice a step: a host that fits with less pages less. (The MILP
-// chooses which layers' copies page, not the other parts per layer.)
+// copies cross NVMe twice a step: a host that fits with less pages less. (Of the parts
+// allowed, the MILP chooses which layers' page; the rule policies page them all.)
 PlanRequest with_fewest_paged_parts(const PlanRequest& req) {
   if (!req.page_master && !req.page_grads && !req.page_copy) return req;
   std::vector<PlanRequest> steps;  // one more part each

@@ -230,6 +230,27 @@ TEST(StatePaging, PagesTheGradientsWhereTheMastersDoNotFit) {
   expect_paged_parts(make_plan(req, "keep-all"), req, true, true);
 }
 
+// The MILP chooses the parts per layer: with every layer that can page paging its state
+// (asked), and a host that needs four and a half layers' masters more, the masters of
+// five or more layers page, but not of all of them (each part paged moves bytes and
+// costs time; the fewest do).
+TEST(StatePaging, MilpPagesTheMastersOfSomeLayersOnly) {
+  PlanRequest req = allowing(test::tiny_request(16, "h800", 4), true, false);
+  req.time_limit_s = 5;
+  req.nvme_state_layers = req.model.num_layers - 2;
+  const CostModel cm = build_cost_model(req);  // with the masters' bytes
+  StatePaging states_alone = plan_state_paging(req, cm, true);  // the slots as large as the masters need
+  page_parts(states_alone, cm, std::vector<bool>(16, false), std::vector<bool>(16, false));
+  const double masters = cm.layer(2).master_bytes;
+  ASSERT_GT(masters, 0);
+  req.hardware.host_memory_bytes = (states_alone.host_state_bytes - 4.5 * masters) / 0.9;
+  const Plan p = make_plan(req, "milp");
+  expect_paged_parts(p, req, true, false);
+  EXPECT_EQ(p.nvme_state_layers.size(), 14u);
+  EXPECT_GE(p.nvme_master_layers.size(), 5u);
+  EXPECT_LT(p.nvme_master_layers.size(), p.nvme_state_layers.size()) << "every paged layer's masters page";
+}
+
 // A plan written before the parts paged per layer says "paged_master"/"paged_grads":
 // true pages that part of every paged layer, false (or absent) none.
 TEST(StatePaging, PlansWithPartsForAllLayersStillLoad) {
