@@ -1186,10 +1186,10 @@ struct Milp {
     return out;
   }
   // Every layer of `all` paged with none of its parts, then parts added top layer first
-  // until the host state fits `room`: masters, then gradients. What pages frees the same
-  // bytes per byte moved whichever part it is; paging every layer's state and as few parts
-  // as fit spreads the traffic over every forward window (the MILP rarely finds such
-  // mixes alone within its time).
+  // until the host state fits `room`: masters, then gradients, then bf16 copies. What
+  // pages frees the same bytes per byte moved whichever part it is; paging every layer's
+  // state and as few parts as fit spreads the traffic over every forward window (the MILP
+  // rarely finds such mixes alone within its time).
   StatePaging fewest_parts(const StatePaging& all, double room) const {
     if (all.on_nvme.empty()) return all;
     std::vector<bool> masters(L, false), grads(L, false);
@@ -1201,7 +1201,17 @@ struct Milp {
     for (int j = L - 1; j >= 1 && with().host_state_bytes > room; --j) masters[j] = all.on_nvme[j] && M[j] > 0;
     for (int j = L - 1; j >= 1 && with().host_state_bytes > room; --j)
       grads[j] = all.on_nvme[j] && G[j] > 0 && (masters[j] || M[j] == 0);
-    return with();
+    StatePaging p = with();
+    if (p.host_state_bytes <= room || copy_stage < 0) return p;
+    std::vector<bool> copies(L, false);  // and the bf16 copies that may page, likewise
+    const auto with_copies = [&] {
+      StatePaging q = p;
+      page_copies(q, cm, copies);
+      return q;
+    };
+    for (int j = L - 1; j >= 0 && with_copies().host_state_bytes > room; --j)
+      copies[j] = pc[j] >= 0 && p.master_on_nvme[j];
+    return with_copies();
   }
 
   // The starts: today's rule, and where paging is decided here a second one: the rule's
