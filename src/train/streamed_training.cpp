@@ -114,11 +114,13 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankP
         ranks > 1 ? std::to_string(rep.largest_batch * ranks) + " (" + std::to_string(rep.largest_batch) +
                         " rows on each of the " + std::to_string(ranks) + " ranks)"
                   : std::to_string(rep.largest_batch);
+    // A host too small for the state is the host budget's to raise, not the compute tier's.
+    const bool host_short = rep.shortage.rfind("host memory short", 0) == 0;
+    const std::string raise = host_short ? "raise --host-budget-gb" : "raise --compute-budget-gb";
     throw Error(rep.message + (ranks > 1 ? " (for each rank's " + std::to_string(cfg.batch) + " rows)" : ""),
-                "train config (compute_budget_gb)",
-                rep.largest_batch > 0 ? "raise --compute-budget-gb, or train with --batch " + smaller +
-                                            " (and more --grad-accum)"
-                                      : "raise --compute-budget-gb");
+                host_short ? "train config (host_budget_gb)" : "train config (compute_budget_gb)",
+                rep.largest_batch > 0 ? raise + ", or train with --batch " + smaller + " (and more --grad-accum)"
+                                      : raise);
   }
   std::filesystem::create_directories(cfg.output_dir);
   save_plan(p, cfg.output_dir + "/plan.json");

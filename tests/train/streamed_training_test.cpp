@@ -362,7 +362,8 @@ TEST_F(StreamedTraining, PlansItselfForAComputeBudget) {
 
 // host_budget_gb: the trainer's plan keeps the host peak within it by paging optimizer
 // states to NVMe (the training stays the in-memory run's); a budget that the states alone
-// exceed, or one without a plan of the trainer's, is a clear error.
+// exceed (naming the host budget to raise), or one without a plan of the trainer's, is a
+// clear error.
 TEST_F(StreamedTraining, PlansWithinAHostBudget) {
   test::TempDir out("streamed-host-budget");
   TrainConfig c = self_planned(out.str());
@@ -382,6 +383,7 @@ TEST_F(StreamedTraining, PlansWithinAHostBudget) {
   c.output_dir = out2.str();
   c.host_budget_gb = 1e-6;  // 1 kB
   expect_training_error(c, "host memory short by");
+  expect_training_error(c, "(in train config (host_budget_gb)): raise --host-budget-gb");  // not the compute tier's
   c.compute_budget_gb = 0;
   expect_training_error(c, "host_budget_gb");
 }
