@@ -17,6 +17,7 @@
 #include "plan/nvme_space.h"
 #include "plan/plan_json.h"
 #include "plan/planner.h"
+#include "plan/state_paging.h"
 #include "train/rank_exchange.h"
 
 namespace lt {
@@ -107,6 +108,18 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankP
                 "plan counts %d/%d of them\n",
                 req.hardware.name.c_str(), req.hardware.threads, num_threads(), num_threads(), req.hardware.threads);
   Plan p = make_plan(req, "milp");
+  if (!p.feasible) {
+    // The MILP keeps the host state within its share of the host budget; the keep-all plan
+    // may use all of it. Where only that one fits, the run takes it rather than failing.
+    Plan keep = make_plan(req, "keep-all");
+    if (keep.feasible) {
+      std::printf("plan: no MILP plan keeps the training state within %.0f%% of the %.3f GB host; the keep-all plan "
+                  "fits (host peak %.3f GB, predicted %.4f s per micro-batch): training with it, without re-planning\n",
+                  100 * kHostStateShare, req.hardware.host_memory_bytes / 1e9, keep.predicted_peak.cpu / 1e9,
+                  keep.predicted_step_s);
+      p = std::move(keep);
+    }
+  }
   if (!p.feasible) {
     const InfeasibleReport rep = diagnose_infeasible(req, "milp", p);
     // --batch is the global batch: each of the ranks runs cfg.batch rows of it.

@@ -388,6 +388,34 @@ TEST_F(StreamedTraining, PlansWithinAHostBudget) {
   expect_training_error(c, "host_budget_gb");
 }
 
+// Where no MILP plan keeps the state within its share of the host budget but the keep-all
+// plan fits (it may use the whole budget), the run trains with the keep-all plan (the
+// in-memory run, bit for bit) instead of failing. The budget: the least keep-all fits,
+// by bisection.
+TEST_F(StreamedTraining, TakesTheKeepAllPlanWhereOnlyItFitsTheHost) {
+  test::TempDir out("streamed-keep-all-fallback");
+  TrainConfig c = self_planned(out.str());
+  c.compute_budget_gb = 1;  // room for keep-all's every boundary: the host is what binds
+  const ModelConfig mc = load_model_config(reference_.checkpoint_dir);
+  const auto planned = [&](double budget_gb, const char* policy) {
+    TrainConfig at = c;
+    at.host_budget_gb = budget_gb;
+    return make_plan(run_plan_request(at, mc), policy);
+  };
+  double lo = 0, hi = test::streaming_cpu_profile().host_memory_bytes / 1e9;
+  ASSERT_TRUE(planned(hi, "keep-all").feasible);
+  for (int k = 0; k < 30; ++k) {
+    const double mid = (lo + hi) / 2;
+    (planned(mid, "keep-all").feasible ? hi : lo) = mid;
+  }
+  ASSERT_FALSE(planned(hi, "milp").feasible) << "the MILP fits where keep-all barely does: nothing to fall back from";
+  c.host_budget_gb = hi;
+  expect_same_as_reference(run_training(c), "on the keep-all plan");
+  const Plan own = load_plan(out.str() + "/plan.json");
+  EXPECT_EQ(own.policy, "keep-all");
+  EXPECT_LE(own.predicted_peak.cpu, hi * 1e9);
+}
+
 // A profile measured on more threads than this process has (a data-parallel rank sharing
 // the host, or --threads): the trainer plans at the process's share of its rates.
 TEST_F(StreamedTraining, PlansAtItsShareOfTheProfilesThreads) {
