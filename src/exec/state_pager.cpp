@@ -32,7 +32,8 @@ StatePager::StatePager(const StreamSchedule& s, const StateSlotLayout& layout, H
     }
   if (layers_.empty()) return;
   for (size_t offset : {master_offset_, grad_offset_})
-    LT_ASSERT(offset % NvmeStore::kAlignment == 0 && offset < bytes_ + (offset == 0), "a part's offset in a paged slot");
+    LT_ASSERT(offset % NvmeStore::kAlignment == 0 && offset < bytes_ + (offset == 0),
+              "a part's offset in a paged slot");
   LT_ASSERT(master_offset_ == 0 || grad_offset_ == 0 || master_offset_ < grad_offset_, "the slot's parts in order");
   if (bytes_ == 0)
     throw Error("the plan pages " + std::to_string(layers_.size()) +
@@ -44,8 +45,8 @@ StatePager::StatePager(const StreamSchedule& s, const StateSlotLayout& layout, H
   for (int k = 0; k < kGradStaging; ++k)
     grad_staging_.push_back(host.allocate(bytes_ - grad_offset_, "paged gradient staging " + std::to_string(k)));
   // Layer j's buffer is free again once the nearest layer above it whose gradients page
-  // and share it (j + 3 in the plan's rule) has been written, before j's backward adds into it (or, on a
-  // separate compute tier, its drain lands there, later still).
+  // and share it (j + 3 in the plan's rule) has been written, before j's backward adds
+  // into it (or, on a separate compute tier, its drain lands there, later still).
   for (int j : layers_)
     for (int above = j + kGradStaging; above < s.L && s.grad_write_w[j] >= 0; above += kGradStaging)
       if (s.grad_write_w[above] >= 0) {  // its gradients page

@@ -352,7 +352,8 @@ std::vector<std::string> validate_plan(const Plan& p) {
   }
   // Paged parts: of layers whose optimizer state pages; gradients, where masters page at
   // all, of layers whose masters page (a slot's read is a prefix of [state | masters |
-  // gradients]); bf16 copies of layers whose masters page (the update writes them from there).
+  // gradients]); bf16 copies of layers whose masters page (the update writes them from
+  // there).
   for (int j : p.nvme_master_layers)
     if (j < 0 || j >= L || !paged[j])
       out.push_back("masters of layer " + std::to_string(j) + ": paged, but its optimizer state is not");
@@ -362,7 +363,8 @@ std::vector<std::string> validate_plan(const Plan& p) {
     else if (!p.nvme_master_layers.empty() && !p.master_paged(j))
       out.push_back("gradients of layer " + std::to_string(j) + ": paged, but its masters are not (other layers' are)");
   for (int j : p.nvme_copy_layers)
-    if (!p.master_paged(j)) out.push_back("bf16 copy of layer " + std::to_string(j) + ": paged, but its masters are not");
+    if (!p.master_paged(j))
+      out.push_back("bf16 copy of layer " + std::to_string(j) + ": paged, but its masters are not");
   // Paged bf16 copies: of paged layers whose output boundary is stored (no recompute reads
   // the copy); written once after the update, read back once after that and before B{j}.
   for (int j : p.nvme_copy_layers) {

@@ -283,7 +283,8 @@ ReplanResult judge_replan(const Plan& current, const Plan& solved, const Drift& 
     r.note = "the re-plan is for another model or shape";
     return r;
   }
-  if (solved.nvme_state_layers != current.nvme_state_layers || solved.nvme_master_layers != current.nvme_master_layers ||
+  if (solved.nvme_state_layers != current.nvme_state_layers ||
+      solved.nvme_master_layers != current.nvme_master_layers ||
       solved.nvme_grad_layers != current.nvme_grad_layers || solved.nvme_copy_layers != current.nvme_copy_layers) {
     // The trainer set its host blocks and NVMe slots up for what pages (a paged layer's
     // gradients and bf16 copy have no host pages to come back to).

@@ -157,17 +157,17 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   if (!plan.nvme_state_layers.empty() && so.layer_state_bytes == 0)
     throw Error("the plan pages optimizer states from NVMe, but --optimizer " + cfg.optimizer + " keeps none",
                 "train config (plan, optimizer)", "use adamw8 or adamw, or plan with --nvme-state-layers 0");
-  if (!plan.nvme_copy_layers.empty() && (plan.nvme_master_layers.empty() || comm_ || cfg.grad_accum > 1)) {
-    const std::string why =
-        plan.nvme_master_layers.empty() ? "the update writes from the paged masters, and this plan pages none"
-        : comm_            ? "a run of data-parallel ranks cannot do"
-                           : "a run with gradient accumulation cannot do (each micro-batch reads them)";
+  const bool no_masters = plan.nvme_master_layers.empty();
+  if (!plan.nvme_copy_layers.empty() && (no_masters || comm_ || cfg.grad_accum > 1)) {
+    const std::string why = no_masters ? "the update writes from the paged masters, and this plan pages none"
+                            : comm_    ? "a run of data-parallel ranks cannot do"
+                                       : "a run with gradient accumulation cannot do (each micro-batch reads them)";
     throw Error("the plan pages " + std::to_string(plan.nvme_copy_layers.size()) +
                     " layers' bf16 copies to NVMe, which " + why,
                 "train config (plan)",
-                plan.nvme_master_layers.empty() ? "plan this run again"
-                : comm_            ? "plan with `lazytrain plan --ranks N`"
-                                   : "train with --grad-accum 1, or let train plan itself");
+                no_masters ? "plan this run again"
+                : comm_    ? "plan with `lazytrain plan --ranks N`"
+                           : "train with --grad-accum 1, or let train plan itself");
   }
   if (!plan.nvme_grad_layers.empty() && (comm_ || cfg.grad_accum > 1))
     throw Error("the plan pages the layers' gradients to NVMe, which a run " +
