@@ -2,6 +2,7 @@
 // the lazy optimizer and the top layers' optimizer states paged from NVMe, gives bitwise
 // the in-memory trainer's run (fp32): losses, final weights and optimizer state, on the
 // cpu and emu backends, straight through and resumed from a checkpoint.
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -256,6 +257,62 @@ TEST(StreamedTrainingPagedParts, PerLayerMatchTheInMemoryRunsBitwise) {
       c.resume = true;
       expect_same_run(run_training(c), ref, what + ", resumed");
     }
+  }
+}
+
+// The Qwen3.5 hybrid (the 27B preset's family), whose layers differ in size (so each
+// paged layer's parts fill a different share of the common slot), fine-tuned with its
+// states, masters and gradients paged per layer (the MILP's choice, and one layer keeping
+// its masters and gradients on the host): the in-memory fine-tune bit for bit, on cpu and
+// emu, and resumed.
+TEST(StreamedTrainingPagedParts, HybridModelMatchesTheInMemoryRunBitwise) {
+  test::TempDir base("hybrid-paged-base"), plan_dir("hybrid-paged-plan"), ref_dir("hybrid-paged-ref");
+  // The model directory: a from-scratch run's tokenizer files, a hybrid's config and weights.
+  TrainConfig scratch = paged_run_config(base.str() + "/run", "bf16");
+  scratch.steps = 1;
+  scratch.warmup_steps = 0;
+  scratch.eval_problems = 0;
+  const std::string ckpt = run_training(scratch).checkpoint_dir;
+  const LayerKind delta = LayerKind::LinearAttention, attention = LayerKind::Attention;
+  std::vector<LayerKind> kinds;  // twelve layers: ten may page, more than the slots paging them costs
+  for (int k = 0; k < 3; ++k) kinds.insert(kinds.end(), {delta, delta, delta, attention});
+  ModelConfig hybrid = test::qwen3_5_tiny_config(kinds);
+  hybrid.vocab_size = load_model_config(ckpt).vocab_size;
+  const std::string model = base.str() + "/hybrid";
+  std::filesystem::create_directories(model);
+  for (const auto& f : std::filesystem::directory_iterator(ckpt))
+    if (f.path().filename().string().rfind("tokenizer", 0) == 0 || f.path().filename() == "generation_config.json")
+      std::filesystem::copy_file(f.path(), model / f.path().filename());
+  ModelParameters weights(hybrid);
+  init_parameters(weights, 11);
+  save_pretrained(weights, model);
+
+  TrainConfig c = paged_run_config(ref_dir.str(), "bf16");
+  c.model = model;
+  const TrainSummary ref = run_training(c);
+  Plan p = test::out_of_core_plan(hybrid, c.batch, c.seq_len, true, 1, true, /*page_master=*/true, /*page_grads=*/true);
+  ASSERT_TRUE(p.feasible) << p.infeasible_reason;
+  ASSERT_GE(p.nvme_master_layers.size(), 2u) << "too few layers page their masters";
+  test::keep_on_host(p, p.nvme_master_layers.front(), /*masters=*/true);
+  ASSERT_TRUE(validate_plan(p).empty()) << validate_plan(p).front();
+  ASSERT_FALSE(p.nvme_master_layers.empty());
+  ASSERT_FALSE(p.nvme_grad_layers.empty());
+  std::printf("hybrid plan pages states of %zu layers, masters of %zu, gradients of %zu\n", p.nvme_state_layers.size(),
+              p.nvme_master_layers.size(), p.nvme_grad_layers.size());
+  const std::string plan_path = plan_dir.str() + "/hybrid.json";
+  save_plan(p, plan_path);
+  for (const char* backend : {"cpu", "emu"}) {
+    test::TempDir out(std::string("hybrid-paged-") + backend);
+    TrainConfig run = paged_run_config(out.str(), "bf16");
+    run.model = model;
+    run.plan = plan_path;
+    run.backend = backend;
+    run.offload_dir = plan_dir.str();
+    expect_same_run(run_training(run), ref, std::string("hybrid ") + backend);
+    if (std::string(backend) != "cpu") continue;
+    std::filesystem::remove_all(out.path() / "checkpoint-000008");  // resumes from step 4's
+    run.resume = true;
+    expect_same_run(run_training(run), ref, "hybrid, resumed");
   }
 }
 
