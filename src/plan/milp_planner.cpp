@@ -79,6 +79,30 @@ void fetch_cpu_part_first(std::vector<StageBytes>& cpu, std::vector<StageBytes>&
   nvme = std::move(new_nvme);
 }
 
+// The running plan's paging (PlanRequest::keep_paged) at the rule's stages, with its parts:
+// the start a re-plan's solve begins from. Layer 1, which the rule never pages, updates in
+// P1: read in P0, written back in F0.
+StatePaging kept_paging(const PlanRequest& req, const CostModel& cm) {
+  const int L = cm.num_layers;
+  const Stages st{L};
+  const PlanRequest::PagedLayers& k = *req.keep_paged;
+  std::vector<int> read(L, -1), write(L, -1);
+  for (int j : k.states) {
+    LT_ASSERT(j >= 1 && j < L, "kept paged layer " + std::to_string(j));
+    read[j] = j == 1 ? st.p0() : StatePaging::rule_read_stage(st, j);
+    write[j] = j == 1 ? st.forward(0) : StatePaging::rule_write_stage(st, j);
+  }
+  const auto flags = [L](const std::vector<int>& layers) {
+    std::vector<bool> f(L, false);
+    for (int j : layers) f[j] = true;
+    return f;
+  };
+  StatePaging p = paging_from_stages(cm, read, write);
+  page_parts(p, cm, flags(k.masters), flags(k.grads));
+  if (!k.copies.empty()) page_copies(p, cm, flags(k.copies));
+  return p;
+}
+
 struct Milp {
   const PlanRequest& req;
   const CostModel& cm;
@@ -156,7 +180,7 @@ struct Milp {
         opt(o_),
         L(cm_.num_layers),
         st{cm_.num_layers},
-        paging(plan_state_paging(rq_, cm_, /*lazy_optimizer=*/true)) {
+        paging(rq_.keep_paged ? kept_paging(rq_, cm_) : plan_state_paging(rq_, cm_, /*lazy_optimizer=*/true)) {
     A = cm.boundary_bytes / kGB;
     for (const LayerCost& l : cm.layers) {
       W.push_back(l.weight_bytes / kGB);
@@ -622,6 +646,7 @@ struct Milp {
     }
     copy_rows(state);
     if (req.nvme_state_layers > 0) m.add_row("pg_count", count, req.nvme_state_layers, req.nvme_state_layers);
+    if (req.keep_paged) keep_paged_columns();
     // Host staging slots: at least the states read and not yet written back in any stage
     // (a state holds its slot from its read window through its write window).
     for (int s = st.p0(); s <= st.head(); ++s) {
@@ -661,6 +686,22 @@ struct Milp {
       m.add_row("pgr_pm_" + js, {{pgr[j], 1}, {pm[j] >= 0 ? pm[j] : pg[j], -1}}, -kInf, 0);
       moves_with(pgr[j], rdg[j], rd[j], "rdg");
       state.emplace_back(pgr[j], G[j]);
+    }
+  }
+
+  // A re-plan keeps what pages (PlanRequest::keep_paged): each layer's state, masters,
+  // gradients and copy fixed to the running plan's lists (a listed part the request gives
+  // no column cannot page: such a re-plan differs, and judge_replan turns it down).
+  void keep_paged_columns() {
+    const PlanRequest::PagedLayers& k = *req.keep_paged;
+    const auto listed = [](const std::vector<int>& layers, int j) {
+      return std::find(layers.begin(), layers.end(), j) != layers.end() ? 1.0 : 0.0;
+    };
+    for (int j = 0; j < L; ++j) {
+      if (pg[j] >= 0) m.fix(pg[j], listed(k.states, j));
+      if (pm[j] >= 0) m.fix(pm[j], listed(k.masters, j));
+      if (pgr[j] >= 0) m.fix(pgr[j], listed(k.grads, j));
+      if (pc[j] >= 0) m.fix(pc[j], listed(k.copies, j));
     }
   }
 
@@ -1222,7 +1263,7 @@ struct Milp {
   // (The paging LP is weak: a state moves whole, in one window; good starts matter.)
   std::vector<std::vector<std::pair<int, double>>> starts() const {
     std::vector<std::vector<std::pair<int, double>>> out{rule(paging)};
-    if (!page) return out;
+    if (!page || req.keep_paged) return out;  // kept paging: the rule's start is the kept one
     const double room = shrink(kHostStateShare * req.hardware.host_memory_bytes);
     auto spaced = [&](int d, int count) {
       std::vector<int> read(L, -1), write(L, -1);

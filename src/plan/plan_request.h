@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "plan/cost_model.h"
@@ -39,6 +41,14 @@ struct PlanRequest {
   // layers 2..L-3 whose output boundary is stored (no recompute reads the copy) and whose
   // weights load by the rule (plan/state_paging.h).
   bool page_copy = false;
+  // Re-plans (train/replanner.h): the layers whose states, masters, gradients and bf16
+  // copies the running plan pages (its Plan::nvme_*_layers), kept as they are, since the
+  // trainer's host blocks and NVMe slots are set up for them; the MILP then chooses the
+  // rest, the states' windows among it. Not set: the planner chooses what pages.
+  struct PagedLayers {
+    std::vector<int> states, masters, grads, copies;
+  };
+  std::optional<PagedLayers> keep_paged;
   MeasuredLayerTimes measured;
   // The executor's kernels' scratch (plan/plan.h); not given: the cost model's estimate.
   ExecutorScratch scratch;

@@ -38,7 +38,7 @@ namespace {
 // copies cross NVMe twice a step: a host that fits with less pages less. (Of the parts
 // allowed, the MILP chooses which layers' page; the rule policies page them all.)
 PlanRequest with_fewest_paged_parts(const PlanRequest& req) {
-  if (!req.page_master && !req.page_grads && !req.page_copy) return req;
+  if ((!req.page_master && !req.page_grads && !req.page_copy) || req.keep_paged) return req;
   std::vector<PlanRequest> steps;  // one more part each
   PlanRequest r = req;
   r.page_master = r.page_grads = r.page_copy = false;

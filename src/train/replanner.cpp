@@ -173,6 +173,10 @@ double predict_on(const Plan& plan, const StepMeasures& m) {
   return predicted_step_seconds(p);
 }
 
+PlanRequest::PagedLayers paged_layers_of(const Plan& p) {
+  return {p.nvme_state_layers, p.nvme_master_layers, p.nvme_grad_layers, p.nvme_copy_layers};
+}
+
 PlanRequest request_of(const Plan& p, double time_limit_s) {
   PlanRequest req;
   req.model_name = p.model_name;
@@ -187,6 +191,7 @@ PlanRequest request_of(const Plan& p, double time_limit_s) {
   req.page_master = !p.nvme_master_layers.empty();
   req.page_grads = !p.nvme_grad_layers.empty();
   req.page_copy = !p.nvme_copy_layers.empty();
+  req.keep_paged = paged_layers_of(p);
   req.measured = layer_times(assumed_measures(p));
   req.scratch = p.scratch;
   req.time_limit_s = time_limit_s;

@@ -63,8 +63,10 @@ MeasuredLayerTimes layer_times(const StepMeasures& m);
 HardwareProfile with_rates(HardwareProfile hw, const StepMeasures& m);
 // `plan` on the machine `m` describes (unmeasured entries keep the plan's own numbers).
 double predict_on(const Plan& plan, const StepMeasures& m);
+// What `plan` pages: its paged layers' states, masters, gradients and bf16 copies.
+PlanRequest::PagedLayers paged_layers_of(const Plan& plan);
 // The request that would make `plan` again (for a plan read from a file): its model,
-// shape, budgets, profile, paged-state count and layer times.
+// shape, budgets, profile, layer times, and what it pages, kept (PlanRequest::keep_paged).
 PlanRequest request_of(const Plan& plan, double time_limit_s);
 
 struct DriftedMeasure {

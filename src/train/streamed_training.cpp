@@ -229,8 +229,9 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   } else {
     adaptive_ = true;
     request_ = options.request ? *options.request : request_of(plan, cfg.plan_time_limit);
-    // Re-plans keep the paged optimizer-state layers (see the header).
+    // Re-plans keep what pages, layer by layer (see the header).
     request_.nvme_state_layers = static_cast<int>(plan.nvme_state_layers.size());
+    request_.keep_paged = paged_layers_of(plan);
     detector_.emplace(assumed_measures(plan), cfg.replan_threshold, static_cast<int>(cfg.replan_steps));
     char buf[160];
     std::snprintf(buf, sizeof buf, "on (a measure %.0f%% off the plan's profile for %lld steps re-plans; switch if %.0f%% faster)",

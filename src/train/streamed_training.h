@@ -28,8 +28,9 @@
 // cfg.replan_steps), so noise does not keep a solver busy. Switching builds a new executor
 // for the new plan over the same parameters, gradients, optimizer and backend; a pending
 // lazy update stays pending and the new executor applies it (each target once, whatever
-// the order: bitwise the same). The paged optimizer-state layers are kept: the re-plan
-// asks for as many, a plan that pages other layers is not switched to, and the paged
+// the order: bitwise the same). What pages is kept: the re-plan keeps the layers whose
+// states, masters, gradients and copies page (PlanRequest::keep_paged) and chooses their
+// windows, a plan that pages other layers or parts is not switched to, and the paged
 // layers' bytes move from the old executor's NVMe slots to the new one's, one layer at a
 // time, before the old one goes (so for that moment both executors' compute tiers and
 // NVMe files exist). A resumed run

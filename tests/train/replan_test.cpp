@@ -21,11 +21,13 @@
 #include "model/checkpoint.h"
 #include "plan/hardware_profile.h"
 #include "plan/planner.h"
+#include "plan/state_paging.h"
 #include "train/replanner.h"
 #include "train/streamed_training.h"
 #include "train/trainer.h"
 #include "train/updater.h"
 #include "../exec/streaming_test_util.h"
+#include "../plan/plan_test_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 
@@ -370,6 +372,41 @@ TEST(Replanner, ASwitchCarriesThePagedOptimizerStates) {
   const TrainRun adaptive = train(plan, req, true, 0, 0, 24, 0, 1, 1, dir.str(), 0);
   EXPECT_GE(adaptive.switches, 1) << messages(adaptive);
   expect_bitwise(fixed, adaptive);
+}
+
+// A re-plan keeps what the running plan pages, layer by layer (PlanRequest::keep_paged):
+// a plan that pages every state and the masters of some layers (the MILP's own mix),
+// re-solved on a machine whose NVMe reads run at half speed and whose host would hold
+// every master (which the trainer's blocks are not set up for), pages the same layers'
+// states and masters, so that it can be switched to.
+TEST(Replanner, KeepsWhatPagesLayerByLayer) {
+  PlanRequest req = test::tiny_request(16, "h800", 4);
+  req.page_master = true;
+  req.time_limit_s = 5;
+  req.nvme_state_layers = req.model.num_layers - 2;
+  const CostModel cm = build_cost_model(req);
+  StatePaging states_alone = plan_state_paging(req, cm, true);
+  page_parts(states_alone, cm, std::vector<bool>(16, false), std::vector<bool>(16, false));
+  req.hardware.host_memory_bytes = (states_alone.host_state_bytes - 4.5 * cm.layer(2).master_bytes) / 0.9;
+  const Plan running = make_plan(req, "milp");
+  ASSERT_TRUE(running.feasible) << running.infeasible_reason;
+  ASSERT_FALSE(running.nvme_master_layers.empty());
+  ASSERT_LT(running.nvme_master_layers.size(), running.nvme_state_layers.size()) << "not a mix";
+  PlanRequest again = request_of(running, 5);
+  again.hardware.nvme_read_bw *= 0.5;
+  again.hardware.host_memory_bytes *= 2;
+  const Plan re = make_plan(again, "milp");
+  ASSERT_TRUE(re.feasible) << re.infeasible_reason;
+  EXPECT_EQ(re.nvme_state_layers, running.nvme_state_layers);
+  EXPECT_EQ(re.nvme_master_layers, running.nvme_master_layers);
+  EXPECT_EQ(re.nvme_grad_layers, running.nvme_grad_layers);
+  EXPECT_EQ(re.nvme_copy_layers, running.nvme_copy_layers);
+  Plan faster = re;
+  faster.predicted_step_s = 0.5 * running.predicted_step_s;
+  Drift drift;
+  drift.measured = assumed_measures(running);
+  const ReplanResult judged = judge_replan(running, faster, drift, 0.05);
+  EXPECT_TRUE(judged.adopt) << judged.note;
 }
 
 // A re-plan that cannot be solved (here: its request's cap holds nothing) keeps the plan
