@@ -168,7 +168,6 @@ struct Milp {
   std::vector<double> C;  // per layer: its paged copy, GB
   double H0 = 0, capNTotal = 0, hostRoom = 0;
   std::vector<double> S;   // per layer: what its paging reads (state, masters, gradients), GB
-  std::vector<double> Sw;  // per layer: what it writes back after the update (not the gradients), GB
   std::vector<double> Sst;  // per layer: its optimizer state alone, GB
   std::vector<double> M;   // per layer: its masters, when they may page, GB
   std::vector<double> G;   // per layer: its gradients, when they may page (written after their drain), GB
@@ -193,7 +192,6 @@ struct Milp {
       Bw.push_back(l.backward_s);
       to.push_back(l.optimizer_s);
       S.push_back(l.paged_bytes() / kGB);
-      Sw.push_back(l.paged_write_bytes() / kGB);
       Sst.push_back(l.state_bytes / kGB);
       M.push_back(l.master_bytes / kGB);
       G.push_back(l.grad_page_bytes / kGB);
