@@ -311,9 +311,9 @@ std::string no_device_reason() {
 std::string cuda_backend_unavailable_reason() {
   const std::string no_device = no_device_reason();
   if (!no_device.empty()) return no_device;
-  return "the cuda backend is not complete: its memory, streams, copies and events are built, but its kernel table "
-         "has no linear layers or head cross-entropy yet, and the layers' own elementwise steps "
-         "(residual adds, gates) have no device entries";
+  return "the cuda backend is not complete: its memory, streams, copies, events and most of its kernel table are "
+         "built, but the table has no head cross-entropy yet, the Gated DeltaNet's beta and decay maps run on the "
+         "host, and the step reads its token ids and document starts on the host";
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {

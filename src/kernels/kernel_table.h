@@ -11,10 +11,8 @@
 //
 // Not in the table yet: the MoE layer (its router's top-k and load-balancing loss, and its
 // per-expert GEMMs on per-thread oneDNN contexts, layers/moe_mlp.cpp: issue 28 decides its
-// entries); the small elementwise steps the layer code runs as its own loops (residual
-// adds, the output gate's sigmoid, the Gemma embedding scale, the DeltaNet's beta and decay
-// maps and the copies that split q | k | v), which a device table will need as entries of
-// their own; and the fills and copies of the compute tier, which the backend already runs
+// entries); the DeltaNet's beta and decay maps, which the layer code still runs as its own
+// loops; and the fills and copies of the compute tier, which the backend already runs
 // (Backend::fill_compute, copy_within_compute).
 #pragma once
 
@@ -131,6 +129,18 @@ struct KernelTable {
                                                                        float grad_scale, Precision p,
                                                                        const CrossEntropyOptions& opt,
                                                                        void* workspace) = nullptr;
+
+  // The block's small elementwise steps (residual adds, the embedding scale and padding
+  // row, the output gate, row copies between layouts): kernels/cpu/elementwise.h.
+  void (*add_inplace)(float* y, const float* x, int64_t n) = nullptr;
+  void (*add_into)(float* y, const float* a, const float* b, int64_t n) = nullptr;
+  void (*scale_inplace)(float* x, float s, int64_t n) = nullptr;
+  void (*zero_rows_with_id)(float* x, const int32_t* ids, int64_t T, int64_t C, int32_t id) = nullptr;
+  void (*copy_rows)(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                    int64_t cols) = nullptr;
+  void (*sigmoid_gate_forward)(float* y, const float* x, const float* gate, int64_t n) = nullptr;
+  void (*sigmoid_gate_backward)(float* dx, float* dgate, const float* dy, const float* x, const float* gate,
+                                int64_t n) = nullptr;
 
   // Sum of squares in float64 (gradient clipping): kernels/cpu/sum_of_squares.h.
   double (*sum_of_squares)(const float* x, int64_t n) = nullptr;

@@ -16,18 +16,6 @@ namespace lt {
 
 namespace {
 
-// y += x, elementwise (the residual connections).
-void add_inplace(float* y, const float* x, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
-}
-
-// y = a + b, elementwise.
-void add_into(float* y, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
-}
-
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // A matmul operand as the step's precision rounds it.
@@ -36,23 +24,19 @@ float as_operand(float x, Precision p) { return p == Precision::BF16 ? bf16_to_f
 // Gated attention's q_proj output is [T, H, 2D]: per head its query, then its gate
 // (transformers' chunk of view(..., H, 2D) into two). These move the halves between that
 // layout and two [T, H, D] arrays (the gradient goes back the same way).
-void split_query_gate(float* query, float* gate, const float* qg, int64_t T, int64_t H, int64_t D) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < T * H; ++r) {
-    std::copy_n(qg + r * 2 * D, D, query + r * D);
-    std::copy_n(qg + r * 2 * D + D, D, gate + r * D);
-  }
+void split_query_gate(const KernelTable& k, float* query, float* gate, const float* qg, int64_t T, int64_t H,
+                      int64_t D) {
+  k.copy_rows(query, D, qg, 2 * D, T * H, D);
+  k.copy_rows(gate, D, qg + D, 2 * D, T * H, D);
 }
 // Writes [T, H, D] into the query (gate = false) or gate half of each head of qg.
-void put_head_half(float* qg, const float* src, int64_t T, int64_t H, int64_t D, bool gate) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < T * H; ++r) std::copy_n(src + r * D, D, qg + r * 2 * D + (gate ? D : 0));
+void put_head_half(const KernelTable& k, float* qg, const float* src, int64_t T, int64_t H, int64_t D, bool gate) {
+  k.copy_rows(qg + (gate ? D : 0), 2 * D, src, D, T * H, D);
 }
 
-// o_proj's input under the output gate: attention's output times sigmoid(gate).
-void gate_output(float* gated, const float* attn, const float* gate, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) gated[i] = attn[i] * sigmoid(gate[i]);
+// Gemma's embedding scale, sqrt(hidden) rounded once to fp32.
+float embedding_scale(const ModelConfig& c) {
+  return static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
 }
 
 // The Gated DeltaNet carries its state (and its convolution) from one token to the next
@@ -71,23 +55,13 @@ void refuse_packed_documents(const int32_t* doc_start, int64_t T) {
 
 void embed_forward(const KernelTable& k, float* x, const int32_t* ids, const float* table, int64_t T, const ModelConfig& c) {
   k.embedding_forward(x, ids, table, T, c.vocab_size, c.hidden_size);
-  if (!c.scale_embeddings) return;
-  const float scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
-  const int64_t n = T * c.hidden_size;
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+  if (c.scale_embeddings) k.scale_inplace(x, embedding_scale(c), T * c.hidden_size);
 }
 
 void embed_backward(const KernelTable& k, float* dtable, const int32_t* ids, float* dx, int64_t T, const ModelConfig& c) {
   if (c.padding_idx >= 0)  // nn.Embedding(padding_idx): that row's lookups pass no gradient
-    for (int64_t t = 0; t < T; ++t)
-      if (ids[t] == c.padding_idx) std::fill_n(dx + t * c.hidden_size, c.hidden_size, 0.0f);
-  if (c.scale_embeddings) {
-    const float scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
-    const int64_t n = T * c.hidden_size;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) dx[i] *= scale;
-  }
+    k.zero_rows_with_id(dx, ids, T, c.hidden_size, static_cast<int32_t>(c.padding_idx));
+  if (c.scale_embeddings) k.scale_inplace(dx, embedding_scale(c), T * c.hidden_size);
   k.embedding_backward(dtable, ids, dx, T, c.vocab_size, c.hidden_size);
 }
 
@@ -322,7 +296,7 @@ void attention_mixer_forward(float* out, BlockSaved& sv, BlockWorkspace& ws, Lin
   float* q_proj = s.qk_norm ? sv.q_pre_norm : sv.q;
   if (s.output_gate) {
     k.linear_forward(ws.q_and_gate, h1, w.wq, wb.wq, w.bq, T, C, 2 * QD, p);
-    split_query_gate(q_proj, sv.attn_gate, ws.q_and_gate, T, s.heads, s.head_dim);
+    split_query_gate(k, q_proj, sv.attn_gate, ws.q_and_gate, T, s.heads, s.head_dim);
   } else {
     k.linear_forward(q_proj, h1, w.wq, wb.wq, w.bq, T, C, QD, p);
   }
@@ -339,7 +313,7 @@ void attention_mixer_forward(float* out, BlockSaved& sv, BlockWorkspace& ws, Lin
                       s.kv_heads, s.head_dim, s.attn_scale, ctx.doc_start, ctx.window);
   const float* o_in = sv.attn_out;
   if (s.output_gate) {
-    gate_output(ws.gated, sv.attn_out, sv.attn_gate, T * QD);
+    k.sigmoid_gate_forward(ws.gated, sv.attn_out, sv.attn_gate, T * QD);
     o_in = ws.gated;
   }
   k.linear_forward(out, o_in, w.wo, wb.wo, w.bo, T, QD, C, p);
@@ -356,19 +330,12 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
   const float off = s.norm_offset;
   const float* o_in = sv.attn_out;
   if (s.output_gate) {  // o_proj's input again, for its weight gradient
-    gate_output(ws.gated, sv.attn_out, sv.attn_gate, T * QD);
+    k.sigmoid_gate_forward(ws.gated, sv.attn_out, sv.attn_gate, T * QD);
     o_in = ws.gated;
   }
   k.linear_backward(ws.d_attn_out, g.wo, g.bo, d_out, o_in, w.wo, wb.wo, T, QD, C, false, p);
   float* d_gate = ws.dq_pre;  // free until the q norm's backward; joined into q_and_gate before it
-  if (s.output_gate) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < T * QD; ++i) {
-      const float sg = sigmoid(sv.attn_gate[i]);
-      d_gate[i] = ws.d_attn_out[i] * sv.attn_out[i] * sg * (1.0f - sg);
-      ws.d_attn_out[i] *= sg;
-    }
-  }
+  if (s.output_gate) k.sigmoid_gate_backward(ws.d_attn_out, d_gate, ws.d_attn_out, sv.attn_out, sv.attn_gate, T * QD);
   k.attention_backward(ws.dq, ws.dk, ws.dv, ws.d_attn_out, sv.q, sv.k, sv.v, sv.attn_out,
                        sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.attn_scale,
                        ctx.doc_start, ctx.window);
@@ -377,7 +344,7 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
   const float* dq_proj = ws.dq;
   const float* dk_proj = ws.dk;
   // The gate's gradient into q_proj's gradient now, before the q norm overwrites dq_pre.
-  if (s.output_gate) put_head_half(ws.q_and_gate, d_gate, T, s.heads, s.head_dim, true);
+  if (s.output_gate) put_head_half(k, ws.q_and_gate, d_gate, T, s.heads, s.head_dim, true);
   if (s.qk_norm) {
     k.rmsnorm_backward(ws.dq_pre, g.q_norm, ws.dq, sv.q_pre_norm, w.q_norm, sv.q_norm_rstd,
                   T * s.heads, s.head_dim, off);
@@ -387,7 +354,7 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
     dk_proj = ws.dk_pre;
   }
   if (s.output_gate) {
-    put_head_half(ws.q_and_gate, dq_proj, T, s.heads, s.head_dim, false);
+    put_head_half(k, ws.q_and_gate, dq_proj, T, s.heads, s.head_dim, false);
     k.linear_backward(ws.d_norm_out, g.wq, g.bq, ws.q_and_gate, h1, w.wq, wb.wq, T, C, 2 * QD, false, p);
   } else {
     k.linear_backward(ws.d_norm_out, g.wq, g.bq, dq_proj, h1, w.wq, wb.wq, T, C, QD, false, p);
@@ -529,14 +496,14 @@ void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float
   } else {
     attention_mixer_forward(sv.resid_mid, sv, ws, h1, w, wb, ctx);
   }
-  add_inplace(sv.resid_mid, x_in, T * C);
+  k.add_inplace(sv.resid_mid, x_in, T * C);
 
   k.rmsnorm_forward(sv.mlp_norm_out, sv.mlp_norm_rstd, sv.resid_mid, w.mlp_norm, T, C, s.eps, off);
   if (ctx.sparse) {  // x_out = x_mid + moe(h2)
     MoeSaved moe = block_moe_saved(sv);
     moe_forward(x_out, moe, sv.mlp_norm_out, moe_weights(w), moe_weights_bf16(wb), host_moe_shape(ctx), p, ws.moe);
     if (w.moe_shared_gate) shared_expert_forward(x_out, sv, w, wb, ctx);
-    add_inplace(x_out, sv.resid_mid, T * C);
+    k.add_inplace(x_out, sv.resid_mid, T * C);
     return;
   }
   // h2 and the activation are read by the MLP's projections alone: rounded once each.
@@ -552,7 +519,7 @@ void block_forward(float* x_out, BlockSaved& sv, BlockWorkspace& ws, const float
   } else {
     k.linear_forward(x_out, act, w.wd, wb.wd, w.bd, T, I, C, p);
   }
-  add_inplace(x_out, sv.resid_mid, T * C);
+  k.add_inplace(x_out, sv.resid_mid, T * C);
 }
 
 void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const float* dx_out,
@@ -584,7 +551,7 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
   }
   k.rmsnorm_backward(ws.d_norm_in, g.mlp_norm, ws.d_norm_out, sv.resid_mid, w.mlp_norm, sv.mlp_norm_rstd, T, C, off);
   float* dx_mid = dx_in;  // dx_in accumulates the residual path from here on
-  add_into(dx_mid, dx_out, ws.d_norm_in, T * C);
+  k.add_into(dx_mid, dx_out, ws.d_norm_in, T * C);
 
   // Token mixer: x_mid = x_in + mixer(h1) [Gemma: norm(o_proj(...))]; dh1 into d_norm_out.
   const LinearInput h1{sv.attn_norm_out, k.gemm_inputs_rounded(p)};  // as forward left it
@@ -600,7 +567,7 @@ void block_backward(float* dx_in, BlockTensors& g, BlockWorkspace& ws, const flo
     attention_mixer_backward(g, ws, d_proj, h1, w, wb, sv, ctx);
   }
   k.rmsnorm_backward(ws.d_norm_in, g.attn_norm, ws.d_norm_out, x_in, w.attn_norm, sv.attn_norm_rstd, T, C, off);
-  add_inplace(dx_in, ws.d_norm_in, T * C);
+  k.add_inplace(dx_in, ws.d_norm_in, T * C);
 }
 
 }  // namespace lt

@@ -140,13 +140,9 @@ void linear_mixer_forward(const KernelTable& k, float* out, BlockSaved& saved, L
   float* conv_out = workspace;
   k.causal_conv1d_silu_forward(conv_out, saved.conv_in, w.la_conv1d, conv_shape(s));
   // Per token the channels are q | k | v (transformers' torch.split of the conv output).
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* row = conv_out + t * Cc;
-    std::copy_n(row, Kd, saved.conv_q + t * Kd);
-    std::copy_n(row + Kd, Kd, saved.conv_k + t * Kd);
-    std::copy_n(row + 2 * Kd, Vd, saved.conv_v + t * Vd);
-  }
+  k.copy_rows(saved.conv_q, Kd, conv_out, Cc, T, Kd);
+  k.copy_rows(saved.conv_k, Kd, conv_out + Kd, Cc, T, Kd);
+  k.copy_rows(saved.conv_v, Vd, conv_out + 2 * Kd, Cc, T, Vd);
 
   k.linear_forward(saved.z, h, w.la_in_proj_z, wb.la_in_proj_z, nullptr, T, C, Vd, p);
   // b and a land in the saved beta and decay, which are then mapped in place.
@@ -193,13 +189,9 @@ void linear_mixer_backward(const KernelTable& k, float* dh, BlockTensors& g, con
                             saved.conv_v, saved.decay, saved.beta, saved.chunk_states, delta_shape(s),
                             workspace + l.rule_ws);
   // dconv overlays d_o and the delta rule's scratch, both dead now.
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    float* row = dconv + t * Cc;
-    std::copy_n(dq + t * Kd, Kd, row);
-    std::copy_n(dk + t * Kd, Kd, row + Kd);
-    std::copy_n(dvv + t * Vd, Vd, row + 2 * Kd);
-  }
+  k.copy_rows(dconv, Cc, dq, Kd, T, Kd);
+  k.copy_rows(dconv + Kd, Cc, dk, Kd, T, Kd);
+  k.copy_rows(dconv + 2 * Kd, Cc, dvv, Vd, T, Vd);
   // dq | dk | dv are consumed: dqkv now takes the gradient of in_proj_qkv's output.
   k.causal_conv1d_silu_backward(dqkv, g.la_conv1d, dconv, saved.conv_in, w.la_conv1d, conv_shape(s));
 

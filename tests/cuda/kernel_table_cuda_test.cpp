@@ -17,6 +17,7 @@
 #include "kernels/cuda/causal_conv1d_cuda.h"
 #include "kernels/cuda/convert_cuda.h"
 #include "kernels/cuda/cuda_kernel_table.h"
+#include "kernels/cuda/elementwise_cuda.h"
 #include "kernels/cuda/embedding_cuda.h"
 #include "kernels/cuda/gated_delta_rule_cuda.h"
 #include "kernels/cuda/gated_rmsnorm_cuda.h"
@@ -71,7 +72,9 @@ TEST_F(CudaKernelTable, HasTheEntriesItClaims) {
               k().causal_conv1d_silu_forward && k().causal_conv1d_silu_backward &&
               k().gated_delta_rule_forward_workspace_floats && k().gated_delta_rule_backward_workspace_floats &&
               k().gated_delta_rule_forward && k().gated_delta_rule_backward && k().sum_of_squares &&
-              k().convert_f32_to_bf16 && k().linear_forward && k().linear_backward && k().matmul);
+              k().convert_f32_to_bf16 && k().linear_forward && k().linear_backward && k().matmul &&
+              k().add_inplace && k().add_into && k().scale_inplace && k().zero_rows_with_id && k().copy_rows &&
+              k().sigmoid_gate_forward && k().sigmoid_gate_backward);
   // Not yet (cuda_kernel_table.h says why): null, so a caller fails at once, not in a kernel.
   EXPECT_FALSE(k().head_cross_entropy || k().head_cross_entropy_stream);
 }
@@ -210,6 +213,34 @@ TEST_F(CudaKernelTable, GatesAndRope) {
   cuda::rope_backward(x2.as<float>(), dc.as<float>(), ds.as<float>(), B, S, H, D, nullptr, rotary);
   sync();
   expect_same(x1, x2, B * S * H * D, "rope forward then backward");
+}
+
+TEST_F(CudaKernelTable, ElementwiseSteps) {
+  const int64_t n = 100000, rows = 500, D = 100;  // rows * 2 * D == n
+  DeviceBuffer a = buf(n, 21), b = buf(n, 22), g = buf(n, 23);
+  DeviceBuffer y1 = copy_of(a, n), y2 = copy_of(a, n), z1(n * 4), z2(n * 4), dg1(n * 4), dg2(n * 4);
+  std::vector<int32_t> ids(rows);
+  for (int64_t t = 0; t < rows; ++t) ids[t] = static_cast<int32_t>(t % 3);
+  DeviceBuffer dids = to_device(ids);
+  sync();  // the uploads (on the default stream) have landed
+  k().add_inplace(y1.as<float>(), b.as<float>(), n);
+  k().scale_inplace(y1.as<float>(), 1.5f, n);
+  k().zero_rows_with_id(y1.as<float>(), dids.as<int32_t>(), rows, 2 * D, 1);
+  k().add_into(z1.as<float>(), y1.as<float>(), a.as<float>(), n);
+  k().copy_rows(z1.as<float>() + D, 2 * D, b.as<float>(), D, rows, D);
+  k().sigmoid_gate_forward(y1.as<float>(), z1.as<float>(), g.as<float>(), n);
+  k().sigmoid_gate_backward(z1.as<float>(), dg1.as<float>(), z1.as<float>(), a.as<float>(), g.as<float>(), n);
+  cuda::add_inplace(y2.as<float>(), b.as<float>(), n);
+  cuda::scale_inplace(y2.as<float>(), 1.5f, n);
+  cuda::zero_rows_with_id(y2.as<float>(), dids.as<int32_t>(), rows, 2 * D, 1);
+  cuda::add_into(z2.as<float>(), y2.as<float>(), a.as<float>(), n);
+  cuda::copy_rows(z2.as<float>() + D, 2 * D, b.as<float>(), D, rows, D);
+  cuda::sigmoid_gate_forward(y2.as<float>(), z2.as<float>(), g.as<float>(), n);
+  cuda::sigmoid_gate_backward(z2.as<float>(), dg2.as<float>(), z2.as<float>(), a.as<float>(), g.as<float>(), n);
+  sync();
+  expect_same(y1, y2, n, "adds, scale, padding rows, gate forward");
+  expect_same(z1, z2, n, "row copies, gate backward dx");
+  expect_same(dg1, dg2, n, "gate backward dgate");
 }
 
 TEST_F(CudaKernelTable, Attention) {

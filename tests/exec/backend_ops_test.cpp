@@ -24,6 +24,7 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
+#include "kernels/elementwise_checks.h"
 #include "kernels/kernel_test_util.h"
 
 namespace lt {
@@ -217,6 +218,37 @@ TEST_P(BackendOps, SumOfSquaresAndConvert) {
     const double back = double(bf16_to_f32(y[i]));
     ASSERT_LE(std::fabs(back - double(x[i])), test::kUBf16 * std::fabs(double(x[i]))) << i;
   }
+}
+
+// The block's elementwise steps (tests/kernels/elementwise_checks.h: the adds and the
+// scale exact, row moves bit for bit, the gate within its derived bound).
+TEST_P(BackendOps, ElementwiseSteps) {
+  namespace ew = test::elementwise;
+  const int64_t rows = 300, D = 20, n = rows * 2 * D;
+  const std::vector<float> a = test::random_floats(n, 31, -3, 3), b = test::random_floats(n, 32, -3, 3);
+  std::vector<float> y = a, z(n);
+  k().add_inplace(y.data(), b.data(), n);
+  k().add_into(z.data(), a.data(), b.data(), n);
+  ew::expect_rounded(y, ew::exact_sum(a, b), "add_inplace");
+  ew::expect_rounded(z, ew::exact_sum(a, b), "add_into");
+  y = a;
+  k().scale_inplace(y.data(), 0.375f, n);
+  ew::expect_rounded(y, ew::exact_scaled(a, 0.375f), "scale_inplace");
+
+  std::vector<int32_t> ids(rows);
+  for (int64_t t = 0; t < rows; ++t) ids[t] = static_cast<int32_t>(t % 4);
+  y = a;
+  k().zero_rows_with_id(y.data(), ids.data(), rows, 2 * D, 2);
+  ew::expect_bits(y, ew::rows_zeroed(a, ids, 2 * D, 2), "padding rows");
+  z = a;
+  k().copy_rows(z.data() + D, 2 * D, b.data(), D, rows, D);
+  ew::expect_bits(z, ew::rows_copied(a, D, 2 * D, b, D, rows, D), "row copies");
+
+  const std::vector<float> gate = test::random_floats(n, 33, -20, 20);
+  ew::GateOutputs got{std::vector<float>(n), b, std::vector<float>(n)};
+  k().sigmoid_gate_forward(got.y.data(), a.data(), gate.data(), n);
+  k().sigmoid_gate_backward(got.dx.data(), got.dgate.data(), got.dx.data(), a.data(), gate.data(), n);
+  ew::expect_sigmoid_gate(got, a, gate, b, /*exp_ulps=*/1);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryBackend, BackendOps, ::testing::Values("cpu", "emu"),

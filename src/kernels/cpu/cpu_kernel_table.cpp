@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gated_rmsnorm.h"
 #include "kernels/cpu/geglu.h"
@@ -60,6 +61,13 @@ KernelTable make_cpu_kernel_table() {
   k.head_cross_entropy = &head_cross_entropy;
   k.head_cross_entropy_vocab_chunk = &head_cross_entropy_vocab_chunk;
   k.head_cross_entropy_stream = &head_cross_entropy_stream;
+  k.add_inplace = &add_inplace;
+  k.add_into = &add_into;
+  k.scale_inplace = &scale_inplace;
+  k.zero_rows_with_id = &zero_rows_with_id;
+  k.copy_rows = &copy_rows;
+  k.sigmoid_gate_forward = &sigmoid_gate_forward;
+  k.sigmoid_gate_backward = &sigmoid_gate_backward;
   k.sum_of_squares = &sum_of_squares_f64;
   k.convert_f32_to_bf16 = &convert_f32_to_bf16;
   return k;

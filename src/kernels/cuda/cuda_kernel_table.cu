@@ -6,6 +6,7 @@
 #include "kernels/cuda/causal_conv1d_cuda.h"
 #include "kernels/cuda/convert_cuda.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/elementwise_cuda.h"
 #include "kernels/cuda/embedding_cuda.h"
 #include "kernels/cuda/gated_delta_rule_cuda.h"
 #include "kernels/cuda/gated_rmsnorm_cuda.h"
@@ -155,6 +156,20 @@ KernelTable make_table() {
     gated_delta_rule_backward(dq, dk, dv, dg, dbeta, d_initial_state, d_out, d_final_state, q, kk, v, g, beta,
                               chunk_states, s, workspace, stream());
   };
+  k.add_inplace = [](float* y, const float* x, int64_t n) { add_inplace(y, x, n, stream()); };
+  k.add_into = [](float* y, const float* a, const float* b, int64_t n) { add_into(y, a, b, n, stream()); };
+  k.scale_inplace = [](float* x, float s, int64_t n) { scale_inplace(x, s, n, stream()); };
+  k.zero_rows_with_id = [](float* x, const int32_t* ids, int64_t T, int64_t C, int32_t id) {
+    zero_rows_with_id(x, ids, T, C, id, stream());
+  };
+  k.copy_rows = [](float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int64_t cols) {
+    copy_rows(dst, dst_stride, src, src_stride, rows, cols, stream());
+  };
+  k.sigmoid_gate_forward = [](float* y, const float* x, const float* gate, int64_t n) {
+    sigmoid_gate_forward(y, x, gate, n, stream());
+  };
+  k.sigmoid_gate_backward = [](float* dx, float* dgate, const float* dy, const float* x, const float* gate,
+                               int64_t n) { sigmoid_gate_backward(dx, dgate, dy, x, gate, n, stream()); };
   // The table's contract returns the sum to the host: the device double comes back and the
   // stream is waited for (the gradient sink sums on the host's copies; a device-side
   // accumulation for the whole step is sum_of_squares_f64's own += form).
