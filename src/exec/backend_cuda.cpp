@@ -312,8 +312,8 @@ std::string cuda_backend_unavailable_reason() {
   const std::string no_device = no_device_reason();
   if (!no_device.empty()) return no_device;
   return "the cuda backend is not complete: its memory, streams, copies, events and most of its kernel table are "
-         "built, but the table has no head cross-entropy yet, the Gated DeltaNet's beta and decay maps run on the "
-         "host, and the step reads its token ids and document starts on the host";
+         "built, but the table has no head cross-entropy yet, and the step reads its token ids and document starts "
+         "on the host";
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {

@@ -4,10 +4,10 @@
 //
 // What is built so far (issue 27, part 2): the memory, the streams, the copies and fills,
 // the events, the copies' timing, and a kernel table (kernels/cuda/cuda_kernel_table.h) on
-// the compute stream with most families. Not yet: the table's head cross-entropy (a null
-// entry), the DeltaNet's beta and decay maps (still host loops in the layer code) and the
-// host reads of the step's inputs (token ids, document starts); so make_backend("cuda")
-// and `train` refuse it, saying so, rather than running half a step.
+// the compute stream with every family the layers call but the head's cross-entropy (a
+// null entry). Not yet: that entry and the host reads of the step's inputs (token ids,
+// document starts); so make_backend("cuda") and `train` refuse it, saying so, rather than
+// running half a step.
 #pragma once
 
 #include <memory>

@@ -11,8 +11,7 @@
 //
 // Not in the table yet: the MoE layer (its router's top-k and load-balancing loss, and its
 // per-expert GEMMs on per-thread oneDNN contexts, layers/moe_mlp.cpp: issue 28 decides its
-// entries); the DeltaNet's beta and decay maps, which the layer code still runs as its own
-// loops; and the fills and copies of the compute tier, which the backend already runs
+// entries); and the fills and copies of the compute tier, which the backend already runs
 // (Backend::fill_compute, copy_within_compute).
 #pragma once
 
@@ -98,6 +97,13 @@ struct KernelTable {
   void (*causal_conv1d_silu_forward)(float* y, const float* x, const float* w, const CausalConvShape& s) = nullptr;
   void (*causal_conv1d_silu_backward)(float* dx, float* dw, const float* dy, const float* x, const float* w,
                                       const CausalConvShape& s) = nullptr;
+  // Its gates, beta and the log-decay, from in_proj_b and in_proj_a's outputs:
+  // kernels/cpu/delta_rule_gates.h.
+  void (*delta_rule_gates_forward)(float* beta, float* decay, const float* b, const float* a, const float* A_log,
+                                   const float* dt_bias, int64_t T, int64_t H) = nullptr;
+  void (*delta_rule_gates_backward)(float* db, float* da, float* d_dt_bias, float* d_A_log, const float* dbeta,
+                                    const float* dg, const float* a, const float* beta, const float* decay,
+                                    const float* A_log, const float* dt_bias, int64_t T, int64_t H) = nullptr;
   size_t (*gated_delta_rule_forward_workspace_floats)(const GatedDeltaShape& s) = nullptr;
   size_t (*gated_delta_rule_backward_workspace_floats)(const GatedDeltaShape& s) = nullptr;
   void (*gated_delta_rule_forward)(float* out, float* final_state, float* chunk_states, const float* q,

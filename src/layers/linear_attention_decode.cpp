@@ -9,9 +9,6 @@ namespace {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-// torch's softplus (beta 1, threshold 20).
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-
 // x * rsqrt(sum x^2 + 1e-6) * scale, in place (transformers' l2norm).
 void l2_normalize(float* x, int64_t n, float scale) {
   float ss = 0;
@@ -70,9 +67,10 @@ void LinearAttentionDecoder::step(float* out, const float* h, const BlockTensors
     l2_normalize(k + hk * dk, dk, 1.0f);
   }
 
+  // beta over b_, the log-decay g over a_: the training forward's gates, bit for bit.
+  kernels_->delta_rule_gates_forward(b_.data(), a_.data(), b_.data(), a_.data(), w.la_A_log, w.la_dt_bias, 1, Hv);
   for (int64_t hv = 0; hv < Hv; ++hv) {
-    const float beta = 1.0f / (1.0f + std::exp(-b_[hv]));
-    const float g = -std::exp(w.la_A_log[hv]) * softplus(a_[hv] + w.la_dt_bias[hv]);
+    const float beta = b_[hv], g = a_[hv];
     const double decay = std::exp(static_cast<double>(g));
     const float* qh = q + (hv / group) * dk;
     const float* kh = k + (hv / group) * dk;

@@ -1,11 +1,8 @@
 // The Gated DeltaNet token mixer: glue between the dispatched kernels (linear, causal conv,
-// gated delta rule, gated RMSNorm). What is computed here: the q | k | v split of the
-// convolution's output (and the reverse interleave of their gradients), beta, the decay g,
-// and their gradients into in_proj_b, in_proj_a, dt_bias and A_log.
-//
-// Determinism: the elementwise loops are split over tokens with no cross-iteration state,
-// and the two per-head sums (dt_bias, A_log) run over tokens in a fixed order in one
-// thread each, so nothing depends on the thread count.
+// gated delta rule, its gates, gated RMSNorm), every step through the kernel table: the
+// q | k | v split of the convolution's output (and the reverse interleave of their
+// gradients), beta and the decay g (kernels/cpu/delta_rule_gates.h) and their gradients
+// into in_proj_b, in_proj_a, dt_bias and A_log.
 #include "layers/linear_attention_mixer.h"
 
 #include <algorithm>
@@ -18,14 +15,6 @@
 namespace lt {
 
 namespace {
-
-// torch's F.softplus with its defaults (beta 1, threshold 20): x itself above the
-// threshold, where log1p(exp(x)) equals x in fp32 anyway but exp would overflow later.
-constexpr float kSoftplusThreshold = 20.0f;
-float softplus(float x) { return x > kSoftplusThreshold ? x : std::log1p(std::exp(x)); }
-// Its derivative as torch's backward takes it: 1 above the threshold, else sigmoid(x).
-float softplus_grad(float x) { return x > kSoftplusThreshold ? 1.0f : 1.0f / (1.0f + std::exp(-x)); }
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 void check_shape(const LinearMixerShape& s) {
   const std::string where = "Gated DeltaNet token mixer";
@@ -148,13 +137,7 @@ void linear_mixer_forward(const KernelTable& k, float* out, BlockSaved& saved, L
   // b and a land in the saved beta and decay, which are then mapped in place.
   k.linear_forward(saved.beta, h, w.la_in_proj_b, wb.la_in_proj_b, nullptr, T, C, Hv, p);
   k.linear_forward(saved.decay, h, w.la_in_proj_a, wb.la_in_proj_a, nullptr, T, C, Hv, p);
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < Hv; ++j) {
-      const int64_t i = t * Hv + j;
-      saved.beta[i] = sigmoid(saved.beta[i]);
-      saved.decay[i] = -std::exp(w.la_A_log[j]) * softplus(saved.decay[i] + w.la_dt_bias[j]);
-    }
+  k.delta_rule_gates_forward(saved.beta, saved.decay, saved.beta, saved.decay, w.la_A_log, w.la_dt_bias, T, Hv);
 
   k.gated_delta_rule_forward(saved.delta_out, nullptr, saved.chunk_states, saved.conv_q, saved.conv_k,
                            saved.conv_v, saved.decay, saved.beta, nullptr, delta_shape(s), workspace);
@@ -196,29 +179,11 @@ void linear_mixer_backward(const KernelTable& k, float* dh, BlockTensors& g, con
   k.causal_conv1d_silu_backward(dqkv, g.la_conv1d, dconv, saved.conv_in, w.la_conv1d, conv_shape(s));
 
   // a = h · in_proj_a^T is recomputed (T*Hv floats; cheaper than saving it) for the
-  // softplus derivative. In the same pass: db = dbeta * beta (1 - beta) into dbeta, and
-  // da = dg * dg/da = dg * (-exp(A_log)) * softplus'(a + dt_bias) into a.
+  // softplus derivative; the gates' backward then turns dbeta into db in place, a into da,
+  // and adds into the dt_bias and A_log gradients.
   k.linear_forward(a, h, w.la_in_proj_a, wb.la_in_proj_a, nullptr, T, C, Hv, p);
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < Hv; ++j) {
-      const int64_t i = t * Hv + j;
-      const float beta = saved.beta[i];
-      dbeta[i] *= beta * (1.0f - beta);
-      a[i] = dg[i] * -std::exp(w.la_A_log[j]) * softplus_grad(a[i] + w.la_dt_bias[j]);
-    }
-  // d dt_bias = sum_t da; d A_log = sum_t dg * g (dg/dA_log = -exp(A_log) softplus(.) = g).
-  // One thread per head, tokens in order, double accumulators: a fixed summation.
-#pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < Hv; ++j) {
-    double sum_da = 0, sum_dA = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      sum_da += a[t * Hv + j];
-      sum_dA += double(dg[t * Hv + j]) * saved.decay[t * Hv + j];
-    }
-    g.la_dt_bias[j] += static_cast<float>(sum_da);
-    g.la_A_log[j] += static_cast<float>(sum_dA);
-  }
+  k.delta_rule_gates_backward(dbeta, a, g.la_dt_bias, g.la_A_log, dbeta, dg, a, saved.beta, saved.decay, w.la_A_log,
+                              w.la_dt_bias, T, Hv);
 
   k.linear_backward(dh, g.la_in_proj_qkv, nullptr, dqkv, h, w.la_in_proj_qkv, wb.la_in_proj_qkv, T, C, Cc,
                   false, p);

@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/causal_conv1d_cuda.h"
 #include "kernels/cuda/convert_cuda.h"
+#include "kernels/cuda/delta_rule_gates_cuda.h"
 #include "kernels/cuda/cuda_kernel_table.h"
 #include "kernels/cuda/elementwise_cuda.h"
 #include "kernels/cuda/embedding_cuda.h"
@@ -74,7 +75,8 @@ TEST_F(CudaKernelTable, HasTheEntriesItClaims) {
               k().gated_delta_rule_forward && k().gated_delta_rule_backward && k().sum_of_squares &&
               k().convert_f32_to_bf16 && k().linear_forward && k().linear_backward && k().matmul &&
               k().add_inplace && k().add_into && k().scale_inplace && k().zero_rows_with_id && k().copy_rows &&
-              k().sigmoid_gate_forward && k().sigmoid_gate_backward);
+              k().sigmoid_gate_forward && k().sigmoid_gate_backward && k().delta_rule_gates_forward &&
+              k().delta_rule_gates_backward);
   // Not yet (cuda_kernel_table.h says why): null, so a caller fails at once, not in a kernel.
   EXPECT_FALSE(k().head_cross_entropy || k().head_cross_entropy_stream);
 }
@@ -241,6 +243,32 @@ TEST_F(CudaKernelTable, ElementwiseSteps) {
   expect_same(y1, y2, n, "adds, scale, padding rows, gate forward");
   expect_same(z1, z2, n, "row copies, gate backward dx");
   expect_same(dg1, dg2, n, "gate backward dgate");
+}
+
+TEST_F(CudaKernelTable, DeltaRuleGates) {
+  const int64_t T = 300, H = 8, n = T * H;
+  DeviceBuffer b = buf(n, 41), a = buf(n, 42), A_log = buf(H, 43), dt = buf(H, 44), dbeta = buf(n, 45),
+               dg = buf(n, 46);
+  DeviceBuffer beta1(n * 4), beta2(n * 4), decay1(n * 4), decay2(n * 4), db1(n * 4), db2(n * 4), da1(n * 4),
+      da2(n * 4), ddt1 = buf(H, 47), ddt2 = copy_of(ddt1, H), dA1 = buf(H, 48), dA2 = copy_of(dA1, H);
+  sync();  // the uploads (on the default stream) have landed
+  k().delta_rule_gates_forward(beta1.as<float>(), decay1.as<float>(), b.as<float>(), a.as<float>(),
+                               A_log.as<float>(), dt.as<float>(), T, H);
+  k().delta_rule_gates_backward(db1.as<float>(), da1.as<float>(), ddt1.as<float>(), dA1.as<float>(),
+                                dbeta.as<float>(), dg.as<float>(), a.as<float>(), beta1.as<float>(),
+                                decay1.as<float>(), A_log.as<float>(), dt.as<float>(), T, H);
+  cuda::delta_rule_gates_forward(beta2.as<float>(), decay2.as<float>(), b.as<float>(), a.as<float>(),
+                                 A_log.as<float>(), dt.as<float>(), T, H);
+  cuda::delta_rule_gates_backward(db2.as<float>(), da2.as<float>(), ddt2.as<float>(), dA2.as<float>(),
+                                  dbeta.as<float>(), dg.as<float>(), a.as<float>(), beta2.as<float>(),
+                                  decay2.as<float>(), A_log.as<float>(), dt.as<float>(), T, H);
+  sync();
+  expect_same(beta1, beta2, n, "beta");
+  expect_same(decay1, decay2, n, "decay");
+  expect_same(db1, db2, n, "db");
+  expect_same(da1, da2, n, "da");
+  expect_same(ddt1, ddt2, H, "d_dt_bias");
+  expect_same(dA1, dA2, H, "d_A_log");
 }
 
 TEST_F(CudaKernelTable, Attention) {

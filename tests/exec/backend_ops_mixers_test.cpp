@@ -25,6 +25,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cross_entropy_bounds.h"
+#include "kernels/delta_rule_gates_checks.h"
 #include "kernels/gated_delta_bounds.h"
 #include "kernels/geglu_bounds.h"
 #include "kernels/kernel_test_util.h"
@@ -293,6 +294,12 @@ TEST_P(BackendOpsMixers, GeGlu) {
   EXPECT_TRUE(test::within_bound(h, e.h, e.bh)) << "h";
   EXPECT_TRUE(test::within_bound(dg, e.dg, e.bdg)) << "dg";
   EXPECT_TRUE(test::within_bound(du, e.du, e.bdu)) << "du";
+}
+
+// The Gated DeltaNet's gates (tests/kernels/delta_rule_gates_checks.h derives the bounds).
+TEST_P(BackendOpsMixers, DeltaRuleGates) {
+  const test::delta_gates::Inputs in = test::delta_gates::make_inputs(200, 4);
+  test::delta_gates::expect_gates(test::delta_gates::run_on_host(k(), in), in, /*exp_ulps=*/1, /*log1p_ulps=*/1);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryBackend, BackendOpsMixers, ::testing::Values("cpu", "emu"),

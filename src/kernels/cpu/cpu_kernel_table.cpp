@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/delta_rule_gates.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gated_rmsnorm.h"
@@ -53,6 +54,8 @@ KernelTable make_cpu_kernel_table() {
   k.matmul = &matmul;
   k.causal_conv1d_silu_forward = &causal_conv1d_silu_forward;
   k.causal_conv1d_silu_backward = &causal_conv1d_silu_backward;
+  k.delta_rule_gates_forward = &delta_rule_gates_forward;
+  k.delta_rule_gates_backward = &delta_rule_gates_backward;
   k.gated_delta_rule_forward_workspace_floats = &gated_delta_rule_forward_workspace_floats;
   k.gated_delta_rule_backward_workspace_floats = &gated_delta_rule_backward_workspace_floats;
   k.gated_delta_rule_forward = &gated_delta_rule_forward;

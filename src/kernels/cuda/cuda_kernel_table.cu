@@ -5,6 +5,7 @@
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/causal_conv1d_cuda.h"
 #include "kernels/cuda/convert_cuda.h"
+#include "kernels/cuda/delta_rule_gates_cuda.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/elementwise_cuda.h"
 #include "kernels/cuda/embedding_cuda.h"
@@ -137,6 +138,15 @@ KernelTable make_table() {
                                      const CausalConvShape& s) {
     Scratch ws(causal_conv1d_backward_workspace_bytes(s.batch, s.seq, s.channels, s.kernel));
     causal_conv1d_silu_backward(dx, dw, dy, x, w, s.batch, s.seq, s.channels, s.kernel, ws.get(), stream());
+  };
+  k.delta_rule_gates_forward = [](float* beta, float* decay, const float* b, const float* a, const float* A_log,
+                                  const float* dt_bias, int64_t T, int64_t H) {
+    delta_rule_gates_forward(beta, decay, b, a, A_log, dt_bias, T, H, stream());
+  };
+  k.delta_rule_gates_backward = [](float* db, float* da, float* d_dt_bias, float* d_A_log, const float* dbeta,
+                                   const float* dg, const float* a, const float* beta, const float* decay,
+                                   const float* A_log, const float* dt_bias, int64_t T, int64_t H) {
+    delta_rule_gates_backward(db, da, d_dt_bias, d_A_log, dbeta, dg, a, beta, decay, A_log, dt_bias, T, H, stream());
   };
   k.gated_delta_rule_forward_workspace_floats = [](const GatedDeltaShape& s) {
     return floats_for(gated_delta_rule_forward_workspace_bytes(s));
