@@ -311,9 +311,9 @@ std::string no_device_reason() {
 std::string cuda_backend_unavailable_reason() {
   const std::string no_device = no_device_reason();
   if (!no_device.empty()) return no_device;
-  return "the cuda backend is not complete: its memory, streams, copies, events and most of its kernel table are "
-         "built, but the table has no head cross-entropy yet, and the step reads its token ids and document starts "
-         "on the host";
+  return "the cuda backend is not complete: its memory, streams, copies, events and kernel table are built, but the "
+         "executor still hands the compute kernels the step's targets, document starts and RoPE tables in host "
+         "memory";
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {

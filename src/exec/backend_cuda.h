@@ -4,9 +4,10 @@
 //
 // What is built so far (issue 27, part 2): the memory, the streams, the copies and fills,
 // the events, the copies' timing, and a kernel table (kernels/cuda/cuda_kernel_table.h) on
-// the compute stream with every family the layers call but the head's cross-entropy (a
-// null entry). Not yet: that entry and the host reads of the step's inputs (token ids,
-// document starts); so make_backend("cuda") and `train` refuse it, saying so, rather than
+// the compute stream with every family the dense and hybrid layers call. Not yet: the
+// step's inputs on the device (the executor hands the compute kernels host arrays of
+// targets, document starts and positions, and the RoPE tables; the embedding runs on the
+// host by design); so make_backend("cuda") and `train` refuse it, saying so, rather than
 // running half a step.
 #pragma once
 

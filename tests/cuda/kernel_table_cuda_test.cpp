@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cuda_test_util.h"
+#include "kernel_table_fixture.h"
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/causal_conv1d_cuda.h"
 #include "kernels/cuda/convert_cuda.h"
@@ -36,22 +37,8 @@ using cuda::DeviceBuffer;
 using cuda::to_device;
 using cuda::to_host;
 
-// Runs the table's kernels on a stream of its own for the test's lifetime.
-class CudaKernelTable : public ::testing::Test {
+class CudaKernelTable : public test::CudaTableTest {
  protected:
-  void SetUp() override {
-    LT_REQUIRE_CUDA_DEVICE();
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
-    cuda::set_kernel_table_stream(stream_);
-  }
-  void TearDown() override {
-    cuda::set_kernel_table_stream(nullptr);
-    if (stream_) cudaStreamDestroy(stream_);
-  }
-  const KernelTable& k() const { return cuda::kernel_table(); }
-  // Everything issued is done: the uploads before a table call (the table's stream does not
-  // wait for the default stream), both runs before a comparison.
-  void sync() { cuda::device_synchronize(); }
   static DeviceBuffer buf(size_t n, uint64_t seed) { return to_device(test::normal_floats(n, 1.0f, seed)); }
   static DeviceBuffer copy_of(const DeviceBuffer& b, size_t n) { return to_device(to_host<float>(b, n)); }
   // The same bits in n floats of a and b.
@@ -61,7 +48,6 @@ class CudaKernelTable : public ::testing::Test {
     for (size_t i = 0; i < n; ++i) differ += test::bits_of(x[i]) != test::bits_of(y[i]);
     EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << n << " values differ";
   }
-  cudaStream_t stream_ = nullptr;
 };
 
 TEST_F(CudaKernelTable, HasTheEntriesItClaims) {
@@ -76,9 +62,8 @@ TEST_F(CudaKernelTable, HasTheEntriesItClaims) {
               k().convert_f32_to_bf16 && k().linear_forward && k().linear_backward && k().matmul &&
               k().add_inplace && k().add_into && k().scale_inplace && k().zero_rows_with_id && k().copy_rows &&
               k().sigmoid_gate_forward && k().sigmoid_gate_backward && k().delta_rule_gates_forward &&
-              k().delta_rule_gates_backward);
-  // Not yet (cuda_kernel_table.h says why): null, so a caller fails at once, not in a kernel.
-  EXPECT_FALSE(k().head_cross_entropy || k().head_cross_entropy_stream);
+              k().delta_rule_gates_backward && k().head_cross_entropy_workspace_bytes && k().head_cross_entropy &&
+              k().head_cross_entropy_vocab_chunk && k().head_cross_entropy_stream);
 }
 
 TEST_F(CudaKernelTable, LinearAndMatmul) {

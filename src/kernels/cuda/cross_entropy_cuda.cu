@@ -83,27 +83,6 @@ __global__ void logits_grad_kernel(Out* grad, const float* logits, TokenState st
   }
 }
 
-struct Workspace {
-  float* logits;
-  void* grad;  // bf16 under bf16 inputs; fp32 inputs reuse the logits
-  TokenState st;
-};
-
-Workspace cut(void* w, int64_t T, int64_t vc, GemmInput input) {
-  char* p = static_cast<char*>(w);
-  Workspace ws{};
-  ws.logits = reinterpret_cast<float*>(p);
-  p += align_workspace(static_cast<size_t>(T * vc) * sizeof(float));
-  ws.grad = input == GemmInput::BF16 ? static_cast<void*>(p) : static_cast<void*>(ws.logits);
-  if (input == GemmInput::BF16) p += align_workspace(static_cast<size_t>(T * vc) * sizeof(uint16_t));
-  float** fields[] = {&ws.st.max, &ws.st.sum, &ws.st.target_logit, &ws.st.lse};
-  for (float** f : fields) {
-    *f = reinterpret_cast<float*>(p);
-    p += align_workspace(static_cast<size_t>(T) * sizeof(float));
-  }
-  return ws;
-}
-
 size_t element_bytes(GemmInput in) { return in == GemmInput::BF16 ? 2 : 4; }
 
 }  // namespace
@@ -115,59 +94,92 @@ size_t head_cross_entropy_workspace_bytes(int64_t T, int64_t V, int64_t vocab_ch
          4 * align_workspace(static_cast<size_t>(T) * sizeof(float));
 }
 
-void head_cross_entropy(Gemm& gemm, const HeadCrossEntropyArgs& a, void* workspace, void* stream) {
-  if (a.vocab_chunk < 1) throw std::runtime_error("head_cross_entropy (cuda): vocab_chunk must be >= 1");
-  if ((a.dx == nullptr) != (a.dw == nullptr))
-    throw std::runtime_error("head_cross_entropy (cuda): give dx and dw both, or neither");
-  const cudaStream_t s = as_stream(stream);
-  if (a.T == 0) {
-    LT_CUDA_CHECK(cudaMemsetAsync(a.loss, 0, sizeof(double), s));
+HeadCrossEntropyPasses::HeadCrossEntropyPasses(Gemm& gemm, const void* x, const int32_t* targets, int64_t T,
+                                               int64_t C, int64_t V, GemmInput input, float grad_scale,
+                                               int64_t vocab_chunk, void* workspace, void* stream)
+    : gemm_(gemm), x_(x), targets_(targets), T_(T), C_(C), V_(V), input_(input), grad_scale_(grad_scale),
+      stream_(stream) {
+  if (vocab_chunk < 1) throw std::runtime_error("head_cross_entropy (cuda): vocab_chunk must be >= 1");
+  const int64_t vc = std::min(V, vocab_chunk);
+  char* p = static_cast<char*>(workspace);
+  logits_ = reinterpret_cast<float*>(p);
+  p += align_workspace(static_cast<size_t>(T * vc) * sizeof(float));
+  grad_ = input == GemmInput::BF16 ? static_cast<void*>(p) : static_cast<void*>(logits_);
+  if (input == GemmInput::BF16) p += align_workspace(static_cast<size_t>(T * vc) * sizeof(uint16_t));
+  for (float** f : {&max_, &sum_, &target_logit_, &lse_}) {
+    *f = reinterpret_cast<float*>(p);
+    p += align_workspace(static_cast<size_t>(T) * sizeof(float));
+  }
+  if (T == 0) return;
+  init_state_kernel<<<grid_for(T, kThreads), kThreads, 0, as_stream(stream)>>>(
+      TokenState{max_, sum_, target_logit_, lse_}, T);
+  LT_CUDA_CHECK_LAUNCH(init_state_kernel);
+}
+
+// logits [T, n] = x . rows^T
+void HeadCrossEntropyPasses::logits_of(const void* rows, int64_t n) {
+  GemmArgs g;
+  g.a = x_, g.b = rows, g.c = logits_;
+  g.m = T_, g.n = n, g.k = C_, g.trans_b = true, g.input = input_;
+  gemm_.run(g, stream_);
+}
+
+void HeadCrossEntropyPasses::fold(const void* rows, int64_t v0, int64_t n) {
+  if (T_ == 0 || n == 0) return;
+  logits_of(rows, n);
+  fold_chunk_kernel<<<static_cast<unsigned>(T_), kThreads, 0, as_stream(stream_)>>>(
+      TokenState{max_, sum_, target_logit_, lse_}, logits_, targets_, n, v0);
+  LT_CUDA_CHECK_LAUNCH(fold_chunk_kernel);
+}
+
+void HeadCrossEntropyPasses::finish(double* loss) {
+  const cudaStream_t s = as_stream(stream_);
+  if (T_ == 0) {
+    LT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof(double), s));
     return;
   }
+  const TokenState st{max_, sum_, target_logit_, lse_};
+  finish_lse_kernel<<<grid_for(T_, kThreads), kThreads, 0, s>>>(st, T_);
+  LT_CUDA_CHECK_LAUNCH(finish_lse_kernel);
+  loss_kernel<<<1, kThreads, 0, s>>>(loss, st, targets_, T_, V_);
+  LT_CUDA_CHECK_LAUNCH(loss_kernel);
+}
+
+void HeadCrossEntropyPasses::backward(const void* rows, int64_t v0, int64_t n, float* dx, float* dw_rows) {
+  if (T_ == 0 || n == 0) return;
+  const cudaStream_t s = as_stream(stream_);
+  const TokenState st{max_, sum_, target_logit_, lse_};
+  logits_of(rows, n);
+  if (input_ == GemmInput::BF16)
+    logits_grad_kernel<<<grid_for(T_ * n, kThreads), kThreads, 0, s>>>(static_cast<uint16_t*>(grad_), logits_, st,
+                                                                       targets_, T_, n, v0, V_, grad_scale_);
+  else
+    logits_grad_kernel<<<grid_for(T_ * n, kThreads), kThreads, 0, s>>>(static_cast<float*>(grad_), logits_, st,
+                                                                       targets_, T_, n, v0, V_, grad_scale_);
+  LT_CUDA_CHECK_LAUNCH(logits_grad_kernel);
+  GemmArgs gx;  // dx [T, C] (+)= grad [T, n] . rows
+  gx.a = grad_, gx.b = rows, gx.c = dx;
+  gx.m = T_, gx.n = C_, gx.k = n, gx.input = input_, gx.beta = v0 == 0 ? 0.0f : 1.0f;
+  gemm_.run(gx, stream_);
+  GemmArgs gw;  // dw_rows += grad^T [n, T] . x [T, C]
+  gw.a = grad_, gw.b = x_, gw.c = dw_rows;
+  gw.m = n, gw.n = C_, gw.k = T_, gw.trans_a = true, gw.input = input_, gw.beta = 1.0f;
+  gemm_.run(gw, stream_);
+}
+
+void head_cross_entropy(Gemm& gemm, const HeadCrossEntropyArgs& a, void* workspace, void* stream) {
+  if ((a.dx == nullptr) != (a.dw == nullptr))
+    throw std::runtime_error("head_cross_entropy (cuda): give dx and dw both, or neither");
+  HeadCrossEntropyPasses passes(gemm, a.x, a.targets, a.T, a.C, a.V, a.input, a.grad_scale, a.vocab_chunk,
+                                workspace, stream);
   const int64_t vc = std::min(a.V, a.vocab_chunk);
-  Workspace ws = cut(workspace, a.T, vc, a.input);
   const size_t eb = element_bytes(a.input);
   auto rows = [&](int64_t v0) { return static_cast<const char*>(a.w) + static_cast<size_t>(v0 * a.C) * eb; };
-  auto logits_of = [&](int64_t v0, int64_t n) {  // logits [T, n] = x . w[v0 : v0 + n]^T
-    GemmArgs g;
-    g.a = a.x, g.b = rows(v0), g.c = ws.logits;
-    g.m = a.T, g.n = n, g.k = a.C, g.trans_b = true, g.input = a.input;
-    gemm.run(g, stream);
-  };
-
-  init_state_kernel<<<grid_for(a.T, kThreads), kThreads, 0, s>>>(ws.st, a.T);
-  LT_CUDA_CHECK_LAUNCH(init_state_kernel);
-  for (int64_t v0 = 0; v0 < a.V; v0 += vc) {
-    const int64_t n = std::min(vc, a.V - v0);
-    logits_of(v0, n);
-    fold_chunk_kernel<<<static_cast<unsigned>(a.T), kThreads, 0, s>>>(ws.st, ws.logits, a.targets, n, v0);
-    LT_CUDA_CHECK_LAUNCH(fold_chunk_kernel);
-  }
-  finish_lse_kernel<<<grid_for(a.T, kThreads), kThreads, 0, s>>>(ws.st, a.T);
-  LT_CUDA_CHECK_LAUNCH(finish_lse_kernel);
-  loss_kernel<<<1, kThreads, 0, s>>>(a.loss, ws.st, a.targets, a.T, a.V);
-  LT_CUDA_CHECK_LAUNCH(loss_kernel);
+  for (int64_t v0 = 0; v0 < a.V; v0 += vc) passes.fold(rows(v0), v0, std::min(vc, a.V - v0));
+  passes.finish(a.loss);
   if (!a.dx) return;
-
-  for (int64_t v0 = 0; v0 < a.V; v0 += vc) {
-    const int64_t n = std::min(vc, a.V - v0);
-    logits_of(v0, n);
-    if (a.input == GemmInput::BF16)
-      logits_grad_kernel<<<grid_for(a.T * n, kThreads), kThreads, 0, s>>>(
-          static_cast<uint16_t*>(ws.grad), ws.logits, ws.st, a.targets, a.T, n, v0, a.V, a.grad_scale);
-    else
-      logits_grad_kernel<<<grid_for(a.T * n, kThreads), kThreads, 0, s>>>(
-          static_cast<float*>(ws.grad), ws.logits, ws.st, a.targets, a.T, n, v0, a.V, a.grad_scale);
-    LT_CUDA_CHECK_LAUNCH(logits_grad_kernel);
-    GemmArgs dx;  // dx [T, C] (+)= grad [T, n] . w[v0 : v0 + n]
-    dx.a = ws.grad, dx.b = rows(v0), dx.c = a.dx;
-    dx.m = a.T, dx.n = a.C, dx.k = n, dx.input = a.input, dx.beta = v0 == 0 ? 0.0f : 1.0f;
-    gemm.run(dx, stream);
-    GemmArgs dw;  // dw[v0 : v0 + n] += grad^T [n, T] . x [T, C]
-    dw.a = ws.grad, dw.b = a.x, dw.c = a.dw + v0 * a.C;
-    dw.m = n, dw.n = a.C, dw.k = a.T, dw.trans_a = true, dw.input = a.input, dw.beta = 1.0f;
-    gemm.run(dw, stream);
-  }
+  for (int64_t v0 = 0; v0 < a.V; v0 += vc)
+    passes.backward(rows(v0), v0, std::min(vc, a.V - v0), a.dx, a.dw + v0 * a.C);
 }
 
 }  // namespace lt::cuda

@@ -45,4 +45,35 @@ struct HeadCrossEntropyArgs {
 size_t head_cross_entropy_workspace_bytes(int64_t T, int64_t V, int64_t vocab_chunk, GemmInput input);
 void head_cross_entropy(Gemm& gemm, const HeadCrossEntropyArgs& args, void* workspace, void* stream = nullptr);
 
+// head_cross_entropy's two passes a vocabulary sub-chunk at a time, for a head whose rows
+// arrive in pieces (the kernel table's streamed head): fold() each sub-chunk in ascending
+// order, finish(), then backward() each sub-chunk in ascending order. head_cross_entropy
+// makes these calls over its whole w, so the same sub-chunks give the same bits. x,
+// targets and the workspace (head_cross_entropy_workspace_bytes) are read until the last
+// call; every call is queued on the stream.
+class HeadCrossEntropyPasses {
+ public:
+  HeadCrossEntropyPasses(Gemm& gemm, const void* x, const int32_t* targets, int64_t T, int64_t C, int64_t V,
+                         GemmInput input, float grad_scale, int64_t vocab_chunk, void* workspace, void* stream);
+  // rows: w[v0 : v0 + n] ([n, C], the input's type), n <= vocab_chunk.
+  void fold(const void* rows, int64_t v0, int64_t n);
+  // The loss into one device double (overwritten), once every row is folded.
+  void finish(double* loss);
+  // dx [T, C]: overwritten at v0 == 0, += after; dw_rows = dw[v0 : v0 + n]: +=.
+  void backward(const void* rows, int64_t v0, int64_t n, float* dx, float* dw_rows);
+
+ private:
+  void logits_of(const void* rows, int64_t n);
+  Gemm& gemm_;
+  const void* x_;
+  const int32_t* targets_;
+  int64_t T_, C_, V_;
+  GemmInput input_;
+  float grad_scale_;
+  void* stream_;
+  float* logits_;
+  void* grad_;  // bf16 under bf16 inputs; fp32 inputs reuse the logits
+  float *max_, *sum_, *target_logit_, *lse_;
+};
+
 }  // namespace lt::cuda

@@ -12,6 +12,7 @@
 #include "kernels/cuda/gated_delta_rule_cuda.h"
 #include "kernels/cuda/gated_rmsnorm_cuda.h"
 #include "kernels/cuda/geglu_cuda.h"
+#include "kernels/cuda/head_cross_entropy_table.h"
 #include "kernels/cuda/linear_cuda.h"
 #include "kernels/cuda/rmsnorm_cuda.h"
 #include "kernels/cuda/rope_cuda.h"
@@ -180,6 +181,19 @@ KernelTable make_table() {
   };
   k.sigmoid_gate_backward = [](float* dx, float* dgate, const float* dy, const float* x, const float* gate,
                                int64_t n) { sigmoid_gate_backward(dx, dgate, dy, x, gate, n, stream()); };
+  // The head (head_cross_entropy_table.h): its loss comes back to the host.
+  k.head_cross_entropy_workspace_bytes = &table_head_workspace_bytes;
+  k.head_cross_entropy = [](float* dx, float* dw, const float* x, const float* w, const bf16* w_bf16,
+                            const int32_t* targets, int64_t T, int64_t C, int64_t V, float grad_scale, Precision p,
+                            const CrossEntropyOptions& opt, void* workspace) {
+    return table_head_cross_entropy(table_gemm(), dx, dw, x, w, w_bf16, targets, T, C, V, grad_scale, p, opt,
+                                    workspace, stream());
+  };
+  k.head_cross_entropy_vocab_chunk = [](int64_t T, int64_t V, Precision p) { return table_head_vocab_chunk(T, V, p); };
+  k.head_cross_entropy_stream = [](const float* x, const int32_t* targets, int64_t T, int64_t C, int64_t V,
+                                   float grad_scale, Precision p, const CrossEntropyOptions& opt, void* workspace) {
+    return table_head_stream(table_gemm(), x, targets, T, C, V, grad_scale, p, opt, workspace, stream());
+  };
   // The table's contract returns the sum to the host: the device double comes back and the
   // stream is waited for (the gradient sink sums on the host's copies; a device-side
   // accumulation for the whole step is sum_of_squares_f64's own += form).

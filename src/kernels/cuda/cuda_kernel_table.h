@@ -6,8 +6,8 @@
 // GeGLU, the linear layers and matmul (cuBLASLt, one handle for the table, loaded at the
 // first product), the causal conv1d, the gated delta rule and its gates, the float64 sum
 // of squares (returned to the host, so it waits for the stream), fp32 -> bf16 and the
-// block's elementwise steps (kernels/cuda/elementwise_cuda.h). Null still: the
-// head's cross-entropy (its loss is a host double, its streamed form an object). Entries
+// block's elementwise steps (kernels/cuda/elementwise_cuda.h), and the head's
+// cross-entropy whole and streamed (kernels/cuda/head_cross_entropy_table.h). Entries
 // whose CPU signature has no workspace (the embedding's, RMSNorm's and the conv's backward,
 // the linear layers' bf16 roundings of their operands and dbias partials) take their
 // scratch from CUDA's stream-ordered pool (cudaMallocAsync), outside the plan's arena.
