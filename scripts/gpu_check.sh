@@ -4,14 +4,16 @@
 #   scripts/gpu_check.sh --bundle   here (the build machine, after building lt_cuda_tests and
 #                                   lt_tests in build/): packs into .device/ what the GPU
 #                                   machine needs, which may have none of the CPU engine's
-#                                   libraries: lt_cuda_tests, lt_tests with the shared
-#                                   libraries it links (minus glibc and libstdc++), and
+#                                   libraries: lt_cuda_tests, lt_tests and lazytrain with the shared
+#                                   libraries they link (minus glibc and libstdc++), and
 #                                   googletest's source for a rebuild there.
 #   scripts/gpu_check.sh            on the GPU machine, from the repository root: runs
 #                                   lt_cuda_tests (the kernel library against float64),
 #                                   then lt_tests' AdamWCuda test (the 8-bit AdamW kernel
 #                                   against the CPU's bits) and CudaBackend tests (the cuda
-#                                   backend's memory, copies and events), then
+#                                   backend's memory, copies and events), a 3-step
+#                                   training trial on cpu and on cuda (losses printed
+#                                   side by side), then
 #                                   lt_cuda_tests under compute-sanitizer's memcheck where
 #                                   it works. Where the carried lt_cuda_tests cannot start
 #                                   there, it is rebuilt from source with nvcc.
@@ -27,13 +29,13 @@ if [[ "${1:-}" == "--bundle" ]]; then
   cp build/lt_cuda_tests .device/
   # The kernels' benchmark, when built (run there: bench/cuda/cuda_kernels_bench.py).
   if [[ -x build/cuda_kernels_bench ]]; then cp build/cuda_kernels_bench .device/; fi
-  cp build/tests/lt_tests .device/
+  cp build/tests/lt_tests build/lazytrain .device/
   # The libraries of the CPU engine, not the system's (the GPU machine has its own glibc,
   # libstdc++ and CUDA).
-  ldd build/tests/lt_tests | awk '/=> \//{print $3}' |
+  ldd build/tests/lt_tests build/lazytrain | awk '/=> \//{print $3}' | sort -u |
     grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" .device/lib/; done
-  tar -C .device -cJf .device/lt_tests.tar.xz lt_tests lib && rm -rf .device/lt_tests .device/lib
+  tar -C .device -cJf .device/lt_tests.tar.xz lt_tests lazytrain lib && rm -rf .device/lt_tests .device/lazytrain .device/lib
   cp -r /usr/src/googletest .device/googletest
   du -sh .device
   exit 0
@@ -88,6 +90,21 @@ if [[ -f .device/lt_tests.tar.xz ]]; then
     /tmp/gpu_check/lt_tests --gtest_filter='AdamWCuda.*:CudaBackend.*'
 else
   note "no .device/lt_tests.tar.xz (run scripts/gpu_check.sh --bundle first): AdamWCuda and CudaBackend not run"
+fi
+
+# A first training trial on the GPU (reported, not judged against a bound: no step has run
+# there yet): the embedded default for 3 steps under one compute budget, on the cpu
+# backend and on cuda (LT_CUDA_TRIAL=1 lifts the refusal); a run that fails fails the check.
+if [[ -x /tmp/gpu_check/lazytrain ]]; then
+  for backend in cpu cuda; do
+    note "trial: train --backend $backend --compute-budget-gb 0.1 --steps 3"
+    LT_CUDA_TRIAL=1 LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" timeout 300 \
+      /tmp/gpu_check/lazytrain train --backend "$backend" --compute-budget-gb 0.1 --steps 3 --log-every 1 --eval-problems 0 \
+      --output-dir "/tmp/gpu_check/trial-$backend" > "/tmp/gpu_check/trial-$backend.log" 2>&1
+    rc=$?
+    grep -E '^(plan|step|done|lazytrain: error)' "/tmp/gpu_check/trial-$backend.log" || tail -20 "/tmp/gpu_check/trial-$backend.log"
+    [[ $rc -eq 0 ]] || fail "trial on $backend exited $rc"
+  done
 fi
 
 note "lt_cuda_tests under compute-sanitizer memcheck"

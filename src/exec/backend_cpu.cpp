@@ -31,8 +31,11 @@ std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "emu") return make_emu_backend();
-  if (name == "cuda")
-    throw Error(cuda_backend_unavailable_reason(), "streaming executor (backend cuda)", "use --backend cpu or emu");
+  if (name == "cuda") {
+    const std::string why = cuda_backend_unavailable_reason();
+    if (why.empty()) return make_cuda_backend();
+    throw Error(why, "streaming executor (backend cuda)", "use --backend cpu or emu");
+  }
   throw Error("unknown backend '" + name + "'", "streaming executor", "use --backend cpu or emu");
 }
 

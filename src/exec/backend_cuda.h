@@ -4,11 +4,11 @@
 //
 // What is built so far (issue 27, part 2): the memory, the streams, the copies and fills,
 // the events, the copies' timing, and a kernel table (kernels/cuda/cuda_kernel_table.h) on
-// the compute stream with every family the dense and hybrid layers call. Not yet: the
-// step's inputs on the device (the executor hands the compute kernels host arrays of
-// targets, document starts and positions, and the RoPE tables; the embedding runs on the
-// host by design); so make_backend("cuda") and `train` refuse it, saying so, rather than
-// running half a step.
+// the compute stream with every family the dense and hybrid layers call; the step's small
+// inputs the kernels read live in the host tier's pinned memory (exec/step_inputs.h). No
+// training step has run on a GPU yet, so make_backend("cuda") and `train` refuse it,
+// saying so, unless LT_CUDA_TRIAL=1 asks for a trial run. (MoE layers refuse it on
+// their own: their experts have no device kernels.)
 #pragma once
 
 #include <memory>
@@ -21,7 +21,10 @@ namespace lt {
 // Why `train` cannot run on the cuda backend here: this build has no CUDA, or the machine
 // no CUDA device (with the driver's reason), or the backend is not complete. Empty once
 // it can run.
+// With a device, LT_CUDA_TRIAL=1 lifts the last refusal (no step has run end to end on a
+// GPU yet), for a first trial against --backend cpu.
 std::string cuda_backend_unavailable_reason();
+inline constexpr const char* kCudaTrialEnv = "LT_CUDA_TRIAL";
 
 // The backend on CUDA device `device`. lt::Error when this build has no CUDA or there is
 // no such device. For tests and benches of the backend itself until its kernel table

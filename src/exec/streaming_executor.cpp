@@ -132,7 +132,8 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
                       std::to_string(kHeadChunkQuantum) + " rows)");
   }
   ctx_.shape = block_shape(config_, batch_, seq_);
-  set_rope_tables(ctx_, rope_cos_, rope_sin_, config_, seq_);  // per-layer tables: layer_context()
+  inputs_ = std::make_unique<StepInputs>(host_, config_, batch_, seq_);
+  inputs_->bind_rope(ctx_);  // per-layer tables: layer_context()
   ctx_.precision = options.precision;
   ctx_.kernels = &backend_.kernels();
 
@@ -319,7 +320,9 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   state_.input_ids = input_ids;
   state_.options = &options;
   state_.batch = step_targets(labels, batch_, seq_, config_.vocab_size, options.grad_scale);
+  state_.targets = inputs_->set_targets(state_.batch.targets);
   documents_.bind(ctx_, options.doc_start, batch_, seq_);
+  inputs_->bind_documents(ctx_);
   state_.result.predicted_tokens = state_.batch.predicted;
   router_loss_.begin_step();
   if (arena_->current_window() >= 0) {  // a previous step walked this arena

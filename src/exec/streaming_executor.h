@@ -60,6 +60,7 @@
 #include "exec/live_arena.h"
 #include "exec/copy_pager.h"
 #include "exec/state_pager.h"
+#include "exec/step_inputs.h"
 #include "exec/weight_source.h"
 #include "layers/decoder_block.h"
 #include "layers/router_loss.h"
@@ -258,7 +259,6 @@ class StreamingExecutor {
   int64_t batch_, seq_, T_, C_;
   StreamSchedule sched_;
   BlockContext ctx_;
-  AlignedBuffer<float> rope_cos_, rope_sin_;
   StepDocuments documents_;  // the step's, when given (ctx_ points into them)
   // One step, from its batch to its result: what its phases share.
   struct StepState {
@@ -266,6 +266,7 @@ class StreamingExecutor {
     const int32_t* input_ids = nullptr;
     const StepOptions* options = nullptr;
     StepTargets batch;
+    const int32_t* targets = nullptr;  // batch.targets' copy in inputs_, which the head reads
     StreamingStepResult result;
     // Backward's two gradient buffers (dx.0, dx.1): the gradient at the output of the
     // layer that runs next, and the spare its input gradient goes to.
@@ -286,6 +287,7 @@ class StreamingExecutor {
   std::vector<BlockSavedLayout> saved_layout_;  // per layer
   std::vector<std::string> update_event_;      // per update target: its trace name
   HostPool host_;
+  std::unique_ptr<StepInputs> inputs_;  // the RoPE tables, targets and documents the kernels read (in host_)
   // Chosen once for the backend: where compute reads weights, where gradients go.
   std::unique_ptr<WeightSource> weights_;
   std::unique_ptr<GradientSink> grads_;

@@ -25,7 +25,7 @@ namespace lt {
 
 void StreamingExecutor::head(int w) {
   const StepTargets& batch = state_.batch;
-  const double loss_sum = run_head(w, batch.targets.data(), batch.grad_scale, state_.sq);
+  const double loss_sum = run_head(w, state_.targets, batch.grad_scale, state_.sq);
   state_.result.loss = batch.predicted > 0 ? loss_sum / static_cast<double>(batch.predicted) : 0.0;
   state_.result.router_loss = router_loss_.finish_forward(batch.grad_scale, batch.predicted);
   state_.result.loss += state_.result.router_loss;

@@ -65,7 +65,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"precision", "matmul precision: bf16 (fp32 accumulation) or f32", &c.precision},
       {"seed", "seed for initialisation and data order", &c.seed},
       {"plan", "plan JSON from `lazytrain plan` to train out of core with (empty: in memory)", &c.plan},
-      {"backend", "streaming backend: cpu, emu (separate compute tier with copy threads), or cuda (not complete yet: says why it cannot run)", &c.backend},
+      {"backend", "streaming backend: cpu, emu (separate compute tier with copy threads), or cuda (no step has run on a GPU yet: refused unless LT_CUDA_TRIAL=1)", &c.backend},
       {"offload_dir", "directory for the plan's NVMe tier (empty: the system temp directory)", &c.offload_dir},
       {"compute_budget_gb", "plan this run (MILP) for a compute tier of this many GB and train out of core (0: off)",
        &c.compute_budget_gb},
@@ -217,6 +217,10 @@ void validate(const TrainConfig& c) {
   } else if (c.backend != "cpu" && c.backend != "emu") {
     throw Error("unknown backend '" + c.backend + "'", "train config (backend)", "use cpu, emu or cuda");
   }
+  // Without a plan the whole model trains in memory on the CPU, whatever the backend says.
+  if (c.backend != "cpu" && c.plan.empty() && !(c.compute_budget_gb > 0))
+    throw Error("backend " + c.backend + " runs the streaming executor, which needs a plan", "train config (backend)",
+                "give --compute-budget-gb GB (or --plan FILE), or drop --backend to train in memory on the CPU");
   if (c.eval_problems < 0 || c.log_every < 0 || c.eval_every < 0 || c.save_every < 0)
     throw Error("intervals and counts must not be negative", "train config", "");
   // The optimizer's and schedule's numbers, checked here so that a typo fails before the

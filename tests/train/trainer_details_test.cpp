@@ -149,6 +149,8 @@ TEST(TrainerErrors, OutOfRangeFlags) {
       {{"--train-data", dir.str() + "/missing.jsonl"}, "the training data file does not exist"},
       {{"--eval-data", dir.str() + "/missing.jsonl"}, "the evaluation data file does not exist"},
       {{"--lr", "nan"}, "lr must be positive"},
+      // Without a plan the run would train in memory on the CPU, whatever --backend says.
+      {{"--backend", "emu"}, "backend emu runs the streaming executor, which needs a plan"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> args = {"train", "--output-dir", out, "--steps", "2", "--eval-problems", "0"};
