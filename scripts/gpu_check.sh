@@ -35,7 +35,8 @@ if [[ "${1:-}" == "--bundle" ]]; then
   ldd build/tests/lt_tests build/lazytrain | awk '/=> \//{print $3}' | sort -u |
     grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" .device/lib/; done
-  tar -C .device -cJf .device/lt_tests.tar.xz lt_tests lazytrain lib && rm -rf .device/lt_tests .device/lazytrain .device/lib
+  tar -C .device -cJf .device/lt_tests.tar.xz lt_tests lazytrain lib
+  rm -rf .device/lt_tests .device/lazytrain .device/lib
   cp -r /usr/src/googletest .device/googletest
   du -sh .device
   exit 0
@@ -98,11 +99,12 @@ fi
 if [[ -x /tmp/gpu_check/lazytrain ]]; then
   for backend in cpu cuda; do
     note "trial: train --backend $backend --compute-budget-gb 0.1 --steps 3"
+    trial_log="/tmp/gpu_check/trial-$backend.log"
     LT_CUDA_TRIAL=1 LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" timeout 300 \
-      /tmp/gpu_check/lazytrain train --backend "$backend" --compute-budget-gb 0.1 --steps 3 --log-every 1 --eval-problems 0 \
-      --output-dir "/tmp/gpu_check/trial-$backend" > "/tmp/gpu_check/trial-$backend.log" 2>&1
+      /tmp/gpu_check/lazytrain train --backend "$backend" --compute-budget-gb 0.1 --steps 3 --log-every 1 \
+      --eval-problems 0 --output-dir "/tmp/gpu_check/trial-$backend" > "$trial_log" 2>&1
     rc=$?
-    grep -E '^(plan|step|done|lazytrain: error)' "/tmp/gpu_check/trial-$backend.log" || tail -20 "/tmp/gpu_check/trial-$backend.log"
+    grep -E '^(plan|step|done|lazytrain: error)' "$trial_log" || tail -20 "$trial_log"
     [[ $rc -eq 0 ]] || fail "trial on $backend exited $rc"
   done
 fi
