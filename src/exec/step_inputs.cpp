@@ -18,10 +18,8 @@ StepInputs::StepInputs(HostPool& pool, const ModelConfig& c, int64_t batch, int6
   BlockContext tables;
   AlignedBuffer<float> cos, sin;
   set_rope_tables(tables, cos, sin, c, seq);
-  rope_floats_ = cos.size();
-  local_ = tables.local_rope_cos != nullptr;
-  local_offset_ = local_ ? static_cast<size_t>(tables.local_rope_cos - tables.rope_cos) : 0;
-  const size_t table_bytes = aligned(rope_floats_ * sizeof(float)), ids_bytes = aligned(tokens_ * sizeof(int32_t));
+  const size_t table_floats = cos.size();  // the global table, then the local one where there is one
+  const size_t table_bytes = aligned(table_floats * sizeof(float)), ids_bytes = aligned(tokens_ * sizeof(int32_t));
   memory_ = pool.allocate(2 * table_bytes + 3 * ids_bytes, "step inputs");
   std::byte* p = memory_.data();
   cos_ = reinterpret_cast<float*>(p);
@@ -29,15 +27,19 @@ StepInputs::StepInputs(HostPool& pool, const ModelConfig& c, int64_t batch, int6
   targets_ = reinterpret_cast<int32_t*>(p + 2 * table_bytes);
   doc_start_ = reinterpret_cast<int32_t*>(p + 2 * table_bytes + ids_bytes);
   positions_ = reinterpret_cast<int32_t*>(p + 2 * table_bytes + 2 * ids_bytes);
-  std::copy_n(cos.data(), rope_floats_, cos_);
-  std::copy_n(sin.data(), rope_floats_, sin_);
+  std::copy_n(cos.data(), table_floats, cos_);
+  std::copy_n(sin.data(), table_floats, sin_);
+  if (tables.local_rope_cos) {
+    local_cos_ = cos_ + (tables.local_rope_cos - tables.rope_cos);
+    local_sin_ = sin_ + (tables.local_rope_sin - tables.rope_sin);
+  }
 }
 
 void StepInputs::bind_rope(BlockContext& ctx) const {
   ctx.rope_cos = cos_;
   ctx.rope_sin = sin_;
-  ctx.local_rope_cos = local_ ? cos_ + local_offset_ : nullptr;
-  ctx.local_rope_sin = local_ ? sin_ + local_offset_ : nullptr;
+  ctx.local_rope_cos = local_cos_;
+  ctx.local_rope_sin = local_sin_;
 }
 
 const int32_t* StepInputs::set_targets(const std::vector<int32_t>& targets) {

@@ -33,10 +33,9 @@ class StepInputs {
 
  private:
   int64_t tokens_;
-  size_t rope_floats_ = 0, local_offset_ = 0;  // floats per table (both halves), the local half's start
-  bool local_ = false;
   HostBuffer memory_;
   float *cos_ = nullptr, *sin_ = nullptr;
+  float *local_cos_ = nullptr, *local_sin_ = nullptr;  // within cos_ and sin_; null without local tables
   int32_t *targets_ = nullptr, *doc_start_ = nullptr, *positions_ = nullptr;
 };
 

@@ -14,14 +14,7 @@ namespace ew = test::elementwise;
 using cuda::DeviceBuffer;
 using cuda::to_device;
 using cuda::to_host;
-
-std::vector<float> uniform_floats(size_t n, uint64_t seed, float lo, float hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using ew::uniform_floats;
 
 TEST(CudaKernels, ElementwiseAddsAndScaleAreTheExactResultRounded) {
   LT_REQUIRE_CUDA_DEVICE();

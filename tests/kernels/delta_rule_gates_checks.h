@@ -23,16 +23,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
-#include <random>
 #include <vector>
 
 #include "kernels/cpu/delta_rule_gates.h"
+#include "kernels/elementwise_checks.h"
 #include "kernels/kernel_table.h"
 
 namespace lt::test::delta_gates {
 
-inline constexpr double kUnit = 0x1p-24;
+using elementwise::BoundCheck;
+using elementwise::kUnit;
 
 struct Inputs {
   int64_t T, H;
@@ -42,13 +42,8 @@ struct Inputs {
 // Seeded inputs: b in [-8, 8], a in [-10, 30] (so a + dt_bias passes softplus' threshold
 // for some tokens), A_log in [-1, 2.5], the rest in [-1, 1].
 inline Inputs make_inputs(int64_t T, int64_t H) {
-  std::mt19937_64 rng(20261206);
-  auto uniform = [&](int64_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = d(rng);
-    return v;
-  };
+  uint64_t seed = 20261206;
+  auto uniform = [&](int64_t n, float lo, float hi) { return elementwise::uniform_floats(n, seed++, lo, hi); };
   const int64_t n = T * H;
   Inputs in;
   in.T = T;
@@ -80,25 +75,6 @@ inline Outputs run_on_host(const KernelTable& k, const Inputs& in) {
   return o;
 }
 
-// Every |got - want| <= bound; prints the largest error as a fraction of its bound.
-class Checker {
- public:
-  explicit Checker(const char* what) : what_(what) {}
-  void operator()(float got, double want, double bound, size_t i) {
-    const double err = std::fabs(double(got) - want);
-    if (bound > 0) worst_ = std::max(worst_, err / bound);
-    if (!(err <= bound) && bad_++ < 5)
-      ADD_FAILURE() << what_ << "[" << i << "]: got " << got << ", float64 " << want << ", error " << err
-                    << " over the bound " << bound;
-  }
-  ~Checker() { std::printf("  %s: largest error %.3g of its bound\n", what_, worst_); }
-
- private:
-  const char* what_;
-  double worst_ = 0;
-  int bad_ = 0;
-};
-
 inline void expect_gates(const Outputs& got, const Inputs& in, int exp_ulps, int log1p_ulps) {
   const double u = kUnit, E = exp_ulps, L = log1p_ulps, tail = std::exp(-19.0);
   const int64_t T = in.T, H = in.H, n = T * H;
@@ -113,7 +89,7 @@ inline void expect_gates(const Outputs& got, const Inputs& in, int exp_ulps, int
   for (int64_t j = 0; j < H; ++j) ddt[j] = in.d_dt_bias0[j], dA[j] = in.d_A_log0[j];
   ref::delta_rule_gates_backward<double>(db.data(), da.data(), ddt.data(), dA.data(), dbeta.data(), dg.data(),
                                          a.data(), kb.data(), kd.data(), A_log.data(), dt.data(), T, H);
-  Checker c_beta("beta"), c_decay("decay"), c_db("db"), c_da("da"), c_ddt("d_dt_bias"), c_dA("d_A_log");
+  BoundCheck c_beta("beta"), c_decay("decay"), c_db("db"), c_da("da"), c_ddt("d_dt_bias"), c_dA("d_A_log");
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < H; ++j) {
       const int64_t i = t * H + j;

@@ -21,14 +21,46 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <vector>
 
 namespace lt::test::elementwise {
 
 inline constexpr double kUnit = 0x1p-24;
+
+// n seeded floats, uniform in [lo, hi).
+inline std::vector<float> uniform_floats(size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Every |got - want| <= bound, value by value; reports the first few that are not and, when
+// done, the largest error as a fraction of its bound.
+class BoundCheck {
+ public:
+  explicit BoundCheck(const char* what) : what_(what) {}
+  void operator()(float got, double want, double bound, size_t i) {
+    const double err = std::fabs(double(got) - want);
+    if (bound > 0) worst_ = std::max(worst_, err / bound);
+    if (!(err <= bound) && bad_++ < 5)
+      ADD_FAILURE() << what_ << "[" << i << "]: got " << got << ", float64 " << want << ", error " << err
+                    << " over the bound " << bound;
+  }
+  ~BoundCheck() { std::printf("  %s: largest error %.3g of its bound\n", what_, worst_); }
+
+ private:
+  const char* what_;
+  double worst_ = 0;
+  int bad_ = 0;
+};
 
 inline uint32_t bits(float f) {
   uint32_t b;
@@ -90,26 +122,16 @@ struct GateOutputs {
 inline void expect_sigmoid_gate(const GateOutputs& got, const std::vector<float>& x, const std::vector<float>& gate,
                                 const std::vector<float>& dy, int exp_ulps) {
   const double u = kUnit, es = (2.0 * exp_ulps + 2) * u;
-  size_t bad = 0;
-  double worst = 0;  // the largest error as a fraction of its bound
-  auto check = [&](float g, double want, double rel, const char* what, size_t i) {
-    const double err = std::fabs(double(g) - want), bound = std::fabs(want) * rel;
-    if (bound > 0) worst = std::max(worst, err / bound);
-    if (!(err <= bound) && bad++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: got " << g << ", float64 " << want << ", error " << err
-                    << " over the bound " << bound;
-  };
+  BoundCheck c_y("gate y"), c_dx("gate dx"), c_dgate("gate dgate");
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_LE(std::fabs(gate[i]), 20.0f) << "the bounds' premise";
     const double e = std::exp(-double(gate[i])), s = 1 / (1 + e), one_minus_s = e / (1 + e);
     const double r1 = (s * es + u * (one_minus_s + s * es)) / one_minus_s;
-    check(got.y[i], double(x[i]) * s, (1 + es) * (1 + u) - 1, "gate y", i);
-    check(got.dx[i], double(dy[i]) * s, (1 + es) * (1 + u) - 1, "gate dx", i);
-    check(got.dgate[i], double(dy[i]) * x[i] * s * one_minus_s, std::pow(1 + u, 3) * (1 + es) * (1 + r1) - 1,
-          "gate dgate", i);
+    const double y = double(x[i]) * s, dx = double(dy[i]) * s, dgate = double(dy[i]) * x[i] * s * one_minus_s;
+    c_y(got.y[i], y, std::fabs(y) * ((1 + es) * (1 + u) - 1), i);
+    c_dx(got.dx[i], dx, std::fabs(dx) * ((1 + es) * (1 + u) - 1), i);
+    c_dgate(got.dgate[i], dgate, std::fabs(dgate) * (std::pow(1 + u, 3) * (1 + es) * (1 + r1) - 1), i);
   }
-  EXPECT_EQ(bad, 0u);
-  std::printf("  sigmoid gate: largest error %.3g of its bound over %zu values\n", worst, x.size());
 }
 
 }  // namespace lt::test::elementwise

@@ -155,21 +155,11 @@ double table_head_cross_entropy(Gemm& gemm, float* dx, float* dw, const float* x
                                 const CrossEntropyOptions& opt, void* workspace, void* stream) {
   if ((dx == nullptr) != (dw == nullptr))
     throw std::runtime_error("head_cross_entropy (cuda): give dx and dw both, or neither");
-  const int64_t vc = table_head_vocab_chunk(T, V, p, opt);
-  const HeadWorkspace ws = layout(workspace, T, C, V, vc, p);
-  HeadCrossEntropyPasses passes(gemm, x_for(ws, p, x, T, C, stream), targets, T, C, V, input_of(p), grad_scale, vc,
-                                ws.passes, stream);
-  for (int64_t v0 = 0; v0 < V; v0 += vc) {
-    const int64_t n = std::min(vc, V - v0);
-    passes.fold(rows_for(ws, p, w, w_bf16, v0, n, C, stream), v0, n);
-  }
-  passes.finish(ws.loss);
-  if (dx)
-    for (int64_t v0 = 0; v0 < V; v0 += vc) {
-      const int64_t n = std::min(vc, V - v0);
-      passes.backward(rows_for(ws, p, w, w_bf16, v0, n, C, stream), v0, n, dx, dw + v0 * C);
-    }
-  return loss_to_host(ws.loss, stream);
+  // The whole head is the stream's one chunk: the same sub-chunks, passes and loss read.
+  CudaStreamedHead head(gemm, x, targets, T, C, V, grad_scale, p, opt, workspace, stream);
+  head.forward(w, w_bf16, 0, V);
+  if (dx) head.backward(dx, dw, w, w_bf16, 0, V);
+  return head.loss();
 }
 
 std::unique_ptr<HeadCrossEntropyStream> table_head_stream(Gemm& gemm, const float* x, const int32_t* targets,
