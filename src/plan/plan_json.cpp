@@ -218,6 +218,16 @@ void check_structure(const Plan& p, const std::string& where) {
   for (const Window& w : p.windows) {
     const std::string in = " in window " + w.name;
     if (w.layer < -1 || w.layer >= L) bad("layer " + std::to_string(w.layer) + in + " is out of range");
+    // A layer pass reads its layer's weights and boundary (the simulator and the executor
+    // index by it); every other window is the step's, not a layer's (the planners write -1).
+    const bool layer_pass =
+        w.kind == WindowKind::Forward || w.kind == WindowKind::Recompute || w.kind == WindowKind::Backward;
+    if (layer_pass && w.layer < 0)
+      bad(std::string(window_kind_name(w.kind)) + " window " + w.name + " names no layer (0.." +
+          std::to_string(L - 1) + ")");
+    if (!layer_pass && w.layer >= 0)
+      bad(std::string(window_kind_name(w.kind)) + " window " + w.name + " names layer " + std::to_string(w.layer) +
+          "; only forward, recompute and backward windows are a layer's (-1)");
     for (const Transfer& t : w.transfers) {
       if (!valid_tensor_name(t.tensor, L, head_chunks)) bad("unknown tensor '" + t.tensor + "'" + in);
       if ((t.link == Link::Net) != !exchange_target(t.tensor).empty())

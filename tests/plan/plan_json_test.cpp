@@ -71,6 +71,19 @@ TEST(PlanJson, RejectsOutOfRangeFieldsWithAnLtError) {
   expect_error([](nlohmann::json& j) { j["resident_layers"] = {-5, 99}; }, "layer -5 is not one of the plan's 0..1");
   expect_error([](nlohmann::json& j) { j["windows"][2]["layer"] = 1000; }, "layer 1000 in window");
   expect_error([](nlohmann::json& j) { j["recompute_blocks"] = {{0, 7}}; }, "recompute block [0, 7]");
+  // The simulator indexed the boundaries with a backward window's layer -1 (UBSan: pointer
+  // overflow in sim/simulator.cpp; fuzz/plan_json_fuzz in CI, stop 51).
+  auto window_of_kind = [&](const std::string& kind) {
+    for (size_t i = 0; i < good["windows"].size(); ++i)
+      if (good["windows"][i]["kind"] == kind) return i;
+    ADD_FAILURE() << "the plan has no " << kind << " window";
+    return size_t{0};
+  };
+  const size_t backward = window_of_kind("backward"), forward = window_of_kind("forward");
+  const size_t head = window_of_kind("head");
+  expect_error([&](nlohmann::json& j) { j["windows"][backward]["layer"] = -1; }, "backward window B");
+  expect_error([&](nlohmann::json& j) { j["windows"][forward]["layer"] = -1; }, "names no layer (0..1)");
+  expect_error([&](nlohmann::json& j) { j["windows"][head]["layer"] = 0; }, "head window HEAD names layer 0");
   // The simulator's std::stoi of a tensor name threw std::invalid_argument, or indexed past
   // its tables with "w.999".
   expect_error([](nlohmann::json& j) { j["windows"][1]["transfers"][0]["tensor"] = "w.x"; }, "unknown tensor 'w.x'");
