@@ -13,7 +13,8 @@
 #                                   against the CPU's bits) and CudaBackend tests (the cuda
 #                                   backend's memory, copies and events), a 3-step
 #                                   training trial on cpu and on cuda (losses printed
-#                                   side by side), then
+#                                   side by side, planned with the GPU's
+#                                   profile from `profile --backend cuda`), then
 #                                   lt_cuda_tests under compute-sanitizer's memcheck where
 #                                   it works. Where the carried lt_cuda_tests cannot start
 #                                   there, it is rebuilt from source with nvcc.
@@ -93,16 +94,33 @@ else
   note "no .device/lt_tests.tar.xz (run scripts/gpu_check.sh --bundle first): AdamWCuda and CudaBackend not run"
 fi
 
+# The GPU's profile as the planner will read it: the cuda backend's matmul rates and pinned
+# copies each way, the device's memory (exec/backend_rates.h), then the host's disk and
+# optimizer as on the CPU. The trial below plans with it; where it fails, with the shipped
+# H200 profile.
+hardware=profiles/h200.json
+if [[ -x /tmp/gpu_check/lazytrain ]]; then
+  note "profile --backend cuda"
+  if LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" timeout 180 /tmp/gpu_check/lazytrain profile \
+    --backend cuda --out /tmp/gpu_check/cuda_profile.json --dir /tmp/gpu_check --nvme-mb 512 --reps 5; then
+    hardware=/tmp/gpu_check/cuda_profile.json
+    [[ -n "${OUT:-}" ]] && cp "$hardware" "$OUT"/
+  else
+    fail "profile --backend cuda"
+  fi
+fi
+
 # A first training trial on the GPU (reported, not judged against a bound: no step has run
 # there yet): the embedded default for 3 steps under one compute budget, on the cpu
-# backend and on cuda (LT_CUDA_TRIAL=1 lifts the refusal); a run that fails fails the check.
+# backend and on cuda (LT_CUDA_TRIAL=1 lifts the refusal), one hardware profile for both
+# (so one plan); a run that fails fails the check.
 if [[ -x /tmp/gpu_check/lazytrain ]]; then
   for backend in cpu cuda; do
-    note "trial: train --backend $backend --compute-budget-gb 0.1 --steps 3"
+    note "trial: train --backend $backend --compute-budget-gb 0.1 --steps 3 --hardware $hardware"
     trial_log="/tmp/gpu_check/trial-$backend.log"
     LT_CUDA_TRIAL=1 LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" timeout 300 \
       /tmp/gpu_check/lazytrain train --backend "$backend" --compute-budget-gb 0.1 --steps 3 --log-every 1 \
-      --eval-problems 0 --output-dir "/tmp/gpu_check/trial-$backend" > "$trial_log" 2>&1
+      --eval-problems 0 --hardware "$hardware" --output-dir "/tmp/gpu_check/trial-$backend" > "$trial_log" 2>&1
     rc=$?
     grep -E '^(plan|step|done|lazytrain: error)' "$trial_log" || tail -20 "$trial_log"
     [[ $rc -eq 0 ]] || fail "trial on $backend exited $rc"

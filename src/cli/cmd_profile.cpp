@@ -1,7 +1,8 @@
 // `lazytrain profile`: measures this machine and writes a hardware profile (plan/
-// hardware_profile.h) whose numbers are marked "measured": the GEMM rate (fp32 through
-// lt::matmul, the precision the cpu and emu streaming executors compute in, and the
-// element size of the weights, gradients and activations they hold), memcpy bandwidth (the emu backend's copy rate and the host's stream rate),
+// hardware_profile.h) whose numbers are marked "measured": the GEMM rate (--backend cpu:
+// fp32 and bf16 through lt::matmul; cuda: through the cuda backend's kernel table on the
+// device, with its pinned copies as the links), memcpy bandwidth (the emu backend's copy
+// rate and the host's stream rate),
 // NVMe read and write with O_DIRECT in a given directory, and the host AdamW throughput.
 // Medians of a few repetitions: the machines this runs on are often shared and noisy.
 #include <fcntl.h>
@@ -25,6 +26,8 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "exec/backend_cuda.h"
+#include "exec/backend_rates.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/matmul.h"
 #include "train/bf16_gemm_paths.h"
@@ -36,7 +39,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct ProfileArgs {
-  std::string out = "profiles/local.json", dir = ".";
+  std::string out = "profiles/local.json", dir = ".", backend = "cpu";
   int nvme_mb = 1024, reps = 5;
   double compute_memory_gb = 0;
 };
@@ -150,14 +153,10 @@ nlohmann::json measured(double v, const std::string& note = "") {
   return j;
 }
 
-void run_profile(const ProfileArgs& a) {
-  prepare_output_file(a.out, "--out");  // before a minute of measuring, not after
-  std::error_code ec;
-  if (!std::filesystem::is_directory(a.dir, ec))
-    throw Error("the disk-test directory " + a.dir + " does not exist", "--dir",
-                "give --dir an existing directory on the NVMe drive to profile");
-  std::printf("profiling this machine (%d threads)...\n", num_threads());
-  std::printf("  %s\n", cpu_summary().c_str());
+// The compute tier of the cpu backend: GEMMs through lt::matmul on host RAM, whose
+// budget is --compute-memory or half the host; "links" are memcpy (the emu backend's
+// copies). Fills j's compute, links and the bf16 paths.
+void profile_cpu_compute(const ProfileArgs& a, double host_bytes, double copy, nlohmann::json& j) {
   const double gemm = measure_gemm(a.reps, Precision::F32);
   std::printf("  fp32 GEMM 2048^3          %.1f GFLOP/s (%s)\n", gemm / 1e9,
               matmul_impl_name(2048, 2048, 2048, Precision::F32).c_str());
@@ -180,24 +179,8 @@ void run_profile(const ProfileArgs& a) {
   }
   const double gemm_bf16 = measure_gemm(a.reps, Precision::BF16);
   std::printf("  bf16 GEMM 2048^3          %.1f GFLOP/s (%s)\n", gemm_bf16 / 1e9, matmul_bf16_path().c_str());
-  double copy = measure_memcpy(a.reps);
-  std::printf("  memcpy                    %.2f GB/s\n", copy / 1e9);
-  auto [rd, wr] = measure_nvme(a.dir, a.nvme_mb);
-  std::printf("  disk O_DIRECT in %s    read %.2f GB/s, write %.2f GB/s\n", a.dir.c_str(), rd / 1e9, wr / 1e9);
-  double opt = measure_optimizer(a.reps);
-  std::printf("  fp32 AdamW                %.1f M params/s\n", opt / 1e6);
-  double host = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  double disk = static_cast<double>(std::filesystem::space(a.dir).available);
-  double compute_mem = a.compute_memory_gb > 0 ? a.compute_memory_gb * 1e9 : 0.5 * host;
-  nlohmann::json j;
-  j["name"] = "local";
+  const double compute_mem = a.compute_memory_gb > 0 ? a.compute_memory_gb * 1e9 : 0.5 * host_bytes;
   j["description"] = "This machine, measured by `lazytrain profile` (CPU backend: the compute tier is a RAM budget).";
-  j["cpu"] = cpu_summary();
-  j["backend"] = "cpu";
-  // The cpu and emu streaming executors hold fp32 activations, weights and gradients.
-  j["act_bytes"] = 4;
-  j["weight_bytes"] = 4;
-  j["grad_bytes"] = 4;
   j["compute"] = {
       {"memory_gb", {{"value", compute_mem / 1e9}, {"source", a.compute_memory_gb > 0 ? "given" : "assumed"},
                      {"note", "RAM budget for the compute tier (half the host unless --compute-memory)"}}},
@@ -207,6 +190,85 @@ void run_profile(const ProfileArgs& a) {
       {"efficiency", measured(1.0, "the GEMM rate above is already what the kernels reach")}};
   j["links"] = {{"h2d_gbps", measured(copy / 1e9, "memcpy (the emu backend's copies)")},
                 {"d2h_gbps", measured(copy / 1e9, "memcpy")}};
+  if (!paths.is_null()) j["bf16_gemm_paths"] = paths;  // informational: the planner reads bf16_peak_tflops
+}
+
+// The GEMMs' size on a GPU: large enough that a launch and its scratch are noise next to
+// the product (8192^3 bf16 is ~1.6 ms on an H200; the three fp32 matrices take 768 MiB).
+constexpr int64_t kProfileGpuGemmSize = 8192;
+// What the device keeps back from the planner's default cap: the CUDA context's own
+// allocations after this point, cuBLASLt's workspace and the kernels' stream-ordered
+// scratch (kernels/cuda/cuda_kernel_table.cu), which the plan does not place.
+constexpr double kGpuReserveBytes = 1.5e9;
+
+// The compute tier of a GPU's backend (cuda), measured through the backend the executor
+// runs on (exec/backend_rates.h): its kernel table's matmul in device memory, its copies
+// between pinned host memory and the device each way, and the device's memory.
+void profile_backend_compute(const ProfileArgs& a, Backend& backend, nlohmann::json& j) {
+  const int64_t n = kProfileGpuGemmSize;
+  const std::string shape = std::to_string(n) + "^3";
+  const double gemm = measure_backend_gemm(backend, n, Precision::F32, a.reps);
+  std::printf("  fp32 GEMM %s          %.1f TFLOP/s (cuBLASLt, fp32 FMAs, no TF32)\n", shape.c_str(), gemm / 1e12);
+  const double gemm_bf16 = measure_backend_gemm(backend, n, Precision::BF16, a.reps);
+  std::printf("  bf16 GEMM %s          %.1f TFLOP/s (cuBLASLt, fp32 accumulation, inputs converted per call)\n",
+              shape.c_str(), gemm_bf16 / 1e12);
+  const size_t link_bytes = size_t{256} << 20;
+  const double h2d = measure_backend_link(backend, true, link_bytes, a.reps);
+  const double d2h = measure_backend_link(backend, false, link_bytes, a.reps);
+  std::printf("  pinned copies 256 MiB     host to device %.2f GB/s, device to host %.2f GB/s\n", h2d / 1e9,
+              d2h / 1e9);
+  const Backend::Capacity cap = backend.compute_capacity();
+  const bool given = a.compute_memory_gb > 0;
+  const double memory = given ? a.compute_memory_gb * 1e9 : static_cast<double>(cap.total);
+  const double default_cap = given ? memory : std::max(0.0, static_cast<double>(cap.free) - kGpuReserveBytes);
+  std::printf("  device memory             %.1f GB, %.1f GB free\n", cap.total / 1e9, cap.free / 1e9);
+  const std::string how = "through the cuda backend's kernel table (exec/backend_rates.h), device memory";
+  j["description"] = "This machine, measured by `lazytrain profile --backend cuda` (the compute tier is GPU memory).";
+  j["compute"] = {
+      {"memory_gb", given ? nlohmann::json{{"value", memory / 1e9}, {"source", "given"}}
+                          : measured(memory / 1e9, "the device's memory (cudaMemGetInfo)")},
+      {"default_cap_gb", given ? nlohmann::json{{"value", default_cap / 1e9}, {"source", "given"}}
+                               : measured(default_cap / 1e9, "free device memory less 1.5 GB for the CUDA "
+                                                             "context, cuBLASLt and the kernels' scratch")},
+      {"peak_tflops", measured(gemm / 1e12, "fp32 GEMM " + shape + " " + how)},
+      {"bf16_peak_tflops", measured(gemm_bf16 / 1e12, "bf16 GEMM " + shape + " (fp32 accumulation) " + how)},
+      {"efficiency", measured(1.0, "the GEMM rate above is already what the table's kernels reach")}};
+  j["links"] = {{"h2d_gbps", measured(h2d / 1e9, "cudaMemcpyAsync of 256 MiB from pinned memory, the H2D stream")},
+                {"d2h_gbps", measured(d2h / 1e9, "cudaMemcpyAsync of 256 MiB to pinned memory, the D2H stream")}};
+}
+
+void run_profile(const ProfileArgs& a) {
+  if (a.backend != "cpu" && a.backend != "cuda")
+    throw Error("unknown backend '" + a.backend + "'", "--backend",
+                "use cpu (the compute tier is host RAM; emu runs take its rates) or cuda");
+  prepare_output_file(a.out, "--out");  // before a minute of measuring, not after
+  std::error_code ec;
+  if (!std::filesystem::is_directory(a.dir, ec))
+    throw Error("the disk-test directory " + a.dir + " does not exist", "--dir",
+                "give --dir an existing directory on the NVMe drive to profile");
+  // The device first: where there is none (or no CUDA in this build), say so at once.
+  std::unique_ptr<Backend> cuda = a.backend == "cuda" ? make_cuda_backend() : nullptr;
+  std::printf("profiling this machine (%s backend, %d threads)...\n", a.backend.c_str(), num_threads());
+  std::printf("  %s\n", cpu_summary().c_str());
+  const double host = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  nlohmann::json j;
+  j["name"] = "local";
+  j["cpu"] = cpu_summary();
+  j["backend"] = a.backend;
+  // The streaming executors hold fp32 activations, weights and gradients on every backend
+  // (bf16 matmuls read the host's bf16 copy).
+  j["act_bytes"] = 4;
+  j["weight_bytes"] = 4;
+  j["grad_bytes"] = 4;
+  if (cuda) profile_backend_compute(a, *cuda, j);
+  const double copy = measure_memcpy(a.reps);
+  std::printf("  memcpy                    %.2f GB/s\n", copy / 1e9);
+  if (a.backend == "cpu") profile_cpu_compute(a, host, copy, j);
+  auto [rd, wr] = measure_nvme(a.dir, a.nvme_mb);
+  std::printf("  disk O_DIRECT in %s    read %.2f GB/s, write %.2f GB/s\n", a.dir.c_str(), rd / 1e9, wr / 1e9);
+  double opt = measure_optimizer(a.reps);
+  std::printf("  fp32 AdamW                %.1f M params/s\n", opt / 1e6);
+  double disk = static_cast<double>(std::filesystem::space(a.dir).available);
   j["nvme"] = {{"read_gbps", measured(rd / 1e9, "O_DIRECT 8 MiB sequential in " + a.dir)},
                {"write_gbps", measured(wr / 1e9, "O_DIRECT 8 MiB sequential with fsync in " + a.dir)},
                {"capacity_gb", measured(disk / 1e9, "free space in " + a.dir)}};
@@ -214,7 +276,6 @@ void run_profile(const ProfileArgs& a) {
                {"optimizer_gparams_per_s", measured(opt / 1e9, "plain fp32 AdamW loop, all threads")},
                {"memory_bandwidth_gbps", measured(copy / 1e9, "memcpy")},
                {"threads", measured(num_threads(), "the threads the GEMM and AdamW rates ran on")}};
-  if (!paths.is_null()) j["bf16_gemm_paths"] = paths;  // informational: the planner reads bf16_peak_tflops
   write_file_atomic(a.out, j.dump(2) + "\n");
   std::printf("written %s\n", a.out.c_str());
 }
@@ -228,7 +289,11 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--dir", a->dir, "Directory on the NVMe drive for the O_DIRECT test")->capture_default_str();
   cmd->add_option("--nvme-mb", a->nvme_mb, "Size of the disk test file, MiB")->capture_default_str();
   cmd->add_option("--reps", a->reps, "Repetitions per measurement (median)")->capture_default_str();
-  cmd->add_option("--compute-memory", a->compute_memory_gb, "RAM budget of the compute tier, GB");
+  cmd->add_option("--compute-memory", a->compute_memory_gb,
+                  "Compute tier's memory, GB (cpu: the RAM budget, default half the host; cuda: default the device's)");
+  cmd->add_option("--backend", a->backend,
+                  "cpu (GEMMs on this CPU) or cuda (GEMMs and pinned copies through the cuda backend, GPU 0)")
+      ->capture_default_str();
   cmd->callback([a] { run_profile(*a); });
 }
 

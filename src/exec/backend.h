@@ -71,6 +71,13 @@ class Backend {
   // (cpu, and emu, whose separate tier is host RAM playing device memory); a GPU's backend
   // gives device memory and pinned host memory (so that its copies run asynchronously).
   virtual BufferType& compute_memory() { return host_memory(); }
+  // The compute tier's memory on the machine, in bytes: all of it, and what is free now.
+  // Zeros where the compute tier is host RAM (cpu, emu: its size is a budget the user
+  // gives, not the machine's); a GPU's backend reports its device's.
+  struct Capacity {
+    size_t total = 0, free = 0;
+  };
+  virtual Capacity compute_capacity() const { return {}; }
   virtual BufferType& host_tier_memory() { return host_memory(); }
   // What runs on the compute tier besides the kernels: the executor fills and copies
   // inside it through these. Defaults: memset/memcpy on the calling thread (the compute

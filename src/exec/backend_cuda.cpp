@@ -258,6 +258,12 @@ class CudaBackend final : public Backend {
     static PinnedHostMemory type;
     return type;
   }
+  Capacity compute_capacity() const override {
+    size_t free = 0, total = 0;
+    LT_CUDA(cudaSetDevice(device_));
+    LT_CUDA(cudaMemGetInfo(&free, &total));
+    return {total, free};
+  }
   void fill_compute(void* dst, int byte, size_t bytes) override {
     if (!bytes) return;
     std::lock_guard lock(mu_);

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "exec/backend.h"
 #include "exec/backend_cuda.h"
+#include "exec/backend_rates.h"
 #include "memory/buffer_type.h"
 #include "test_util.h"
 #include "train/train_config.h"
@@ -87,7 +88,12 @@ TEST(CudaBackend, TiersAreDeviceAndPinnedMemory) {
   ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
   EXPECT_EQ(dev.allocate(dev.round_up(total_b * 2)), nullptr);
   EXPECT_STREQ(b->kernels().name, "cuda");  // the CUDA table, not the CPU's default
-  EXPECT_EQ(b->kernels().matmul, nullptr);    // not in it yet: null, and train refuses the backend
+  EXPECT_NE(b->kernels().matmul, nullptr);   // the table has every entry the dense and hybrid layers call
+  // What `profile --backend cuda` writes as the device's memory: the driver's figures.
+  const Backend::Capacity cap = b->compute_capacity();
+  EXPECT_EQ(cap.total, total_b);
+  EXPECT_LE(cap.free, cap.total);
+  EXPECT_GT(cap.free, 0u);
 #endif
 }
 
@@ -159,6 +165,25 @@ TEST(CudaBackend, CopiesAreTimedOnTheirStreams) {
   // No host link moves a TB/s; a timer that measured the issue instead of the copy would.
   EXPECT_LT(h2d_gbps, 1000);
   EXPECT_LT(d2h_gbps, 1000);
+}
+
+// `profile --backend cuda`'s measurements (exec/backend_rates.h) run on the device: the
+// table's matmul in device memory and the pinned copies each way give rates a GPU can
+// have (not the microseconds of a call that did nothing, nor a failed one).
+TEST(CudaBackend, ProfileRatesRunOnTheDevice) {
+  LT_REQUIRE_GPU();
+  auto b = make_cuda_backend();
+  const double bf16 = measure_backend_gemm(*b, 2048, Precision::BF16, 3);
+  const double f32 = measure_backend_gemm(*b, 2048, Precision::F32, 3);
+  std::printf("cuda backend: bf16 GEMM 2048^3 %.1f TFLOP/s, fp32 %.1f TFLOP/s\n", bf16 / 1e12, f32 / 1e12);
+  EXPECT_GT(bf16, 1e12);  // any GPU with tensor cores; the CPU engine's reach is ~1e11
+  EXPECT_LT(bf16, 1e16);  // ten times a B200's dense bf16 peak
+  EXPECT_GT(f32, 1e11);
+  for (bool to_compute : {true, false}) {
+    const double rate = measure_backend_link(*b, to_compute, size_t{64} << 20, 3);
+    EXPECT_GT(rate, 1e9) << (to_compute ? "h2d" : "d2h");   // PCIe 3 x4 and up
+    EXPECT_LT(rate, 1e12) << (to_compute ? "h2d" : "d2h");  // beyond NVLink-C2C
+  }
 }
 
 TEST(CudaBackend, ANonexistentDeviceIsAnError) {

@@ -20,6 +20,7 @@
 #include "data/jsonl_dataset.h"
 #include "data/synthetic_arith.h"
 #include "data/tokenizer.h"
+#include "exec/backend_cuda.h"
 #include "io/atomic_file.h"
 #include "memory/nvme_test_util.h"
 #include "train/checkpoints.h"
@@ -165,6 +166,12 @@ TEST(TrainerErrors, OutOfRangeFlags) {
   expect_clear_error(run_cli({"plan", "--model", "qwen3.6-27b", "--gpu-cap", "-3"}), {"--gpu-cap must not be negative"});
   expect_clear_error(run_cli({"plan", "--model", "qwen3.6-27b", "--time-limit", "-1"}), {"--time-limit must be positive"});
   expect_clear_error(run_cli({"profile", "--dir", dir.str() + "/missing"}), {"does not exist", "--dir"});
+  expect_clear_error(run_cli({"profile", "--backend", "emu", "--out", dir.str() + "/p.json"}),
+                     {"unknown backend 'emu'", "--backend", "use cpu"});
+  // Where the cuda backend cannot start (no CUDA in this build, or no GPU): the backend's
+  // reason and fix, before any measuring; where it can, the run would profile the GPU.
+  if (const std::string no_cuda = test::error_of([] { make_cuda_backend(); }); !no_cuda.empty())
+    expect_clear_error(run_cli({"profile", "--backend", "cuda", "--out", dir.str() + "/p.json"}), {no_cuda});
 }
 
 std::vector<json> read_jsonl(const std::string& path) {
