@@ -14,7 +14,9 @@
 #                                   backend's memory, copies and events), a 3-step
 #                                   training trial on cpu and on cuda (losses printed
 #                                   side by side, planned with the GPU's
-#                                   profile from `profile --backend cuda`), then
+#                                   profile from `profile --backend cuda`), `bench
+#                                   gpu` (the MILP vs the megatrain rule at the
+#                                   Qwen2.5-7B shape), then
 #                                   lt_cuda_tests under compute-sanitizer's memcheck where
 #                                   it works. Where the carried lt_cuda_tests cannot start
 #                                   there, it is rebuilt from source with nvcc.
@@ -125,6 +127,20 @@ if [[ -x /tmp/gpu_check/lazytrain ]]; then
     grep -E '^(plan|step|done|lazytrain: error)' "$trial_log" || tail -20 "$trial_log"
     [[ $rc -eq 0 ]] || fail "trial on $backend exited $rc"
   done
+fi
+
+# The GPU bench: a Qwen2.5-7B-shaped model (8 layers, random weights) trained a few steps
+# with the MILP's plan and the megatrain rule at the largest batch both fit, planned with
+# the GPU's profile; its RESULT line is the figure (reported; a run that fails
+# fails the check).
+if [[ -x /tmp/gpu_check/lazytrain ]]; then
+  note "bench gpu --hardware $hardware --max-batch 32 --steps 3"
+  LT_CUDA_TRIAL=1 LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" timeout 300 \
+    /tmp/gpu_check/lazytrain bench gpu --hardware "$hardware" --max-batch 32 --steps 3 \
+    --offload-dir /tmp/gpu_check > /tmp/gpu_check/bench-gpu.log 2>&1
+  rc=$?
+  cat /tmp/gpu_check/bench-gpu.log
+  [[ $rc -eq 0 ]] || fail "bench gpu exited $rc"
 fi
 
 note "lt_cuda_tests under compute-sanitizer memcheck"

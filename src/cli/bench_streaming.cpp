@@ -150,22 +150,26 @@ PlanRequest bench_request(const StreamingBenchArgs& a, const std::string& profil
   return req;
 }
 
-Measured measure_layer_times(PlanRequest& req, const StreamingBenchArgs& a) {
+Measured measure_layer_times(PlanRequest& req, const StreamingBenchArgs& a, Backend* backend) {
   const Plan probe_plan = make_plan(req, "keep-all");
   // Every prediction rests on this one run, so it gets more steps than a row: the fastest
   // of five is rarely a step that a neighbour's burst slowed.
-  Measured probe = run_plan(probe_plan, a, -1, false, 5);
+  Measured probe = backend ? run_plan_on(*backend, probe_plan, a, false, 5) : run_plan(probe_plan, a, -1, false, 5);
   req.measured = layer_times(probe, probe_plan);
   return probe;
 }
 
 Measured run_plan(const Plan& plan, const StreamingBenchArgs& a, double emu_gbps, bool train, int min_steps) {
+  auto backend = emu_gbps < 0 ? make_cpu_backend() : make_emu_backend(emu_gbps, emu_gbps);
+  return run_plan_on(*backend, plan, a, train, min_steps);
+}
+
+Measured run_plan_on(Backend& backend, const Plan& plan, const StreamingBenchArgs& a, bool train, int min_steps) {
   const ModelConfig& c = plan.model;
   ModelParameters params(c), grads(c);
   fill(params);
   std::vector<int32_t> ids(plan.batch * plan.seq);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 2654435761u) % c.vocab_size);
-  auto backend = emu_gbps < 0 ? make_cpu_backend() : make_emu_backend(emu_gbps, emu_gbps);
   const int steps = std::max(a.steps, min_steps);
   const TrainConfig tc = bench_train_config(steps + 1);
   // Paged states need their size even when nothing trains (the pager still moves them).
@@ -178,7 +182,7 @@ Measured run_plan(const Plan& plan, const StreamingBenchArgs& a, double emu_gbps
   ComputeCopy copy(a.precision);  // bf16: what the matmuls read (null under fp32)
   copy.refresh(params);
   if (updater) so.layer_state_bytes = updater->layer_state_bytes();
-  StreamingExecutor ex(plan, *backend, so);
+  StreamingExecutor ex(plan, backend, so);
   Measured m;
   std::vector<double> times;
   double optimizer_s = 0;

@@ -45,8 +45,8 @@ PlanRequest bench_request(const StreamingBenchArgs& a, const std::string& profil
 
 struct Measured;
 // Runs a keep-all plan of the request (no training) and sets req.measured from its
-// per-window times; returns that run.
-Measured measure_layer_times(PlanRequest& req, const StreamingBenchArgs& a);
+// per-window times; returns that run. On `backend` when given, else the cpu backend.
+Measured measure_layer_times(PlanRequest& req, const StreamingBenchArgs& a, Backend* backend = nullptr);
 
 struct Measured {
   double step_s = 0;  // the fastest measured step: other processes only ever add time
@@ -65,6 +65,9 @@ struct Measured {
 // target in the lazy-update hook (its states paged from NVMe where the plan says).
 Measured run_plan(const Plan& plan, const StreamingBenchArgs& a, double emu_gbps = -1, bool train = false,
                   int min_steps = 1);
+// The same on a backend the caller made (bench gpu: cuda).
+Measured run_plan_on(Backend& backend, const Plan& plan, const StreamingBenchArgs& a, bool train = false,
+                     int min_steps = 1);
 
 // The next batch of a bench's token stream, from `state` (the same batches in every run
 // that starts from the same state): random ids in [0, vocab), and labels equal to them.

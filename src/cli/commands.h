@@ -18,6 +18,7 @@ void add_simulate_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
 void add_bench_predict_command(CLI::App& app);
 void add_bench_out_of_core_command(CLI::App& app);
+void add_bench_gpu_command(CLI::App& app);
 void add_bench_adapt_command(CLI::App& app);
 void add_bench_dp_command(CLI::App& app);
 void add_bench_host_budget_command(CLI::App& app);

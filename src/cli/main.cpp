@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   lt::cli::add_profile_command(app);
   lt::cli::add_bench_predict_command(app);
   lt::cli::add_bench_out_of_core_command(app);
+  lt::cli::add_bench_gpu_command(app);
   lt::cli::add_bench_adapt_command(app);
   lt::cli::add_bench_dp_command(app);
   lt::cli::add_bench_host_budget_command(app);

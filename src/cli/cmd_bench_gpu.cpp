@@ -1,0 +1,198 @@
+// `lazytrain bench gpu` (issue 27, part 6): a Qwen2.5-7B-shaped model (random weights,
+// 8 of its layers by default) trained for a few steps on the cuda backend with the MILP's
+// plan and with the megatrain rule, on the same engine, at the largest batch the rule fits
+// on the device (the largest both fit). Prints per plan the measured TFLOPS (6 N tokens over the median step),
+// the predicted and measured step and the planned and measured compute-tier peak, then
+//   RESULT gpu tflops_milp=... tflops_megatrain=... ratio=... pred_err=... peak_ok=...
+// (pred_err: the larger of the two plans' |measured - predicted| / measured; peak_ok: both
+// measured peaks at most planned).
+//
+// The rates the plans are made with are the backend's own, measured at the start through
+// it (exec/backend_rates.h, as `profile --backend cuda` does), unless --hardware names a
+// profile; the host optimizer's rate is the hybrid 8-bit AdamW's on this host, which runs
+// it in the lazy-update hook of every step (--no-train: forward and backward only). The
+// same command runs on the emu and cpu backends (a smaller --model and a
+// --compute-budget-gb then), which is how it is tested without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/bench_streaming.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/measure.h"
+#include "exec/backend_rates.h"
+#include "model/layer_specs.h"
+#include "plan/cost_model.h"
+#include "plan/hardware_profile.h"
+#include "plan/model_preset.h"
+#include "plan/planner.h"
+
+namespace lt::cli {
+namespace {
+
+struct GpuBenchArgs {
+  StreamingBenchArgs base;  // steps, offload dir, direct I/O, precision
+  std::string backend = "cuda", model = "qwen2.5-7b", hardware, precision = "bf16";
+  int layers = 8;             // of the model's; 0: all
+  int64_t batch = 0;          // 0: the largest both plans fit, up to max_batch
+  int64_t max_batch = 64;
+  double compute_budget_gb = 0;  // 0: the profile's default cap (the device's free memory)
+  bool train = true;
+};
+
+ModelConfig bench_gpu_model(const GpuBenchArgs& a) {
+  ModelConfig c = resolve_model(a.model).config;
+  if (c.has_moe())
+    throw Error("model " + a.model + " has MoE layers, whose experts run on the CPU's kernels only", "--model",
+                "give a dense or hybrid model");
+  if (a.layers < 0) throw Error("--layers must not be negative", "--layers", "give 0 (all) or a count");
+  if (a.layers > 0 && a.layers < c.num_layers) {
+    c.num_layers = a.layers;
+    if (!c.layer_types.empty()) c.layer_types.resize(a.layers);
+    if (!c.layer_kinds.empty()) c.layer_kinds.resize(a.layers);
+  }
+  c.torch_dtype = "float32";
+  return c;
+}
+
+// The rates the plans are made with: the given profile, or the backend's GEMM and links
+// measured now (the device's memory for its cap) over bench_request's NVMe store and host.
+void set_rates(PlanRequest& req, Backend& backend, const GpuBenchArgs& a, Precision precision) {
+  HardwareProfile& hw = req.hardware;
+  if (!a.hardware.empty()) {
+    hw = load_hardware_profile(a.hardware);
+    std::printf("rates: profile %s\n", a.hardware.c_str());
+  } else {
+    // 8192^3 on a GPU (a launch is noise next to it); a CPU's tier gets a GEMM it does in
+    // a fraction of a second.
+    const bool device = !backend.host_is_compute();
+    const int64_t n = std::string(backend.name()) == "cuda" ? 8192 : 512;
+    hw.peak_flops = measure_backend_gemm(backend, n, Precision::F32, 3);
+    hw.bf16_peak_flops = measure_backend_gemm(backend, n, Precision::BF16, 3);
+    const size_t link = size_t{64} << 20;
+    hw.h2d_bw = measure_backend_link(backend, true, link, 3);
+    hw.d2h_bw = measure_backend_link(backend, false, link, 3);
+    // A device's memory, less what profile --backend cuda keeps back; a tier in host RAM
+    // has no size of its own (--compute-budget-gb gives it).
+    const Backend::Capacity cap = backend.compute_capacity();
+    hw.compute_memory_bytes = static_cast<double>(cap.total);
+    hw.default_cap_bytes = cap.total > 0 ? static_cast<double>(cap.free) - 1.5e9 : 0;
+    hw.name = std::string(backend.name()) + " backend, measured now";
+    std::printf("rates (%s, measured now): GEMM %lld^3 fp32 %.2f TFLOP/s, bf16 %.2f TFLOP/s; links h2d %.2f GB/s, "
+                "d2h %.2f GB/s%s\n",
+                backend.name(), static_cast<long long>(n), hw.peak_flops / 1e12, hw.bf16_peak_flops / 1e12,
+                hw.h2d_bw / 1e9, hw.d2h_bw / 1e9, device ? "" : " (the compute tier is host RAM)");
+  }
+  // What the streaming executors hold on the compute tier on every backend: fp32.
+  hw.act_bytes = hw.weight_bytes = hw.grad_bytes = 4;
+  if (precision == Precision::BF16 && hw.bf16_peak_flops > 0) hw.peak_flops = hw.bf16_peak_flops;
+  hw.efficiency = 1;
+  const CostModel cm = build_cost_model(req.model, hw, 1, req.seq);
+  hw.host_optimizer_params_per_s = a.train ? adamw8_params_per_s(static_cast<int64_t>(cm.layer(0).params)) : 1e15;
+  req.page_master = precision == Precision::BF16;
+}
+
+struct Row {
+  const char* policy;
+  Plan plan;
+  Measured m;
+  double median_s = 0, tflops = 0, pred_err = 0;
+  bool peak_ok = false;
+};
+
+void run_bench_gpu(const GpuBenchArgs& a) {
+  if (a.precision != "bf16" && a.precision != "fp32")
+    throw Error("unknown precision '" + a.precision + "'", "--precision", "use bf16 or fp32");
+  if (a.base.steps < 1) throw Error("--steps must be at least 1", "--steps", "give a positive count");
+  const Precision precision = a.precision == "bf16" ? Precision::BF16 : Precision::F32;
+  std::unique_ptr<Backend> backend = make_backend(a.backend);
+  StreamingBenchArgs sa = a.base;
+  sa.precision = precision;
+
+  PlanRequest req = bench_request(sa, "bench gpu");  // the NVMe store's and memcpy's rates
+  req.model = bench_gpu_model(a);
+  req.model_name = a.model + (a.layers > 0 ? " (" + std::to_string(req.model.num_layers) + " layers)" : "");
+  req.seq = sa.seq;
+  set_rates(req, *backend, a, precision);
+  const double cap = a.compute_budget_gb > 0 ? a.compute_budget_gb * 1e9 : req.hardware.default_cap_bytes;
+  if (!(cap > 0))
+    throw Error("no compute-tier size to plan for: the " + std::string(backend->name()) +
+                    " backend's tier is host RAM and no profile gives it",
+                "--compute-budget-gb", "give --compute-budget-gb (or --hardware with a profile)");
+  req.gpu_cap_bytes = cap;
+  req.hardware.compute_memory_bytes = std::max(req.hardware.compute_memory_bytes, cap);
+  const KernelTable& table = backend->kernels();
+  req.scratch_at = [model = req.model, seq = req.seq, &table, precision](int64_t batch) {
+    return executor_scratch(model, batch, seq, table, precision);
+  };
+  // The largest batch both plans fit (each may fit one the other does not: the rule's
+  // recompute-everything step is not always in the MILP's space, nor the reverse).
+  req.batch = a.batch > 0 ? a.batch
+                          : std::min(largest_feasible_batch(req, "megatrain", a.max_batch),
+                                     largest_feasible_batch(req, "milp", a.max_batch));
+  if (req.batch < 1)
+    throw Error("the plans fit no common batch of " + std::to_string(req.seq) + " tokens in " +
+                    std::to_string(cap / 1e9) + " GB",
+                "bench gpu", "give a shorter --seq, fewer --layers or a larger --compute-budget-gb");
+  req.scratch = req.scratch_at(req.batch);
+  sa.batch = static_cast<int>(req.batch);
+
+  const double tokens = static_cast<double>(req.batch) * static_cast<double>(req.seq);
+  const double flops = 6.0 * static_cast<double>(active_params(req.model)) * tokens;
+  std::printf("bench gpu: %s on the %s backend, batch %lld x seq %lld, %s, compute budget %.3g GB, %s\n",
+              req.model_name.c_str(), backend->name(), static_cast<long long>(req.batch),
+              static_cast<long long>(req.seq), a.precision.c_str(), cap / 1e9,
+              a.train ? "8-bit AdamW in the lazy-update hook" : "no optimizer");
+  Row rows[2] = {{"milp", {}, {}}, {"megatrain", {}, {}}};
+  for (Row& r : rows) {
+    r.plan = make_plan(req, r.policy);
+    if (!r.plan.feasible)
+      throw Error(std::string(r.policy) + " plan infeasible: " + r.plan.infeasible_reason, "bench gpu",
+                  "give a smaller --batch or a larger --compute-budget-gb");
+    r.m = run_plan_on(*backend, r.plan, sa, a.train, a.base.steps);
+    r.median_s = median(r.m.step_times);
+    r.tflops = flops / r.median_s / 1e12;
+    r.pred_err = std::fabs(r.median_s - r.plan.predicted_step_s) / r.median_s;
+    r.peak_ok = static_cast<double>(r.m.peak) <= r.plan.predicted_peak.gpu;
+    const Plan::TierCounts tc = r.plan.tier_counts();
+    std::printf("%-9s boundaries gpu %.0f cpu %.0f nvme %.0f recomputed %.0f | step median %.4f s of %zu "
+                "(predicted %.4f s, err %.1f%%) | %.3g TFLOPS | peak %.3g GB, planned %.3g GB%s\n",
+                r.policy, tc.gpu, tc.cpu, tc.nvme, tc.recompute, r.median_s, r.m.step_times.size(),
+                r.plan.predicted_step_s, 100 * r.pred_err, r.tflops, r.m.peak / 1e9, r.plan.predicted_peak.gpu / 1e9,
+                r.peak_ok ? "" : " (OVER)");
+  }
+  std::printf("RESULT gpu tflops_milp=%.2f tflops_megatrain=%.2f ratio=%.3f pred_err=%.3f peak_ok=%s\n",
+              rows[0].tflops, rows[1].tflops, rows[0].tflops / rows[1].tflops,
+              std::max(rows[0].pred_err, rows[1].pred_err), rows[0].peak_ok && rows[1].peak_ok ? "true" : "false");
+}
+
+}  // namespace
+
+void add_bench_gpu_command(CLI::App& app) {
+  CLI::App* parent = bench_command(app);
+  auto a = std::make_shared<GpuBenchArgs>();
+  a->base.seq = 1024;
+  CLI::App* gpu = parent->add_subcommand("gpu",
+                                         "Train a Qwen2.5-7B-shaped model on the GPU with the MILP plan and the "
+                                         "megatrain rule: TFLOPS, predicted vs measured step, planned vs measured peak");
+  gpu->add_option("--backend", a->backend, "cuda, or emu / cpu (for a check without a GPU)")->capture_default_str();
+  gpu->add_option("--model", a->model, "preset, config.json or model directory (random weights)")
+      ->capture_default_str();
+  gpu->add_option("--layers", a->layers, "decoder layers of the model's to keep (0: all)")->capture_default_str();
+  gpu->add_option("--seq", a->base.seq, "sequence length")->capture_default_str();
+  gpu->add_option("--batch", a->batch, "batch (0: the largest both plans fit)")->capture_default_str();
+  gpu->add_option("--max-batch", a->max_batch, "the batch search's limit")->capture_default_str();
+  gpu->add_option("--steps", a->base.steps, "measured steps per plan, after one warm-up")->capture_default_str();
+  gpu->add_option("--precision", a->precision, "bf16 or fp32 matmuls")->capture_default_str();
+  gpu->add_option("--compute-budget-gb", a->compute_budget_gb, "compute tier to plan for, GB (0: the device's free)");
+  gpu->add_option("--hardware", a->hardware, "plan with this profile instead of measuring the backend now");
+  gpu->add_option("--offload-dir", a->base.offload_dir, "directory for the NVMe tier");
+  gpu->add_flag("!--no-train", a->train, "forward and backward only, no optimizer");
+  gpu->add_flag("!--no-direct-io", a->base.direct_io, "buffered I/O (filesystems without O_DIRECT)");
+  gpu->callback([a] { run_bench_gpu(*a); });
+}
+
+}  // namespace lt::cli
