@@ -150,7 +150,8 @@ void run_bench_gpu(const GpuBenchArgs& a) {
   for (Row& r : rows) {
     r.plan = make_plan(req, r.policy);
     if (!r.plan.feasible)
-      throw Error(std::string(r.policy) + " plan infeasible: " + r.plan.infeasible_reason, "bench gpu",
+      throw Error(std::string(r.policy) + " plan infeasible: " + diagnose_infeasible(req, r.policy, r.plan).message,
+                  "bench gpu",
                   "give a smaller --batch or a larger --compute-budget-gb");
     r.m = run_plan_on(*backend, r.plan, sa, a.train, a.base.steps);
     r.median_s = median(r.m.step_times);

@@ -39,4 +39,10 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
   throw Error("unknown backend '" + name + "'", "streaming executor", "use --backend cpu or emu");
 }
 
+const KernelTable& backend_kernel_table(const std::string& name) {
+  if (name == "cpu" || name == "emu") return cpu_kernel_table();
+  if (name == "cuda") return cuda_backend_kernel_table();
+  throw Error("unknown backend '" + name + "'", "streaming executor", "use --backend cpu, emu or cuda");
+}
+
 }  // namespace lt

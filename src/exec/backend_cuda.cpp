@@ -326,6 +326,8 @@ std::string cuda_backend_unavailable_reason() {
          kCudaTrialEnv + "=1 to run it anyway, and compare its losses with --backend cpu";
 }
 
+const KernelTable& cuda_backend_kernel_table() { return cuda::kernel_table(); }
+
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   const std::string no_device = no_device_reason();
   if (!no_device.empty()) throw Error(no_device, kWhere, "run on a machine with an NVIDIA GPU and its driver");
@@ -348,6 +350,11 @@ std::string cuda_backend_unavailable_reason() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int) {
+  throw Error(cuda_backend_unavailable_reason(), "cuda backend",
+              "install the CUDA toolkit (nvcc) and reconfigure; see the README's GPU section");
+}
+
+const KernelTable& cuda_backend_kernel_table() {
   throw Error(cuda_backend_unavailable_reason(), "cuda backend",
               "install the CUDA toolkit (nvcc) and reconfigure; see the README's GPU section");
 }

@@ -31,4 +31,8 @@ inline constexpr const char* kCudaTrialEnv = "LT_CUDA_TRIAL";
 // lands; `train` goes through make_backend, which refuses it until then.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 
+// The cuda backend's kernel table (kernels/cuda/cuda_kernel_table.h), for its scratch
+// sizes before a backend exists (no device needed). lt::Error in a build without CUDA.
+const KernelTable& cuda_backend_kernel_table();
+
 }  // namespace lt

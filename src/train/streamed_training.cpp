@@ -84,11 +84,13 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   const std::string dir = offload_dir_of(cfg);
   limit_nvme_to_free_space(req, free_disk_bytes(dir, "train config (offload_dir)"), dir, "train config (offload_dir)");
   req.time_limit_s = cfg.plan_time_limit;
-  // The kernels' scratch on the CPU's table (every backend's today), at the run's precision.
+  // The kernels' scratch on the table the run's backend computes with (the executor checks
+  // that the plan counts at least that much), at the run's precision.
   const Precision precision = cfg.precision == "bf16" ? Precision::BF16 : Precision::F32;
-  req.scratch = executor_scratch(model, cfg.batch, cfg.seq_len, cpu_kernel_table(), precision);
-  req.scratch_at = [model, seq = cfg.seq_len, precision](int64_t batch) {
-    return executor_scratch(model, batch, seq, cpu_kernel_table(), precision);
+  const KernelTable& table = backend_kernel_table(cfg.backend);
+  req.scratch = executor_scratch(model, cfg.batch, cfg.seq_len, table, precision);
+  req.scratch_at = [model, seq = cfg.seq_len, &table, precision](int64_t batch) {
+    return executor_scratch(model, batch, seq, table, precision);
   };
   req.ranks = dp.ranks;
   req.shard_optimizer = dp.sharded;

@@ -497,6 +497,36 @@ TEST_F(StreamedTraining, PlansAtItsShareOfTheProfilesThreads) {
   EXPECT_DOUBLE_EQ(req.hardware.host_optimizer_params_per_s, hw.host_optimizer_params_per_s);
 }
 
+// The trainer's plan counts the scratch of the kernels its backend will run: the CUDA
+// table's on cuda (whose head and layer workspaces are its own), the CPU's on cpu and emu.
+// A plan sized with another table's scratch is refused by the executor when it is short.
+TEST_F(StreamedTraining, PlansTheScratchOfItsBackendsKernels) {
+  test::TempDir out("streamed-backend-scratch");
+  TrainConfig c = self_planned(out.str());
+  const ModelConfig mc = load_model_config(reference_.checkpoint_dir);
+  for (const char* backend : {"cpu", "emu", "cuda"}) {
+    SCOPED_TRACE(backend);
+    c.backend = backend;
+    const KernelTable* table = nullptr;
+    if (const std::string no = test::error_of([&] { table = &backend_kernel_table(backend); }); !no.empty()) {
+      EXPECT_NE(no.find("without CUDA"), std::string::npos) << no;  // the one table a build may lack
+      continue;
+    }
+    EXPECT_STREQ(table->name, std::string(backend) == "cuda" ? "cuda" : cpu_kernel_table().name);
+    for (const char* precision : {"fp32", "bf16"}) {
+      c.precision = precision;
+      const PlanRequest req = run_plan_request(c, mc);
+      const Precision p = c.precision == "bf16" ? Precision::BF16 : Precision::F32;
+      const ExecutorScratch want = executor_scratch(mc, c.batch, c.seq_len, *table, p);
+      EXPECT_EQ(req.scratch.layer_bytes, want.layer_bytes) << precision;
+      EXPECT_EQ(req.scratch.head_bytes, want.head_bytes) << precision;
+      const ExecutorScratch at4 = req.scratch_at(4), want4 = executor_scratch(mc, 4, c.seq_len, *table, p);
+      EXPECT_EQ(at4.layer_bytes, want4.layer_bytes) << precision;
+      EXPECT_EQ(at4.head_bytes, want4.head_bytes) << precision;
+    }
+  }
+}
+
 TEST_F(StreamedTraining, PlanForAnotherShapeIsAClearError) {
   test::TempDir out("streamed-mismatch");
   TrainConfig c = streamed(out.str(), "cpu");
