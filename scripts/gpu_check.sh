@@ -11,7 +11,9 @@
 #                                   lt_cuda_tests (the kernel library against float64),
 #                                   then lt_tests' AdamWCuda test (the 8-bit AdamW kernel
 #                                   against the CPU's bits) and CudaBackend tests (the cuda
-#                                   backend's memory, copies and events), a 3-step
+#                                   backend's memory, copies and events), StreamingCuda
+#                                   (five streamed training steps on cuda against the
+#                                   CPU's, within its own bf16 distance), a 3-step
 #                                   training trial on cpu and on cuda (losses printed
 #                                   side by side, planned with the GPU's
 #                                   profile from `profile --backend cuda`), `bench
@@ -92,6 +94,11 @@ if [[ -f .device/lt_tests.tar.xz ]]; then
   mkdir -p /tmp/gpu_check && tar -C /tmp/gpu_check -xJf .device/lt_tests.tar.xz
   run_gtest lt_tests env LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" \
     /tmp/gpu_check/lt_tests --gtest_filter='AdamWCuda.*:CudaBackend.*'
+  # The streamed training step on cuda against the CPU's (a process of its own: the first
+  # steps ever run there may crash it, and that must not hide the tests above).
+  note "lt_tests StreamingCuda: five training steps on cuda within the CPU's bf16 distance"
+  run_gtest lt_tests_streaming env LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" \
+    /tmp/gpu_check/lt_tests --gtest_filter='StreamingCuda.*'
 else
   note "no .device/lt_tests.tar.xz (run scripts/gpu_check.sh --bundle first): AdamWCuda and CudaBackend not run"
 fi
