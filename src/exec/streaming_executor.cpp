@@ -71,7 +71,8 @@ StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const
                          bool streamed_head) {
   StepScratch s;
   s.layer = layer_pass_scratch_bytes(c, batch, seq, k);
-  s.head = k.head_cross_entropy_workspace_bytes(batch * seq, c.hidden_size, c.vocab_size, p, streamed_head, {});
+  s.head = k.head_cross_entropy_workspace_bytes(batch * seq, c.hidden_size, c.vocab_size, p, streamed_head,
+                                              k.head_options);
   return s;
 }
 

@@ -52,7 +52,7 @@ double StreamingExecutor::run_head(int w, const int32_t* targets, float grad_sca
     float* head_g = grads_->lm_head();
     k.rmsnorm_forward(norm_out, rstd, x, norm_w, T, C, eps, norm_offset);
     const double loss_sum = k.head_cross_entropy(d_hidden, head_g, norm_out, head.f32, head.b16, targets, T, C, V,
-                                                 grad_scale, ctx_.precision, {}, scratch);
+                                                 grad_scale, ctx_.precision, k.head_options, scratch);
     k.rmsnorm_backward(buf(ArenaTensor::Dx, 0), norm_g, d_hidden, x, norm_w, rstd, T, C, norm_offset);
     grads_->head_done(sq);
     return loss_sum;
@@ -61,7 +61,7 @@ double StreamingExecutor::run_head(int w, const int32_t* targets, float grad_sca
   const int64_t n = sched_.head_chunks, R = sched_.head_chunk_rows;
   k.rmsnorm_forward(norm_out, rstd, x, norm_w, T, C, eps, norm_offset);
   const std::unique_ptr<HeadCrossEntropyStream> ce =
-      k.head_cross_entropy_stream(norm_out, targets, T, C, V, grad_scale, ctx_.precision, {}, scratch);
+      k.head_cross_entropy_stream(norm_out, targets, T, C, V, grad_scale, ctx_.precision, k.head_options, scratch);
   for (int64_t i = 0; i < 2 * n; ++i) {
     const int64_t chunk = i % n, v0 = chunk * R, rows = std::min(R, V - v0);
     if (i + 1 < 2 * n) weights_->load_head_chunk(i + 1);  // into the slot load i - 1 used

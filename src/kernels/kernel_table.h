@@ -118,13 +118,18 @@ struct KernelTable {
 
   // The head and cross-entropy in vocabulary chunks, forward and backward in one call, in
   // a workspace of head_cross_entropy_workspace_bytes (streamed false): kernels/cpu/cross_entropy.h.
+  // head_options: the logit budget and sub-chunk the table's callers pass it (the
+  // executor, its scratch sizes, ModelStep). The CPU's default keeps a sub-chunk's logits
+  // near the caches; a GPU's takes wide sub-chunks, since its products need many
+  // vocabulary rows each to run near their peak.
+  CrossEntropyOptions head_options;
   size_t (*head_cross_entropy_workspace_bytes)(int64_t T, int64_t C, int64_t V, Precision p, bool streamed,
                                                const CrossEntropyOptions& opt) = nullptr;
   double (*head_cross_entropy)(float* dx, float* dw, const float* x, const float* w, const bf16* w_bf16,
                                const int32_t* targets, int64_t T, int64_t C, int64_t V, float grad_scale,
                                Precision p, const CrossEntropyOptions& opt, void* workspace) = nullptr;
-  // The rows of the vocabulary sub-chunk it works in for T tokens: a head streamed in
-  // row chunks that are multiples of it gives the whole head's bits.
+  // The rows of the vocabulary sub-chunk it works in for T tokens under head_options: a
+  // head streamed in row chunks that are multiples of it gives the whole head's bits.
   int64_t (*head_cross_entropy_vocab_chunk)(int64_t T, int64_t V, Precision p) = nullptr;
   // The same over an lm_head streamed in row chunks (kernels/head_cross_entropy_stream.h):
   // the same chunks in the same order, so the same bits, in a workspace of

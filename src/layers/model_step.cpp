@@ -109,10 +109,10 @@ StepResult ModelStep::forward_backward(ModelParameters& params, ModelParameters&
   weights_needed(ModelPart::Kind::Head);
   k.rmsnorm_forward(final_norm_out_.data(), final_norm_rstd_.data(), boundary(L), params.final_norm(), T, C, eps,
                     norm_offset);
-  const double loss_sum = k.head_cross_entropy(d_hidden_.data(), grads.lm_head(), final_norm_out_.data(),
-                                               params.lm_head(), compute_copy_.of(params, params.lm_head()),
-                                               batch.targets.data(), T, C, V, batch.grad_scale, precision_, {},
-                                               /*workspace: its own*/ nullptr);
+  const double loss_sum =
+      k.head_cross_entropy(d_hidden_.data(), grads.lm_head(), final_norm_out_.data(), params.lm_head(),
+                           compute_copy_.of(params, params.lm_head()), batch.targets.data(), T, C, V,
+                           batch.grad_scale, precision_, k.head_options, /*workspace: its own*/ nullptr);
   result.loss = batch.predicted > 0 ? loss_sum / static_cast<double>(batch.predicted) : 0.0;
   result.router_loss = router_loss_.finish_forward(batch.grad_scale, batch.predicted);
   result.loss += result.router_loss;

@@ -8,10 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstring>
 #include <thread>
 
 #include "core/error.h"
+#include "table_backend.h"
 #include "test_util.h"
 
 namespace lt {
@@ -35,7 +35,7 @@ TEST(BackendRates, LinksMeasureTheRateTheEmuBackendPlays) {
   EXPECT_GT(d2h, 0.1 * d2h_gbps * 1e9);
 }
 
-// The cpu backend with a matmul that sleeps a known time and notes what it was asked.
+// A matmul that sleeps a known time and notes what it was asked.
 struct SlowMatmul {
   static constexpr auto kSleep = std::chrono::milliseconds(20);
   static inline int calls = 0;
@@ -50,22 +50,14 @@ struct SlowMatmul {
   }
 };
 
-class SlowMatmulBackend final : public Backend {
- public:
-  SlowMatmulBackend() : table_(cpu_kernel_table()) { table_.matmul = &SlowMatmul::matmul; }
-  const char* name() const override { return "slow-matmul"; }
-  bool host_is_compute() const override { return true; }
-  void copy_to_compute(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void synchronize() override {}
-  const KernelTable& kernels() const override { return table_; }
-
- private:
-  KernelTable table_;
-};
+KernelTable slow_matmul_table() {
+  KernelTable k = cpu_kernel_table();
+  k.matmul = &SlowMatmul::matmul;
+  return k;
+}
 
 TEST(BackendRates, GemmIsTheFlopsOfTheTablesMatmulOverItsTime) {
-  SlowMatmulBackend backend;
+  test::TableBackend backend(slow_matmul_table());
   const int64_t n = 64;
   const int reps = 3;
   const double rate = measure_backend_gemm(backend, n, Precision::BF16, reps);
@@ -83,7 +75,7 @@ TEST(BackendRates, BadRequestsAreErrors) {
   auto cpu = make_cpu_backend();
   EXPECT_NE(test::error_of([&] { measure_backend_link(*cpu, true, 4096, 0); }).find("reps must be at least 1"),
             std::string::npos);
-  SlowMatmulBackend backend;
+  test::TableBackend backend(slow_matmul_table());
   EXPECT_NE(test::error_of([&] { measure_backend_gemm(backend, 8, Precision::F32, -2); }).find("reps must be"),
             std::string::npos);
 }

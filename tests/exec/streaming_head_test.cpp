@@ -10,6 +10,7 @@
 // (within the fp32 bounds derived there) is tests/kernels/cross_entropy_test.cpp's.
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 
 #include "core/error.h"
 #include "exec/backend.h"
+#include "exec/backend_cuda.h"
 #include "exec/streaming_executor.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "layers/compute_copy.h"
@@ -29,6 +31,8 @@
 #include "sim/simulator.h"
 #include "streaming_test_util.h"
 #include "streaming_trajectory.h"
+#include "table_backend.h"
+#include "test_util.h"
 
 namespace lt {
 namespace {
@@ -195,6 +199,80 @@ TEST_F(StreamingHead, ChunksOfPartialSubChunksAreAnError) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A kernel table's head_options reach its cross-entropy: the executor's scratch is sized
+// with them and the whole and streamed heads are called with them (a table that sized
+// one budget and ran another would overrun its workspace). The table here is the CPU's
+// with a 1 MiB logit budget, its head entries noting the options they get.
+struct NotedHead {
+  static inline std::vector<int64_t> budgets;  // max_logit_bytes of each call
+  static inline const KernelTable* cpu = nullptr;
+  static CrossEntropyOptions options() {
+    CrossEntropyOptions o;
+    o.max_logit_bytes = int64_t{1} << 20;
+    return o;
+  }
+  static KernelTable table() {
+    cpu = &cpu_kernel_table();
+    KernelTable k = *cpu;
+    k.head_options = options();
+    k.head_cross_entropy = [](float* dx, float* dw, const float* x, const float* w, const bf16* w_bf16,
+                              const int32_t* targets, int64_t T, int64_t C, int64_t V, float grad_scale, Precision p,
+                              const CrossEntropyOptions& opt, void* workspace) {
+      budgets.push_back(opt.max_logit_bytes);
+      return cpu->head_cross_entropy(dx, dw, x, w, w_bf16, targets, T, C, V, grad_scale, p, opt, workspace);
+    };
+    k.head_cross_entropy_stream = [](const float* x, const int32_t* targets, int64_t T, int64_t C, int64_t V,
+                                     float grad_scale, Precision p, const CrossEntropyOptions& opt, void* workspace) {
+      budgets.push_back(opt.max_logit_bytes);
+      return cpu->head_cross_entropy_stream(x, targets, T, C, V, grad_scale, p, opt, workspace);
+    };
+    k.head_cross_entropy_vocab_chunk = [](int64_t T, int64_t V, Precision p) {
+      return cross_entropy_chunks(T, V, options(), p).vocab_chunk;
+    };
+    return k;
+  }
+};
+
+TEST_F(StreamingHead, TheTablesHeadOptionsReachTheCrossEntropy) {
+  const ModelConfig c = big_vocab_config();
+  const int64_t T = kBatch * kSeq, C = c.hidden_size, V = c.vocab_size;
+  test::TableBackend backend(NotedHead::table());
+  const KernelTable& k = backend.kernels();
+  const int64_t budget = NotedHead::options().max_logit_bytes;
+  // The CPU's own table keeps the default the bits of every CPU test rest on.
+  EXPECT_EQ(cpu_kernel_table().head_options.max_logit_bytes, CrossEntropyOptions{}.max_logit_bytes);
+  for (bool streamed : {false, true}) {
+    SCOPED_TRACE(streamed ? "streamed head" : "whole head");
+    const size_t want = head_cross_entropy_workspace_bytes(T, C, V, Precision::F32, streamed, NotedHead::options());
+    EXPECT_EQ(step_scratch(c, kBatch, kSeq, k, Precision::F32, streamed).head, want);
+    EXPECT_LT(want, step_scratch(c, kBatch, kSeq, cpu_kernel_table(), Precision::F32, streamed).head);
+    ModelParameters params(c), grads(c);
+    test::init_parameters(params, 7);
+    StreamingOptions so;
+    so.offload_dir = dir_;
+    so.direct_io = false;
+    StreamingExecutor ex(decided_plan(c, streamed ? kHeadChunkQuantum : 0, false), backend, so);
+    std::vector<int32_t> ids, labels;
+    test::make_batch(ids, labels, T, V, 0);
+    NotedHead::budgets.clear();
+    const StreamingStepResult r = ex.step(params, grads, ids.data(), labels.data());
+    EXPECT_TRUE(std::isfinite(r.loss));
+    EXPECT_EQ(NotedHead::budgets, std::vector<int64_t>{budget});
+  }
+}
+
+// The CUDA table's budget (its sizes need no device): at 32 x 1024 tokens and a
+// Qwen2.5-sized vocabulary, bf16, its sub-chunks are wide enough for the tensor cores,
+// where the CPU's default budget would give 128 rows.
+TEST(CudaHeadOptions, SubChunksAreWideAtTrainingSizes) {
+  const KernelTable* cuda = nullptr;
+  if (const std::string why = test::error_of([&] { cuda = &cuda_backend_kernel_table(); }); !why.empty())
+    GTEST_SKIP() << why;
+  const int64_t T = 32 * 1024, V = 152064;
+  EXPECT_GE(cuda->head_cross_entropy_vocab_chunk(T, V, Precision::BF16), 2048);
+  EXPECT_GT(cuda->head_options.max_logit_bytes, CrossEntropyOptions{}.max_logit_bytes);
 }
 
 }  // namespace

@@ -43,6 +43,8 @@ class Scratch {
   void* p_ = nullptr;
 };
 
+constexpr int64_t kGpuHeadLogitBytes = int64_t{512} << 20;
+
 size_t floats_for(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
 
 GemmInput gemm_input(Precision p) { return p == Precision::BF16 ? GemmInput::BF16 : GemmInput::F32; }
@@ -189,7 +191,15 @@ KernelTable make_table() {
     return table_head_cross_entropy(table_gemm(), dx, dw, x, w, w_bf16, targets, T, C, V, grad_scale, p, opt,
                                     workspace, stream());
   };
-  k.head_cross_entropy_vocab_chunk = [](int64_t T, int64_t V, Precision p) { return table_head_vocab_chunk(T, V, p); };
+  // 512 MiB of logits: at 32768 tokens (32 x 1024) and bf16, 2048-row sub-chunks (the 32
+  // MiB CPU default would give 128-row ones, products too narrow for the tensor cores); the
+  // plan counts it with the head's scratch.
+  k.head_options.max_logit_bytes = kGpuHeadLogitBytes;
+  k.head_cross_entropy_vocab_chunk = [](int64_t T, int64_t V, Precision p) {
+    CrossEntropyOptions opt;
+    opt.max_logit_bytes = kGpuHeadLogitBytes;
+    return table_head_vocab_chunk(T, V, p, opt);
+  };
   k.head_cross_entropy_stream = [](const float* x, const int32_t* targets, int64_t T, int64_t C, int64_t V,
                                    float grad_scale, Precision p, const CrossEntropyOptions& opt, void* workspace) {
     return table_head_stream(table_gemm(), x, targets, T, C, V, grad_scale, p, opt, workspace, stream());
