@@ -55,6 +55,14 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
     throw Error(std::string("no hardware profile to plan with: ") + e.what(), "train config (hardware)",
                 "run `lazytrain profile` (writes profiles/local.json) or pass --hardware");
   }
+  // A GPU's plan needs the GPU's rates and memory: a CPU profile's compute tier is half the
+  // host's RAM, which no device has.
+  if (cfg.backend == "cuda" && req.hardware.backend != "cuda")
+    throw Error("hardware profile '" + cfg.hardware + "' describes the " + req.hardware.backend +
+                    " backend, and this run computes on cuda",
+                "train config (hardware)",
+                "run `lazytrain profile --backend cuda` on this machine (writes profiles/local.json), or pass "
+                "--hardware with a GPU profile");
   // What the streaming executors hold on the compute tier: fp32 activations, weights and
   // gradients (bf16 matmuls read the host's bf16 copy).
   req.hardware.act_bytes = req.hardware.weight_bytes = req.hardware.grad_bytes = 4;

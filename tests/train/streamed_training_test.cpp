@@ -504,9 +504,16 @@ TEST_F(StreamedTraining, PlansTheScratchOfItsBackendsKernels) {
   test::TempDir out("streamed-backend-scratch");
   TrainConfig c = self_planned(out.str());
   const ModelConfig mc = load_model_config(reference_.checkpoint_dir);
+  const std::string cpu_profile = c.hardware, gpu_profile = out.str() + "/gpu.json";
+  {
+    HardwareProfile gpu = test::streaming_cpu_profile();
+    gpu.backend = "cuda";
+    std::ofstream(gpu_profile) << hardware_profile_to_json(gpu).dump(2);
+  }
   for (const char* backend : {"cpu", "emu", "cuda"}) {
     SCOPED_TRACE(backend);
     c.backend = backend;
+    c.hardware = std::string(backend) == "cuda" ? gpu_profile : cpu_profile;
     const KernelTable* table = nullptr;
     if (const std::string no = test::error_of([&] { table = &backend_kernel_table(backend); }); !no.empty()) {
       EXPECT_NE(no.find("without CUDA"), std::string::npos) << no;  // the one table a build may lack
@@ -525,6 +532,18 @@ TEST_F(StreamedTraining, PlansTheScratchOfItsBackendsKernels) {
       EXPECT_EQ(at4.head_bytes, want4.head_bytes) << precision;
     }
   }
+}
+
+// A cuda run planned with a CPU's profile would take half the host's RAM for the device.
+TEST_F(StreamedTraining, ACudaRunRefusesACpuProfile) {
+  test::TempDir out("streamed-cuda-cpu-profile");
+  TrainConfig c = self_planned(out.str());
+  c.backend = "cuda";
+  const std::string e = test::error_of([&] { run_plan_request(c, load_model_config(reference_.checkpoint_dir)); });
+  EXPECT_NE(e.find("describes the cpu backend, and this run computes on cuda (in train config (hardware))"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("lazytrain profile --backend cuda"), std::string::npos) << e;
 }
 
 TEST_F(StreamedTraining, PlanForAnotherShapeIsAClearError) {
