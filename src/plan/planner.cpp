@@ -170,7 +170,14 @@ InfeasibleReport diagnose_infeasible(const PlanRequest& req, const std::string& 
                          std::to_string(static_cast<int>(kHostStateShare * 100)) + "% of its " +
                          fmt_gb(req.hardware.host_memory_bytes) + " (" + stay_on_host(req) + " stay on the host)");
   }
-  rep.shortage = problems.empty() ? "no budget is short, but no plan was found in the time limit" : problems.front();
+  if (!problems.empty())
+    rep.shortage = problems.front();
+  else if (failed.infeasible_reason.find("time limit") != std::string::npos)
+    rep.shortage = "no budget is short, but no plan was found in the time limit (raise --time-limit)";
+  else  // the MILP proved it: its memory model is stricter than the simple plans' here
+    rep.shortage = "no budget is short for the simple plans (greedy or recompute-all fit), but " + policy +
+                   " has none (" + failed.infeasible_reason + "; few layers leave it little to trade): plan with "
+                   "--policy megatrain or greedy";
   rep.largest_batch = largest_feasible_batch(req, policy, std::max<int64_t>(req.batch - 1, 1));
   if (rep.largest_batch >= req.batch) rep.largest_batch = req.batch - 1;
   rep.message = "no feasible " + policy + " plan for batch " + std::to_string(req.batch) + ", seq " +

@@ -91,6 +91,23 @@ TEST(Planner, InfeasibleNamesTheShortBudgetAndLargestBatch) {
   EXPECT_NE(rep.message.find("largest batch that fits: " + std::to_string(rep.largest_batch)), std::string::npos);
 }
 
+// A MILP that proves infeasibility where the simple plans fit (two layers: the megatrain
+// rule's peak is below the MILP's least, measured at 1.05-1.2x) says so and what to plan
+// with, not that its time ran out.
+TEST(Planner, InfeasibleMilpWhereTheSimplePlansFitSaysSo) {
+  PlanRequest req = test::tiny_request(2, "h200", 2, 32);
+  const Plan rule = make_plan(req, "megatrain");
+  ASSERT_TRUE(rule.feasible) << rule.infeasible_reason;
+  req.gpu_cap_bytes = rule.predicted_peak.gpu * 1.001;
+  ASSERT_TRUE(make_plan(req, "megatrain").feasible);
+  const Plan p = make_plan(req, "milp");
+  if (p.feasible) GTEST_SKIP() << "the MILP fits the rule's peak here now: the case this test covers is gone";
+  const InfeasibleReport rep = diagnose_infeasible(req, "milp", p);
+  EXPECT_NE(rep.shortage.find("no budget is short for the simple plans"), std::string::npos) << rep.shortage;
+  EXPECT_NE(rep.shortage.find("--policy megatrain"), std::string::npos) << rep.shortage;
+  EXPECT_EQ(rep.shortage.find("time limit"), std::string::npos) << rep.shortage;
+}
+
 // A host whose 90% share cannot hold the state even with every pageable optimizer state
 // on NVMe, though a plan's peak would fit the whole host: the report says so, not that no
 // budget is short.
