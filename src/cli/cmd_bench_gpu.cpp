@@ -1,8 +1,8 @@
 // `lazytrain bench gpu` (issue 27, part 6): a Qwen2.5-7B-shaped model (random weights,
 // 8 of its layers by default) trained for a few steps on the cuda backend with the MILP's
-// plan and with the megatrain rule, on the same engine, at the largest batch the rule fits
-// on the device (the largest both fit). Prints per plan the measured TFLOPS (6 N tokens over the median step),
-// the predicted and measured step and the planned and measured compute-tier peak, then
+// plan and with the megatrain rule, on the same engine, at the largest batch both fit on
+// the device. Prints per plan the measured TFLOPS (6 N tokens over the median step), the
+// predicted and measured step and the planned and measured compute-tier peak, then
 //   RESULT gpu tflops_milp=... tflops_megatrain=... ratio=... pred_err=... peak_ok=...
 // (pred_err: the larger of the two plans' |measured - predicted| / measured; peak_ok: both
 // measured peaks at most planned).
@@ -176,9 +176,9 @@ void add_bench_gpu_command(CLI::App& app) {
   CLI::App* parent = bench_command(app);
   auto a = std::make_shared<GpuBenchArgs>();
   a->base.seq = 1024;
-  CLI::App* gpu = parent->add_subcommand("gpu",
-                                         "Train a Qwen2.5-7B-shaped model on the GPU with the MILP plan and the "
-                                         "megatrain rule: TFLOPS, predicted vs measured step, planned vs measured peak");
+  CLI::App* gpu = parent->add_subcommand(
+      "gpu", "Train a Qwen2.5-7B-shaped model on the GPU with the MILP plan and the megatrain rule: TFLOPS, "
+             "predicted vs measured step, planned vs measured peak");
   gpu->add_option("--backend", a->backend, "cuda, or emu / cpu (for a check without a GPU)")->capture_default_str();
   gpu->add_option("--model", a->model, "preset, config.json or model directory (random weights)")
       ->capture_default_str();
