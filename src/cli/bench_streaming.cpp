@@ -150,11 +150,11 @@ PlanRequest bench_request(const StreamingBenchArgs& a, const std::string& profil
   return req;
 }
 
-Measured measure_layer_times(PlanRequest& req, const StreamingBenchArgs& a, Backend* backend) {
+Measured measure_layer_times(PlanRequest& req, const StreamingBenchArgs& a) {
   const Plan probe_plan = make_plan(req, "keep-all");
   // Every prediction rests on this one run, so it gets more steps than a row: the fastest
   // of five is rarely a step that a neighbour's burst slowed.
-  Measured probe = backend ? run_plan_on(*backend, probe_plan, a, false, 5) : run_plan(probe_plan, a, -1, false, 5);
+  Measured probe = run_plan(probe_plan, a, -1, false, 5);
   req.measured = layer_times(probe, probe_plan);
   return probe;
 }

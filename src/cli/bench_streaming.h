@@ -45,8 +45,8 @@ PlanRequest bench_request(const StreamingBenchArgs& a, const std::string& profil
 
 struct Measured;
 // Runs a keep-all plan of the request (no training) and sets req.measured from its
-// per-window times; returns that run. On `backend` when given, else the cpu backend.
-Measured measure_layer_times(PlanRequest& req, const StreamingBenchArgs& a, Backend* backend = nullptr);
+// per-window times; returns that run.
+Measured measure_layer_times(PlanRequest& req, const StreamingBenchArgs& a);
 
 struct Measured {
   double step_s = 0;  // the fastest measured step: other processes only ever add time

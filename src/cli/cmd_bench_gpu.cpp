@@ -24,8 +24,8 @@
 #include "core/error.h"
 #include "core/measure.h"
 #include "exec/backend_rates.h"
+#include "model/hybrid_layers.h"
 #include "model/layer_specs.h"
-#include "plan/cost_model.h"
 #include "plan/hardware_profile.h"
 #include "plan/model_preset.h"
 #include "plan/planner.h"
@@ -70,16 +70,16 @@ void set_rates(PlanRequest& req, Backend& backend, const GpuBenchArgs& a, Precis
     // a fraction of a second.
     const bool device = !backend.host_is_compute();
     const int64_t n = std::string(backend.name()) == "cuda" ? 8192 : 512;
-    hw.peak_flops = measure_backend_gemm(backend, n, Precision::F32, 3);
-    hw.bf16_peak_flops = measure_backend_gemm(backend, n, Precision::BF16, 3);
-    const size_t link = size_t{64} << 20;
-    hw.h2d_bw = measure_backend_link(backend, true, link, 3);
-    hw.d2h_bw = measure_backend_link(backend, false, link, 3);
-    // A device's memory, less what profile --backend cuda keeps back; a tier in host RAM
-    // has no size of its own (--compute-budget-gb gives it).
+    const BackendRates r = measure_backend_rates(backend, n, size_t{64} << 20, 3);
+    hw.peak_flops = r.gemm_f32;
+    hw.bf16_peak_flops = r.gemm_bf16;
+    hw.h2d_bw = r.h2d;
+    hw.d2h_bw = r.d2h;
+    // A device's memory, as profile --backend cuda takes it; a tier in host RAM has no size
+    // of its own (--compute-budget-gb gives it).
     const Backend::Capacity cap = backend.compute_capacity();
     hw.compute_memory_bytes = static_cast<double>(cap.total);
-    hw.default_cap_bytes = cap.total > 0 ? static_cast<double>(cap.free) - 1.5e9 : 0;
+    hw.default_cap_bytes = default_compute_cap_bytes(cap);
     hw.name = std::string(backend.name()) + " backend, measured now";
     std::printf("rates (%s, measured now): GEMM %lld^3 fp32 %.2f TFLOP/s, bf16 %.2f TFLOP/s; links h2d %.2f GB/s, "
                 "d2h %.2f GB/s%s\n",
@@ -90,8 +90,7 @@ void set_rates(PlanRequest& req, Backend& backend, const GpuBenchArgs& a, Precis
   hw.act_bytes = hw.weight_bytes = hw.grad_bytes = 4;
   if (precision == Precision::BF16 && hw.bf16_peak_flops > 0) hw.peak_flops = hw.bf16_peak_flops;
   hw.efficiency = 1;
-  const CostModel cm = build_cost_model(req.model, hw, 1, req.seq);
-  hw.host_optimizer_params_per_s = a.train ? adamw8_params_per_s(static_cast<int64_t>(cm.layer(0).params)) : 1e15;
+  hw.host_optimizer_params_per_s = a.train ? adamw8_params_per_s(layer_params(req.model, 0)) : 1e15;
   req.page_master = precision == Precision::BF16;
 }
 

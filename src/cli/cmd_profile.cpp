@@ -196,10 +196,6 @@ void profile_cpu_compute(const ProfileArgs& a, double host_bytes, double copy, n
 // The GEMMs' size on a GPU: large enough that a launch and its scratch are noise next to
 // the product (8192^3 bf16 is ~1.6 ms on an H200; the three fp32 matrices take 768 MiB).
 constexpr int64_t kProfileGpuGemmSize = 8192;
-// What the device keeps back from the planner's default cap: the CUDA context's own
-// allocations after this point, cuBLASLt's workspace and the kernels' stream-ordered
-// scratch (kernels/cuda/cuda_kernel_table.cu), which the plan does not place.
-constexpr double kGpuReserveBytes = 1.5e9;
 
 // The compute tier of a GPU's backend (cuda), measured through the backend the executor
 // runs on (exec/backend_rates.h): its kernel table's matmul in device memory, its copies
@@ -207,20 +203,17 @@ constexpr double kGpuReserveBytes = 1.5e9;
 void profile_backend_compute(const ProfileArgs& a, Backend& backend, nlohmann::json& j) {
   const int64_t n = kProfileGpuGemmSize;
   const std::string shape = std::to_string(n) + "^3";
-  const double gemm = measure_backend_gemm(backend, n, Precision::F32, a.reps);
+  const BackendRates r = measure_backend_rates(backend, n, size_t{256} << 20, a.reps);
+  const double gemm = r.gemm_f32, gemm_bf16 = r.gemm_bf16, h2d = r.h2d, d2h = r.d2h;
   std::printf("  fp32 GEMM %s          %.1f TFLOP/s (cuBLASLt, fp32 FMAs, no TF32)\n", shape.c_str(), gemm / 1e12);
-  const double gemm_bf16 = measure_backend_gemm(backend, n, Precision::BF16, a.reps);
   std::printf("  bf16 GEMM %s          %.1f TFLOP/s (cuBLASLt, fp32 accumulation, inputs converted per call)\n",
               shape.c_str(), gemm_bf16 / 1e12);
-  const size_t link_bytes = size_t{256} << 20;
-  const double h2d = measure_backend_link(backend, true, link_bytes, a.reps);
-  const double d2h = measure_backend_link(backend, false, link_bytes, a.reps);
   std::printf("  pinned copies 256 MiB     host to device %.2f GB/s, device to host %.2f GB/s\n", h2d / 1e9,
               d2h / 1e9);
   const Backend::Capacity cap = backend.compute_capacity();
   const bool given = a.compute_memory_gb > 0;
   const double memory = given ? a.compute_memory_gb * 1e9 : static_cast<double>(cap.total);
-  const double default_cap = given ? memory : std::max(0.0, static_cast<double>(cap.free) - kGpuReserveBytes);
+  const double default_cap = given ? memory : default_compute_cap_bytes(cap);
   std::printf("  device memory             %.1f GB, %.1f GB free\n", cap.total / 1e9, cap.free / 1e9);
   const std::string how = "through the cuda backend's kernel table (exec/backend_rates.h), device memory";
   j["description"] = "This machine, measured by `lazytrain profile --backend cuda` (the compute tier is GPU memory).";

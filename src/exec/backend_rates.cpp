@@ -1,5 +1,6 @@
 #include "exec/backend_rates.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -76,6 +77,19 @@ double measure_backend_link(Backend& backend, bool to_compute, size_t bytes, int
     backend.synchronize();
   });
   return static_cast<double>(bytes) / s;
+}
+
+BackendRates measure_backend_rates(Backend& backend, int64_t n, size_t link_bytes, int reps) {
+  BackendRates r;
+  r.gemm_f32 = measure_backend_gemm(backend, n, Precision::F32, reps);
+  r.gemm_bf16 = measure_backend_gemm(backend, n, Precision::BF16, reps);
+  r.h2d = measure_backend_link(backend, true, link_bytes, reps);
+  r.d2h = measure_backend_link(backend, false, link_bytes, reps);
+  return r;
+}
+
+double default_compute_cap_bytes(const Backend::Capacity& cap) {
+  return cap.total > 0 ? std::max(0.0, static_cast<double>(cap.free) - kDeviceReserveBytes) : 0.0;
 }
 
 }  // namespace lt

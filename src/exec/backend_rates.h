@@ -25,4 +25,17 @@ double measure_backend_gemm(Backend& backend, int64_t n, Precision p, int reps);
 // (to_compute) or back, through copy_to_compute / copy_to_host.
 double measure_backend_link(Backend& backend, bool to_compute, size_t bytes, int reps);
 
+// All four: the n^3 matmul at fp32 and bf16, one copy of link_bytes each way.
+struct BackendRates {
+  double gemm_f32 = 0, gemm_bf16 = 0;  // FLOP/s
+  double h2d = 0, d2h = 0;             // bytes/s
+};
+BackendRates measure_backend_rates(Backend& backend, int64_t n, size_t link_bytes, int reps);
+
+// What a plan may take of a device's memory by default: what is free, less what the plan
+// does not place (the CUDA context's later allocations, cuBLASLt's workspace, the kernels'
+// stream-ordered scratch). 0 where the compute tier is host RAM (no capacity of its own).
+inline constexpr double kDeviceReserveBytes = 1.5e9;
+double default_compute_cap_bytes(const Backend::Capacity& cap);
+
 }  // namespace lt

@@ -174,10 +174,10 @@ InfeasibleReport diagnose_infeasible(const PlanRequest& req, const std::string& 
     rep.shortage = problems.front();
   else if (failed.infeasible_reason.find("time limit") != std::string::npos)
     rep.shortage = "no budget is short, but no plan was found in the time limit (raise --time-limit)";
-  else  // the MILP proved it: its memory model is stricter than the simple plans' here
+  else  // proven: the MILP's memory rows count some buffers longer than its plans hold them
     rep.shortage = "no budget is short for the simple plans (greedy or recompute-all fit), but " + policy +
-                   " has none (" + failed.infeasible_reason + "; few layers leave it little to trade): plan with "
-                   "--policy megatrain or greedy";
+                   " has none (" + failed.infeasible_reason + "; its memory model is stricter than theirs): plan "
+                   "with --policy megatrain or greedy";
   rep.largest_batch = largest_feasible_batch(req, policy, std::max<int64_t>(req.batch - 1, 1));
   if (rep.largest_batch >= req.batch) rep.largest_batch = req.batch - 1;
   rep.message = "no feasible " + policy + " plan for batch " + std::to_string(req.batch) + ", seq " +

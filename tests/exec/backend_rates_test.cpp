@@ -71,6 +71,17 @@ TEST(BackendRates, GemmIsTheFlopsOfTheTablesMatmulOverItsTime) {
   EXPECT_GT(rate, flops / (10 * sleep_s));  // 180 ms of overhead per call would be a tenth
 }
 
+// The default cap a plan takes of a device (profile --backend cuda, bench gpu): free
+// memory less the reserve; none for a tier in host RAM or a device with less free.
+TEST(BackendRates, DefaultCapIsTheFreeMemoryLessTheReserve) {
+  EXPECT_EQ(default_compute_cap_bytes({}), 0.0);
+  EXPECT_EQ(default_compute_cap_bytes({size_t{80} << 30, size_t{10} << 30}),
+            static_cast<double>(size_t{10} << 30) - kDeviceReserveBytes);
+  EXPECT_EQ(default_compute_cap_bytes({size_t{80} << 30, size_t{1} << 20}), 0.0);
+  auto emu = make_emu();
+  EXPECT_EQ(default_compute_cap_bytes(emu->compute_capacity()), 0.0);
+}
+
 TEST(BackendRates, BadRequestsAreErrors) {
   auto cpu = make_cpu_backend();
   EXPECT_NE(test::error_of([&] { measure_backend_link(*cpu, true, 4096, 0); }).find("reps must be at least 1"),

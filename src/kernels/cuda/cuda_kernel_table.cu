@@ -43,7 +43,14 @@ class Scratch {
   void* p_ = nullptr;
 };
 
-constexpr int64_t kGpuHeadLogitBytes = int64_t{512} << 20;
+// The head's logit budget: 512 MiB. At 32768 tokens (32 x 1024) and bf16, 2048-row
+// sub-chunks (the 32 MiB CPU default would give 128-row ones, products too narrow for the
+// tensor cores); the plan counts it with the head's scratch.
+CrossEntropyOptions head_options() {
+  CrossEntropyOptions o;
+  o.max_logit_bytes = int64_t{512} << 20;
+  return o;
+}
 
 size_t floats_for(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
 
@@ -191,14 +198,9 @@ KernelTable make_table() {
     return table_head_cross_entropy(table_gemm(), dx, dw, x, w, w_bf16, targets, T, C, V, grad_scale, p, opt,
                                     workspace, stream());
   };
-  // 512 MiB of logits: at 32768 tokens (32 x 1024) and bf16, 2048-row sub-chunks (the 32
-  // MiB CPU default would give 128-row ones, products too narrow for the tensor cores); the
-  // plan counts it with the head's scratch.
-  k.head_options.max_logit_bytes = kGpuHeadLogitBytes;
+  k.head_options = head_options();
   k.head_cross_entropy_vocab_chunk = [](int64_t T, int64_t V, Precision p) {
-    CrossEntropyOptions opt;
-    opt.max_logit_bytes = kGpuHeadLogitBytes;
-    return table_head_vocab_chunk(T, V, p, opt);
+    return table_head_vocab_chunk(T, V, p, head_options());
   };
   k.head_cross_entropy_stream = [](const float* x, const int32_t* targets, int64_t T, int64_t C, int64_t V,
                                    float grad_scale, Precision p, const CrossEntropyOptions& opt, void* workspace) {
