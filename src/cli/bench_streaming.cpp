@@ -151,10 +151,15 @@ PlanRequest bench_request(const StreamingBenchArgs& a, const std::string& profil
 }
 
 Measured measure_layer_times(PlanRequest& req, const StreamingBenchArgs& a) {
+  auto backend = make_cpu_backend();
+  return measure_layer_times_on(*backend, req, a);
+}
+
+Measured measure_layer_times_on(Backend& backend, PlanRequest& req, const StreamingBenchArgs& a) {
   const Plan probe_plan = make_plan(req, "keep-all");
   // Every prediction rests on this one run, so it gets more steps than a row: the fastest
   // of five is rarely a step that a neighbour's burst slowed.
-  Measured probe = run_plan(probe_plan, a, -1, false, 5);
+  Measured probe = run_plan_on(backend, probe_plan, a, false, 5);
   req.measured = layer_times(probe, probe_plan);
   return probe;
 }

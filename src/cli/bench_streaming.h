@@ -47,6 +47,9 @@ struct Measured;
 // Runs a keep-all plan of the request (no training) and sets req.measured from its
 // per-window times; returns that run.
 Measured measure_layer_times(PlanRequest& req, const StreamingBenchArgs& a);
+// The same on a backend the caller made (bench gpu: cuda), with the request's own
+// keep-all plan, which the caller has checked is feasible.
+Measured measure_layer_times_on(Backend& backend, PlanRequest& req, const StreamingBenchArgs& a);
 
 struct Measured {
   double step_s = 0;  // the fastest measured step: other processes only ever add time

@@ -11,6 +11,10 @@
 // it (exec/backend_rates.h, as `profile --backend cuda` does), unless --hardware names a
 // profile; the host optimizer's rate is the hybrid 8-bit AdamW's on this host, which runs
 // it in the lazy-update hook of every step (--no-train: forward and backward only). The
+// per-layer forward, backward and head times come from a probe, as in `bench predict`: a
+// keep-all step of the model's first layers on the backend at the bench's batch
+// (--no-probe: derived from the GEMM rate, which leaves out every kernel that is not a
+// GEMM and every launch). The
 // same command runs on the emu and cpu backends (a smaller --model and a
 // --compute-budget-gb then), which is how it is tested without a GPU.
 #include <algorithm>
@@ -41,7 +45,16 @@ struct GpuBenchArgs {
   int64_t max_batch = 64;
   double compute_budget_gb = 0;  // 0: the profile's default cap (the device's free memory)
   bool train = true;
+  bool probe = true;  // measure the layer times on the backend before planning
 };
+
+// c cut to its first `layers` decoder layers (their types and kinds with them).
+ModelConfig first_layers(ModelConfig c, int64_t layers) {
+  c.num_layers = layers;
+  if (!c.layer_types.empty()) c.layer_types.resize(layers);
+  if (!c.layer_kinds.empty()) c.layer_kinds.resize(layers);
+  return c;
+}
 
 ModelConfig bench_gpu_model(const GpuBenchArgs& a) {
   ModelConfig c = resolve_model(a.model).config;
@@ -49,11 +62,7 @@ ModelConfig bench_gpu_model(const GpuBenchArgs& a) {
     throw Error("model " + a.model + " has MoE layers, whose experts run on the CPU's kernels only", "--model",
                 "give a dense or hybrid model");
   if (a.layers < 0) throw Error("--layers must not be negative", "--layers", "give 0 (all) or a count");
-  if (a.layers > 0 && a.layers < c.num_layers) {
-    c.num_layers = a.layers;
-    if (!c.layer_types.empty()) c.layer_types.resize(a.layers);
-    if (!c.layer_kinds.empty()) c.layer_kinds.resize(a.layers);
-  }
+  if (a.layers > 0 && a.layers < c.num_layers) c = first_layers(c, a.layers);
   c.torch_dtype = "float32";
   return c;
 }
@@ -92,6 +101,32 @@ void set_rates(PlanRequest& req, Backend& backend, const GpuBenchArgs& a, Precis
   hw.efficiency = 1;
   hw.host_optimizer_params_per_s = a.train ? adamw8_params_per_s(layer_params(req.model, 0)) : 1e15;
   req.page_master = precision == Precision::BF16;
+}
+
+// Sets req's per-layer times from a keep-all step, on the backend, of the model cut to its
+// first two layers (one where two do not fit keep-all), at req's batch and seq: the steps
+// then run the kernels, launches and conversions the GEMM rate alone leaves out. A dense
+// model's layers are alike, so the cut's layer times are each of the whole model's, and
+// its head is the same head (a hybrid model's cut has its first kinds only: the cost
+// model's one time per layer is then theirs). Returns false, saying so, when no cut fits.
+bool probe_layer_times(PlanRequest& req, Backend& backend, const StreamingBenchArgs& sa) {
+  for (int64_t layers = std::min<int64_t>(2, req.model.num_layers); layers >= 1; --layers) {
+    PlanRequest probe = req;
+    probe.model = first_layers(req.model, layers);
+    probe.scratch = executor_scratch(probe.model, probe.batch, probe.seq, backend.kernels(), sa.precision);
+    probe.scratch_at = nullptr;
+    if (!make_plan(probe, "keep-all").feasible) continue;
+    measure_layer_times_on(backend, probe, sa);
+    req.measured = probe.measured;
+    std::printf("layer times (probe: keep-all step of %lld layer%s on the backend): forward %.3f ms, backward %.3f "
+                "ms, head %.3f ms\n",
+                static_cast<long long>(layers), layers > 1 ? "s" : "", req.measured.forward_s * 1e3,
+                req.measured.backward_s * 1e3, req.measured.head_s * 1e3);
+    return true;
+  }
+  std::printf("layer times: not even one layer fits keep-all in the budget, so no probe; derived from the GEMM "
+              "rate\n");
+  return false;
 }
 
 struct Row {
@@ -145,6 +180,7 @@ void run_bench_gpu(const GpuBenchArgs& a) {
               req.model_name.c_str(), backend->name(), static_cast<long long>(req.batch),
               static_cast<long long>(req.seq), a.precision.c_str(), cap / 1e9,
               a.train ? "8-bit AdamW in the lazy-update hook" : "no optimizer");
+  if (a.probe) probe_layer_times(req, *backend, sa);
   Row rows[2] = {{"milp", {}, {}}, {"megatrain", {}, {}}};
   for (Row& r : rows) {
     r.plan = make_plan(req, r.policy);
@@ -191,6 +227,7 @@ void add_bench_gpu_command(CLI::App& app) {
   gpu->add_option("--hardware", a->hardware, "plan with this profile instead of measuring the backend now");
   gpu->add_option("--offload-dir", a->base.offload_dir, "directory for the NVMe tier");
   gpu->add_flag("!--no-train", a->train, "forward and backward only, no optimizer");
+  gpu->add_flag("!--no-probe", a->probe, "layer times from the GEMM rate, not from a probe step on the backend");
   gpu->add_flag("!--no-direct-io", a->base.direct_io, "buffered I/O (filesystems without O_DIRECT)");
   gpu->callback([a] { run_bench_gpu(*a); });
 }

@@ -1,10 +1,11 @@
 // `lazytrain bench gpu` without a GPU: the same command on the emu backend (a separate
 // compute tier with copy threads, the cuda backend's part that runs here), on a tiny
 // Qwen2-shaped model cut to fewer layers, plans and trains with the MILP and the megatrain
-// rule under one budget, and reports both rows and its RESULT line with every measured
-// peak within the planned one. Its speed and prediction figures are measurements for the
-// reader, not checked here (a benchmark, not a timed test). On a GPU, scripts/gpu_check.sh
-// runs it on the cuda backend at the Qwen2.5-7B shape.
+// rule under one budget (layer times from a probe step on the backend), and reports both
+// rows and its RESULT line with every measured peak within the planned one. Its speed and
+// prediction figures are measurements for the reader, not checked here (a benchmark, not a
+// timed test). On a GPU, scripts/gpu_check.sh runs it on the cuda backend at the
+// Qwen2.5-7B shape.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -38,6 +39,9 @@ TEST(BenchGpu, RunsBothPlansOnTheEmuBackendAndReports) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("(2 layers) on the emu backend"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rates (emu, measured now)"), std::string::npos) << r.output;
+  // The plans' layer times are measured on the backend before planning.
+  EXPECT_NE(r.output.find("layer times (probe: keep-all step of 2 layers on the backend)"), std::string::npos)
+      << r.output;
   for (const char* row : {"\nmilp ", "\nmegatrain "}) EXPECT_NE(r.output.find(row), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("RESULT gpu tflops_milp="), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("peak_ok=true"), std::string::npos) << r.output;
