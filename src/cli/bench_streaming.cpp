@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "core/aligned_buffer.h"
 #include "core/measure.h"
+#include "exec/host_pins.h"
 #include "layers/compute_copy.h"
 #include "memory/host_pool.h"
 #include "memory/nvme_store.h"
@@ -186,6 +188,11 @@ Measured run_plan_on(Backend& backend, const Plan& plan, const StreamingBenchArg
   so.precision = a.precision;
   ComputeCopy copy(a.precision);  // bf16: what the matmuls read (null under fp32)
   copy.refresh(params);
+  // What the links copy from and to, page-locked on a GPU as the trainer does it, so the
+  // steps overlap their copies as the plan does.
+  const HostPins pins = pin_step_memory(backend, params, grads, copy.data(params));
+  if (!pins.not_pinned.empty())
+    std::fprintf(stderr, "warning: copies from pageable memory: %s\n", pins.not_pinned.c_str());
   if (updater) so.layer_state_bytes = updater->layer_state_bytes();
   StreamingExecutor ex(plan, backend, so);
   Measured m;

@@ -79,6 +79,21 @@ class Backend {
   };
   virtual Capacity compute_capacity() const { return {}; }
   virtual BufferType& host_tier_memory() { return host_memory(); }
+  // Host memory the links copy from or to that the host tier did not hand out (the
+  // parameters, their bf16 copy, the gradients: exec/host_pins.h) made as fast to copy as
+  // the tier's own, for as long as the returned handle lives: a GPU's backend page-locks
+  // it (cudaHostRegister), so that its copies run on the copy engines under compute
+  // instead of being staged by the host one buffer at a time. Default: null, nothing to
+  // do (the copies are memcpy already). lt::Error when the memory cannot be locked.
+  class HostPin {
+   public:
+    virtual ~HostPin() = default;
+  };
+  virtual std::unique_ptr<HostPin> pin_host(void* p, size_t bytes) {
+    (void)p;
+    (void)bytes;
+    return nullptr;
+  }
   // What runs on the compute tier besides the kernels: the executor fills and copies
   // inside it through these. Defaults: memset/memcpy on the calling thread (the compute
   // tier is host memory); a GPU's backend runs them on its compute stream.

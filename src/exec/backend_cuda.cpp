@@ -69,6 +69,24 @@ class PinnedHostMemory final : public BufferType {
   void deallocate(std::byte* block, size_t) noexcept override { cudaFreeHost(block); }
 };
 
+// Host memory registered with the driver (cudaHostRegister) for as long as this lives.
+class RegisteredHostMemory final : public Backend::HostPin {
+ public:
+  RegisteredHostMemory(void* p, size_t bytes) : p_(p) {
+    const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw Error("could not page-lock " + std::to_string(bytes) + " bytes of host memory (" +
+                      cudaGetErrorString(e) + ")",
+                  kWhere, "free host memory, or raise the locked-memory limit (ulimit -l)");
+    }
+  }
+  ~RegisteredHostMemory() override { cudaHostUnregister(p_); }
+
+ private:
+  void* p_;
+};
+
 // Events to reuse: creating one costs a driver call, and the backend records several per
 // copy.
 class EventPool {
@@ -257,6 +275,10 @@ class CudaBackend final : public Backend {
   BufferType& host_tier_memory() override {
     static PinnedHostMemory type;
     return type;
+  }
+  std::unique_ptr<HostPin> pin_host(void* p, size_t bytes) override {
+    if (!p || !bytes) return nullptr;
+    return std::make_unique<RegisteredHostMemory>(p, bytes);
   }
   Capacity compute_capacity() const override {
     size_t free = 0, total = 0;

@@ -228,6 +228,14 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
     release_pages(pages, "layer " + std::to_string(j) + "'s paged bf16 copy");
     copy_pages_bytes_ += static_cast<int64_t>(pages.bytes);
   }
+  // Page-locked pages cannot be given back to the kernel, which paging masters, gradients
+  // or copies does for a layer's pages step by step.
+  if (masters_ || grad_pages_ > 0 || !plan.nvme_copy_layers.empty()) {
+    if (!backend_->host_is_compute())
+      pins_.not_pinned = "the plan pages parts of them through NVMe, and page-locked memory cannot give pages back";
+  } else {
+    pins_ = pin_step_memory(*backend_, params_, grads_, copy_.data(params_));
+  }
   wait_for_replans_ = options.wait_for_replans;
   if (cfg.adaptive_plan != "on") {
     adaptive_note_ = "off (adaptive_plan off)";
@@ -594,7 +602,15 @@ std::vector<std::string> StreamedTraining::describe() const {
                        format_bytes(copy_pages_bytes_) + ", on NVMe),").c_str(),
                 cfg_.optimizer.c_str(), format_bytes(updater_.resident_state_bytes()).c_str(),
                 format_bytes(executor_->host_peak_bytes()).c_str(), format_bytes(m.nvme).c_str());
-  return {plan_line, memory_line, "re-planning: " + adaptive_note_};
+  std::vector<std::string> lines = {plan_line, memory_line, "re-planning: " + adaptive_note_};
+  const std::string what = cfg_.precision == "bf16" ? "the weights, their bf16 copy and the gradients"
+                                                    : "the weights and gradients";
+  if (pins_.bytes > 0)
+    lines.push_back("host memory of the links: " + what + " page-locked once (" +
+                    format_bytes(static_cast<int64_t>(pins_.bytes)) + "), so copies overlap compute as planned");
+  else if (!pins_.not_pinned.empty())
+    lines.push_back("host memory of the links: " + what + " pageable, copies slower (" + pins_.not_pinned + ")");
+  return lines;
 }
 
 double StreamedTraining::overlapped_collective_seconds() const {

@@ -59,6 +59,7 @@
 
 #include "dist/communicator.h"
 #include "exec/backend.h"
+#include "exec/host_pins.h"
 #include "exec/streaming_executor.h"
 #include "layers/compute_copy.h"
 #include "model/parameters.h"
@@ -170,6 +171,10 @@ class StreamedTraining final : public StepEngine {
   int kept_in_a_row_ = 0;          // re-plans that kept the plan, since the last switch
   bool wait_for_replans_ = false;
   ComputeCopy copy_;  // bf16 mirror of the parameters (empty under fp32)
+  // The parameters, their copy and the gradients, page-locked for the backend's links for
+  // the whole run, unless the plan pages parts of them (exec/host_pins.h). After copy_:
+  // unpinned before its buffer goes.
+  HostPins pins_;
   std::unique_ptr<RankExchange> exchange_;  // data parallelism: the sums and weights of the ranks
   // Sharded data parallelism: each rank updates its part after the step (not lazily).
   bool sharded() const { return exchange_ && updater_.sharded(); }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,43 @@ TEST(CudaBackend, TiersAreDeviceAndPinnedMemory) {
   EXPECT_EQ(cap.total, total_b);
   EXPECT_LE(cap.free, cap.total);
   EXPECT_GT(cap.free, 0u);
+#endif
+}
+
+// Memory the host tier did not hand out (the parameters, the gradients) is page-locked for
+// as long as the pin lives, copies through the backend from and to it arrive whole, and
+// pinning a range twice is an error that leaves the first pin as it was.
+TEST(CudaBackend, PinsHostMemoryUntilTheHandleGoes) {
+  LT_REQUIRE_GPU();
+#ifdef LT_HAVE_CUDA
+  auto b = make_cuda_backend();
+  const size_t bytes = (size_t{8} << 20) + 123;
+  std::vector<std::byte> host(bytes), back(bytes);
+  for (size_t i = 0; i < bytes; ++i) host[i] = std::byte(static_cast<uint8_t>(i * 37 + 1));
+  const auto type = [](const void* p) {
+    cudaPointerAttributes a{};
+    EXPECT_EQ(cudaPointerGetAttributes(&a, p), cudaSuccess);
+    return a.type;
+  };
+  EXPECT_EQ(type(host.data()), cudaMemoryTypeUnregistered);
+  {
+    std::unique_ptr<Backend::HostPin> pin = b->pin_host(host.data(), bytes);
+    ASSERT_NE(pin, nullptr);
+    std::unique_ptr<Backend::HostPin> pin_back = b->pin_host(back.data(), bytes);
+    EXPECT_EQ(type(host.data()), cudaMemoryTypeHost);
+    EXPECT_EQ(type(host.data() + bytes - 1), cudaMemoryTypeHost);
+    EXPECT_NE(test::error_of([&] { b->pin_host(host.data(), bytes); }).find("could not page-lock"),
+              std::string::npos);
+    EXPECT_EQ(type(host.data()), cudaMemoryTypeHost) << "a failed second pin undid the first";
+    Buffer d(b->compute_memory(), bytes);
+    ASSERT_TRUE(d);
+    b->copy_to_compute(d.data(), host.data(), bytes);
+    b->wait(Backend::Stream::D2H, b->record(Backend::Stream::H2D));
+    b->copy_to_host(back.data(), d.data(), bytes);
+    b->wait_host(b->record(Backend::Stream::D2H));
+    EXPECT_EQ(std::memcmp(back.data(), host.data(), bytes), 0);
+  }
+  EXPECT_EQ(type(host.data()), cudaMemoryTypeUnregistered) << "still page-locked after its pin went";
 #endif
 }
 
