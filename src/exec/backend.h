@@ -99,6 +99,12 @@ class Backend {
   // tier is host memory); a GPU's backend runs them on its compute stream.
   virtual void fill_compute(void* dst, int byte, size_t bytes);
   virtual void copy_within_compute(void* dst, const void* src, size_t bytes);
+  // The most compute-tier memory the kernels held at once outside the executor's arena
+  // (the CUDA table's stream-ordered pool: KernelTable::PoolScratch) since the backend was
+  // made or the last reset_kernel_scratch_peak(); a step's device peak is at most the
+  // arena's plus this. Default: 0, the kernels take nothing there.
+  virtual size_t kernel_scratch_peak() const { return 0; }
+  virtual void reset_kernel_scratch_peak() {}
   // The kernels that run on the compute tier (kernels/kernel_table.h). Default: the CPU's
   // (cpu, and emu, whose compute tier is host RAM); a GPU's backend gives its own.
   virtual const KernelTable& kernels() const { return cpu_kernel_table(); }

@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_kernel_table.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
@@ -217,6 +218,13 @@ class CudaBackend final : public Backend {
     LT_CUDA(cudaSetDevice(device));
     for (cudaStream_t& s : streams_) LT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     cuda::set_kernel_table_stream(stream(Stream::Compute));
+    // The kernels' scratch pool keeps what it reserved: by default it gives memory back to
+    // the driver at every synchronization, and every step (each wait for a layer's copies)
+    // would map it again. The plan counts the most one call takes (KernelTable::PoolScratch).
+    LT_CUDA(cudaDeviceGetDefaultMemPool(&pool_, device));
+    uint64_t keep = UINT64_MAX;
+    LT_CUDA(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
+    reset_kernel_scratch_peak();  // the pool is the device's: an earlier backend's calls are not this one's
   }
   ~CudaBackend() override {
     cuda::set_kernel_table_stream(nullptr);
@@ -280,6 +288,17 @@ class CudaBackend final : public Backend {
     if (!p || !bytes) return nullptr;
     return std::make_unique<RegisteredHostMemory>(p, bytes);
   }
+  size_t kernel_scratch_peak() const override {
+    // What the kernels' allocations held; the pool reserves it from the device in chunks of
+    // its own, whose rounding up is in the cap's reserve (kDeviceReserveBytes).
+    uint64_t high = 0;
+    LT_CUDA(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &high));
+    return static_cast<size_t>(high);
+  }
+  void reset_kernel_scratch_peak() override {
+    uint64_t zero = 0;  // the driver resets a high-water mark to what is reserved now
+    LT_CUDA(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &zero));
+  }
   Capacity compute_capacity() const override {
     size_t free = 0, total = 0;
     LT_CUDA(cudaSetDevice(device_));
@@ -317,6 +336,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_;
+  cudaMemPool_t pool_ = nullptr;  // the device's default pool, which cudaMallocAsync takes from
   cudaStream_t streams_[3] = {};
   mutable std::mutex mu_;  // the executor's thread and the gradient sink's may both issue
   mutable uint64_t issued_[3] = {};

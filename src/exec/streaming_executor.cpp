@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "exec/streaming_parked.h"
 #include "memory/arena_layout.h"
+#include "model/layer_specs.h"
 #include "model/rope_frequencies.h"
 
 namespace lt {
@@ -76,6 +77,32 @@ StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const
   return s;
 }
 
+size_t kernel_pool_scratch_bytes(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k,
+                                 Precision p) {
+  const KernelTable::PoolScratch& pool = k.pool_scratch;
+  const int64_t T = batch * seq;
+  size_t most = 0;
+  const auto take = [&most](size_t bytes) { most = std::max(most, bytes); };
+  // Every layer's linears: its matrices [N, K]. Counted without a bf16 copy of the weight
+  // (which spares the call rounding it) and with a bias gradient: at least what a call takes.
+  for (int64_t j = 0; j < c.num_layers; ++j) {
+    for (const WeightSpec& w : block_weight_specs(c, j)) {
+      if (w.shape.size() != 2) continue;
+      const int64_t N = w.shape[0], K = w.shape[1];
+      if (pool.linear_forward) take(pool.linear_forward(T, K, N, p, false));
+      if (pool.linear_backward) take(pool.linear_backward(T, K, N, p, false, true));
+    }
+    if (pool.causal_conv1d_silu_backward && c.layer_kind(j) == LayerKind::LinearAttention)
+      take(pool.causal_conv1d_silu_backward({batch, seq, c.linear.conv_dim(), c.linear.conv_kernel}));
+  }
+  if (pool.rmsnorm_backward) {  // the block's norms, and the q/k norms over every head's row
+    take(pool.rmsnorm_backward(T, c.hidden_size));
+    take(pool.rmsnorm_backward(T * std::max(c.num_heads, c.num_kv_heads), c.head_dim));
+  }
+  if (pool.embedding_backward) take(pool.embedding_backward(T));
+  return most;
+}
+
 ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k,
                                  Precision p) {
   ExecutorScratch e;
@@ -84,6 +111,10 @@ ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t se
     e.layer_bytes = static_cast<double>(s.layer);
     e.head_bytes = std::max(e.head_bytes, static_cast<double>(s.head));
   }
+  // The pool's scratch is on the compute tier beside the arena while a window computes.
+  const double pool = static_cast<double>(kernel_pool_scratch_bytes(c, batch, seq, k, p));
+  e.layer_bytes += pool;
+  e.head_bytes += pool;
   return e;
 }
 

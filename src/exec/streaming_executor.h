@@ -104,12 +104,17 @@ std::vector<GradSqTerm> ordered_grad_sq_terms(const ModelParameters& grads);
 // The scratch the executor plans as an arena range of each window that computes
 // (ws.<window>), on the kernels of k: for the step's own precision and head
 // (step_scratch), and at most over a whole or streamed head, what a plan for it takes as
-// PlanRequest::scratch (executor_scratch): for a step at precision p, or at either.
+// PlanRequest::scratch (executor_scratch, with the kernels' pool scratch below): for a step
+// at precision p, or at either.
 StepScratch step_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k, Precision p,
                          bool streamed_head);
 ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k,
                                  Precision p);
 ExecutorScratch executor_scratch(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k);
+// The most compute-tier scratch one kernel call of a step takes outside the arena
+// (KernelTable::PoolScratch; 0 on the CPU's table), which executor_scratch adds to both.
+size_t kernel_pool_scratch_bytes(const ModelConfig& c, int64_t batch, int64_t seq, const KernelTable& k,
+                                 Precision p);
 // Everything the executor places on backend's compute tier for a step of the plan at
 // precision p, in bytes (plan/stream_schedule.h).
 ArenaSizes executor_arena_sizes(const Plan& plan, const Backend& backend, Precision p);

@@ -158,6 +158,22 @@ struct KernelTable {
 
   // fp32 to bf16, round to nearest even (the compute copy of the weights): core/dtype.h.
   void (*convert_f32_to_bf16)(bf16* dst, const float* src, size_t n) = nullptr;
+
+  // The compute-tier scratch each of these entries takes per call beyond its arguments,
+  // which their CPU signatures give no workspace for: the CUDA table takes it from its
+  // stream-ordered pool (cudaMallocAsync), outside the executor's arena, and gives it back
+  // when the call's kernels are done, so a plan counts the most that any one call of a step
+  // takes (exec/streaming_executor.h: kernel_pool_scratch_bytes). Null: the entry takes
+  // none on the compute tier (the CPU's, whose scratch is the host's stack and heap).
+  struct PoolScratch {
+    size_t (*linear_forward)(int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16) = nullptr;
+    size_t (*linear_backward)(int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16,
+                              bool has_dbias) = nullptr;
+    size_t (*embedding_backward)(int64_t T) = nullptr;
+    size_t (*rmsnorm_backward)(int64_t T, int64_t C) = nullptr;
+    size_t (*causal_conv1d_silu_backward)(const CausalConvShape& s) = nullptr;
+  };
+  PoolScratch pool_scratch;
 };
 
 // The CPU kernels, each dispatched at run time to the ISA level the machine allows.

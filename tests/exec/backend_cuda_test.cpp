@@ -135,6 +135,35 @@ TEST(CudaBackend, PinsHostMemoryUntilTheHandleGoes) {
 #endif
 }
 
+// The kernels' pool scratch, which a plan counts beside the arena (KernelTable::PoolScratch),
+// is what the backend reports they held: a bf16 linear layer rounds its input and weight
+// to bf16 in it, and once the call is done and the mark reset nothing is held.
+TEST(CudaBackend, KernelScratchPeakIsWhatTheTablesCallsHeld) {
+  LT_REQUIRE_GPU();
+  auto b = make_cuda_backend();
+  const KernelTable& k = b->kernels();
+  const int64_t M = 512, K = 1024, N = 768;
+  Buffer y(b->compute_memory(), M * N * sizeof(float)), x(b->compute_memory(), M * K * sizeof(float)),
+      w(b->compute_memory(), N * K * sizeof(float));
+  ASSERT_TRUE(y && x && w);
+  b->fill_compute(x.data(), 0, M * K * sizeof(float));
+  b->fill_compute(w.data(), 0, N * K * sizeof(float));
+  b->wait_host(b->record(Backend::Stream::Compute));
+  b->reset_kernel_scratch_peak();
+  EXPECT_EQ(b->kernel_scratch_peak(), 0u) << "nothing held before the call";
+  k.linear_forward(reinterpret_cast<float*>(y.data()), LinearInput{reinterpret_cast<const float*>(x.data())},
+                   reinterpret_cast<const float*>(w.data()), nullptr, nullptr, M, K, N, Precision::BF16);
+  b->wait_host(b->record(Backend::Stream::Compute));
+  const size_t planned = k.pool_scratch.linear_forward(M, K, N, Precision::BF16, false);
+  EXPECT_GE(planned, 2u * static_cast<size_t>(M * K + N * K));
+  EXPECT_GE(b->kernel_scratch_peak(), planned);
+  std::printf("bf16 linear %lld x %lld -> %lld: pool held %zu bytes at most, the plan counts %zu\n",
+              static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(N),
+              b->kernel_scratch_peak(), planned);
+  b->reset_kernel_scratch_peak();
+  EXPECT_EQ(b->kernel_scratch_peak(), 0u) << "the call's scratch is still held";
+}
+
 // host -> (H2D) A -> (compute) B, a fill over part of B -> (D2H) host, each stream waiting
 // on the one before through the backend's events only. The buffers are large enough that
 // a missing wait would let a stream read bytes not yet written.

@@ -218,6 +218,10 @@ inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const st
     tr.grad_sq.push_back(r.grad_sq_sum);
     tr.grads.emplace_back(grads.data(), grads.data() + grads.numel());
     EXPECT_LE(ex.measured_peak_bytes(), ex.planned_peak_bytes()) << plan.policy;
+    // The kernels' scratch beside the arena (cuda's pool) within what a plan counts for it.
+    EXPECT_LE(backend->kernel_scratch_peak(),
+              kernel_pool_scratch_bytes(c, plan.batch, plan.seq, backend->kernels(), ro.precision))
+        << plan.policy;
   }
   tr.final_params.assign(params.data(), params.data() + params.numel());
   for (int j = 0; j < c.num_layers; ++j) {

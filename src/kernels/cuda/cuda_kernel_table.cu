@@ -68,9 +68,38 @@ Gemm& table_gemm() {
   return gemm;
 }
 
+// The embedding's backward: cub sizes its sort's storage for the device it runs on. A plan
+// made where there is none (for a GPU elsewhere) counts an estimate instead: the sort's
+// second copies of the keys and values, and 1 MiB for its histograms and tile states.
+size_t embedding_backward_pool_bytes(int64_t T) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) return embedding_backward_workspace_bytes(T);
+  (void)cudaGetLastError();
+  return 5 * align_workspace(static_cast<size_t>(T) * sizeof(int32_t)) + (size_t{1} << 20);
+}
+
+// What the entries without a workspace argument take from the pool per call (the table
+// hands these out, so that a plan counts what the calls below take).
+KernelTable::PoolScratch pool_scratch() {
+  KernelTable::PoolScratch s;
+  s.linear_forward = [](int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16) {
+    return linear_forward_workspace_bytes(M, K, N, gemm_input(p), has_w_bf16);
+  };
+  s.linear_backward = [](int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16, bool has_dbias) {
+    return linear_backward_workspace_bytes(M, K, N, gemm_input(p), has_w_bf16, has_dbias);
+  };
+  s.embedding_backward = &embedding_backward_pool_bytes;
+  s.rmsnorm_backward = &rmsnorm_backward_workspace_bytes;
+  s.causal_conv1d_silu_backward = [](const CausalConvShape& c) {
+    return causal_conv1d_backward_workspace_bytes(c.batch, c.seq, c.channels, c.kernel);
+  };
+  return s;
+}
+
 KernelTable make_table() {
   KernelTable k;
   k.name = "cuda";
+  k.pool_scratch = pool_scratch();
   k.embedding_forward = [](float* out, const int32_t* tokens, const float* table, int64_t T, int64_t V, int64_t C) {
     embedding_forward(out, tokens, table, T, V, C, stream());
   };
@@ -83,7 +112,7 @@ KernelTable make_table() {
                          float w_offset) { rmsnorm_forward(y, rstd, x, w, T, C, eps, w_offset, stream()); };
   k.rmsnorm_backward = [](float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
                           int64_t T, int64_t C, float w_offset) {
-    Scratch ws(rmsnorm_backward_workspace_bytes(T, C));
+    Scratch ws(pool_scratch().rmsnorm_backward(T, C));
     rmsnorm_backward(dx, dw, dy, x, w, rstd, T, C, w_offset, ws.get(), stream());
   };
   k.gated_rmsnorm_forward = [](float* y, float* rstd, const float* x, const float* z, const float* w, int64_t T,
@@ -123,12 +152,12 @@ KernelTable make_table() {
   };
   k.linear_forward = [](float* y, LinearInput x, const float* w, const bf16* w_bf16, const float* bias, int64_t M,
                        int64_t K, int64_t N, Precision p) {
-    Scratch ws(linear_forward_workspace_bytes(M, K, N, gemm_input(p), w_bf16 != nullptr));
+    Scratch ws(pool_scratch().linear_forward(M, K, N, p, w_bf16 != nullptr));
     linear_forward(table_gemm(), y, x.data, w, bits(w_bf16), bias, M, K, N, gemm_input(p), ws.get(), stream());
   };
   k.linear_backward = [](float* dx, float* dw, float* dbias, const float* dy, LinearInput x, const float* w,
                          const bf16* w_bf16, int64_t M, int64_t K, int64_t N, bool accumulate_dx, Precision p) {
-    Scratch ws(linear_backward_workspace_bytes(M, K, N, gemm_input(p), w_bf16 != nullptr, dbias != nullptr));
+    Scratch ws(pool_scratch().linear_backward(M, K, N, p, w_bf16 != nullptr, dbias != nullptr));
     linear_backward(table_gemm(), dx, dw, dbias, dy, x.data, w, bits(w_bf16), M, K, N, accumulate_dx,
                     gemm_input(p), ws.get(), stream());
   };
@@ -146,7 +175,7 @@ KernelTable make_table() {
   };
   k.causal_conv1d_silu_backward = [](float* dx, float* dw, const float* dy, const float* x, const float* w,
                                      const CausalConvShape& s) {
-    Scratch ws(causal_conv1d_backward_workspace_bytes(s.batch, s.seq, s.channels, s.kernel));
+    Scratch ws(pool_scratch().causal_conv1d_silu_backward(s));
     causal_conv1d_silu_backward(dx, dw, dy, x, w, s.batch, s.seq, s.channels, s.kernel, ws.get(), stream());
   };
   k.delta_rule_gates_forward = [](float* beta, float* decay, const float* b, const float* a, const float* A_log,
