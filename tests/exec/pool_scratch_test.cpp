@@ -4,6 +4,7 @@
 // head windows' scratch. The CPU's table takes none on the compute tier. The CUDA table's
 // figures are sized here without a device (CudaBackend's tests run the calls).
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -51,6 +52,8 @@ TEST(KernelPoolScratch, CudaPlansCountTheLargestCall) {
   // fp32 products round nothing: what is left (bias-gradient partials, norms' and the
   // embedding's workspaces) is far smaller.
   const size_t f32_pool = kernel_pool_scratch_bytes(c, B, S, *k, Precision::F32);
+  std::printf("qwen2.5-7b at %lld x %lld tokens: pool scratch bf16 %.3f GB, fp32 %.3f GB\n",
+              static_cast<long long>(B), static_cast<long long>(S), bf16_pool / 1e9, f32_pool / 1e9);
   EXPECT_GT(f32_pool, 0u);
   EXPECT_LT(f32_pool, bf16_pool / 4);
   for (Precision p : {Precision::F32, Precision::BF16}) {
