@@ -89,11 +89,11 @@ fi
 note "lt_cuda_tests"
 run_gtest lt_cuda_tests "$tests"
 
-note "lt_tests AdamWCuda and CudaBackend (with the CPU engine's carried libraries)"
+note "lt_tests AdamWCuda, CudaBackend and DeviceCollectives (with the CPU engine's carried libraries)"
 if [[ -f .device/lt_tests.tar.xz ]]; then
   mkdir -p /tmp/gpu_check && tar -C /tmp/gpu_check -xJf .device/lt_tests.tar.xz
   run_gtest lt_tests env LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" \
-    /tmp/gpu_check/lt_tests --gtest_filter='AdamWCuda.*:CudaBackend.*'
+    /tmp/gpu_check/lt_tests --gtest_filter='AdamWCuda.*:CudaBackend.*:DeviceCollectives.*'
   # The streamed training step on cuda against the CPU's (a process of its own: the first
   # steps ever run there may crash it, and that must not hide the tests above).
   note "lt_tests StreamingCuda: five training steps on cuda within the CPU's bf16 distance"

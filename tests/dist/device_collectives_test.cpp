@@ -1,0 +1,71 @@
+// The ranks' device collectives (dist/device_collectives.h, NCCL opened at run time): where
+// they cannot run (no CUDA in the build, no GPU, no NCCL library) making one says what is
+// missing; on a GPU, a world of one process runs every collective as the identity, on
+// device memory and a stream, and names the library's version. More than one rank needs a
+// GPU each (NCCL refuses two ranks on one device); no machine this project is lent has two.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "dist/device_collectives.h"
+#include "test_util.h"
+
+#ifdef LT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace lt {
+namespace {
+
+TEST(DeviceCollectives, WithoutAGpuOrNcclSaysWhatIsMissing) {
+  const std::string why = DeviceCollectives::unavailable_reason();
+  if (why.empty()) GTEST_SKIP() << "a GPU and NCCL are here: the collectives can be made";
+  Communicator world;
+  const std::string e = test::error_of([&] { DeviceCollectives dc(world, 0); });
+  EXPECT_NE(e.find(why), std::string::npos) << e;
+  EXPECT_NE(e.find("device collectives (NCCL)"), std::string::npos) << e;
+}
+
+TEST(DeviceCollectives, AWorldOfOneRunsEachCollectiveAsTheIdentity) {
+  if (const std::string why = DeviceCollectives::unavailable_reason(); !why.empty())
+    GTEST_SKIP() << "compiled, not run: " << why;
+#ifdef LT_HAVE_CUDA
+  Communicator world;
+  ASSERT_EQ(world.size(), 1) << "run it as one process";
+  DeviceCollectives dc(world, 0);
+  EXPECT_EQ(dc.size(), 1);
+  EXPECT_NE(dc.describe().find("NCCL 2."), std::string::npos) << dc.describe();
+  const int64_t n = 1 << 20;
+  std::vector<float> host(n), back(n);
+  for (int64_t i = 0; i < n; ++i) host[i] = 0.001f * static_cast<float>(i % 1000) - 0.5f;
+  float *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, n * sizeof(float)), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  const auto expect_host_in = [&](const float* device, const char* what) {
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << what;
+    ASSERT_EQ(cudaMemcpy(back.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess) << what;
+    EXPECT_EQ(back, host) << what;
+  };
+  ASSERT_EQ(cudaMemcpy(a, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  dc.sum(a, n, s);
+  expect_host_in(a, "sum");
+  dc.broadcast(0, a, n, s);
+  expect_host_in(a, "broadcast");
+  dc.reduce_scatter_sum(a, b, n, s);
+  expect_host_in(b, "reduce-scatter");
+  ASSERT_EQ(cudaMemsetAsync(a, 0, n * sizeof(float), s), cudaSuccess);
+  dc.all_gather(b, a, n, s);
+  expect_host_in(a, "all-gather");
+  cudaStreamDestroy(s);
+  cudaFree(a);
+  cudaFree(b);
+#endif
+}
+
+}  // namespace
+}  // namespace lt
