@@ -1,6 +1,7 @@
 #include "dist/device_collectives.h"
 
 #include "core/error.h"
+#include "exec/backend_cuda.h"
 
 #ifdef LT_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -110,13 +111,7 @@ struct DeviceCollectives::Impl {
 };
 
 std::string DeviceCollectives::unavailable_reason() {
-  int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return std::string("no CUDA device: ") + cudaGetErrorString(e);
-  }
-  if (devices == 0) return "no CUDA device: the driver reports none";
+  if (std::string no_device = cuda_device_missing_reason(); !no_device.empty()) return no_device;
   return nccl().error;
 }
 

@@ -357,6 +357,8 @@ std::string no_device_reason() {
 
 }  // namespace
 
+std::string cuda_device_missing_reason() { return no_device_reason(); }
+
 std::string cuda_backend_unavailable_reason() {
   const std::string no_device = no_device_reason();
   if (!no_device.empty()) return no_device;
@@ -390,6 +392,8 @@ namespace lt {
 std::string cuda_backend_unavailable_reason() {
   return "this lazytrain was built without CUDA (CMake found no working nvcc, or LT_CUDA was OFF)";
 }
+
+std::string cuda_device_missing_reason() { return cuda_backend_unavailable_reason(); }
 
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw Error(cuda_backend_unavailable_reason(), "cuda backend",
