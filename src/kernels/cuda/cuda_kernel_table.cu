@@ -79,8 +79,9 @@ size_t embedding_backward_pool_bytes(int64_t T) {
 }
 
 // What the entries without a workspace argument take from the pool per call (the table
-// hands these out, so that a plan counts what the calls below take).
-KernelTable::PoolScratch pool_scratch() {
+// hands these out, so that a plan counts what the calls below take). Made once: every
+// linear layer's call sizes its scratch here.
+KernelTable::PoolScratch make_pool_scratch() {
   KernelTable::PoolScratch s;
   s.linear_forward = [](int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16) {
     return linear_forward_workspace_bytes(M, K, N, gemm_input(p), has_w_bf16);
@@ -93,6 +94,11 @@ KernelTable::PoolScratch pool_scratch() {
   s.causal_conv1d_silu_backward = [](const CausalConvShape& c) {
     return causal_conv1d_backward_workspace_bytes(c.batch, c.seq, c.channels, c.kernel);
   };
+  return s;
+}
+
+const KernelTable::PoolScratch& pool_scratch() {
+  static const KernelTable::PoolScratch s = make_pool_scratch();
   return s;
 }
 
