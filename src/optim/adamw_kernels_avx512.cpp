@@ -5,20 +5,27 @@
 // 16 lanes per vector; the tail of a block is handled with lane masks.
 //
 // Dequantization, two ways, bitwise the same: with AVX512-VBMI, byte-plane table lookups of
-// 64 codes at a time into a per-block scratch (dequant64_vbmi, ~5.5 operations per 16
-// values); without it, a 256-entry fp32 table in 16 zmm registers read with vpermt2ps (32
-// entries per op) and blends (lookup256, ~18). With AVX512-BF16 the bf16 copy is written
-// per block by vcvtneps2bf16. The VBMI/BF16 pieces are out-of-line functions called once
-// per block. Nearest-code quantization is the arithmetic fast path of quant_map.h (register
-// tables, no memory access) with the bucket table as an exact fallback for the rare lanes
-// near a midpoint; gathers are avoided on the common path because one costs about as much
-// here as the rest of the step.
+// 64 codes at a time (dequant64_vbmi, ~5.5 operations per 16 values); without it, a
+// 256-entry fp32 table in 16 zmm registers read with vpermt2ps (32 entries per op) and
+// blends (lookup256, ~18). With AVX512-BF16 the bf16 copy is written by vcvtneps2bf16. One
+// body serves both tables: the extended kernel (adamw8_ext) carries the VBMI + BF16 target
+// and the body is inlined into it, so the extensions' pieces inline there too.
+// Nearest-code quantization is the arithmetic fast path of quant_map.h (register tables, no
+// memory access) with the bucket table as an exact fallback for the rare lanes near a
+// midpoint; gathers are avoided on the common path because one costs about as much here as
+// the rest of the step.
+//
+// The step is bound by vector operations (Zen 4 issues two 512-bit ones per cycle), so
+// every one counts: measured in cache on one Zen 4 core (optimizer_bench, 1 M params),
+// 950 M params/s before the unsigned max of v (no compare per vector), vrangeps for |m|,
+// vcvttps2udq for floor(u) and one ambiguity test per 64 elements, 1030 after.
 // GCC 12 warns about the undefined pass-through operand inside its own intrinsic headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "optim/adamw_kernels.h"
@@ -29,6 +36,9 @@
 
 #define LT_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi")))
 #define LT_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+// The whole level plus both extensions: clang replaces the file's target by a function's own
+// rather than adding to it, and the body inlined here needs all of the level's features.
+#define LT_AVX512_VBMI_BF16 __attribute__((target(LT_ISA_TARGET_FLAGS ",avx512vbmi,avx512bf16")))
 
 namespace lt::LT_ISA_NS {
 
@@ -121,24 +131,6 @@ LT_AVX512_VBMI inline __mmask64 byte_mask(int64_t len, int64_t j) {
   return r >= 64 ? ~__mmask64(0) : (__mmask64(1) << r) - 1;
 }
 
-// Old m and v of one block (len <= kMaxAdamWBlock) into m_old[], v_old[]: value * absmax,
-// the scalar kernel's product. Writes whole multiples of 64 (the arrays hold
-// kMaxAdamWBlock, a multiple of 64); lanes past len hold code 0's finite value.
-LT_AVX512_VBMI void dequant_block_vbmi(const uint8_t* m_code, const uint8_t* v_code, float am, float av,
-                                       int64_t len, float* m_old, float* v_old) {
-  const QuantMap& qm = signed_dynamic_map();
-  const QuantMap& qv = unsigned_dynamic_map();
-  const __m512 sm = _mm512_set1_ps(am), sv = _mm512_set1_ps(av);
-  for (int64_t j = 0; j < len; j += 64) {
-    const __mmask64 k = byte_mask(len, j);
-    __m512 x[4];
-    dequant64_vbmi(qm.value_byte, _mm512_maskz_loadu_epi8(k, m_code + j), x);
-    for (int q = 0; q < 4; ++q) _mm512_store_ps(m_old + j + 16 * q, _mm512_mul_ps(x[q], sm));
-    dequant64_vbmi(qv.value_byte, _mm512_maskz_loadu_epi8(k, v_code + j), x);
-    for (int q = 0; q < 4; ++q) _mm512_store_ps(v_old + j + 16 * q, _mm512_mul_ps(x[q], sv));
-  }
-}
-
 // The arithmetic fast path (quant_map.h: the segment estimate, QuantFastPath): ~16
 // register-only operations per vector instead of a gather, which on this CPU costs about
 // as much as the rest of the fused step. Lanes whose position lies too near a midpoint are
@@ -160,14 +152,17 @@ inline FastRegs load_fast(const QuantMap& q) {
 // kNormalized: x is a block's state over its absmax (the step's case), so |x| <= 1 up to
 // one rounding and finite: the segment estimate needs no upper clamp. Any other x must take
 // the general form. Code 0 of a negative x may come out as -1, which the stores saturate
-// to 0 (the mirror of code 255).
+// to 0 (the mirror of code 255). *amb gets the lanes that may be wrong: fix_ambiguous
+// gives them the exact code (callers test several vectors' lanes at once).
 template <bool kSigned, bool kNormalized = false>
-inline __m512i nearest_code(const FastRegs& r, __m512 x) {
+inline __m512i nearest_code_fast(const FastRegs& r, __m512 x, __mmask16* amb) {
   const __m512i bits = _mm512_castps_si512(x);
   // a = max(|x|, kSegMinA) (signed map) or max(x, kSegMinA) (unsigned: x <= -0 too, as
   // integers): every a below kSegMinA lies in segment 0 with the zero code, as kSegMinA does.
+  // Signed: one vrangeps (imm 0xb: the larger magnitude, sign cleared), equal to the
+  // integer max of the bits since both are >= +0.
   const __m512i amin = _mm512_set1_epi32(kSegMinABits);
-  const __m512i ab = kSigned ? _mm512_max_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), amin)
+  const __m512i ab = kSigned ? _mm512_castps_si512(_mm512_range_ps(x, _mm512_castsi512_ps(amin), 0xb))
                              : _mm512_max_epi32(bits, amin);
   // The segment estimate, y = 2^23 + q, and its fix-up by one compare.
   __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ab), _mm512_set1_ps(kSegK), _mm512_set1_ps(kSegC));
@@ -177,24 +172,36 @@ inline __m512i nearest_code(const FastRegs& r, __m512 x) {
                                             _mm512_set1_epi32(1));
   const __m512 u = _mm512_fmadd_ps(_mm512_castsi512_ps(ab), _mm512_permutexvar_ps(seg, r.a),
                                    _mm512_permutexvar_ps(seg, r.b));
-  // floor(u) and the ambiguity test in integer form: w = u + 4096 lies in [4096, 8192)
-  // where floats step by 2^-11; (bits >> 11) - (bits(4096) >> 11) is floor(u) unless u lies
-  // within 2^-12 (kFastAmbiguity) of an integer, which the low 11 bits being 0 flag (inf
-  // too); those lanes take the table. Larger u (a > 1) only grows the code, clamped to 255.
+  // The ambiguity test: w = u + 4096 lies in [4096, 8192) where floats step by 2^-11, so
+  // its low 11 bits are 0 when u lies within 2^-12 (kFastAmbiguity) of an integer (inf
+  // too); those lanes take the table. floor(u) is vcvttps2udq's truncation (u > 0): for
+  // the other lanes the rounding in w crossed no integer, so floor(w) - 4096 is the same.
+  // u >= 2^32 (a > 1 in the general form) converts to 0xffffffff, which the unsigned
+  // clamp to the segment's top code takes like any code above it.
   // A negative x crosses a boundary when |x| >= the mirrored midpoint, which is the
   // boundary itself or the float above it, so |x| > bound is right for every |x| but the
   // boundary, which lies at an integer of u (flagged).
   const __m512i w = _mm512_castps_si512(_mm512_add_ps(u, _mm512_set1_ps(4096.f)));
-  const __mmask16 amb = _mm512_testn_epi32_mask(w, _mm512_set1_epi32(0x7ff));
-  __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(w, 11), _mm512_set1_epi32(0x45800000 >> 11));
-  code = _mm512_min_epi32(code, _mm512_permutexvar_epi32(seg, r.h));
+  *amb = _mm512_testn_epi32_mask(w, _mm512_set1_epi32(0x7ff));
+  __m512i code = _mm512_min_epu32(_mm512_cvttps_epu32(u), _mm512_permutexvar_epi32(seg, r.h));
   if constexpr (kSigned)  // negative x: the mirror, 254 - code
     code = _mm512_mask_sub_epi32(code, _mm512_movepi32_mask(bits), _mm512_set1_epi32(254), code);
-  if (amb) [[unlikely]] {  // the table's entries hold the midpoint's key above the code
-    const __m512i exact = kSigned ? nearest_code_signed(r.bucket, x) : nearest_code_unsigned(r.bucket, x);
-    code = _mm512_mask_and_epi32(code, amb, exact, _mm512_set1_epi32(0xff));
-  }
   return code;
+}
+
+// The exact codes of the lanes in amb, from the table (its entries hold the midpoint's key
+// above the code).
+template <bool kSigned>
+inline __m512i fix_ambiguous(const FastRegs& r, __m512 x, __m512i code, __mmask16 amb) {
+  const __m512i exact = kSigned ? nearest_code_signed(r.bucket, x) : nearest_code_unsigned(r.bucket, x);
+  return _mm512_mask_and_epi32(code, amb, exact, _mm512_set1_epi32(0xff));
+}
+
+template <bool kSigned, bool kNormalized = false>
+inline __m512i nearest_code(const FastRegs& r, __m512 x) {
+  __mmask16 amb;
+  const __m512i code = nearest_code_fast<kSigned, kNormalized>(r, x, &amb);
+  return amb ? fix_ambiguous<kSigned>(r, x, code, amb) : code;
 }
 
 inline __mmask16 tail_mask(int64_t len, int64_t j) {
@@ -246,23 +253,17 @@ inline void store_bf16(bf16* out, __m512 p, __mmask16 k) {
   else _mm256_mask_storeu_epi16(out, k, h);
 }
 
-// The bf16 copy of one block, from the fp32 params just written (in L1), by vcvtneps2bf16:
-// the same round-to-nearest-even and quiet-NaN bits as store_bf16, except that it treats
-// denormal inputs as zero, so a vector holding a denormal takes store_bf16 (rare).
-// 3 operations per vector against 9. Out of line (one call per block) so that it runs
-// with its own target however the library is compiled.
-LT_AVX512_BF16 void bf16_block_avx512bf16(const float* p, bf16* out, int64_t len) {
-  for (int64_t j = 0; j < len; j += 16) {
-    const __mmask16 k = tail_mask(len, j);
-    const __m512 x = load_f32(p + j, k);
-    if (_mm512_fpclass_ps_mask(x, 0x20)) [[unlikely]] {  // 0x20: denormal
-      store_bf16(out + j, x, k);
-      continue;
-    }
-    const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
-    if (k == 0xffff) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), h);
-    else _mm256_mask_storeu_epi16(out + j, k, h);
+// The bf16 copy by vcvtneps2bf16: the same round-to-nearest-even and quiet-NaN bits as
+// store_bf16, except that it treats denormal inputs as zero, so a vector holding a
+// denormal takes store_bf16 (rare). 3 operations per vector against 9.
+LT_AVX512_BF16 inline void store_bf16_native(bf16* out, __m512 p, __mmask16 k) {
+  if (_mm512_fpclass_ps_mask(p, 0x20)) [[unlikely]] {  // 0x20: denormal
+    store_bf16(out, p, k);
+    return;
   }
+  const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p));
+  if (k == 0xffff) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), h);
+  else _mm256_mask_storeu_epi16(out, k, h);
 }
 
 struct Consts {
@@ -275,14 +276,15 @@ inline Consts broadcast(const AdamWStepConsts& c) {
           _mm512_set1_ps(-c.step_size), _mm512_set1_ps(c.inv_sqrt_bc2), _mm512_set1_ps(c.clip)};
 }
 
-// m, v from g and the old states; returns the lanes whose v is NaN or +Inf.
-inline __mmask16 moments(const Consts& c, __m512 g, __m512 m_old, __m512 v_old, __m512* m,
-                                   __m512* v) {
+// m, v from g and the old states (adamw_math.h).
+inline void moments(const Consts& c, __m512 g, __m512 m_old, __m512 v_old, __m512* m, __m512* v) {
   g = _mm512_mul_ps(g, c.clip);
   *m = _mm512_fmadd_ps(c.b1, m_old, _mm512_mul_ps(c.omb1, g));
   *v = _mm512_fmadd_ps(c.b2, v_old, _mm512_mul_ps(_mm512_mul_ps(c.omb2, g), g));
-  return _mm512_cmp_ps_mask(*v, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ);
 }
+
+// The lanes whose v is NaN or +Inf.
+inline __mmask16 nonfinite(__m512 v) { return _mm512_cmp_ps_mask(v, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ); }
 
 inline __m512 new_param(const Consts& c, __m512 p, __m512 m, __m512 v) {
   const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(v), c.isbc2, c.eps);
@@ -290,8 +292,8 @@ inline __m512 new_param(const Consts& c, __m512 p, __m512 m, __m512 v) {
 }
 
 template <bool kExt>
-int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& sc,
-                              int64_t first_block, int64_t last_block) {
+[[gnu::always_inline]] inline int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s,
+                                                  const AdamWStepConsts& sc, int64_t first_block, int64_t last_block) {
   const QuantMap& qm = signed_dynamic_map();
   const QuantMap& qv = unsigned_dynamic_map();
   const Table256 m_val = load_table(qm.value), v_val = load_table(qv.value);
@@ -302,35 +304,42 @@ int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWS
   for (int64_t b = first_block; b < last_block; ++b) {
     const int64_t i0 = b * a.block, len = std::min(a.block, a.n - i0);
     const __m512 am_old = _mm512_set1_ps(s.m_absmax[b]), av_old = _mm512_set1_ps(s.v_absmax[b]);
-    __m512 am = _mm512_setzero_ps(), av = _mm512_setzero_ps();
-    __mmask16 bad = 0;
-    // VBMI: the old states go through m[], v[] (dequantized per block, then overwritten in
-    // place by the new ones); otherwise they are looked up vector by vector.
-    if constexpr (kExt) dequant_block_vbmi(s.m_code + i0, s.v_code + i0, s.m_absmax[b], s.v_absmax[b], len, m, v);
-    for (int64_t j = 0; j < len; j += 16) {
-      const __mmask16 k = tail_mask(len, j);
-      const int64_t i = i0 + j;
-      __m512 m_old, v_old;
+    // The largest v by its bits as unsigned integers: v >= +0 (adamw_math.h), so that is the
+    // float maximum, and it is >= bits(+Inf) exactly when some v is +Inf or NaN (the scalar
+    // kernel's test), with no compare per vector.
+    __m512 am = _mm512_setzero_ps();
+    __m512i av = _mm512_setzero_si512();
+    // 64 elements at a time: with VBMI the old states of all four vectors come from one
+    // byte-plane lookup per map (dequant64_vbmi), without it vector by vector (lookup256).
+    for (int64_t j = 0; j < len; j += 64) {
+      __m512 m_unit[4], v_unit[4];  // map.value[code]
       if constexpr (kExt) {
-        m_old = _mm512_load_ps(m + j);
-        v_old = _mm512_load_ps(v + j);
-      } else {
-        m_old = _mm512_mul_ps(lookup256(m_val, load_codes(s.m_code + i, k)), am_old);
-        v_old = _mm512_mul_ps(lookup256(v_val, load_codes(s.v_code + i, k)), av_old);
+        const __mmask64 kb = byte_mask(len, j);
+        dequant64_vbmi(qm.value_byte, _mm512_maskz_loadu_epi8(kb, s.m_code + i0 + j), m_unit);
+        dequant64_vbmi(qv.value_byte, _mm512_maskz_loadu_epi8(kb, s.v_code + i0 + j), v_unit);
       }
-      __m512 mj, vj;
-      bad |= k & moments(c, load_grad(a, i, k), m_old, v_old, &mj, &vj);
-      // Masked-off lanes hold g = 0 and code 0 -> finite values; keep them out of the max.
-      am = _mm512_mask_max_ps(am, k, am, _mm512_abs_ps(mj));
-      av = _mm512_mask_max_ps(av, k, av, vj);
-      _mm512_store_ps(m + j, mj);
-      _mm512_store_ps(v + j, vj);
+      for (int q = 0; q < 4 && j + 16 * q < len; ++q) {
+        const int64_t jq = j + 16 * q, i = i0 + jq;
+        const __mmask16 k = tail_mask(len, jq);
+        if constexpr (!kExt) {
+          m_unit[q] = lookup256(m_val, load_codes(s.m_code + i, k));
+          v_unit[q] = lookup256(v_val, load_codes(s.v_code + i, k));
+        }
+        __m512 mj, vj;
+        moments(c, load_grad(a, i, k), _mm512_mul_ps(m_unit[q], am_old), _mm512_mul_ps(v_unit[q], av_old), &mj, &vj);
+        // Masked-off lanes hold g = 0 and code 0 -> finite values; keep them out of the max.
+        am = _mm512_mask_range_ps(am, k, am, mj, 0xb);  // max(|am|, |m|), sign cleared
+        av = _mm512_mask_max_epu32(av, k, av, _mm512_castps_si512(vj));
+        _mm512_store_ps(m + jq, mj);
+        _mm512_store_ps(v + jq, vj);
+      }
     }
-    if (bad) {
+    const uint32_t av_bits = _mm512_reduce_max_epu32(av);
+    if (av_bits >= 0x7f800000u) {
       ++skipped;
       continue;
     }
-    const float amax_m = _mm512_reduce_max_ps(am), amax_v = _mm512_reduce_max_ps(av);
+    const float amax_m = _mm512_reduce_max_ps(am), amax_v = std::bit_cast<float>(av_bits);
     const __m512 im = _mm512_set1_ps(amax_m > 0 ? 1.0f / amax_m : 0.f);
     const __m512 iv = _mm512_set1_ps(amax_v > 0 ? 1.0f / amax_v : 0.f);
     // Parameter update and requantization, kQuad vectors at a time (then single vectors
@@ -345,13 +354,24 @@ int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWS
         const __m512 mj = _mm512_load_ps(m + jj), vj = _mm512_load_ps(v + jj);
         const __m512 p = new_param(c, _mm512_loadu_ps(a.param + i), mj, vj);
         _mm512_storeu_ps(a.param + i, p);
-        if (!kExt && a.out_bf16) store_bf16(a.out_bf16 + i, p, 0xffff);
+        if (a.out_bf16) {
+          if constexpr (kExt) store_bf16_native(a.out_bf16 + i, p, 0xffff);
+          else store_bf16(a.out_bf16 + i, p, 0xffff);
+        }
         xm[q] = _mm512_mul_ps(mj, im);
         xv[q] = _mm512_mul_ps(vj, iv);
       }
+      __mmask16 ambm[kQuad], ambv[kQuad];
       for (int q = 0; q < kQuad; ++q) {
-        cm[q] = nearest_code<true, true>(fm, xm[q]);
-        cv[q] = nearest_code<false, true>(fv, xv[q]);
+        cm[q] = nearest_code_fast<true, true>(fm, xm[q], &ambm[q]);
+        cv[q] = nearest_code_fast<false, true>(fv, xv[q], &ambv[q]);
+      }
+      // One test for all eight vectors: ambiguous lanes are rare.
+      if ((ambm[0] | ambm[1] | ambm[2] | ambm[3]) | (ambv[0] | ambv[1] | ambv[2] | ambv[3])) [[unlikely]] {
+        for (int q = 0; q < kQuad; ++q) {
+          cm[q] = fix_ambiguous<true>(fm, xm[q], cm[q], ambm[q]);
+          cv[q] = fix_ambiguous<false>(fv, xv[q], cv[q], ambv[q]);
+        }
       }
       store_codes64(s.m_code + i0 + j, cm);
       store_codes64(s.v_code + i0 + j, cv);
@@ -362,13 +382,15 @@ int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWS
       const __m512 mj = _mm512_load_ps(m + j), vj = _mm512_load_ps(v + j);
       const __m512 p = new_param(c, load_f32(a.param + i, k), mj, vj);
       store_f32(a.param + i, p, k);
-      if (!kExt && a.out_bf16) store_bf16(a.out_bf16 + i, p, k);
+      if (a.out_bf16) {
+        if constexpr (kExt) store_bf16_native(a.out_bf16 + i, p, k);
+        else store_bf16(a.out_bf16 + i, p, k);
+      }
       const __m512 xm = _mm512_mul_ps(mj, im), xv = _mm512_mul_ps(vj, iv);
       const __m512i cm = nearest_code<true, true>(fm, xm), cv = nearest_code<false, true>(fv, xv);
       store_codes(s.m_code + i, cm, k);
       store_codes(s.v_code + i, cv, k);
     }
-    if (kExt && a.out_bf16) bf16_block_avx512bf16(a.param + i0, a.out_bf16 + i0, len);
     s.m_absmax[b] = amax_m;
     s.v_absmax[b] = amax_v;
   }
@@ -398,8 +420,8 @@ int64_t adamw32_blocks(const AdamWTensorArgs& a, const AdamW32State& s, const Ad
       const __mmask16 k = tail_mask(len, j);
       const int64_t i = i0 + j;
       __m512 mj, vj;
-      bad |= k & moments(c, load_grad(a, i, k), load_f32(s.m + i, k),
-                         load_f32(s.v + i, k), &mj, &vj);
+      moments(c, load_grad(a, i, k), load_f32(s.m + i, k), load_f32(s.v + i, k), &mj, &vj);
+      bad |= k & nonfinite(vj);
       _mm512_store_ps(m + j, mj);
       _mm512_store_ps(v + j, vj);
     }
@@ -440,10 +462,19 @@ void dequantize(const QuantMap& map, const uint8_t* code, float absmax, int64_t 
   }
 }
 
+int64_t adamw8_plain(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& sc,
+                     int64_t first_block, int64_t last_block) {
+  return adamw8_impl<false>(a, s, sc, first_block, last_block);
+}
+LT_AVX512_VBMI_BF16 int64_t adamw8_ext(const AdamWTensorArgs& a, const AdamW8State& s, const AdamWStepConsts& sc,
+                                       int64_t first_block, int64_t last_block) {
+  return adamw8_impl<true>(a, s, sc, first_block, last_block);
+}
+
 }  // namespace
 
-extern const AdamWKernels kAdamWKernels{"avx512", adamw8_impl<false>, adamw32_blocks, quantize, dequantize};
-extern const AdamWKernels kAdamWKernelsVbmiBf16{"avx512+vbmi+bf16", adamw8_impl<true>, adamw32_blocks, quantize,
+extern const AdamWKernels kAdamWKernels{"avx512", adamw8_plain, adamw32_blocks, quantize, dequantize};
+extern const AdamWKernels kAdamWKernelsVbmiBf16{"avx512+vbmi+bf16", adamw8_ext, adamw32_blocks, quantize,
                                                 dequantize_vbmi};
 
 }  // namespace lt::LT_ISA_NS
