@@ -180,7 +180,11 @@ inline __m256i nearest_code_fast(const FastRegs& r, __m256 x, __m256i* low) {
   // boundary itself or the float above it (midpoints round down on both sides), so
   // |x| > bound is right for every |x| but the boundary, which lies at an integer of u
   // (flagged above).
-  __m256i code = _mm256_sub_epi32(_mm256_srli_epi32(w, 11), _mm256_set1_epi32(0x45800000 >> 11));
+  // Bounded, u < 2^31 (below 2e7 for |x| < 5): floor(u) is vcvttps2dq's truncation
+  // (u > 0), one operation; for the unflagged lanes the rounding in w crossed no integer, so
+  // floor(w) - 4096 is the same.
+  __m256i code = kBounded ? _mm256_cvttps_epi32(u)
+                          : _mm256_sub_epi32(_mm256_srli_epi32(w, 11), _mm256_set1_epi32(0x45800000 >> 11));
   // Only the top of a segment needs its clamp: a decade's line extended past its upper
   // edge reaches H + 1 before the boundary, while the lower boundary lies at u >= L + 0.13
   // in every segment (u = L + 0.2 between decades), so floor(u) >= L there.
