@@ -28,7 +28,11 @@ class Backend {
   virtual bool host_is_compute() const = 0;
   // Streams, as a GPU has them: the compute stream runs the kernels (and the fills and
   // copies inside the compute tier), the h2d stream the copies to the compute tier, the
-  // d2h stream those back. Each runs its work in issue order.
+  // d2h stream those back. Each runs its work in issue order, and a copy either way starts
+  // after the compute work issued before it: a copy out reads what that compute wrote,
+  // and a copy in may overwrite what it read (a slot freed and filled again). The executor
+  // issues the copies a window overlaps before the window's kernels, so they run under
+  // them; the compute stream waits for copies only through events (wait below).
   enum class Stream { Compute, H2D, D2H };
   virtual void copy_to_compute(void* dst, const void* src, size_t bytes) = 0;  // on H2D
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;     // on D2H

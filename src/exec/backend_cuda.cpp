@@ -217,6 +217,7 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int device) : device_(device) {
     LT_CUDA(cudaSetDevice(device));
     for (cudaStream_t& s : streams_) LT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    LT_CUDA(cudaEventCreateWithFlags(&compute_issued_, cudaEventDisableTiming));
     cuda::set_kernel_table_stream(stream(Stream::Compute));
     // The kernels' scratch pool keeps what it reserved: by default it gives memory back to
     // the driver at every synchronization, and every step (each wait for a layer's copies)
@@ -230,6 +231,7 @@ class CudaBackend final : public Backend {
     cuda::set_kernel_table_stream(nullptr);
     cudaSetDevice(device_);
     for (cudaStream_t s : streams_) cudaStreamSynchronize(s);
+    cudaEventDestroy(compute_issued_);
     for (cudaStream_t s : streams_) cudaStreamDestroy(s);
   }
   const char* name() const override { return "cuda"; }
@@ -326,9 +328,13 @@ class CudaBackend final : public Backend {
   cudaStream_t stream(Stream s) const { return streams_[index(s)]; }
   uint64_t issued(Stream s) const { return issued_[index(s)]; }
   StreamMarks& marks(Stream s) const { return marks_[index(s)]; }
+  // After the compute work issued so far (backend.h; a CPU backend's compute is done when
+  // issued, a GPU's may still run), then timed from its own start.
   void copy(Stream s, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, CopyTimer& timer) {
     if (!bytes) return;
     std::lock_guard lock(mu_);
+    LT_CUDA(cudaEventRecord(compute_issued_, stream(Stream::Compute)));
+    LT_CUDA(cudaStreamWaitEvent(stream(s), compute_issued_, 0));  // the record as of now
     cudaEvent_t started = timer.start(stream(s));
     LT_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream(s)));
     timer.end(stream(s), started);
@@ -342,6 +348,7 @@ class CudaBackend final : public Backend {
   mutable uint64_t issued_[3] = {};
   mutable StreamMarks marks_[3];
   mutable CopyTimer h2d_timer_, d2h_timer_;
+  cudaEvent_t compute_issued_ = nullptr;  // re-recorded before each copy, which waits for it
 };
 
 std::string no_device_reason() {

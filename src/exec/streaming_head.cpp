@@ -6,8 +6,9 @@
 // final norm, is F{L-1}'s prefetch). Loads 0..n-1 feed the forward pass (every token's
 // logsumexp over all rows), loads n..2n-1 the backward pass (each chunk's gradient rows,
 // into gradient slot c % 2, drained to the host while the next chunk computes, and dx).
-// Load i+1 is queued before load i computes, into the slot load i-1 used, whose compute is
-// done; a gradient slot is refilled once the copy out of it two chunks earlier has landed.
+// Load i+1 is queued before load i computes, into the slot load i-1 used, whose compute was
+// issued before it (a copy starts after that: backend.h); a gradient slot is refilled once
+// the copy out of it two chunks earlier has landed.
 // The window's weight prefetches for later windows queue behind the last chunk.
 // On the cpu backend the chunks are views of the host's weights and the gradient rows are
 // summed in place.

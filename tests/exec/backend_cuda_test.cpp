@@ -198,6 +198,41 @@ TEST(CudaBackend, EventsOrderTheStreams) {
   }
 }
 
+// A copy either way starts after the compute work issued before it (backend.h), with no
+// event from the caller: what the executor, written against host compute that is done
+// when issued, relies on for a gradient slot it drains, an activation it offloads and a
+// slot it refills. A fill of 1 GiB (about a millisecond on a GPU) then a copy of its last
+// 4 KiB: out, the copy must see the fill; in, the copy's bytes must outlast it.
+TEST(CudaBackend, CopiesStartAfterTheComputeIssuedBeforeThem) {
+  LT_REQUIRE_GPU();
+  auto b = make_cuda_backend();
+  const size_t bytes = size_t{1} << 30, tail = 4096;
+  Buffer dev(b->compute_memory(), bytes), host(b->host_tier_memory(), tail);
+  ASSERT_TRUE(dev && host);
+  std::byte* end = dev.data() + bytes - tail;
+  const auto wrong_bytes = [&](uint8_t want) {
+    size_t wrong = 0;
+    for (size_t i = 0; i < tail; ++i) wrong += static_cast<uint8_t>(host.data()[i]) != want;
+    return wrong;
+  };
+  for (int r = 0; r < 8; ++r) {
+    SCOPED_TRACE("round " + std::to_string(r));
+    const uint8_t filled = static_cast<uint8_t>(0x11 * (r + 1)), copied = static_cast<uint8_t>(0xC3 ^ r);
+    b->fill_compute(dev.data(), filled, bytes);
+    b->copy_to_host(host.data(), end, tail);
+    b->wait_host(b->record(Backend::Stream::D2H));
+    EXPECT_EQ(wrong_bytes(filled), 0u) << "a copy out ran before the fill issued before it";
+    std::memset(host.data(), copied, tail);
+    b->fill_compute(dev.data(), filled, bytes);
+    b->copy_to_compute(end, host.data(), tail);
+    b->wait(Backend::Stream::D2H, b->record(Backend::Stream::H2D));
+    std::memset(host.data(), 0, tail);
+    b->copy_to_host(host.data(), end, tail);
+    b->wait_host(b->record(Backend::Stream::D2H));
+    EXPECT_EQ(wrong_bytes(copied), 0u) << "a copy in ran before the fill issued before it, which overwrote it";
+  }
+}
+
 // synchronize() waits for both copy streams; the byte counters and the copies' own time
 // add up, and the rates they give are a link's, not a timer's mistake. The rates are
 // printed: the H2D and D2H figures the planner's profile will measure this way.
