@@ -66,7 +66,10 @@ class Backend {
   };
   virtual LinkBusy link_busy() const { return {}; }
   // Called by the executor after the kernels of each layer and head window, with their
-  // duration; a backend that plays a slower compute tier (emu) waits here. Default: nothing.
+  // duration as the host issued them; a backend that plays a slower compute tier (emu)
+  // waits here, and one whose kernels run asynchronously (cuda) waits for them to finish,
+  // so that the window's times (the trace, the probe's layer times, the re-planner's
+  // measures) are the kernels' own, not their launches'. Default: nothing.
   virtual void compute_done(double seconds) { (void)seconds; }
 
   // The two kinds of memory the executor takes (memory/buffer_type.h): the compute

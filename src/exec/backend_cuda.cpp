@@ -307,6 +307,9 @@ class CudaBackend final : public Backend {
     LT_CUDA(cudaMemGetInfo(&free, &total));
     return {total, free};
   }
+  // The window's kernels are done when it returns (backend.h). No lock: the stream is
+  // fixed, and the other thread's copies must not wait behind this wait.
+  void compute_done(double) override { LT_CUDA(cudaStreamSynchronize(stream(Stream::Compute))); }
   void fill_compute(void* dst, int byte, size_t bytes) override {
     if (!bytes) return;
     std::lock_guard lock(mu_);

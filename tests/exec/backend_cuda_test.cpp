@@ -233,6 +233,27 @@ TEST(CudaBackend, CopiesStartAfterTheComputeIssuedBeforeThem) {
   }
 }
 
+// compute_done() returns once the compute stream's work is done (backend.h: the executor
+// times its windows by it): a fill of 1 GiB, then compute_done, then a synchronous copy on
+// CUDA's default stream, which does not wait for the backend's (non-blocking) streams.
+TEST(CudaBackend, ComputeDoneWaitsForTheKernels) {
+  LT_REQUIRE_GPU();
+  auto b = make_cuda_backend();
+  const size_t bytes = size_t{1} << 30, tail = 4096;
+  Buffer dev(b->compute_memory(), bytes);
+  ASSERT_TRUE(dev);
+  std::vector<uint8_t> host(tail);
+  for (int r = 0; r < 8; ++r) {
+    const uint8_t filled = static_cast<uint8_t>(0x21 * (r + 1));
+    b->fill_compute(dev.data(), filled, bytes);
+    b->compute_done(0);
+    ASSERT_EQ(cudaMemcpy(host.data(), dev.data() + bytes - tail, tail, cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t wrong = 0;
+    for (uint8_t v : host) wrong += v != filled;
+    EXPECT_EQ(wrong, 0u) << "round " << r << ": compute_done returned before the fill issued before it";
+  }
+}
+
 // synchronize() waits for both copy streams; the byte counters and the copies' own time
 // add up, and the rates they give are a link's, not a timer's mistake. The rates are
 // printed: the H2D and D2H figures the planner's profile will measure this way.
