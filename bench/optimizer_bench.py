@@ -176,7 +176,9 @@ def main():
           f"OMP_WAIT_POLICY={a.omp_wait_policy}, {a.rounds} rounds x {a.reps} steps, medians")
     for line in info:
         print(line)
-    print(f"{'system':<16}{'s/step':>10}{'Mparams/s':>12}{'GB/s':>8}")
+    # B/param: the bytes each step must move per parameter (module docstring), which with
+    # the triad's GB/s bounds params/s: the memory limit the ratios are read against.
+    print(f"{'system':<16}{'s/step':>10}{'Mparams/s':>12}{'GB/s':>8}{'B/param':>9}")
     for name in ["ours8", "ours8_bf16g", "ours32"] + PEERS + ["triad", "triad_cached"]:
         if name not in results:
             print(f"{name:<16} did not run: {failed.get(name, 'no result')}")
@@ -185,7 +187,7 @@ def main():
         n = results[name][0][1]
         b = results[name][0][2]
         med[name] = (s, n / s, b / s / 1e9)
-        print(f"{name:<16}{s:>10.4f}{n / s / 1e6:>12.1f}{b / s / 1e9:>8.2f}")
+        print(f"{name:<16}{s:>10.4f}{n / s / 1e6:>12.1f}{b / s / 1e9:>8.2f}{b / n:>9.2f}")
     for peer, why in failed.items():
         print(f"note: {peer} failed: {why}")
     ratio = med["ours8"][1] / med["deepspeed"][1] if "deepspeed" in med else float("nan")
