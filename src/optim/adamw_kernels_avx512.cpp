@@ -131,7 +131,7 @@ LT_AVX512_VBMI inline __mmask64 byte_mask(int64_t len, int64_t j) {
   return r >= 64 ? ~__mmask64(0) : (__mmask64(1) << r) - 1;
 }
 
-// The arithmetic fast path (quant_map.h: the segment estimate, QuantFastPath): ~16
+// The arithmetic fast path (quant_map.h: the segment estimate, QuantFastPath): ~14
 // register-only operations per vector instead of a gather, which on this CPU costs about
 // as much as the rest of the fused step. Lanes whose position lies too near a midpoint are
 // flagged; a vector with any flagged lane (rare) takes the table path for those lanes, so
@@ -291,6 +291,9 @@ inline __m512 new_param(const Consts& c, __m512 p, __m512 m, __m512 v) {
   return _mm512_fmadd_ps(c.neg_step, _mm512_div_ps(m, denom), _mm512_mul_ps(p, c.decay));
 }
 
+// The 8-bit step over blocks [first_block, last_block). kExt: the VBMI dequantization and the
+// vcvtneps2bf16 copy. Always inlined, so that in adamw8_ext, which carries those targets,
+// their pieces inline too (they cannot inline into a function of the level's target alone).
 template <bool kExt>
 [[gnu::always_inline]] inline int64_t adamw8_impl(const AdamWTensorArgs& a, const AdamW8State& s,
                                                   const AdamWStepConsts& sc, int64_t first_block, int64_t last_block) {
