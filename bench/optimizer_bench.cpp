@@ -5,6 +5,7 @@
 // reports.
 //
 //   optimizer_bench [--params N] [--tensors T] [--threads K] [--reps R] [--only NAME]
+//                   [--kernel scalar|avx2|avx512|avx512-novbmi]
 //
 // Each step includes what clipping costs us: clip_decision() on the caller's summed squared
 // norm (summed while gradients are produced, so no pass here) and the clip factor inside
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -35,6 +37,7 @@ struct Options {
   int threads = 0;
   int reps = 5;
   std::string only;
+  lt::AdamWKernel kernel = lt::AdamWKernel::Auto;  // --kernel: a variant forced (diagnosis)
 };
 
 struct Model {
@@ -64,6 +67,7 @@ void bench_adamw(const Options& o, const char* name, bool eight_bit, bool bf16_g
   lt::AdamWConfig cfg;
   cfg.eight_bit = eight_bit;
   cfg.num_threads = o.threads;
+  cfg.kernel = o.kernel;
   lt::AdamW opt(cfg);
   Model m = make_model(o, bf16_grad);
   const int64_t per = o.params / o.tensors;
@@ -143,7 +147,19 @@ int main(int argc, char** argv) {
     else if (k == "--threads") o.threads = std::atoi(v);
     else if (k == "--reps") o.reps = std::atoi(v);
     else if (k == "--only") o.only = v;
-    else {
+    else if (k == "--kernel") {
+      // The AdamW kernel variants by name, e.g. the AVX-512 table without VBMI and BF16
+      // on a CPU that has them; a variant this CPU cannot run fails in AdamW's constructor.
+      const std::string_view n = v;
+      if (n == "scalar") o.kernel = lt::AdamWKernel::Scalar;
+      else if (n == "avx2") o.kernel = lt::AdamWKernel::Avx2;
+      else if (n == "avx512") o.kernel = lt::AdamWKernel::Avx512;
+      else if (n == "avx512-novbmi") o.kernel = lt::AdamWKernel::Avx512NoVbmi;
+      else {
+        std::fprintf(stderr, "optimizer_bench: --kernel %s: use scalar, avx2, avx512 or avx512-novbmi\n", v);
+        return 2;
+      }
+    } else {
       std::fprintf(stderr, "optimizer_bench: unknown option %s\n", k.c_str());
       return 2;
     }
