@@ -375,10 +375,13 @@ TEST(Replanner, ASwitchCarriesThePagedOptimizerStates) {
 }
 
 // A re-plan keeps what the running plan pages, layer by layer (PlanRequest::keep_paged):
-// a plan that pages every state and the masters of some layers (the MILP's own mix),
-// re-solved on a machine whose NVMe reads run at half speed and whose host would hold
-// every master (which the trainer's blocks are not set up for), pages the same layers'
-// states and masters, so that it can be switched to.
+// a plan that pages every state it can and the masters of some layers (a mix), re-solved
+// on a machine whose NVMe reads run at half speed and whose host would hold every master
+// (which the trainer's blocks are not set up for), pages the same layers' states and
+// masters, so that it can be switched to. The running plan's mix is given (keep_paged
+// too), not left to its solve: within a limit in CPU seconds the MILP's own mix depends
+// on how far a loaded or sanitized machine gets (one stopped at the rule's start, which
+// pages every master). Its host fits that mix and none with fewer masters paged.
 TEST(Replanner, KeepsWhatPagesLayerByLayer) {
   PlanRequest req = test::tiny_request(16, "h800", 4);
   req.page_master = true;
@@ -387,11 +390,18 @@ TEST(Replanner, KeepsWhatPagesLayerByLayer) {
   const CostModel cm = build_cost_model(req);
   StatePaging states_alone = plan_state_paging(req, cm, true);
   page_parts(states_alone, cm, std::vector<bool>(16, false), std::vector<bool>(16, false));
-  req.hardware.host_memory_bytes = (states_alone.host_state_bytes - 4.5 * cm.layer(2).master_bytes) / 0.9;
+  req.hardware.host_memory_bytes = (states_alone.host_state_bytes - 5.5 * cm.layer(2).master_bytes) / 0.9;
+  req.keep_paged = PlanRequest::PagedLayers{};
+  for (int j = 2; j < 16; ++j) req.keep_paged->states.push_back(j);
+  for (int j = 10; j < 16; ++j) req.keep_paged->masters.push_back(j);
   const Plan running = make_plan(req, "milp");
   ASSERT_TRUE(running.feasible) << running.infeasible_reason;
-  ASSERT_FALSE(running.nvme_master_layers.empty());
+  ASSERT_EQ(running.nvme_master_layers, req.keep_paged->masters);
   ASSERT_LT(running.nvme_master_layers.size(), running.nvme_state_layers.size()) << "not a mix";
+  req.keep_paged->masters.pop_back();  // five masters paged: the host is short
+  const Plan fewer = make_plan(req, "milp");
+  EXPECT_FALSE(fewer.feasible) << "the host holds more masters than the test means it to";
+  std::printf("five masters paged: %s\n", fewer.infeasible_reason.c_str());
   PlanRequest again = request_of(running, 5);
   again.hardware.nvme_read_bw *= 0.5;
   again.hardware.host_memory_bytes *= 2;
