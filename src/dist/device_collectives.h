@@ -9,9 +9,11 @@
 // depend on the rank count and topology). Each call is issued on `stream` (a cudaStream_t)
 // and done when that stream reaches it.
 //
-// Not yet used by the trainer: the streamed data-parallel step still sums the gradients on
-// the host after they are drained (train/rank_exchange.h). Next: sum each layer's gradient
-// slot on the device before its drain, and all-gather the owners' updated weights there.
+// The streamed data-parallel trainer sums the layers' and the head's gradient slots with
+// sum() on the backend's compute stream before they drain, where a step is one
+// micro-batch (train/streamed_training.h). Not yet: a stream of its own for the sums (on
+// the compute stream they wait for the layer's backward and hold up the next layer's), and
+// the owners' updated weights all-gathered on the device.
 #pragma once
 
 #include <cstdint>

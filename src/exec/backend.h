@@ -115,6 +115,12 @@ class Backend {
   // The kernels that run on the compute tier (kernels/kernel_table.h). Default: the CPU's
   // (cpu, and emu, whose compute tier is host RAM); a GPU's backend gives its own.
   virtual const KernelTable& kernels() const { return cpu_kernel_table(); }
+  // For work another library issues in the compute stream's order (NCCL's sums of the
+  // gradient slots, dist/device_collectives.h): the stream's native handle (a
+  // cudaStream_t) and its device. Null and -1 where the compute stream is the calling
+  // thread (cpu, emu): such work runs there, in line.
+  virtual void* native_compute_stream() const { return nullptr; }
+  virtual int device_index() const { return -1; }
 };
 
 // "cpu": the compute tier is host RAM; copies are memcpy, done when issued.

@@ -325,6 +325,8 @@ class CudaBackend final : public Backend {
   // The CUDA table (kernels/cuda/cuda_kernel_table.h), on the compute stream; the entries
   // it does not have yet are null.
   const KernelTable& kernels() const override { return cuda::kernel_table(); }
+  void* native_compute_stream() const override { return stream(Stream::Compute); }
+  int device_index() const override { return device_; }
 
  private:
   static int index(Stream s) { return static_cast<int>(s); }

@@ -69,6 +69,7 @@ class SlotAndDrain final : public GradientSink {
 
   float* layer(int j) override { return zeroed(arena_(ArenaTensor::Gradients, j), block_numel(c_, j)); }
   void layer_done(int j, double&) override {
+    sum_over_ranks(arena_(ArenaTensor::Gradients, j), block_numel(c_, j));
     pending_.push_back({host_layer(j), arena_(ArenaTensor::Gradients, j), block_numel(c_, j),
                         s_.grad_drain_w[j], j});
   }
@@ -107,14 +108,17 @@ class SlotAndDrain final : public GradientSink {
   }
   void head_chunk_done(int64_t chunk) override {
     const int64_t C = c_.hidden_size;
-    land(grads_->lm_head() + chunk * s_.head_chunk_rows * C,
-         arena_(ArenaTensor::LmHeadGradients, static_cast<int>(chunk % 2)), rows(chunk) * C, /*count=*/false);
+    float* slot = arena_(ArenaTensor::LmHeadGradients, static_cast<int>(chunk % 2));
+    if (!c_.tie_word_embeddings) sum_over_ranks(slot, rows(chunk) * C);
+    land(grads_->lm_head() + chunk * s_.head_chunk_rows * C, slot, rows(chunk) * C, /*count=*/false);
     chunk_copied_[chunk % 2] = landings_.back().done;
   }
   void head_done(double&) override {
     const int64_t C = c_.hidden_size, V = c_.vocab_size;
+    sum_over_ranks(arena_(ArenaTensor::NormGradients), C);
     land(grads_->final_norm(), arena_(ArenaTensor::NormGradients), C, true);
     if (s_.head_chunk_rows == 0) {
+      if (!c_.tie_word_embeddings) sum_over_ranks(arena_(ArenaTensor::LmHeadGradients), V * C);
       land(grads_->lm_head(), arena_(ArenaTensor::LmHeadGradients), V * C, !c_.tie_word_embeddings);
     } else {
       // The norm order as for the whole head: the lm_head over its whole host range, once
@@ -136,6 +140,10 @@ class SlotAndDrain final : public GradientSink {
   }
 
  private:
+  bool sums_slots() const override { return true; }
+  void sum_over_ranks(float* slot, int64_t n) const {
+    if (slot_sum_) (*slot_sum_)(slot, n);
+  }
   float* zeroed(float* g, int64_t n) {  // a slot's sum starts at zero
     backend_.fill_compute(g, 0, static_cast<size_t>(n) * sizeof(float));
     return g;

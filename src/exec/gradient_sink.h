@@ -40,6 +40,14 @@ namespace lt {
 // the executor calls it for the embedding (with a tied lm_head) last.
 using GradientFinal = std::function<void(const UpdateTarget&)>;
 
+// Sums a gradient slot of a separate compute tier over the data-parallel ranks where it
+// lies, in the compute stream's order, before the slot drains (issue 29 part C): every
+// layer's slot and the head's (the final norm's, and an untied lm_head's; a tied lm_head's
+// gradient is part of the embedding's, which the ranks sum on the host). Each rank then
+// drains the ranks' sum, the same bits on every rank. train/rank_exchange.h says which
+// targets it covers (RankExchange::summed_on_compute_tier).
+using SlotSum = std::function<void(float* slot, int64_t n)>;
+
 class GradientSink {
  public:
   // The executor's clock (seconds since the step began) and its trace.
@@ -49,11 +57,17 @@ class GradientSink {
   virtual ~GradientSink() = default;
   // The step's gradient block; zero_grads: the step's targets were zeroed before their
   // first gradients (a slot's sum may then be copied over the host's, else it is added).
-  // final: null, or called as above.
-  void begin_step(ModelParameters& grads, bool zero_grads, const GradientFinal* final) {
+  // final: null, or called as above. slot_sum: null, or as above (a separate compute
+  // tier's sink only; lt::Error for the host's).
+  void begin_step(ModelParameters& grads, bool zero_grads, const GradientFinal* final,
+                  const SlotSum* slot_sum = nullptr) {
+    if (slot_sum && !sums_slots())
+      throw Error("the gradients' sum over the ranks on the compute tier needs a separate compute tier", "train",
+                  "sum them on the host (this backend computes in host memory)");
     grads_ = &grads;
     zero_grads_ = zero_grads;
     final_ = final;
+    slot_sum_ = slot_sum;
   }
 
   // Where layer j's gradients go on the host instead of the gradient block, when they
@@ -90,6 +104,7 @@ class GradientSink {
   virtual void abandon() = 0;
 
  protected:
+  virtual bool sums_slots() const { return false; }  // gradients go through slots (slot_sum applies)
   void finished(const UpdateTarget& t) const {
     if (final_) (*final_)(t);
   }
@@ -105,6 +120,7 @@ class GradientSink {
   bool zero_grads_ = true;
   PagedHome paged_home_;
   const GradientFinal* final_ = nullptr;
+  const SlotSum* slot_sum_ = nullptr;
   // The host's kernels: the host gradients' squared norms and the embedding's gradient
   // are computed where they lie, in host memory, whatever the compute tier.
   const KernelTable& host_kernels_ = cpu_kernel_table();

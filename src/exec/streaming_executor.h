@@ -162,6 +162,10 @@ struct StepOptions {
   // last); a data-parallel trainer sums it over the ranks from there, under the rest of
   // backward. Null: nothing.
   const GradientFinal* gradient_final = nullptr;
+  // Sums each gradient slot over the data-parallel ranks on the compute tier before it
+  // drains (exec/gradient_sink.h's SlotSum; a backend with a separate compute tier only).
+  // Null: the slots drain this rank's own gradients.
+  const SlotSum* slot_sum = nullptr;
 };
 
 struct WindowTiming {

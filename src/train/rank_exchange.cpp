@@ -35,22 +35,43 @@ RankExchange::RankExchange(Communicator& comm, const Updater& updater, ModelPara
 }
 
 void RankExchange::gradient_final(const UpdateTarget& t) {
+  if (summed_on_compute_tier(t)) return;  // every rank drained the ranks' sum
   const auto ranges = target_ranges(grads_, t);
   const int owner = owners_.owner_of(ranges.front().first);
   background_->queue_reduce(owner, grads_.data(), ranges);
   if (!updater_.sharded()) background_->queue_broadcast(owner, grads_.data(), ranges);
 }
 
+void RankExchange::sum_in_rank_order(float* data, int64_t n) {
+  if (!background_) return comm_.sum_in_rank_order(data, n);
+  background_->queue_reduce(0, data, {{0, n}});
+  background_->wait(background_->queue_broadcast(0, data, {{0, n}}));
+}
+
 RankSums RankExchange::sum(double loss_sum, bool gradients_queued) {
   RankSums out;
-  if (gradients_queued) background_->wait_all();  // each target's sum at its owner (or at every rank)
+  bool summed = gradients_queued;  // every target's gradient summed where its update reads it
+  if (gradients_queued) {
+    background_->wait_all();  // each target's sum at its owner (or at every rank)
+  } else if (compute_tier_sums_) {  // the embedding's only, to its owner (or to every rank)
+    const UpdateTarget embed{UpdateTarget::Kind::Embed, -1};
+    const int owner = owners_.owner_of(target_ranges(grads_, embed).front().first);
+    std::vector<float> scratch;
+    for (auto [o, n] : target_ranges(grads_, embed)) {
+      if (updater_.sharded())
+        comm_.reduce_to_in_rank_order(owner, grads_.data() + o, n, scratch);
+      else
+        comm_.sum_in_rank_order(grads_.data() + o, n);
+    }
+    summed = true;
+  }
   if (!updater_.sharded()) {
-    if (!gradients_queued) comm_.sum_in_rank_order(grads_.data(), grads_.numel());
+    if (!summed) comm_.sum_in_rank_order(grads_.data(), grads_.numel());
     out.loss_sum = comm_.sum_in_rank_order(loss_sum);
     out.grad_sq_sum = ordered_grad_sq_sum(grads_);  // the streaming executor's order
     return out;
   }
-  if (!gradients_queued) comm_.reduce_scatter_in_rank_order(grads_.data(), owners_.bounds);
+  if (!summed) comm_.reduce_scatter_in_rank_order(grads_.data(), owners_.bounds);
   // One round for the norm's terms and the loss: each term is non-zero on its owner only,
   // so its sum over the ranks is the owner's term, exactly.
   std::vector<double> sums;

@@ -12,6 +12,13 @@
 // theirs, which spreads the sums over the ranks), and unsharded on from the owner to every
 // rank. Otherwise the sums run after backward (reduce-scatter to the owners, or to all).
 //
+// Sums on the compute tier (issue 29 part C; set_compute_tier_sums): where the gradient
+// slots of a separate compute tier are summed over the ranks before they drain
+// (exec/gradient_sink.h's SlotSum), the layers' and the head's gradients reach every rank's
+// host already summed, and only the embedding's is summed here. The slots' sums add in
+// rank order where this exchange makes them (sum_in_rank_order: a compute tier in host
+// memory), so the bits are those of the host sums; NCCL's on a GPU are its own order's.
+//
 // Weights (sharded optimizer, train/optimizer_shards.h). After each rank has updated its
 // own part, each target's owner sends the target's weights to all: on the background
 // thread, one target after another in the order the next forward reads them (embed,
@@ -49,6 +56,15 @@ class RankExchange {
 
   // Whether the gradient sums can run under backward (gradient_final).
   bool overlaps() const { return background_ != nullptr; }
+  // From now on the layers' and the head's gradients arrive summed over the ranks (or not).
+  void set_compute_tier_sums(bool on) { compute_tier_sums_ = on; }
+  bool summed_on_compute_tier(const UpdateTarget& t) const {
+    return compute_tier_sums_ && t.kind != UpdateTarget::Kind::Embed;
+  }
+  // data[0, n) := its sum over the ranks, in rank order, on every rank (a collective,
+  // through the background thread where it runs, so that the ranks' collectives keep one
+  // order): the slot sum of a compute tier in host memory.
+  void sum_in_rank_order(float* data, int64_t n);
   // Target t's gradient is final on this rank: its sum starts (only where overlaps()).
   void gradient_final(const UpdateTarget& t);
   // After backward: the sums. gradient_final ran for every target of this step (those sums
@@ -76,6 +92,7 @@ class RankExchange {
   std::unique_ptr<BackgroundCollectives> background_;  // where MPI allows a second thread
   OptimizerShards owners_;  // the optimizer's parts, or unsharded a partition like theirs
   std::vector<int64_t> tickets_;  // per target: its weights' broadcast ticket, 0 when in
+  bool compute_tier_sums_ = false;
 };
 
 }  // namespace lt

@@ -209,7 +209,10 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
     so.layer_state_bytes += grad_pages_;
   }
   executor_options_ = so;
-  if (comm_) exchange_ = std::make_unique<RankExchange>(*comm_, updater_, params_, grads_, copy_.data(params_));
+  if (comm_) {
+    exchange_ = std::make_unique<RankExchange>(*comm_, updater_, params_, grads_, copy_.data(params_));
+    gradient_sums_note_ = set_up_gradient_sums();
+  }
   executor_ = std::make_unique<StreamingExecutor>(plan, *backend_, so);
   if (masters_) {  // the slots get the masters (their states start as zeros, a new slot's bytes)
     AlignedBuffer<std::byte> slot(so.layer_state_bytes);
@@ -470,6 +473,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     o.compute_copy = copy_.data(params_);
     o.doc_start = doc_start ? doc_start + a * micro : nullptr;
     if (overlapped && a + 1 == cfg_.grad_accum) o.gradient_final = &reduce;
+    if (slot_sum_) o.slot_sum = &slot_sum_;  // one micro-batch a step (set_up_gradient_sums)
     const size_t h2d_bytes = backend_->h2d_bytes, d2h_bytes = backend_->d2h_bytes;
     const Backend::LinkBusy busy = backend_->link_busy();
     StreamingStepResult r = executor_->step(params_, grads_, ids + a * micro, labels + a * micro, o);
@@ -492,6 +496,35 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
   out.update = updater_.decide(sq, step);
   start_update(out.update);
   return out;
+}
+
+std::string StreamedTraining::set_up_gradient_sums() {
+  if (backend_->host_is_compute()) return "on the host, where backward writes them";
+  if (cfg_.grad_accum > 1)
+    return "on the host after the last of the " + std::to_string(cfg_.grad_accum) +
+           " micro-batches drains (summed in the slots, each micro-batch's would cross the ranks)";
+  void* stream = backend_->native_compute_stream();
+  if (stream) {
+    // DeviceCollectives joins every rank: all of them must be able to, or none tries.
+    const std::string why = DeviceCollectives::unavailable_reason();
+    const double able = comm_->sum_in_rank_order(why.empty() ? 1.0 : 0.0);
+    if (able < comm_->size())
+      return "on the host after they drain (" +
+             (why.empty() ? std::to_string(comm_->size() - static_cast<int>(able)) + " ranks cannot sum on the device"
+                          : why) +
+             ")";
+    device_sums_ = std::make_unique<DeviceCollectives>(*comm_, backend_->device_index());
+    DeviceCollectives* device = device_sums_.get();
+    slot_sum_ = [device, stream](float* slot, int64_t n) { device->sum(slot, n, stream); };
+    exchange_->set_compute_tier_sums(true);
+    return "the layers' and the head's on the compute tier before they drain (" + device->describe() +
+           ", on the compute stream), the embedding's on the host";
+  }
+  RankExchange* exchange = exchange_.get();  // the compute tier is host memory (emu)
+  slot_sum_ = [exchange](float* slot, int64_t n) { exchange->sum_in_rank_order(slot, n); };
+  exchange_->set_compute_tier_sums(true);
+  return std::string("the layers' and the head's on the compute tier before they drain (the ") + backend_->name() +
+         " backend's host memory, in rank order), the embedding's on the host";
 }
 
 void StreamedTraining::start_update(const UpdateResult& d) {
@@ -603,6 +636,7 @@ std::vector<std::string> StreamedTraining::describe() const {
                 cfg_.optimizer.c_str(), format_bytes(updater_.resident_state_bytes()).c_str(),
                 format_bytes(executor_->host_peak_bytes()).c_str(), format_bytes(m.nvme).c_str());
   std::vector<std::string> lines = {plan_line, memory_line, "re-planning: " + adaptive_note_};
+  if (comm_) lines.push_back("gradient sums over the ranks: " + gradient_sums_note_);
   const std::string what = cfg_.precision == "bf16" ? "the weights, their bf16 copy and the gradients"
                                                     : "the weights and gradients";
   if (pins_.bytes > 0)

@@ -289,6 +289,10 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("streaming;"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("re-planning: off (under data parallelism"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(backend == "emu" ? "gradient sums over the ranks: on the host after the last of the 2 "
+                                             : "gradient sums over the ranks: on the host, where backward writes"),
+              std::string::npos)
+        << r.output;
     expect_same(dir, mem);
     // The gradient sums run on the background thread while backward goes on (how much of
     // them does depends on the machine's load: printed, not checked).
@@ -339,6 +343,40 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
   EXPECT_NE(e3.exit_code, 0);
   EXPECT_NE(e3.output.find("compute-tier memory short by"), std::string::npos) << e3.output;
   EXPECT_NE(e3.output.find("(for each rank's 2 rows)"), std::string::npos) << e3.output;
+}
+
+// One micro-batch a step on a separate compute tier (emu): the layers' and the head's
+// gradients are summed over the ranks in their slots before they drain (issue 29 part C;
+// on emu in rank order through MPI, where a GPU sums with NCCL), the embedding's on the
+// host, and the run is bitwise the in-memory run on 2 ranks, sharded and unsharded.
+TEST(DataParallel, SlotsSummedOnTheComputeTierTrainBitwiseAsTheInMemoryRun) {
+  if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string base = scratch_dir("compute-tier-sums"), mem = base + "/in-memory";
+  const std::string flags = "--scratch-hidden 32 --scratch-layers 4 --scratch-heads 4 --scratch-kv-heads 2 "
+                            "--scratch-intermediate 64 --seq-len 64 --synthetic-train-problems 300 --eval-problems 0 "
+                            "--log-every 1 --warmup-steps 0 --batch 4 --grad-accum 1 --save-every 2 --steps 4 "
+                            "--offload-dir " + base + " --output-dir ";
+  const test::ShellResult a = train(2, flags + mem);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const ModelConfig mc = load_model_config(mem + "/checkpoint-000002");
+  const Plan streamed = test::out_of_core_plan(mc, 2, 64, false);
+  ASSERT_TRUE(streamed.feasible) << streamed.infeasible_reason;
+  save_plan(streamed, base + "/streamed.json");
+  for (const std::string sharding : {"on", "off"}) {
+    const std::string dir = base + "/emu-sharded-" + sharding;
+    const test::ShellResult r = train(2, flags + dir + " --plan " + base + "/streamed.json --backend emu" +
+                                             " --shard-optimizer " + sharding);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("gradient sums over the ranks: the layers' and the head's on the compute tier before "
+                            "they drain (the emu backend's host memory, in rank order)"),
+              std::string::npos)
+        << r.output;
+    for (const char* ck : {"/checkpoint-000002", "/checkpoint-000004"}) {
+      EXPECT_EQ(test::final_weights(dir + ck), test::final_weights(mem + ck)) << dir << ck;
+      EXPECT_TRUE(test::read_file(dir + ck + "/optimizer.bin") == test::read_file(mem + ck + "/optimizer.bin"))
+          << dir << ck;
+    }
+  }
 }
 
 // A rank killed mid-run (SIGKILL as its step 5 starts): the job ends within a bounded time

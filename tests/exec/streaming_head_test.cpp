@@ -182,6 +182,72 @@ TEST_F(StreamingHead, AccumulatedGradientsEqualTheWholeHeads) {
   EXPECT_EQ(whole.second, streamed.second);
 }
 
+// StepOptions::slot_sum (issue 29 part C, the ranks' sums on the compute tier) reaches
+// every layer's gradient slot and the head's (the final norm, an untied lm_head whole or
+// chunk by chunk) before they drain, and nothing else: with a sum that doubles a slot (two
+// ranks of the same rows), the host's layer and head gradients are exactly twice those of
+// a step without it and the embedding's (a tied lm_head's included) the same. Each slot
+// once: the doubled elements are exactly the layers' and the head's. On a backend whose
+// compute tier is host memory (cpu: no slots) it is an lt::Error.
+TEST_F(StreamingHead, TheSlotSumReachesTheLayersAndTheHeadBeforeTheyDrain) {
+  for (bool tied : {false, true}) {
+    ModelConfig c = big_vocab_config();
+    c.tie_word_embeddings = tied;
+    ModelParameters params(c);
+    test::init_parameters(params, 11);
+    std::vector<int32_t> ids, labels;
+    test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, 0);
+    for (int64_t rows : {int64_t{0}, kHeadChunkQuantum}) {
+      const Plan p = decided_plan(c, rows, true);
+      const std::string what = std::string(tied ? "tied" : "untied") + (rows ? ", chunked head" : ", whole head");
+      int64_t doubled = 0;
+      const SlotSum twice = [&](float* slot, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) slot[i] *= 2;
+        doubled += n;
+      };
+      auto step = [&](const SlotSum* sum) {
+        ModelParameters grads(c);
+        auto emu = make_emu_backend(2, 2);
+        StreamingOptions so;
+        so.offload_dir = dir_;
+        so.direct_io = false;
+        StreamingExecutor ex(p, *emu, so);
+        StepOptions o;
+        o.slot_sum = sum;
+        ex.step(params, grads, ids.data(), labels.data(), o);
+        return std::vector<float>(grads.data(), grads.data() + grads.numel());
+      };
+      const std::vector<float> own = step(nullptr), summed = step(&twice);
+      int64_t expected = 0;
+      std::vector<UpdateTarget> targets = {{UpdateTarget::Kind::Embed, -1}, {UpdateTarget::Kind::Head, -1}};
+      for (int j = 0; j < c.num_layers; ++j) targets.push_back({UpdateTarget::Kind::Layer, j});
+      for (const UpdateTarget& t : targets) {
+        const bool in_slots = t.kind != UpdateTarget::Kind::Embed;
+        for (auto [o, n] : target_ranges(params, t)) {
+          if (in_slots) expected += n;
+          int64_t wrong = 0;
+          for (int64_t i = o; i < o + n; ++i) wrong += summed[i] != (in_slots ? 2 * own[i] : own[i]);
+          EXPECT_EQ(wrong, 0) << what << ": target kind " << static_cast<int>(t.kind) << " layer " << t.layer;
+        }
+      }
+      EXPECT_EQ(doubled, expected) << what;
+    }
+  }
+  const ModelConfig c = big_vocab_config();
+  ModelParameters params(c), grads(c);
+  test::init_parameters(params, 11);
+  std::vector<int32_t> ids, labels;
+  test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, 0);
+  auto cpu = make_cpu_backend();
+  StreamingOptions so;
+  so.offload_dir = dir_;
+  StreamingExecutor ex(decided_plan(c, 0, true), *cpu, so);
+  const SlotSum nothing = [](float*, int64_t) {};
+  StepOptions o;
+  o.slot_sum = &nothing;
+  EXPECT_THROW(ex.step(params, grads, ids.data(), labels.data(), o), Error);
+}
+
 TEST_F(StreamingHead, ChunksOfPartialSubChunksAreAnError) {
   const ModelConfig c = big_vocab_config();
   Plan p = decided_plan(c, kHeadChunkQuantum, false);
