@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <optional>
 
 #include "core/error.h"
@@ -69,14 +70,16 @@ class SlotAndDrain final : public GradientSink {
 
   float* layer(int j) override { return zeroed(arena_(ArenaTensor::Gradients, j), block_numel(c_, j)); }
   void layer_done(int j, double&) override {
-    sum_over_ranks(arena_(ArenaTensor::Gradients, j), block_numel(c_, j));
-    pending_.push_back({host_layer(j), arena_(ArenaTensor::Gradients, j), block_numel(c_, j),
-                        s_.grad_drain_w[j], j});
+    float* slot = arena_(ArenaTensor::Gradients, j);
+    const int64_t n = block_numel(c_, j);
+    const int64_t sum = slot_sums_ ? slot_sums_->start(slot, n) : 0;  // under the layers below
+    pending_.push_back({host_layer(j), slot, n, s_.grad_drain_w[j], j, sum});
   }
   void drain(int w) override {
     size_t k = 0;
     while (k < pending_.size() && pending_[k].window == w) {
       const Pending& g = pending_[k++];
+      if (slot_sums_) slot_sums_->before_drain(g.sum);
       land(g.host, g.slot, g.n, true, UpdateTarget{UpdateTarget::Kind::Layer, g.layer});
     }
     LT_ASSERT(k == pending_.size() || pending_[k].window > w, "a gradient drain the plan's window passed");
@@ -135,14 +138,24 @@ class SlotAndDrain final : public GradientSink {
     embed_backward(host_kernels_, grads_->embedding(), ids, dx0_.as<float>(), s_.tokens, c_);
   }
   void abandon() override {
+    // A slot's sum still running writes the arena: wait for it. Its own error, if it has
+    // one, is dropped: the step's goes on up.
+    if (slot_sums_) {
+      for (const Pending& g : pending_) {
+        try {
+          slot_sums_->before_drain(g.sum);
+        } catch (const std::exception&) {
+        }
+      }
+    }
     landings_.clear();
     pending_.clear();
   }
 
  private:
   bool sums_slots() const override { return true; }
-  void sum_over_ranks(float* slot, int64_t n) const {
-    if (slot_sum_) (*slot_sum_)(slot, n);
+  void sum_over_ranks(float* slot, int64_t n) const {  // a head slot's, which drains at once
+    if (slot_sums_) slot_sums_->before_drain(slot_sums_->start(slot, n));
   }
   float* zeroed(float* g, int64_t n) {  // a slot's sum starts at zero
     backend_.fill_compute(g, 0, static_cast<size_t>(n) * sizeof(float));
@@ -186,6 +199,7 @@ class SlotAndDrain final : public GradientSink {
     int64_t n;
     int window;
     int layer;
+    int64_t sum;  // its sum's ticket (SlotSums)
   };
 
   const ModelConfig& c_;

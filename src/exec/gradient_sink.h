@@ -40,13 +40,22 @@ namespace lt {
 // the executor calls it for the embedding (with a tied lm_head) last.
 using GradientFinal = std::function<void(const UpdateTarget&)>;
 
-// Sums a gradient slot of a separate compute tier over the data-parallel ranks where it
-// lies, in the compute stream's order, before the slot drains (issue 29 part C): every
-// layer's slot and the head's (the final norm's, and an untied lm_head's; a tied lm_head's
-// gradient is part of the embedding's, which the ranks sum on the host). Each rank then
-// drains the ranks' sum, the same bits on every rank. train/rank_exchange.h says which
-// targets it covers (RankExchange::summed_on_compute_tier).
-using SlotSum = std::function<void(float* slot, int64_t n)>;
+// Sums of the gradient slots of a separate compute tier over the data-parallel ranks,
+// where they lie (issue 29 part C): every layer's slot and the head's (the final norm's,
+// and an untied lm_head's; a tied lm_head's gradient is part of the embedding's, which the
+// ranks sum on the host). start() begins a slot's sum after the compute work issued so
+// far (when the layer's backward is done) and returns its ticket; before_drain(ticket)
+// comes before the slot's copy to the host is issued, at the plan's drain window, and
+// makes the copy wait for the sum (the host waits, or the copy's stream). Until then the
+// compute goes on and nothing touches the slot. Each rank drains the ranks' sum, the
+// same bits on every rank.
+// train/rank_exchange.h says which targets it covers (RankExchange::summed_on_compute_tier).
+class SlotSums {
+ public:
+  virtual ~SlotSums() = default;
+  virtual int64_t start(float* slot, int64_t n) = 0;
+  virtual void before_drain(int64_t ticket) = 0;
+};
 
 class GradientSink {
  public:
@@ -57,17 +66,17 @@ class GradientSink {
   virtual ~GradientSink() = default;
   // The step's gradient block; zero_grads: the step's targets were zeroed before their
   // first gradients (a slot's sum may then be copied over the host's, else it is added).
-  // final: null, or called as above. slot_sum: null, or as above (a separate compute
+  // final: null, or called as above. slot_sums: null, or as above (a separate compute
   // tier's sink only; lt::Error for the host's).
   void begin_step(ModelParameters& grads, bool zero_grads, const GradientFinal* final,
-                  const SlotSum* slot_sum = nullptr) {
-    if (slot_sum && !sums_slots())
+                  SlotSums* slot_sums = nullptr) {
+    if (slot_sums && !sums_slots())
       throw Error("the gradients' sum over the ranks on the compute tier needs a separate compute tier", "train",
                   "sum them on the host (this backend computes in host memory)");
     grads_ = &grads;
     zero_grads_ = zero_grads;
     final_ = final;
-    slot_sum_ = slot_sum;
+    slot_sums_ = slot_sums;
   }
 
   // Where layer j's gradients go on the host instead of the gradient block, when they
@@ -104,7 +113,7 @@ class GradientSink {
   virtual void abandon() = 0;
 
  protected:
-  virtual bool sums_slots() const { return false; }  // gradients go through slots (slot_sum applies)
+  virtual bool sums_slots() const { return false; }  // gradients go through slots (slot_sums apply)
   void finished(const UpdateTarget& t) const {
     if (final_) (*final_)(t);
   }
@@ -120,7 +129,7 @@ class GradientSink {
   bool zero_grads_ = true;
   PagedHome paged_home_;
   const GradientFinal* final_ = nullptr;
-  const SlotSum* slot_sum_ = nullptr;
+  SlotSums* slot_sums_ = nullptr;
   // The host's kernels: the host gradients' squared norms and the embedding's gradient
   // are computed where they lie, in host memory, whatever the compute tier.
   const KernelTable& host_kernels_ = cpu_kernel_table();

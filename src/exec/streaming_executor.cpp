@@ -366,7 +366,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   if (copies_->active() && !options.update)
     throw Error("the plan pages bf16 copies, which the update hook writes, but the step has none",
                 "StepOptions::update", "set the hook in every step (it writes a paged copy even without an update)");
-  grads_->begin_step(grads, options.zero_grads, options.gradient_final, options.slot_sum);
+  grads_->begin_step(grads, options.zero_grads, options.gradient_final, options.slot_sums);
   t0_ = std::chrono::steady_clock::now();
   events_ = &state_.result.events;
   if (ctx_.precision == Precision::BF16 && options.compute_copy == nullptr)

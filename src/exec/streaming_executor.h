@@ -163,9 +163,9 @@ struct StepOptions {
   // backward. Null: nothing.
   const GradientFinal* gradient_final = nullptr;
   // Sums each gradient slot over the data-parallel ranks on the compute tier before it
-  // drains (exec/gradient_sink.h's SlotSum; a backend with a separate compute tier only).
+  // drains (exec/gradient_sink.h's SlotSums; a backend with a separate compute tier only).
   // Null: the slots drain this rank's own gradients.
-  const SlotSum* slot_sum = nullptr;
+  SlotSums* slot_sums = nullptr;
 };
 
 struct WindowTiming {

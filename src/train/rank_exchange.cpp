@@ -42,10 +42,19 @@ void RankExchange::gradient_final(const UpdateTarget& t) {
   if (!updater_.sharded()) background_->queue_broadcast(owner, grads_.data(), ranges);
 }
 
-void RankExchange::sum_in_rank_order(float* data, int64_t n) {
-  if (!background_) return comm_.sum_in_rank_order(data, n);
-  background_->queue_reduce(0, data, {{0, n}});
-  background_->wait(background_->queue_broadcast(0, data, {{0, n}}));
+int64_t RankExchange::start(float* slot, int64_t n) {
+  if (!background_) {
+    comm_.sum_in_rank_order(slot, n);
+    return 0;
+  }
+  const int owner = next_slot_owner_;
+  next_slot_owner_ = (next_slot_owner_ + 1) % comm_.size();
+  background_->queue_reduce(owner, slot, {{0, n}});
+  return background_->queue_broadcast(owner, slot, {{0, n}});
+}
+
+void RankExchange::before_drain(int64_t ticket) {
+  if (ticket != 0) background_->wait(ticket);
 }
 
 RankSums RankExchange::sum(double loss_sum, bool gradients_queued) {

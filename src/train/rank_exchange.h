@@ -14,10 +14,13 @@
 //
 // Sums on the compute tier (issue 29 part C; set_compute_tier_sums): where the gradient
 // slots of a separate compute tier are summed over the ranks before they drain
-// (exec/gradient_sink.h's SlotSum), the layers' and the head's gradients reach every rank's
-// host already summed, and only the embedding's is summed here. The slots' sums add in
-// rank order where this exchange makes them (sum_in_rank_order: a compute tier in host
-// memory), so the bits are those of the host sums; NCCL's on a GPU are its own order's.
+// (exec/gradient_sink.h's SlotSums), the layers' and the head's gradients reach every
+// rank's host already summed, and only the embedding's is summed here. Where the compute
+// tier is host memory (emu) this exchange sums the slots itself (it is their SlotSums): in
+// rank order, so the bits are those of the host sums, on the background thread where it
+// runs (each to an owner in turn, then from it to all), the host waiting for it at the
+// slot's drain (a layer's comes at the start of the next layer's window: the sum runs
+// under little compute). NCCL's on a GPU are its own order's.
 //
 // Weights (sharded optimizer, train/optimizer_shards.h). After each rank has updated its
 // own part, each target's owner sends the target's weights to all: on the background
@@ -35,6 +38,7 @@
 #include "core/dtype.h"
 #include "dist/background_collectives.h"
 #include "dist/communicator.h"
+#include "exec/gradient_sink.h"
 #include "model/parameters.h"
 #include "plan/stream_schedule.h"
 #include "train/optimizer_shards.h"
@@ -47,7 +51,7 @@ struct RankSums {
   double loss_sum = 0;     // over the ranks' rows
 };
 
-class RankExchange {
+class RankExchange final : public SlotSums {
  public:
   // comm: more than one rank. compute_copy: the bf16 mirror of params (null under fp32).
   // All must outlive this.
@@ -61,10 +65,11 @@ class RankExchange {
   bool summed_on_compute_tier(const UpdateTarget& t) const {
     return compute_tier_sums_ && t.kind != UpdateTarget::Kind::Embed;
   }
-  // data[0, n) := its sum over the ranks, in rank order, on every rank (a collective,
-  // through the background thread where it runs, so that the ranks' collectives keep one
-  // order): the slot sum of a compute tier in host memory.
-  void sum_in_rank_order(float* data, int64_t n);
+  // SlotSums, for a compute tier in host memory: slot[0, n) := its sum over the ranks, in
+  // rank order, on every rank (a collective); started on the background thread where it
+  // runs, so that the ranks' collectives keep one order, else summed at once.
+  int64_t start(float* slot, int64_t n) override;
+  void before_drain(int64_t ticket) override;
   // Target t's gradient is final on this rank: its sum starts (only where overlaps()).
   void gradient_final(const UpdateTarget& t);
   // After backward: the sums. gradient_final ran for every target of this step (those sums
@@ -93,6 +98,7 @@ class RankExchange {
   OptimizerShards owners_;  // the optimizer's parts, or unsharded a partition like theirs
   std::vector<int64_t> tickets_;  // per target: its weights' broadcast ticket, 0 when in
   bool compute_tier_sums_ = false;
+  int next_slot_owner_ = 0;  // the rank the next slot's sum goes to first (they take turns)
 };
 
 }  // namespace lt

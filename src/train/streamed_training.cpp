@@ -11,6 +11,7 @@
 #include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "dist/device_collectives.h"
 #include "memory/compute_arena.h"
 #include "memory/nvme_store.h"
 #include "model/config.h"
@@ -21,6 +22,29 @@
 #include "train/rank_exchange.h"
 
 namespace lt {
+
+namespace {
+
+// The ranks' sums of the gradient slots on a GPU: NCCL, on the backend's compute stream
+// (after the layer's backward; the drain's copy starts after it, exec/backend.h). Not yet
+// on a stream of its own, so a sum holds up the next layer's backward.
+class NcclSlotSums final : public SlotSums {
+ public:
+  NcclSlotSums(Communicator& ranks, int device, void* compute_stream)
+      : device_(ranks, device), stream_(compute_stream) {}
+  int64_t start(float* slot, int64_t n) override {
+    device_.sum(slot, n, stream_);
+    return 0;
+  }
+  void before_drain(int64_t) override {}
+  std::string describe() const { return device_.describe(); }
+
+ private:
+  DeviceCollectives device_;
+  void* stream_;
+};
+
+}  // namespace
 
 std::string offload_dir_of(const TrainConfig& cfg) {
   return cfg.offload_dir.empty() ? std::filesystem::temp_directory_path().string() : cfg.offload_dir;
@@ -473,7 +497,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     o.compute_copy = copy_.data(params_);
     o.doc_start = doc_start ? doc_start + a * micro : nullptr;
     if (overlapped && a + 1 == cfg_.grad_accum) o.gradient_final = &reduce;
-    if (slot_sum_) o.slot_sum = &slot_sum_;  // one micro-batch a step (set_up_gradient_sums)
+    o.slot_sums = slot_sums_;  // set for one micro-batch a step only (set_up_gradient_sums)
     const size_t h2d_bytes = backend_->h2d_bytes, d2h_bytes = backend_->d2h_bytes;
     const Backend::LinkBusy busy = backend_->link_busy();
     StreamingStepResult r = executor_->step(params_, grads_, ids + a * micro, labels + a * micro, o);
@@ -513,15 +537,15 @@ std::string StreamedTraining::set_up_gradient_sums() {
              (why.empty() ? std::to_string(comm_->size() - static_cast<int>(able)) + " ranks cannot sum on the device"
                           : why) +
              ")";
-    device_sums_ = std::make_unique<DeviceCollectives>(*comm_, backend_->device_index());
-    DeviceCollectives* device = device_sums_.get();
-    slot_sum_ = [device, stream](float* slot, int64_t n) { device->sum(slot, n, stream); };
+    auto device = std::make_unique<NcclSlotSums>(*comm_, backend_->device_index(), stream);
+    const std::string what = device->describe();
+    device_sums_ = std::move(device);
+    slot_sums_ = device_sums_.get();
     exchange_->set_compute_tier_sums(true);
-    return "the layers' and the head's on the compute tier before they drain (" + device->describe() +
+    return "the layers' and the head's on the compute tier before they drain (" + what +
            ", on the compute stream), the embedding's on the host";
   }
-  RankExchange* exchange = exchange_.get();  // the compute tier is host memory (emu)
-  slot_sum_ = [exchange](float* slot, int64_t n) { exchange->sum_in_rank_order(slot, n); };
+  slot_sums_ = exchange_.get();  // the compute tier is host memory (emu)
   exchange_->set_compute_tier_sums(true);
   return std::string("the layers' and the head's on the compute tier before they drain (the ") + backend_->name() +
          " backend's host memory, in rank order), the embedding's on the host";

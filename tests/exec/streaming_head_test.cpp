@@ -182,14 +182,32 @@ TEST_F(StreamingHead, AccumulatedGradientsEqualTheWholeHeads) {
   EXPECT_EQ(whole.second, streamed.second);
 }
 
-// StepOptions::slot_sum (issue 29 part C, the ranks' sums on the compute tier) reaches
+// StepOptions::slot_sums (issue 29 part C, the ranks' sums on the compute tier) reach
 // every layer's gradient slot and the head's (the final norm, an untied lm_head whole or
-// chunk by chunk) before they drain, and nothing else: with a sum that doubles a slot (two
-// ranks of the same rows), the host's layer and head gradients are exactly twice those of
-// a step without it and the embedding's (a tied lm_head's included) the same. Each slot
-// once: the doubled elements are exactly the layers' and the head's. On a backend whose
-// compute tier is host memory (cpu: no slots) it is an lt::Error.
-TEST_F(StreamingHead, TheSlotSumReachesTheLayersAndTheHeadBeforeTheyDrain) {
+// chunk by chunk) before they drain, and nothing else: with sums that double a slot, the
+// host's layer and head gradients are exactly twice those of a step without them and the
+// embedding's (a tied lm_head's included) the same. Each slot once, and each sum started is
+// waited for: the doubled elements are exactly the layers' and the head's. On a backend
+// whose compute tier is host memory (cpu: no slots) they are an lt::Error.
+// Two ranks of the same rows: a slot's sum is twice it, made when its drain comes (so a
+// drain before its sum would copy the undoubled slot).
+struct Doubling final : SlotSums {
+  std::vector<std::pair<float*, int64_t>> started_slots;
+  int64_t doubled = 0, started = 0, drained = 0;
+  int64_t start(float* slot, int64_t n) override {
+    started_slots.push_back({slot, n});
+    return ++started;
+  }
+  void before_drain(int64_t ticket) override {
+    ASSERT_GE(ticket, 1);
+    auto [slot, n] = started_slots.at(static_cast<size_t>(ticket - 1));
+    for (int64_t i = 0; i < n; ++i) slot[i] *= 2;
+    doubled += n;
+    ++drained;
+  }
+};
+
+TEST_F(StreamingHead, TheSlotSumsReachTheLayersAndTheHeadBeforeTheyDrain) {
   for (bool tied : {false, true}) {
     ModelConfig c = big_vocab_config();
     c.tie_word_embeddings = tied;
@@ -200,12 +218,8 @@ TEST_F(StreamingHead, TheSlotSumReachesTheLayersAndTheHeadBeforeTheyDrain) {
     for (int64_t rows : {int64_t{0}, kHeadChunkQuantum}) {
       const Plan p = decided_plan(c, rows, true);
       const std::string what = std::string(tied ? "tied" : "untied") + (rows ? ", chunked head" : ", whole head");
-      int64_t doubled = 0;
-      const SlotSum twice = [&](float* slot, int64_t n) {
-        for (int64_t i = 0; i < n; ++i) slot[i] *= 2;
-        doubled += n;
-      };
-      auto step = [&](const SlotSum* sum) {
+      Doubling twice;
+      auto step = [&](SlotSums* sums) {
         ModelParameters grads(c);
         auto emu = make_emu_backend(2, 2);
         StreamingOptions so;
@@ -213,7 +227,7 @@ TEST_F(StreamingHead, TheSlotSumReachesTheLayersAndTheHeadBeforeTheyDrain) {
         so.direct_io = false;
         StreamingExecutor ex(p, *emu, so);
         StepOptions o;
-        o.slot_sum = sum;
+        o.slot_sums = sums;
         ex.step(params, grads, ids.data(), labels.data(), o);
         return std::vector<float>(grads.data(), grads.data() + grads.numel());
       };
@@ -230,7 +244,8 @@ TEST_F(StreamingHead, TheSlotSumReachesTheLayersAndTheHeadBeforeTheyDrain) {
           EXPECT_EQ(wrong, 0) << what << ": target kind " << static_cast<int>(t.kind) << " layer " << t.layer;
         }
       }
-      EXPECT_EQ(doubled, expected) << what;
+      EXPECT_EQ(twice.doubled, expected) << what;
+      EXPECT_EQ(twice.started, twice.drained) << what;
     }
   }
   const ModelConfig c = big_vocab_config();
@@ -242,9 +257,9 @@ TEST_F(StreamingHead, TheSlotSumReachesTheLayersAndTheHeadBeforeTheyDrain) {
   StreamingOptions so;
   so.offload_dir = dir_;
   StreamingExecutor ex(decided_plan(c, 0, true), *cpu, so);
-  const SlotSum nothing = [](float*, int64_t) {};
+  Doubling nothing;
   StepOptions o;
-  o.slot_sum = &nothing;
+  o.slot_sums = &nothing;
   EXPECT_THROW(ex.step(params, grads, ids.data(), labels.data(), o), Error);
 }
 
