@@ -58,6 +58,11 @@ void BackgroundCollectives::wait(int64_t ticket) {
   if (error_) std::rethrow_exception(error_);  // every later wait fails too: the ranks no longer meet
 }
 
+void BackgroundCollectives::wait_beside(int64_t ticket) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return done_ >= ticket || error_; });
+}
+
 void BackgroundCollectives::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {

@@ -40,6 +40,10 @@ class BackgroundCollectives {
   // queued. Rethrow the thread's error, if any.
   void wait(int64_t ticket);
   void wait_all() { wait(queued_); }
+  // As wait(ticket), for another thread than the caller's, which it does not hold up (a
+  // copy thread that a copy waits on): not counted in waited_seconds, and it throws
+  // nothing (an error returns at once; the caller's next wait throws it).
+  void wait_beside(int64_t ticket);
 
   // Since construction: the seconds the thread spent in jobs (waiting for other ranks
   // included), and the seconds wait() blocked. busy - waited of it ran under the caller's

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -54,6 +55,15 @@ class Backend {
     wait_host(e);
   }
   virtual void wait_host(Event e) { (void)e; }
+  // The work issued on copy stream s from now on starts once ready() has returned, which
+  // runs in that stream's order beside the caller (emu: on the stream's copy thread); the
+  // caller goes on. For work of another thread that a copy must wait for (the ranks' sum of
+  // a gradient slot on the background thread before the slot drains). ready must not
+  // throw. Default: ready() now, on the calling thread.
+  virtual void wait_for(Stream s, std::function<void()> ready) {
+    (void)s;
+    ready();
+  }
   // Bytes moved each way since construction (for the trace and bench predict).
   size_t h2d_bytes = 0, d2h_bytes = 0;
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -25,6 +26,13 @@ namespace {
 
 // One direction: a thread draining a FIFO of copies.
 class CopyLane {
+  struct Copy {
+    void* dst;
+    const void* src;
+    size_t bytes;
+    std::function<void()> ready;  // set: not a copy, a wait (Backend::wait_for), untimed
+  };
+
  public:
   explicit CopyLane(double bytes_per_s) : bw_(bytes_per_s), thread_([this] { run(); }) {}
   void set_rate(double bytes_per_s) { bw_.store(bytes_per_s); }
@@ -40,10 +48,12 @@ class CopyLane {
     cv_.notify_all();
     thread_.join();
   }
-  void push(void* dst, const void* src, size_t bytes) {
+  void push(void* dst, const void* src, size_t bytes) { push({dst, src, bytes, {}}); }
+  void push_wait(std::function<void()> ready) { push({nullptr, nullptr, 0, std::move(ready)}); }
+  void push(Copy c) {  // FIFO after what was pushed before
     {
       std::lock_guard lock(mu_);
-      queue_.push_back({dst, src, bytes});
+      queue_.push_back(std::move(c));
       ++pending_;
       ++issued_;
     }
@@ -64,19 +74,21 @@ class CopyLane {
   }
 
  private:
-  struct Copy {
-    void* dst;
-    const void* src;
-    size_t bytes;
-  };
   void run() {
     std::unique_lock lock(mu_);
     for (;;) {
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stop_ with nothing left
-      Copy c = queue_.front();
+      Copy c = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
+      if (c.ready) {
+        c.ready();
+        lock.lock();
+        --pending_;
+        done_cv_.notify_all();
+        continue;
+      }
       const auto t0 = std::chrono::steady_clock::now();
       const double bw = bw_.load();  // the rate when the copy starts
       std::memcpy(c.dst, c.src, c.bytes);
@@ -131,6 +143,10 @@ class Emu final : public EmuBackend {
   void wait_host(Event e) override {
     if (e.stream == Stream::H2D) h2d_.wait(e.count);
     if (e.stream == Stream::D2H) d2h_.wait(e.count);
+  }
+  void wait_for(Stream s, std::function<void()> ready) override {
+    if (s == Stream::Compute) return ready();  // the caller's thread
+    (s == Stream::H2D ? h2d_ : d2h_).push_wait(std::move(ready));
   }
   LinkBusy link_busy() const override { return {h2d_.busy_s(), d2h_.busy_s()}; }
   void compute_done(double seconds) override {

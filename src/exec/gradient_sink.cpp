@@ -140,12 +140,11 @@ class SlotAndDrain final : public GradientSink {
   void abandon() override {
     // A slot's sum still running writes the arena: wait for it. Its own error, if it has
     // one, is dropped: the step's goes on up.
-    if (slot_sums_) {
-      for (const Pending& g : pending_) {
-        try {
-          slot_sums_->before_drain(g.sum);
-        } catch (const std::exception&) {
-        }
+    if (slot_sums_ && !pending_.empty()) {
+      try {
+        for (const Pending& g : pending_) slot_sums_->before_drain(g.sum);
+        backend_.synchronize();  // where the copy stream waits for them
+      } catch (const std::exception&) {
       }
     }
     landings_.clear();

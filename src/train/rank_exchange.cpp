@@ -42,7 +42,7 @@ void RankExchange::gradient_final(const UpdateTarget& t) {
   if (!updater_.sharded()) background_->queue_broadcast(owner, grads_.data(), ranges);
 }
 
-int64_t RankExchange::start(float* slot, int64_t n) {
+int64_t RankExchange::start_slot_sum(float* slot, int64_t n) {
   if (!background_) {
     comm_.sum_in_rank_order(slot, n);
     return 0;
@@ -53,8 +53,8 @@ int64_t RankExchange::start(float* slot, int64_t n) {
   return background_->queue_broadcast(owner, slot, {{0, n}});
 }
 
-void RankExchange::before_drain(int64_t ticket) {
-  if (ticket != 0) background_->wait(ticket);
+void RankExchange::slot_sum_landed(int64_t ticket) {
+  if (ticket != 0) background_->wait_beside(ticket);
 }
 
 RankSums RankExchange::sum(double loss_sum, bool gradients_queued) {

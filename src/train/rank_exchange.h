@@ -16,11 +16,9 @@
 // slots of a separate compute tier are summed over the ranks before they drain
 // (exec/gradient_sink.h's SlotSums), the layers' and the head's gradients reach every
 // rank's host already summed, and only the embedding's is summed here. Where the compute
-// tier is host memory (emu) this exchange sums the slots itself (it is their SlotSums): in
-// rank order, so the bits are those of the host sums, on the background thread where it
-// runs (each to an owner in turn, then from it to all), the host waiting for it at the
-// slot's drain (a layer's comes at the start of the next layer's window: the sum runs
-// under little compute). NCCL's on a GPU are its own order's.
+// tier is host memory (emu) this exchange makes the slots' sums (start_slot_sum): in rank
+// order, so the bits are those of the host sums, on the background thread where it runs
+// (each to an owner in turn, then from it to all). NCCL's on a GPU are its own order's.
 //
 // Weights (sharded optimizer, train/optimizer_shards.h). After each rank has updated its
 // own part, each target's owner sends the target's weights to all: on the background
@@ -38,7 +36,6 @@
 #include "core/dtype.h"
 #include "dist/background_collectives.h"
 #include "dist/communicator.h"
-#include "exec/gradient_sink.h"
 #include "model/parameters.h"
 #include "plan/stream_schedule.h"
 #include "train/optimizer_shards.h"
@@ -51,7 +48,7 @@ struct RankSums {
   double loss_sum = 0;     // over the ranks' rows
 };
 
-class RankExchange final : public SlotSums {
+class RankExchange {
  public:
   // comm: more than one rank. compute_copy: the bf16 mirror of params (null under fp32).
   // All must outlive this.
@@ -65,11 +62,13 @@ class RankExchange final : public SlotSums {
   bool summed_on_compute_tier(const UpdateTarget& t) const {
     return compute_tier_sums_ && t.kind != UpdateTarget::Kind::Embed;
   }
-  // SlotSums, for a compute tier in host memory: slot[0, n) := its sum over the ranks, in
-  // rank order, on every rank (a collective); started on the background thread where it
-  // runs, so that the ranks' collectives keep one order, else summed at once.
-  int64_t start(float* slot, int64_t n) override;
-  void before_drain(int64_t ticket) override;
+  // For a compute tier in host memory: slot[0, n) := its sum over the ranks, in rank
+  // order, on every rank (a collective); started on the background thread where it runs,
+  // so that the ranks' collectives keep one order (its ticket), else summed now (0).
+  int64_t start_slot_sum(float* slot, int64_t n);
+  // Returns once the sum of `ticket` is in (or has failed: sum() throws it), from any
+  // thread, without holding up the caller's (BackgroundCollectives::wait_beside).
+  void slot_sum_landed(int64_t ticket);
   // Target t's gradient is final on this rank: its sum starts (only where overlaps()).
   void gradient_final(const UpdateTarget& t);
   // After backward: the sums. gradient_final ran for every target of this step (those sums

@@ -44,6 +44,27 @@ class NcclSlotSums final : public SlotSums {
   void* stream_;
 };
 
+// The ranks' sums of the gradient slots where the compute tier is host memory (emu):
+// RankExchange's, in rank order on its background thread; a slot's drain waits for its sum
+// on the copy stream (Backend::wait_for), so the compute goes on meanwhile.
+class HostMemorySlotSums final : public SlotSums {
+ public:
+  HostMemorySlotSums(RankExchange& exchange, Backend& backend) : exchange_(exchange), backend_(backend) {}
+  // A copy thread still waiting for a sum (only after a failed step) is done with the
+  // exchange before the exchange goes (the trainer's members go in reverse order).
+  ~HostMemorySlotSums() override { backend_.synchronize(); }
+  int64_t start(float* slot, int64_t n) override { return exchange_.start_slot_sum(slot, n); }
+  void before_drain(int64_t ticket) override {
+    if (ticket == 0) return;  // summed already
+    RankExchange* exchange = &exchange_;
+    backend_.wait_for(Backend::Stream::D2H, [exchange, ticket] { exchange->slot_sum_landed(ticket); });
+  }
+
+ private:
+  RankExchange& exchange_;
+  Backend& backend_;
+};
+
 }  // namespace
 
 std::string offload_dir_of(const TrainConfig& cfg) {
@@ -497,7 +518,7 @@ StreamedTraining::Outcome StreamedTraining::step(const int32_t* ids, const int32
     o.compute_copy = copy_.data(params_);
     o.doc_start = doc_start ? doc_start + a * micro : nullptr;
     if (overlapped && a + 1 == cfg_.grad_accum) o.gradient_final = &reduce;
-    o.slot_sums = slot_sums_;  // set for one micro-batch a step only (set_up_gradient_sums)
+    o.slot_sums = slot_sums_.get();  // set for one micro-batch a step only (set_up_gradient_sums)
     const size_t h2d_bytes = backend_->h2d_bytes, d2h_bytes = backend_->d2h_bytes;
     const Backend::LinkBusy busy = backend_->link_busy();
     StreamingStepResult r = executor_->step(params_, grads_, ids + a * micro, labels + a * micro, o);
@@ -539,13 +560,12 @@ std::string StreamedTraining::set_up_gradient_sums() {
              ")";
     auto device = std::make_unique<NcclSlotSums>(*comm_, backend_->device_index(), stream);
     const std::string what = device->describe();
-    device_sums_ = std::move(device);
-    slot_sums_ = device_sums_.get();
+    slot_sums_ = std::move(device);
     exchange_->set_compute_tier_sums(true);
     return "the layers' and the head's on the compute tier before they drain (" + what +
            ", on the compute stream), the embedding's on the host";
   }
-  slot_sums_ = exchange_.get();  // the compute tier is host memory (emu)
+  slot_sums_ = std::make_unique<HostMemorySlotSums>(*exchange_, *backend_);  // a compute tier in host memory (emu)
   exchange_->set_compute_tier_sums(true);
   return std::string("the layers' and the head's on the compute tier before they drain (the ") + backend_->name() +
          " backend's host memory, in rank order), the embedding's on the host";

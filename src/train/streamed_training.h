@@ -53,8 +53,8 @@
 // gradients are summed over the ranks there instead, in their slots before they drain
 // (StepOptions::slot_sums): through NCCL on the cuda backend's compute stream, in rank order
 // through the ranks' communicator on emu (its compute tier is host memory; on the
-// background thread, waited for at the slot's drain), where the bits stay the in-memory
-// run's. The embedding's is summed on the host either way. With
+// background thread, the slot's drain copy waiting for it), where the bits stay the
+// in-memory run's. The embedding's is summed on the host either way. With
 // more micro-batches the host sums after the last, as above: the slots hold one
 // micro-batch's gradients, and summing each would send the bytes once per micro-batch.
 #pragma once
@@ -185,11 +185,10 @@ class StreamedTraining final : public StepEngine {
   HostPins pins_;
   std::unique_ptr<RankExchange> exchange_;  // data parallelism: the sums and weights of the ranks
   // Where the ranks sum the gradients (set_up_gradient_sums): slot_sums_ set where the
-  // compute tier sums its slots, through NCCL on a GPU (device_sums_), else by exchange_;
-  // the startup line's note.
+  // compute tier sums its slots (through NCCL on a GPU, through exchange_ on emu); the
+  // startup line's note.
   std::string set_up_gradient_sums();
-  SlotSums* slot_sums_ = nullptr;
-  std::unique_ptr<SlotSums> device_sums_;
+  std::unique_ptr<SlotSums> slot_sums_;
   std::string gradient_sums_note_;
   // Sharded data parallelism: each rank updates its part after the step (not lazily).
   bool sharded() const { return exchange_ && updater_.sharded(); }

@@ -368,8 +368,9 @@ TEST(DataParallel, SlotsSummedOnTheComputeTierTrainBitwiseAsTheInMemoryRun) {
     const test::ShellResult r = train(2, flags + dir + " --plan " + base + "/streamed.json --backend emu" +
                                              " --shard-optimizer " + sharding + " --summary-json " + dir + ".json");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    // How much of the sums ran under compute (the plan's drains wait for them at the
-    // start of the next window; the machine's load decides the rest): printed, not checked.
+    // The slots' sums run on the background thread while backward goes on (each drain's
+    // copy waits for its sum on the copy thread); how much of them does depends on the
+    // machine's load: printed, not checked.
     const double hidden = nlohmann::json::parse(test::read_file(dir + ".json")).at("collective_hidden_frac");
     std::printf("sharding %s: %.0f%% of rank 0's collective time ran under compute\n", sharding.c_str(), 100 * hidden);
     EXPECT_NE(r.output.find("gradient sums over the ranks: the layers' and the head's on the compute tier before "
