@@ -80,6 +80,12 @@ Communicator::Communicator() {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm host;  // the ranks that share this one's memory: its host's
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host), "MPI_Comm_split_type",
+        rank_, size_);
+  MPI_Comm_rank(host, &local_rank_);
+  MPI_Comm_size(host, &local_size_);
+  MPI_Comm_free(&host);
 #else
   if (launched > 1) {
     g_exists = false;
@@ -107,7 +113,8 @@ std::string Communicator::describe() const {
   MPI_Get_library_version(version, &len);
   std::string lib(version, size_t(len));
   lib = lib.substr(0, lib.find_first_of(",\n"));
-  return std::to_string(size_) + (size_ == 1 ? " rank" : " ranks") + " over MPI (" + lib + ")";
+  return std::to_string(size_) + (size_ == 1 ? " rank" : " ranks") + " over MPI (" + lib + "), " +
+         std::to_string(local_size_) + " on this host";
 #else
   return "1 process";
 #endif

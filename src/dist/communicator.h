@@ -34,7 +34,11 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool is_root() const { return rank_ == 0; }
-  // "1 process" or "2 ranks over MPI (Open MPI v4.1.4)".
+  // This rank among the ranks on its host (those that share its memory), and how many
+  // they are: which of the host's GPUs is this rank's.
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  // "1 process" or "2 ranks over MPI (Open MPI v4.1.4), 2 on this host".
   std::string describe() const;
 
   // data[0, n) := the sum over ranks of every rank's data[0, n), in rank order, the same
@@ -91,6 +95,7 @@ class Communicator {
 
  private:
   int rank_ = 0, size_ = 1;
+  int local_rank_ = 0, local_size_ = 1;
   bool mpi_ = false;  // this object initialized MPI
   bool serialized_threads_ = false;
   static constexpr int kReduceTag = 1;  // reduce_to's messages (send/recv use tag 0)

@@ -153,8 +153,9 @@ class EmuBackend : public Backend {
   virtual double compute_slowdown() const = 0;
 };
 std::unique_ptr<EmuBackend> make_emu(double h2d_gbps = 0, double d2h_gbps = 0, double compute_slowdown = 1);
-// Throws lt::Error for an unknown name (the list: cpu, emu).
-std::unique_ptr<Backend> make_backend(const std::string& name);
+// Throws lt::Error for an unknown name (the list: cpu, emu, cuda). device: the CUDA
+// device of a cuda backend (a data-parallel rank's own, by its place on its host).
+std::unique_ptr<Backend> make_backend(const std::string& name, int device = 0);
 // The kernel table the backend of this name runs (cpu, emu: the CPU's; cuda: the CUDA
 // table), without making the backend: a plan made before it exists sizes the kernels'
 // scratch with the table that will run them. lt::Error for an unknown name, and for cuda

@@ -28,12 +28,12 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
-std::unique_ptr<Backend> make_backend(const std::string& name) {
+std::unique_ptr<Backend> make_backend(const std::string& name, int device) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "emu") return make_emu_backend();
   if (name == "cuda") {
     const std::string why = cuda_backend_unavailable_reason();
-    if (why.empty()) return make_cuda_backend();
+    if (why.empty()) return make_cuda_backend(device);
     throw Error(why, "streaming executor (backend cuda)", "use --backend cpu or emu");
   }
   throw Error("unknown backend '" + name + "'", "streaming executor", "use --backend cpu or emu");

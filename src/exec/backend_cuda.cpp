@@ -371,6 +371,15 @@ std::string no_device_reason() {
 
 std::string cuda_device_missing_reason() { return no_device_reason(); }
 
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
 std::string cuda_backend_unavailable_reason() {
   const std::string no_device = no_device_reason();
   if (!no_device.empty()) return no_device;
@@ -406,6 +415,8 @@ std::string cuda_backend_unavailable_reason() {
 }
 
 std::string cuda_device_missing_reason() { return cuda_backend_unavailable_reason(); }
+
+int cuda_device_count() { return 0; }
 
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw Error(cuda_backend_unavailable_reason(), "cuda backend",

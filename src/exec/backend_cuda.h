@@ -28,6 +28,8 @@ inline constexpr const char* kCudaTrialEnv = "LT_CUDA_TRIAL";
 // The first part of it: no CUDA in this build, or no CUDA device (with the driver's
 // reason). Empty where a device is there to use.
 std::string cuda_device_missing_reason();
+// The CUDA devices this process sees: 0 without CUDA in the build or a driver.
+int cuda_device_count();
 
 // The backend on CUDA device `device`. lt::Error when this build has no CUDA or there is
 // no such device. For tests and benches of the backend itself until its kernel table

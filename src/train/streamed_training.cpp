@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "dist/device_collectives.h"
+#include "exec/backend_cuda.h"
 #include "memory/compute_arena.h"
 #include "memory/nvme_store.h"
 #include "model/config.h"
@@ -64,6 +65,15 @@ class HostMemorySlotSums final : public SlotSums {
   RankExchange& exchange_;
   Backend& backend_;
 };
+
+// A data-parallel rank's GPU: its place among its host's ranks, over the host's devices
+// (one rank per GPU is what NCCL sums between; two ranks on one GPU share it, and NCCL
+// refuses to join them). One process: device 0.
+int rank_device(const std::string& backend, const Communicator* comm) {
+  if (backend != "cuda" || !comm) return 0;
+  const int devices = cuda_device_count();
+  return devices > 0 ? comm->local_rank() % devices : 0;  // none: make_backend says why
+}
 
 }  // namespace
 
@@ -202,7 +212,8 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
       params_(params),
       grads_(grads),
       updater_(updater),
-      backend_(options.backend ? std::move(options.backend) : make_backend(cfg.backend)),
+      backend_(options.backend ? std::move(options.backend)
+                               : make_backend(cfg.backend, rank_device(cfg.backend, comm_))),
       copy_(cfg.precision == "bf16" ? Precision::BF16 : Precision::F32) {
   copy_.refresh(params_);
   StreamingOptions so;
@@ -658,13 +669,15 @@ std::vector<std::string> StreamedTraining::describe() const {
                  (masters_ && grad_pages_ > 0 ? "matrices' masters and gradients" : masters_ ? "matrices' masters"
                                                                                           : "gradients") +
                  ", " + format_bytes(off_host) + ", on NVMe)";
+  const int device = backend_->device_index();
+  const std::string backend_name = cfg_.backend + (device >= 0 ? " (device " + std::to_string(device) + ")" : "");
   char plan_line[512], memory_line[512];
   std::snprintf(plan_line, sizeof plan_line,
                 "plan: %s (%s policy, predicted %.4f s per micro-batch), %s backend, streaming; boundaries gpu %.1f "
                 "cpu %.1f nvme %.1f recomputed %.0f; optimizer states of %zu layers on NVMe; lazy optimizer; "
                 "batch %lld x seq %lld x accumulation %lld; %s matmuls",
                 cfg_.plan.empty() ? (cfg_.output_dir + "/plan.json").c_str() : cfg_.plan.c_str(), p.policy.c_str(),
-                p.predicted_step_s, cfg_.backend.c_str(), tc.gpu, tc.cpu, tc.nvme, tc.recompute,
+                p.predicted_step_s, backend_name.c_str(), tc.gpu, tc.cpu, tc.nvme, tc.recompute,
                 p.nvme_state_layers.size(), static_cast<long long>(cfg_.batch), static_cast<long long>(cfg_.seq_len),
                 static_cast<long long>(cfg_.grad_accum), cfg_.precision.c_str());
   std::snprintf(memory_line, sizeof memory_line,

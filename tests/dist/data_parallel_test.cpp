@@ -123,6 +123,7 @@ TEST(DataParallel, TwoRanksMatchOneRankWithinTheSummationBound) {
   const test::ShellResult b = train(2, flags + "--output-dir " + two + " --summary-json " + two + "/summary.json");
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("data parallel: 2 ranks over MPI"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("), 2 on this host; rank r runs rows"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("the 2 ranks' weights agree bit for bit"), std::string::npos) << b.output;
   EXPECT_EQ(count(b.output, "done: "), 1u) << "only rank 0 prints\n" << b.output;
   const nlohmann::json summary = nlohmann::json::parse(test::read_file(two + "/summary.json"));
@@ -414,7 +415,8 @@ TEST(DataParallel, AKilledRankEndsTheJobAndTheRunResumes) {
 // Open MPI over TCP between them (mpirun in the first starts the second's daemon through
 // an rsh agent that enters that namespace, where ssh would log in to another machine).
 // The rank-order sums make the result independent of the transport: the weights equal
-// those of two ranks on one host, bit for bit. Needs root (ip netns); skips otherwise.
+// those of two ranks on one host, bit for bit. Each rank is the only one on its host (the
+// layout a rank's GPU is chosen by). Needs root (ip netns); skips otherwise.
 TEST(DataParallel, TwoHostsInNetworkNamespacesOverTcpMatchOneHost) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root (ip netns)";
@@ -457,6 +459,8 @@ TEST(DataParallel, TwoHostsInNetworkNamespacesOverTcpMatchOneHost) {
   EXPECT_NE(test::read_file(marker).find(ip_b + " " + ns_b), std::string::npos)
       << "the second rank's daemon did not start in " << ns_b;
   EXPECT_NE(two.output.find("weights agree bit for bit"), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find("), 1 on this host; rank r runs rows"), std::string::npos)
+      << "each namespace is a host of its own\n" << two.output;
   const test::ShellResult one = train(2, flags + one_host);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_EQ(test::final_weights(dir + "/checkpoint-000003"), test::final_weights(one_host + "/checkpoint-000003"));
