@@ -3,6 +3,7 @@
 #include "plan/state_paging.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -234,7 +235,7 @@ TEST(StatePaging, PagesTheGradientsWhereTheMastersDoNotFit) {
 // The MILP chooses the parts per layer: with every layer that can page paging its state
 // (asked), and a host that needs four and a half layers' masters more, the masters of
 // five or more layers page, but not of all of them (each part paged moves bytes and
-// costs time; the fewest do).
+// costs time; the fewest do), given the time to leave the rule's start.
 TEST(StatePaging, MilpPagesTheMastersOfSomeLayersOnly) {
   PlanRequest req = allowing(test::tiny_request(16, "h800", 4), true, false);
   req.time_limit_s = 5;
@@ -245,7 +246,18 @@ TEST(StatePaging, MilpPagesTheMastersOfSomeLayersOnly) {
   const double masters = cm.layer(2).master_bytes;
   ASSERT_GT(masters, 0);
   req.hardware.host_memory_bytes = (states_alone.host_state_bytes - 4.5 * masters) / 0.9;
-  const Plan p = make_plan(req, "milp");
+  Plan p = make_plan(req, "milp");
+  std::printf("the solve: %s after %.2f CPU s, masters of %zu layers paged\n", p.solve.status.c_str(),
+              p.solve.solve_cpu_s, p.nvme_master_layers.size());
+  if (p.feasible && p.nvme_master_layers.size() == p.nvme_state_layers.size() && p.solve.status != "optimal") {
+    // Its limit counts CPU seconds: a loaded or sanitized machine's solve can stop, not
+    // proven, at the rule's start, which pages every layer's masters (seen in CI). Then
+    // once more, longer.
+    req.time_limit_s = 30;
+    p = make_plan(req, "milp");
+    std::printf("again within 30 CPU s: %s after %.2f, masters of %zu layers paged\n", p.solve.status.c_str(),
+                p.solve.solve_cpu_s, p.nvme_master_layers.size());
+  }
   expect_paged_parts(p, req, true, false);
   EXPECT_EQ(p.nvme_state_layers.size(), 14u);
   EXPECT_GE(p.nvme_master_layers.size(), 5u);
