@@ -50,15 +50,6 @@ class CopyLane {
   }
   void push(void* dst, const void* src, size_t bytes) { push({dst, src, bytes, {}}); }
   void push_wait(std::function<void()> ready) { push({nullptr, nullptr, 0, std::move(ready)}); }
-  void push(Copy c) {  // FIFO after what was pushed before
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(std::move(c));
-      ++pending_;
-      ++issued_;
-    }
-    cv_.notify_all();
-  }
   void drain() {
     std::unique_lock lock(mu_);
     done_cv_.wait(lock, [this] { return pending_ == 0; });
@@ -74,6 +65,15 @@ class CopyLane {
   }
 
  private:
+  void push(Copy c) {  // FIFO after what was pushed before
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(c));
+      ++pending_;
+      ++issued_;
+    }
+    cv_.notify_all();
+  }
   void run() {
     std::unique_lock lock(mu_);
     for (;;) {

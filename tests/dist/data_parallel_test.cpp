@@ -242,6 +242,31 @@ TEST(DataParallel, TheShardedOptimizerHoldsHalfTheStatesAndChangesNoBit) {
   EXPECT_NE(d.output.find("resumed from"), std::string::npos) << d.output;
 }
 
+// The streamed tests' flags: a tiny from-scratch model of `layers` layers, 4 steps of
+// batch 4 in `grad_accum` micro-batches, a checkpoint every 2; the output directory follows.
+std::string streamed_flags(int layers, int grad_accum, const std::string& base) {
+  return "--scratch-hidden 32 --scratch-layers " + std::to_string(layers) +
+         " --scratch-heads 4 --scratch-kv-heads 2 --scratch-intermediate 64 --seq-len 64 "
+         "--synthetic-train-problems 300 --eval-problems 0 --log-every 1 --warmup-steps 0 --batch 4 --grad-accum " +
+         std::to_string(grad_accum) + " --save-every 2 --steps 4 --offload-dir " + base + " --output-dir ";
+}
+
+// Both checkpoints of a streamed test's run hold the reference's weights and optimizer.bin.
+void expect_same_checkpoints(const std::string& run, const std::string& reference) {
+  for (const char* ck : {"/checkpoint-000002", "/checkpoint-000004"}) {
+    EXPECT_EQ(test::final_weights(run + ck), test::final_weights(reference + ck)) << run << ck;
+    EXPECT_TRUE(test::read_file(run + ck + "/optimizer.bin") == test::read_file(reference + ck + "/optimizer.bin"))
+        << run << ck;
+  }
+}
+
+// What share of rank 0's collective time a run's --summary-json says ran under compute
+// (the machine's load decides it: printed, not checked).
+void print_hidden_share(const std::string& what, const std::string& summary_json) {
+  const double hidden = nlohmann::json::parse(test::read_file(summary_json)).at("collective_hidden_frac");
+  std::printf("%s: %.0f%% of rank 0's collective time ran under compute\n", what.c_str(), 100 * hidden);
+}
+
 // A streamed plan under mpirun (issue 29 part B): each rank runs the plan (made for its 2
 // of the 4 rows) on its rows of every micro-batch, and the sums are the in-memory engine's
 // (train/rank_exchange.h), so the run is bitwise the in-memory run on 2 ranks at every
@@ -255,10 +280,7 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string base = scratch_dir("streamed"), mem = base + "/in-memory",
                     mem_whole = base + "/in-memory-unsharded";
-  const std::string flags = "--scratch-hidden 32 --scratch-layers 6 --scratch-heads 4 --scratch-kv-heads 2 "
-                            "--scratch-intermediate 64 --seq-len 64 --synthetic-train-problems 300 --eval-problems 0 "
-                            "--log-every 1 --warmup-steps 0 --batch 4 --grad-accum 2 --save-every 2 --steps 4 "
-                            "--offload-dir " + base + " --output-dir ";
+  const std::string flags = streamed_flags(6, 2, base);
   const test::ShellResult a = train(2, flags + mem);
   ASSERT_EQ(a.exit_code, 0) << a.output;
   const test::ShellResult b = train(2, flags + mem_whole + " --shard-optimizer off");
@@ -276,13 +298,6 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
   save_plan(whole_batch, base + "/whole-batch.json");
   const std::string plan = " --plan " + base + "/streamed.json";
 
-  auto expect_same = [](const std::string& run, const std::string& reference) {
-    for (const char* ck : {"/checkpoint-000002", "/checkpoint-000004"}) {
-      EXPECT_EQ(test::final_weights(run + ck), test::final_weights(reference + ck)) << run << ck;
-      EXPECT_TRUE(test::read_file(run + ck + "/optimizer.bin") == test::read_file(reference + ck + "/optimizer.bin"))
-          << run << ck;
-    }
-  };
   for (const std::string backend : {"cpu", "emu"}) {
     const std::string dir = base + "/sharded-" + backend;
     const test::ShellResult r = train(2, flags + dir + plan + " --backend " + backend +
@@ -294,11 +309,8 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
                                              : "gradient sums over the ranks: on the host, where backward writes"),
               std::string::npos)
         << r.output;
-    expect_same(dir, mem);
-    // The gradient sums run on the background thread while backward goes on (how much of
-    // them does depends on the machine's load: printed, not checked).
-    const double hidden = nlohmann::json::parse(test::read_file(dir + ".json")).at("collective_hidden_frac");
-    std::printf("%s: %.0f%% of rank 0's collective time ran under compute\n", backend.c_str(), 100 * hidden);
+    expect_same_checkpoints(dir, mem);
+    print_hidden_share(backend, dir + ".json");  // the gradient sums run on the background thread under backward
   }
   // A plan that counts the two ranks' exchange (plan --ranks 2): the same bits; a run
   // whose optimizer is not sharded as the plan's is an error.
@@ -309,7 +321,7 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
     const std::string dir = base + "/sharded-counted";
     const test::ShellResult r = train(2, flags + dir + " --plan " + base + "/counted.json");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    expect_same(dir, mem);
+    expect_same_checkpoints(dir, mem);
     const test::ShellResult e = train(2, flags + base + "/bad4 --shard-optimizer off --plan " + base + "/counted.json");
     EXPECT_NE(e.exit_code, 0);
     EXPECT_NE(e.output.find("the plan is for 2 ranks with the optimizer sharded, this run has 2 with it on every rank"),
@@ -327,7 +339,7 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
   const std::string paged = base + "/unsharded-paged";
   const test::ShellResult p = train(2, flags + paged + " --shard-optimizer off --plan " + base + "/paging.json");
   ASSERT_EQ(p.exit_code, 0) << p.output;
-  expect_same(paged, mem_whole);
+  expect_same_checkpoints(paged, mem_whole);
 
   const test::ShellResult e1 = train(2, flags + base + "/bad1 --plan " + base + "/whole-batch.json");
   EXPECT_NE(e1.exit_code, 0);
@@ -354,10 +366,7 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
 TEST(DataParallel, SlotsSummedOnTheComputeTierTrainBitwiseAsTheInMemoryRun) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string base = scratch_dir("compute-tier-sums"), mem = base + "/in-memory";
-  const std::string flags = "--scratch-hidden 32 --scratch-layers 4 --scratch-heads 4 --scratch-kv-heads 2 "
-                            "--scratch-intermediate 64 --seq-len 64 --synthetic-train-problems 300 --eval-problems 0 "
-                            "--log-every 1 --warmup-steps 0 --batch 4 --grad-accum 1 --save-every 2 --steps 4 "
-                            "--offload-dir " + base + " --output-dir ";
+  const std::string flags = streamed_flags(4, 1, base);
   const test::ShellResult a = train(2, flags + mem);
   ASSERT_EQ(a.exit_code, 0) << a.output;
   const ModelConfig mc = load_model_config(mem + "/checkpoint-000002");
@@ -369,20 +378,14 @@ TEST(DataParallel, SlotsSummedOnTheComputeTierTrainBitwiseAsTheInMemoryRun) {
     const test::ShellResult r = train(2, flags + dir + " --plan " + base + "/streamed.json --backend emu" +
                                              " --shard-optimizer " + sharding + " --summary-json " + dir + ".json");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    // The slots' sums run on the background thread while backward goes on (each drain's
-    // copy waits for its sum on the copy thread); how much of them does depends on the
-    // machine's load: printed, not checked.
-    const double hidden = nlohmann::json::parse(test::read_file(dir + ".json")).at("collective_hidden_frac");
-    std::printf("sharding %s: %.0f%% of rank 0's collective time ran under compute\n", sharding.c_str(), 100 * hidden);
+    // The slots' sums run on the background thread under backward (each drain's copy waits
+    // for its sum on the copy thread).
+    print_hidden_share("sharding " + sharding, dir + ".json");
     EXPECT_NE(r.output.find("gradient sums over the ranks: the layers' and the head's on the compute tier before "
                             "they drain (the emu backend's host memory, in rank order)"),
               std::string::npos)
         << r.output;
-    for (const char* ck : {"/checkpoint-000002", "/checkpoint-000004"}) {
-      EXPECT_EQ(test::final_weights(dir + ck), test::final_weights(mem + ck)) << dir << ck;
-      EXPECT_TRUE(test::read_file(dir + ck + "/optimizer.bin") == test::read_file(mem + ck + "/optimizer.bin"))
-          << dir << ck;
-    }
+    expect_same_checkpoints(dir, mem);
   }
 }
 
