@@ -288,7 +288,7 @@ TEST(TrainerCheckpoints, DamagedStateCountsAreErrors) {
   const json trainer_state = json::parse(read_text_file(ts)), optimizer_state = json::parse(read_text_file(os));
   c.steps = 4;
   c.resume = true;
-  for (const json bad : {json(1e300), json(-3), json(2.5), json("2")}) {
+  for (const json& bad : {json(1e300), json(-3), json(2.5), json("2")}) {
     json st = trainer_state;
     st["step"] = bad;
     write_file_atomic(ts, st.dump());
