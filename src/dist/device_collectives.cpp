@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
+
+#include <map>
+#include <vector>
 #endif
 
 namespace lt {
@@ -108,6 +111,15 @@ size_t count(int64_t n) {
 
 struct DeviceCollectives::Impl {
   ncclComm_t comm = nullptr;
+  int device = 0;
+  // sum_beside's: its stream, the point of the caller's stream a sum starts from (recorded
+  // anew for each: a stream's wait takes the event as it is when the wait is issued), and
+  // each sum's end until order_after has ordered a stream after it; then its event is spare.
+  cudaStream_t own = nullptr;
+  cudaEvent_t start = nullptr;
+  std::map<int64_t, cudaEvent_t> ends;
+  std::vector<cudaEvent_t> spare;
+  int64_t last_ticket = 0;
 };
 
 std::string DeviceCollectives::unavailable_reason() {
@@ -128,15 +140,57 @@ DeviceCollectives::DeviceCollectives(Communicator& ranks, int device)
   else
     ranks.recv(0, &id, sizeof id);
   check(nccl().comm_init_rank(&impl_->comm, size_, id, rank_), "ncclCommInitRank");
+  impl_->device = device;
 }
 
 DeviceCollectives::~DeviceCollectives() {
-  if (impl_ && impl_->comm) nccl().comm_destroy(impl_->comm);
+  if (!impl_) return;
+  Impl& m = *impl_;
+  if (m.own) cudaStreamSynchronize(m.own);  // no sum still running when the communicator goes
+  for (const auto& [ticket, e] : m.ends) cudaEventDestroy(e);
+  for (cudaEvent_t e : m.spare) cudaEventDestroy(e);
+  if (m.start) cudaEventDestroy(m.start);
+  if (m.own) cudaStreamDestroy(m.own);
+  if (m.comm) nccl().comm_destroy(m.comm);
 }
 
 void DeviceCollectives::sum(float* data, int64_t n, void* stream) {
   check(nccl().all_reduce(data, data, count(n), ncclFloat32, ncclSum, impl_->comm, static_cast<cudaStream_t>(stream)),
         "ncclAllReduce");
+}
+
+int64_t DeviceCollectives::sum_beside(float* data, int64_t n, void* after) {
+  Impl& m = *impl_;
+  if (!m.own) {
+    check(cudaSetDevice(m.device), "cudaSetDevice");  // the stream's device, whichever thread calls
+    check(cudaStreamCreateWithFlags(&m.own, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaEventCreateWithFlags(&m.start, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  }
+  check(cudaEventRecord(m.start, static_cast<cudaStream_t>(after)), "cudaEventRecord");
+  check(cudaStreamWaitEvent(m.own, m.start, 0), "cudaStreamWaitEvent");
+  sum(data, n, m.own);
+  cudaEvent_t end = nullptr;
+  if (m.spare.empty()) {
+    check(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  } else {
+    end = m.spare.back();
+    m.spare.pop_back();
+  }
+  m.ends.emplace(++m.last_ticket, end);
+  check(cudaEventRecord(end, m.own), "cudaEventRecord");
+  return m.last_ticket;
+}
+
+void DeviceCollectives::order_after(int64_t ticket, void* stream) {
+  Impl& m = *impl_;
+  const auto it = m.ends.find(ticket);
+  if (it == m.ends.end())
+    throw Error("no sum with ticket " + std::to_string(ticket) + " is waiting to be ordered after", kWhere,
+                "each ticket of sum_beside goes to order_after once");
+  const cudaEvent_t end = it->second;
+  m.ends.erase(it);
+  m.spare.push_back(end);  // the wait below takes the event as it is now
+  check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), end, 0), "cudaStreamWaitEvent");
 }
 
 void DeviceCollectives::broadcast(int root, float* data, int64_t n, void* stream) {
@@ -182,6 +236,8 @@ DeviceCollectives::DeviceCollectives(Communicator& ranks, int) : size_(ranks.siz
 DeviceCollectives::~DeviceCollectives() = default;
 
 void DeviceCollectives::sum(float*, int64_t, void*) { throw Error(unavailable_reason(), kWhere, ""); }
+int64_t DeviceCollectives::sum_beside(float*, int64_t, void*) { throw Error(unavailable_reason(), kWhere, ""); }
+void DeviceCollectives::order_after(int64_t, void*) { throw Error(unavailable_reason(), kWhere, ""); }
 void DeviceCollectives::broadcast(int, float*, int64_t, void*) { throw Error(unavailable_reason(), kWhere, ""); }
 void DeviceCollectives::reduce_scatter_sum(const float*, float*, int64_t, void*) {
   throw Error(unavailable_reason(), kWhere, "");

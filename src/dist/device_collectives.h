@@ -9,11 +9,11 @@
 // depend on the rank count and topology). Each call is issued on `stream` (a cudaStream_t)
 // and done when that stream reaches it.
 //
-// The streamed data-parallel trainer sums the layers' and the head's gradient slots with
-// sum() on the backend's compute stream before they drain, where a step is one
-// micro-batch (train/streamed_training.h). Not yet: a stream of its own for the sums (on
-// the compute stream they wait for the layer's backward and hold up the next layer's), and
-// the owners' updated weights all-gathered on the device.
+// The streamed data-parallel trainer sums the layers' and the head's gradient slots before
+// they drain, where a step is one micro-batch (train/streamed_training.h), with
+// sum_beside(): on a stream of the collectives' own, after the layer's backward, while the
+// compute stream goes on to the next layer; the slot's copy to the host waits for it
+// (order_after). Not yet: the owners' updated weights all-gathered on the device.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,12 @@ class DeviceCollectives {
 
   // data[0, n) := the sum over ranks of their data[0, n) (fp32), the same bits on every rank.
   void sum(float* data, int64_t n, void* stream);
+  // The same sum on a stream of the collectives' own (made at the first call): it starts
+  // once the work issued on stream `after` so far is done, and runs beside the work issued
+  // there later. The ticket it returns goes to order_after, once.
+  int64_t sum_beside(float* data, int64_t n, void* after);
+  // The work issued on `stream` from now on starts after ticket's sum is done.
+  void order_after(int64_t ticket, void* stream);
   // data[0, n) on every rank := rank root's.
   void broadcast(int root, float* data, int64_t n, void* stream);
   // part[0, n) := the sum over ranks of their in[rank * n, rank * n + n); in holds size() * n.

@@ -125,11 +125,15 @@ class Backend {
   // The kernels that run on the compute tier (kernels/kernel_table.h). Default: the CPU's
   // (cpu, and emu, whose compute tier is host RAM); a GPU's backend gives its own.
   virtual const KernelTable& kernels() const { return cpu_kernel_table(); }
-  // For work another library issues in the compute stream's order (NCCL's sums of the
-  // gradient slots, dist/device_collectives.h): the stream's native handle (a
-  // cudaStream_t) and its device. Null and -1 where the compute stream is the calling
-  // thread (cpu, emu): such work runs there, in line.
-  virtual void* native_compute_stream() const { return nullptr; }
+  // For work another library orders against this backend's streams (NCCL's sums of the
+  // gradient slots, dist/device_collectives.h: after the compute stream's backward, before
+  // the D2H stream's drain): a stream's native handle (a cudaStream_t) and the device.
+  // Null and -1 where the streams are host threads (cpu, emu): there such work runs on the
+  // calling thread, or waits by wait_for.
+  virtual void* native_stream(Stream s) const {
+    (void)s;
+    return nullptr;
+  }
   virtual int device_index() const { return -1; }
 };
 

@@ -325,7 +325,7 @@ class CudaBackend final : public Backend {
   // The CUDA table (kernels/cuda/cuda_kernel_table.h), on the compute stream; the entries
   // it does not have yet are null.
   const KernelTable& kernels() const override { return cuda::kernel_table(); }
-  void* native_compute_stream() const override { return stream(Stream::Compute); }
+  void* native_stream(Stream s) const override { return stream(s); }
   int device_index() const override { return device_; }
 
  private:

@@ -26,23 +26,23 @@ namespace lt {
 
 namespace {
 
-// The ranks' sums of the gradient slots on a GPU: NCCL, on the backend's compute stream
-// (after the layer's backward; the drain's copy starts after it, exec/backend.h). Not yet
-// on a stream of its own, so a sum holds up the next layer's backward.
+// The ranks' sums of the gradient slots on a GPU: NCCL, on a stream of its own after the
+// layer's backward (the compute stream goes on to the next layer meanwhile); the slot's
+// drain on the D2H stream waits for its sum (dist/device_collectives.h).
 class NcclSlotSums final : public SlotSums {
  public:
-  NcclSlotSums(Communicator& ranks, int device, void* compute_stream)
-      : device_(ranks, device), stream_(compute_stream) {}
-  int64_t start(float* slot, int64_t n) override {
-    device_.sum(slot, n, stream_);
-    return 0;
-  }
-  void before_drain(int64_t) override {}
+  NcclSlotSums(Communicator& ranks, const Backend& backend)
+      : device_(ranks, backend.device_index()),
+        compute_(backend.native_stream(Backend::Stream::Compute)),
+        d2h_(backend.native_stream(Backend::Stream::D2H)) {}
+  int64_t start(float* slot, int64_t n) override { return device_.sum_beside(slot, n, compute_); }
+  void before_drain(int64_t ticket) override { device_.order_after(ticket, d2h_); }
   std::string describe() const { return device_.describe(); }
 
  private:
   DeviceCollectives device_;
-  void* stream_;
+  void* compute_;
+  void* d2h_;
 };
 
 // The ranks' sums of the gradient slots where the compute tier is host memory (emu):
@@ -559,8 +559,7 @@ std::string StreamedTraining::set_up_gradient_sums() {
   if (cfg_.grad_accum > 1)
     return "on the host after the last of the " + std::to_string(cfg_.grad_accum) +
            " micro-batches drains (summed in the slots, each micro-batch's would cross the ranks)";
-  void* stream = backend_->native_compute_stream();
-  if (stream) {
+  if (backend_->native_stream(Backend::Stream::Compute)) {
     // DeviceCollectives joins every rank: all of them must be able to, or none tries.
     const std::string why = DeviceCollectives::unavailable_reason();
     const double able = comm_->sum_in_rank_order(why.empty() ? 1.0 : 0.0);
@@ -569,12 +568,12 @@ std::string StreamedTraining::set_up_gradient_sums() {
              (why.empty() ? std::to_string(comm_->size() - static_cast<int>(able)) + " ranks cannot sum on the device"
                           : why) +
              ")";
-    auto device = std::make_unique<NcclSlotSums>(*comm_, backend_->device_index(), stream);
+    auto device = std::make_unique<NcclSlotSums>(*comm_, *backend_);
     const std::string what = device->describe();
     slot_sums_ = std::move(device);
     exchange_->set_compute_tier_sums(true);
     return "the layers' and the head's on the compute tier before they drain (" + what +
-           ", on the compute stream), the embedding's on the host";
+           ", on a stream beside the compute stream), the embedding's on the host";
   }
   slot_sums_ = std::make_unique<HostMemorySlotSums>(*exchange_, *backend_);  // a compute tier in host memory (emu)
   exchange_->set_compute_tier_sums(true);

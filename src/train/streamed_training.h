@@ -51,7 +51,7 @@
 // switch; it is off under data parallelism).
 // On a separate compute tier with one micro-batch a step, the layers' and the head's
 // gradients are summed over the ranks there instead, in their slots before they drain
-// (StepOptions::slot_sums): through NCCL on the cuda backend's compute stream, in rank order
+// (StepOptions::slot_sums): through NCCL beside the cuda backend's compute stream, in rank order
 // through the ranks' communicator on emu (its compute tier is host memory; on the
 // background thread, the slot's drain copy waiting for it), where the bits stay the
 // in-memory run's. The embedding's is summed on the host either way. With

@@ -177,8 +177,9 @@ TEST(StreamedTrainingPagedParts, MatchTheInMemoryRunsBitwise) {
     ASSERT_FALSE(p.nvme_state_layers.empty()) << what << ": the plan pages no layer";
     ASSERT_EQ(p.nvme_master_layers, parts.master ? p.nvme_state_layers : std::vector<int>{}) << what;
     ASSERT_EQ(p.nvme_grad_layers, parts.grads ? p.nvme_state_layers : std::vector<int>{}) << what;
-    if (parts.grads)  // the executor's three gradient buffers (exec/state_pager.h) are reused
+    if (parts.grads) {  // the executor's three gradient buffers (exec/state_pager.h) are reused
       ASSERT_GE(p.nvme_state_layers.size(), 4u) << what << ": no paged layer reuses a gradient buffer";
+    }
     const std::string plan_path = plan_dir.str() + "/" + std::to_string(runs[precision].size()) + precision + ".json";
     save_plan(p, plan_path);
     for (const char* backend : {"cpu", "emu"}) {
@@ -352,8 +353,9 @@ TEST(StreamedTrainingPagedCopies, MatchTheInMemoryRunBitwise) {
     const Plan plan = make_plan(req, policy);
     ASSERT_TRUE(plan.feasible) << plan.infeasible_reason;
     ASSERT_FALSE(plan.nvme_copy_layers.empty());
-    if (std::string(policy) == "keep-all")
+    if (std::string(policy) == "keep-all") {
       ASSERT_GE(plan.nvme_copy_layers.size(), 4u) << "no paged copy reuses a staging buffer";
+    }
     const std::string plan_path = plan_dir.str() + "/" + policy + ".json";
     save_plan(plan, plan_path);
     for (const char* backend : {"cpu", "emu"}) {
