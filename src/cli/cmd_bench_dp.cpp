@@ -46,6 +46,7 @@ struct DpArgs {
   int ranks = 2;
   int64_t hidden = 256, layers = 8, intermediate = 704, batch = 8, seq = 128, steps = 8;
   double compute_budget_gb = 0;  // > 0: streamed runs
+  std::string backend = "cpu";   // the streamed runs' (train --backend)
   std::string hardware;          // the profile to plan with ("": train's default)
   std::string output_dir = "runs/bench-dp";
   bool no_peer = false;  // skip the PyTorch peer
@@ -86,6 +87,14 @@ RunResult run_training_command(const std::string& command, const std::string& di
   std::snprintf(ck, sizeof ck, "/checkpoint-%06lld", static_cast<long long>(steps));
   return {nlohmann::json::parse(read_text_file(dir + "/summary.json")),
           read_text_file(dir + ck + "/model.safetensors")};
+}
+
+// What follows `prefix` on the first line of a run's log that has it ("" when none does).
+std::string startup_line(const std::string& log, const std::string& prefix) {
+  std::istringstream lines(read_text_file(log));
+  for (std::string line; std::getline(lines, line);)
+    if (const size_t at = line.find(prefix); at != std::string::npos) return line.substr(at + prefix.size());
+  return {};
 }
 
 void print_run(const char* name, const RunResult& r) {
@@ -150,6 +159,9 @@ Peer run_peers(const DpArgs& a, int threads, int per_rank) {
 
 void run_dp(const DpArgs& a) {
   if (a.ranks < 2) throw Error("--ranks " + std::to_string(a.ranks) + " is below 2", "bench dp", "pass --ranks 2 or more");
+  if (a.backend != "cpu" && !(a.compute_budget_gb > 0))
+    throw Error("--backend " + a.backend + " streams through a plan, and there is none", "bench dp",
+                "give --compute-budget-gb G as well");
   const std::string mpirun = find_on_path("mpirun");
   if (mpirun.empty())
     throw Error("no mpirun on PATH", "bench dp", "install Open MPI (apt-get install openmpi-bin libopenmpi-dev)");
@@ -166,7 +178,8 @@ void run_dp(const DpArgs& a) {
       " --scratch-heads 8 --scratch-kv-heads 4 --scratch-intermediate " + std::to_string(a.intermediate) +
       " --seq-len " + std::to_string(a.seq) + " --batch " + std::to_string(a.batch) + " --steps " +
       std::to_string(a.steps) + " --warmup-steps 0 --eval-problems 0 --log-every " + std::to_string(a.steps) +
-      (a.compute_budget_gb > 0 ? " --compute-budget-gb " + std::to_string(a.compute_budget_gb) : std::string()) +
+      (a.compute_budget_gb > 0 ? " --compute-budget-gb " + std::to_string(a.compute_budget_gb) + " --backend " + a.backend
+                               : std::string()) +
       (a.hardware.empty() ? std::string() : " --hardware " + a.hardware);
   auto out = [&](const std::string& name) {
     const std::string dir = a.output_dir + "/" + name;
@@ -180,8 +193,9 @@ void run_dp(const DpArgs& a) {
               "threads in all (%d per rank on %s ranks)\n",
               static_cast<long long>(a.layers), static_cast<long long>(a.hidden), static_cast<long long>(a.batch),
               static_cast<long long>(a.seq), static_cast<long long>(a.steps),
-              a.compute_budget_gb > 0 ? ("streamed (a plan for " + format_gb(a.compute_budget_gb) +
-                                         " of compute tier per process)").c_str()
+              a.compute_budget_gb > 0 ? ("streamed on the " + a.backend + " backend (a plan for " +
+                                         format_gb(a.compute_budget_gb) + " of compute tier per process)")
+                                            .c_str()
                                       : "in memory",
               threads, per_rank, ranks.c_str());
   const RunResult one =
@@ -191,6 +205,10 @@ void run_dp(const DpArgs& a) {
   const RunResult whole = run_training_command(launch + flags + out("unsharded") + " --shard-optimizer off",
                                                a.output_dir + "/unsharded", a.steps);
   const Peer peer = run_peers(a, threads, per_rank);
+  // Where the ranks summed the gradients (train's startup line): on the host after they
+  // drain, or in their compute-tier slots before (a separate compute tier, emu or cuda).
+  const std::string sums = startup_line(a.output_dir + "/sharded.log", "gradient sums over the ranks: ");
+  if (!sums.empty()) std::printf("gradient sums over the ranks (sharded run): %s\n", sums.c_str());
   print_run("1 process", one);
   print_run((ranks + " ranks, sharded").c_str(), sharded);
   print_run((ranks + " ranks, unsharded").c_str(), whole);
@@ -260,6 +278,9 @@ void add_bench_dp_command(CLI::App& app) {
   cmd->add_option("--steps", a->steps, "training steps per run");
   cmd->add_option("--compute-budget-gb", a->compute_budget_gb,
                   "stream every run through a plan for this compute budget (default: train in memory)");
+  cmd->add_option("--backend", a->backend,
+                  "the streamed runs' backend (train --backend; emu and cuda sum the gradients in their compute-tier "
+                  "slots, needs --compute-budget-gb)");
   cmd->add_option("--hardware", a->hardware, "hardware profile the streamed runs plan with (default: train's)");
   cmd->add_option("--output-dir", a->output_dir, "where the runs write (replaced)");
   cmd->add_flag("--no-peer", a->no_peer,

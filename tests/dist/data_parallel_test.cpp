@@ -470,10 +470,11 @@ TEST(DataParallel, TwoHostsInNetworkNamespacesOverTcpMatchOneHost) {
 }
 
 // `lazytrain bench dp` on a tiny model, in memory and streamed (each run planned for a
-// 1 GB compute tier on the h800 profile): it runs its three trainings and reports, and the
-// sharded run's weights are the unsharded run's (its speed and overlap figures are
-// measurements, for the bench's reader, not checked here). Without its PyTorch peer
-// (--no-peer: three more Python runs), which it says.
+// 1 GB compute tier on the h800 profile) on the cpu backend and on emu (whose ranks sum the
+// gradients in their compute-tier slots, which the bench says): it runs its three
+// trainings and reports, and the sharded run's weights are the unsharded run's (its speed
+// and overlap figures are measurements, for the bench's reader, not checked here). Without
+// its PyTorch peer (--no-peer: three more Python runs), which it says.
 TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string bench =
@@ -481,8 +482,9 @@ TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
       "/lazytrain bench dp --hidden 32 --layers 2 --intermediate 64 --batch 4 --seq 64 --steps 2 --no-peer";
   const std::string streamed =
       " --compute-budget-gb 1 --hardware " + std::string(LT_TESTS_DIR) + "/../profiles/h800.json";
-  for (const std::string& mode : {std::string(), streamed}) {
-    const std::string dir = scratch_dir(mode.empty() ? "bench" : "bench-streamed");
+  for (const std::string& mode : {std::string(), streamed, streamed + " --backend emu"}) {
+    const bool emu = mode.find("emu") != std::string::npos;
+    const std::string dir = scratch_dir(mode.empty() ? "bench" : emu ? "bench-streamed-emu" : "bench-streamed");
     const test::ShellResult r = test::run_shell(bench + mode + " --output-dir " + dir + " 2>&1");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("RESULT dp ranks=2 hidden_frac="), std::string::npos) << r.output;
@@ -490,6 +492,11 @@ TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
     EXPECT_NE(r.output.find("PyTorch peer skipped: --no-peer"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(mode.empty() ? " streamed=false" : " streamed=true"), std::string::npos) << r.output;
     if (mode.empty()) continue;
+    EXPECT_NE(r.output.find(emu ? "gradient sums over the ranks (sharded run): the layers' and the head's on the "
+                                  "compute tier before they drain"
+                                : "gradient sums over the ranks (sharded run): on the host, where backward writes"),
+              std::string::npos)
+        << r.output;
     // Rank 0 planned for the two ranks' exchange, at the link rate it measured.
     for (const char* run : {"sharded", "unsharded"}) {
       const std::string log = test::read_file(dir + "/" + run + ".log");
@@ -500,6 +507,10 @@ TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
       EXPECT_GT(p.hardware.network_bw, 0) << run;
     }
   }
+  const test::ShellResult no_plan = test::run_shell(bench + " --backend emu 2>&1");
+  EXPECT_NE(no_plan.exit_code, 0);
+  EXPECT_NE(no_plan.output.find("--backend emu streams through a plan, and there is none"), std::string::npos)
+      << no_plan.output;
 }
 
 TEST(DataParallel, ABatchTheRanksCannotShareIsAClearError) {
