@@ -34,6 +34,7 @@ struct NcclApi {
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
   decltype(&ncclGetErrorString) error_string = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclReduce) reduce = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
   decltype(&ncclReduceScatter) reduce_scatter = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
@@ -78,7 +79,8 @@ NcclApi load() {
          take(a.comm_init_rank, lib, "ncclCommInitRank", a.error) &&
          take(a.comm_destroy, lib, "ncclCommDestroy", a.error) &&
          take(a.error_string, lib, "ncclGetErrorString", a.error) &&
-         take(a.all_reduce, lib, "ncclAllReduce", a.error) && take(a.broadcast, lib, "ncclBroadcast", a.error) &&
+         take(a.all_reduce, lib, "ncclAllReduce", a.error) && take(a.reduce, lib, "ncclReduce", a.error) &&
+         take(a.broadcast, lib, "ncclBroadcast", a.error) &&
          take(a.reduce_scatter, lib, "ncclReduceScatter", a.error) &&
          take(a.all_gather, lib, "ncclAllGather", a.error));
   return a;
@@ -159,7 +161,7 @@ void DeviceCollectives::sum(float* data, int64_t n, void* stream) {
         "ncclAllReduce");
 }
 
-int64_t DeviceCollectives::sum_beside(float* data, int64_t n, void* after) {
+int64_t DeviceCollectives::sum_beside(float* data, int64_t n, void* after, int root) {
   Impl& m = *impl_;
   if (!m.own) {
     check(cudaSetDevice(m.device), "cudaSetDevice");  // the stream's device, whichever thread calls
@@ -168,7 +170,10 @@ int64_t DeviceCollectives::sum_beside(float* data, int64_t n, void* after) {
   }
   check(cudaEventRecord(m.start, static_cast<cudaStream_t>(after)), "cudaEventRecord");
   check(cudaStreamWaitEvent(m.own, m.start, 0), "cudaStreamWaitEvent");
-  sum(data, n, m.own);
+  if (root < 0)
+    sum(data, n, m.own);
+  else
+    check(nccl().reduce(data, data, count(n), ncclFloat32, ncclSum, root, m.comm, m.own), "ncclReduce");
   cudaEvent_t end = nullptr;
   if (m.spare.empty()) {
     check(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), "cudaEventCreateWithFlags");
@@ -236,7 +241,7 @@ DeviceCollectives::DeviceCollectives(Communicator& ranks, int) : size_(ranks.siz
 DeviceCollectives::~DeviceCollectives() = default;
 
 void DeviceCollectives::sum(float*, int64_t, void*) { throw Error(unavailable_reason(), kWhere, ""); }
-int64_t DeviceCollectives::sum_beside(float*, int64_t, void*) { throw Error(unavailable_reason(), kWhere, ""); }
+int64_t DeviceCollectives::sum_beside(float*, int64_t, void*, int) { throw Error(unavailable_reason(), kWhere, ""); }
 void DeviceCollectives::order_after(int64_t, void*) { throw Error(unavailable_reason(), kWhere, ""); }
 void DeviceCollectives::broadcast(int, float*, int64_t, void*) { throw Error(unavailable_reason(), kWhere, ""); }
 void DeviceCollectives::reduce_scatter_sum(const float*, float*, int64_t, void*) {

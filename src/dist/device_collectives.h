@@ -35,10 +35,12 @@ class DeviceCollectives {
 
   // data[0, n) := the sum over ranks of their data[0, n) (fp32), the same bits on every rank.
   void sum(float* data, int64_t n, void* stream);
-  // The same sum on a stream of the collectives' own (made at the first call): it starts
-  // once the work issued on stream `after` so far is done, and runs beside the work issued
-  // there later. The ticket it returns goes to order_after, once.
-  int64_t sum_beside(float* data, int64_t n, void* after);
+  // The same sum, at rank `root` alone (its data[0, n); the others' data are left as
+  // they are) or for root -1 at every rank, on a stream of the collectives' own (made at
+  // the first call): it starts once the work issued on stream `after` so far is done, and
+  // runs beside the work issued there later. The ticket it returns goes to order_after,
+  // once.
+  int64_t sum_beside(float* data, int64_t n, void* after, int root = -1);
   // The work issued on `stream` from now on starts after ticket's sum is done.
   void order_after(int64_t ticket, void* stream);
   // data[0, n) on every rank := rank root's.

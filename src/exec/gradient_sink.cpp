@@ -72,7 +72,8 @@ class SlotAndDrain final : public GradientSink {
   void layer_done(int j, double&) override {
     float* slot = arena_(ArenaTensor::Gradients, j);
     const int64_t n = block_numel(c_, j);
-    const int64_t sum = slot_sums_ ? slot_sums_->start(slot, n) : 0;  // under the layers below
+    const UpdateTarget target{UpdateTarget::Kind::Layer, j};
+    const int64_t sum = slot_sums_ ? slot_sums_->start(target, slot, n) : 0;  // under the layers below
     pending_.push_back({host_layer(j), slot, n, s_.grad_drain_w[j], j, sum});
   }
   void drain(int w) override {
@@ -154,7 +155,7 @@ class SlotAndDrain final : public GradientSink {
  private:
   bool sums_slots() const override { return true; }
   void sum_over_ranks(float* slot, int64_t n) const {  // a head slot's, which drains at once
-    if (slot_sums_) slot_sums_->before_drain(slot_sums_->start(slot, n));
+    if (slot_sums_) slot_sums_->before_drain(slot_sums_->start(UpdateTarget{UpdateTarget::Kind::Head, -1}, slot, n));
   }
   float* zeroed(float* g, int64_t n) {  // a slot's sum starts at zero
     backend_.fill_compute(g, 0, static_cast<size_t>(n) * sizeof(float));

@@ -43,17 +43,18 @@ using GradientFinal = std::function<void(const UpdateTarget&)>;
 // Sums of the gradient slots of a separate compute tier over the data-parallel ranks,
 // where they lie (issue 29 part C): every layer's slot and the head's (the final norm's,
 // and an untied lm_head's; a tied lm_head's gradient is part of the embedding's, which the
-// ranks sum on the host). start() begins a slot's sum after the compute work issued so
-// far (when the layer's backward is done) and returns its ticket; before_drain(ticket)
-// comes before the slot's copy to the host is issued, at the plan's drain window, and
-// makes the copy wait for the sum (the host waits, or the copy's stream). Until then the
-// compute goes on and nothing touches the slot. Each rank drains the ranks' sum, the
-// same bits on every rank.
+// ranks sum on the host). start() begins the sum of a slot of `target`'s gradient after
+// the compute work issued so far (when the layer's backward is done) and returns its
+// ticket; before_drain(ticket) comes before the slot's copy to the host is issued, at the
+// plan's drain window, and makes the copy wait for the sum (the host waits, or the copy's
+// stream). Until then the compute goes on and nothing touches the slot. The ranks that
+// update the target (all, or with a sharded optimizer its owner) drain the ranks' sum, the
+// same bits on each; another rank drains what its slot then holds, which nothing reads.
 // train/rank_exchange.h says which targets it covers (RankExchange::summed_on_compute_tier).
 class SlotSums {
  public:
   virtual ~SlotSums() = default;
-  virtual int64_t start(float* slot, int64_t n) = 0;
+  virtual int64_t start(const UpdateTarget& target, float* slot, int64_t n) = 0;
   virtual void before_drain(int64_t ticket) = 0;
 };
 

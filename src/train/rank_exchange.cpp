@@ -42,11 +42,21 @@ void RankExchange::gradient_final(const UpdateTarget& t) {
   if (!updater_.sharded()) background_->queue_broadcast(owner, grads_.data(), ranges);
 }
 
-int64_t RankExchange::start_slot_sum(float* slot, int64_t n) {
+int RankExchange::slot_sum_root(const UpdateTarget& t) const {
+  return updater_.sharded() ? owners_.owner_of(target_ranges(grads_, t).front().first) : -1;
+}
+
+int64_t RankExchange::start_slot_sum(const UpdateTarget& t, float* slot, int64_t n) {
+  const int root = slot_sum_root(t);
   if (!background_) {
-    comm_.sum_in_rank_order(slot, n);
+    std::vector<float> scratch;
+    if (root >= 0)
+      comm_.reduce_to_in_rank_order(root, slot, n, scratch);
+    else
+      comm_.sum_in_rank_order(slot, n);
     return 0;
   }
+  if (root >= 0) return background_->queue_reduce(root, slot, {{0, n}});
   const int owner = next_slot_owner_;
   next_slot_owner_ = (next_slot_owner_ + 1) % comm_.size();
   background_->queue_reduce(owner, slot, {{0, n}});

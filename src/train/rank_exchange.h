@@ -14,11 +14,13 @@
 //
 // Sums on the compute tier (issue 29 part C; set_compute_tier_sums): where the gradient
 // slots of a separate compute tier are summed over the ranks before they drain
-// (exec/gradient_sink.h's SlotSums), the layers' and the head's gradients reach every
-// rank's host already summed, and only the embedding's is summed here. Where the compute
-// tier is host memory (emu) this exchange makes the slots' sums (start_slot_sum): in rank
+// (exec/gradient_sink.h's SlotSums), the layers' and the head's gradients reach the hosts
+// that update them already summed (every rank's; with a sharded optimizer the owner's
+// alone, slot_sum_root), and only the embedding's is summed here. Where the compute tier
+// is host memory (emu) this exchange makes the slots' sums (start_slot_sum): in rank
 // order, so the bits are those of the host sums, on the background thread where it runs
-// (each to an owner in turn, then from it to all). NCCL's on a GPU are its own order's.
+// (to the target's owner; unsharded to each rank in turn, then from it to all). NCCL's on
+// a GPU are its own order's.
 //
 // Weights (sharded optimizer, train/optimizer_shards.h). After each rank has updated its
 // own part, each target's owner sends the target's weights to all: on the background
@@ -62,10 +64,15 @@ class RankExchange {
   bool summed_on_compute_tier(const UpdateTarget& t) const {
     return compute_tier_sums_ && t.kind != UpdateTarget::Kind::Embed;
   }
-  // For a compute tier in host memory: slot[0, n) := its sum over the ranks, in rank
-  // order, on every rank (a collective); started on the background thread where it runs,
-  // so that the ranks' collectives keep one order (its ticket), else summed now (0).
-  int64_t start_slot_sum(float* slot, int64_t n);
+  // The rank whose host alone needs the sum of target t's gradient slots: its owner under
+  // the sharded optimizer (no other rank updates it or counts its norm); -1 unsharded,
+  // where every rank updates every target.
+  int slot_sum_root(const UpdateTarget& t) const;
+  // For a compute tier in host memory: slot[0, n) of target t's gradient := its sum over
+  // the ranks, in rank order, at slot_sum_root(t) (every rank for -1; a collective);
+  // started on the background thread where it runs, so that the ranks' collectives keep
+  // one order (its ticket), else summed now (0).
+  int64_t start_slot_sum(const UpdateTarget& t, float* slot, int64_t n);
   // Returns once the sum of `ticket` is in (or has failed: sum() throws it), from any
   // thread, without holding up the caller's (BackgroundCollectives::wait_beside).
   void slot_sum_landed(int64_t ticket);

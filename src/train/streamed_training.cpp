@@ -27,20 +27,25 @@ namespace lt {
 namespace {
 
 // The ranks' sums of the gradient slots on a GPU: NCCL, on a stream of its own after the
-// layer's backward (the compute stream goes on to the next layer meanwhile); the slot's
-// drain on the D2H stream waits for its sum (dist/device_collectives.h).
+// layer's backward (the compute stream goes on to the next layer meanwhile), to the ranks
+// that update the target (RankExchange::slot_sum_root); the slot's drain on the D2H stream
+// waits for its sum (dist/device_collectives.h).
 class NcclSlotSums final : public SlotSums {
  public:
-  NcclSlotSums(Communicator& ranks, const Backend& backend)
+  NcclSlotSums(Communicator& ranks, const RankExchange& exchange, const Backend& backend)
       : device_(ranks, backend.device_index()),
+        exchange_(exchange),
         compute_(backend.native_stream(Backend::Stream::Compute)),
         d2h_(backend.native_stream(Backend::Stream::D2H)) {}
-  int64_t start(float* slot, int64_t n) override { return device_.sum_beside(slot, n, compute_); }
+  int64_t start(const UpdateTarget& target, float* slot, int64_t n) override {
+    return device_.sum_beside(slot, n, compute_, exchange_.slot_sum_root(target));
+  }
   void before_drain(int64_t ticket) override { device_.order_after(ticket, d2h_); }
   std::string describe() const { return device_.describe(); }
 
  private:
   DeviceCollectives device_;
+  const RankExchange& exchange_;
   void* compute_;
   void* d2h_;
 };
@@ -54,7 +59,9 @@ class HostMemorySlotSums final : public SlotSums {
   // A copy thread still waiting for a sum (only after a failed step) is done with the
   // exchange before the exchange goes (the trainer's members go in reverse order).
   ~HostMemorySlotSums() override { backend_.synchronize(); }
-  int64_t start(float* slot, int64_t n) override { return exchange_.start_slot_sum(slot, n); }
+  int64_t start(const UpdateTarget& target, float* slot, int64_t n) override {
+    return exchange_.start_slot_sum(target, slot, n);
+  }
   void before_drain(int64_t ticket) override {
     if (ticket == 0) return;  // summed already
     RankExchange* exchange = &exchange_;
@@ -559,6 +566,8 @@ std::string StreamedTraining::set_up_gradient_sums() {
   if (cfg_.grad_accum > 1)
     return "on the host after the last of the " + std::to_string(cfg_.grad_accum) +
            " micro-batches drains (summed in the slots, each micro-batch's would cross the ranks)";
+  // Sharded, a target's sum goes to its owner alone: no other rank reads it.
+  const std::string to_whom = sharded() ? ", each to its owner" : "";
   if (backend_->native_stream(Backend::Stream::Compute)) {
     // DeviceCollectives joins every rank: all of them must be able to, or none tries.
     const std::string why = DeviceCollectives::unavailable_reason();
@@ -568,17 +577,17 @@ std::string StreamedTraining::set_up_gradient_sums() {
              (why.empty() ? std::to_string(comm_->size() - static_cast<int>(able)) + " ranks cannot sum on the device"
                           : why) +
              ")";
-    auto device = std::make_unique<NcclSlotSums>(*comm_, *backend_);
+    auto device = std::make_unique<NcclSlotSums>(*comm_, *exchange_, *backend_);
     const std::string what = device->describe();
     slot_sums_ = std::move(device);
     exchange_->set_compute_tier_sums(true);
     return "the layers' and the head's on the compute tier before they drain (" + what +
-           ", on a stream beside the compute stream), the embedding's on the host";
+           ", on a stream beside the compute stream)" + to_whom + ", the embedding's on the host";
   }
   slot_sums_ = std::make_unique<HostMemorySlotSums>(*exchange_, *backend_);  // a compute tier in host memory (emu)
   exchange_->set_compute_tier_sums(true);
   return std::string("the layers' and the head's on the compute tier before they drain (the ") + backend_->name() +
-         " backend's host memory, in rank order), the embedding's on the host";
+         " backend's host memory, in rank order)" + to_whom + ", the embedding's on the host";
 }
 
 void StreamedTraining::start_update(const UpdateResult& d) {

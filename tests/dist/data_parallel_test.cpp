@@ -19,6 +19,7 @@
 
 #include "../train/out_of_core_plan.h"
 #include "../train/train_test_util.h"
+#include "exec/streaming_executor.h"
 #include "model/checkpoint.h"
 #include "plan/plan_json.h"
 #include "test_util.h"
@@ -362,7 +363,8 @@ TEST(DataParallel, StreamedPlansTrainBitwiseAsTheInMemoryRun) {
 // gradients are summed over the ranks in their slots before they drain (issue 29 part C;
 // on emu in rank order through MPI, on the background thread, where a GPU sums with NCCL),
 // the embedding's on the host, and the run is bitwise the in-memory run on 2 ranks,
-// sharded and unsharded.
+// sharded and unsharded; sharded, a slot's sum goes to its owner alone, so rank 0 sends
+// no more than unsharded (counted in bytes below).
 TEST(DataParallel, SlotsSummedOnTheComputeTierTrainBitwiseAsTheInMemoryRun) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string base = scratch_dir("compute-tier-sums"), mem = base + "/in-memory";
@@ -373,6 +375,7 @@ TEST(DataParallel, SlotsSummedOnTheComputeTierTrainBitwiseAsTheInMemoryRun) {
   const Plan streamed = test::out_of_core_plan(mc, 2, 64, false);
   ASSERT_TRUE(streamed.feasible) << streamed.infeasible_reason;
   save_plan(streamed, base + "/streamed.json");
+  double bytes_per_step[2] = {0, 0};  // rank 0's, sharding on and off
   for (const std::string sharding : {"on", "off"}) {
     const std::string dir = base + "/emu-sharded-" + sharding;
     const test::ShellResult r = train(2, flags + dir + " --plan " + base + "/streamed.json --backend emu" +
@@ -386,7 +389,15 @@ TEST(DataParallel, SlotsSummedOnTheComputeTierTrainBitwiseAsTheInMemoryRun) {
               std::string::npos)
         << r.output;
     expect_same_checkpoints(dir, mem);
+    bytes_per_step[sharding == "off"] =
+        nlohmann::json::parse(test::read_file(dir + ".json")).at("collective_bytes_per_step").get<double>();
   }
+  // Each parameter leaves rank 0 once a step either way: sharded its gradient to the owner
+  // (a slot's sum goes to the owner alone) or its weights from it; unsharded its gradient
+  // to the slot's turn owner or the sum from it. Sharded also sends the norm's per-target
+  // terms (8 bytes each) where unsharded sends its norm from the whole sum.
+  const double terms = static_cast<double>(ordered_grad_sq_terms(ModelParameters(mc)).size());
+  EXPECT_EQ(bytes_per_step[0], bytes_per_step[1] + 8 * terms);
 }
 
 // A rank killed mid-run (SIGKILL as its step 5 starts): the job ends within a bounded time

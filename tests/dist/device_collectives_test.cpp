@@ -72,7 +72,8 @@ TEST(DeviceCollectives, AWorldOfOneRunsEachCollectiveAsTheIdentity) {
 // The trainer's sums beside the compute stream (sum_beside, order_after): each sum starts
 // after what the "compute" stream had issued (here a copy of the values into the slot
 // behind a zero fill), and a copy out on the "drain" stream ordered after it reads the
-// values, not the zeros; three slots, ordered after out of order, their tickets distinct.
+// values, not the zeros; three slots, ordered after out of order, their tickets distinct,
+// one of them summed to one rank (a sharded optimizer's owner) instead of to all.
 // With one rank a sum is the identity, so what this can show is the order of the streams.
 TEST(DeviceCollectives, ASumBesideTheComputeStreamStartsAfterItsWorkAndOrdersTheDrainAfterIt) {
   if (const std::string why = DeviceCollectives::unavailable_reason(); !why.empty())
@@ -99,7 +100,7 @@ TEST(DeviceCollectives, ASumBesideTheComputeStreamStartsAfterItsWorkAndOrdersThe
     float* slot = slots + k * n;
     ASSERT_EQ(cudaMemsetAsync(slot, 0, bytes, compute), cudaSuccess);
     ASSERT_EQ(cudaMemcpyAsync(slot, values + k * n, bytes, cudaMemcpyHostToDevice, compute), cudaSuccess);
-    tickets[k] = dc.sum_beside(slot, n, compute);
+    tickets[k] = dc.sum_beside(slot, n, compute, k == 1 ? 0 : -1);  // slot 1's to rank 0 alone
   }
   EXPECT_NE(tickets[0], tickets[1]);
   EXPECT_NE(tickets[1], tickets[2]);

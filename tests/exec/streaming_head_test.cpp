@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -187,15 +188,18 @@ TEST_F(StreamingHead, AccumulatedGradientsEqualTheWholeHeads) {
 // chunk by chunk) before they drain, and nothing else: with sums that double a slot, the
 // host's layer and head gradients are exactly twice those of a step without them and the
 // embedding's (a tied lm_head's included) the same. Each slot once, and each sum started is
-// waited for: the doubled elements are exactly the layers' and the head's. On a backend
+// waited for: the doubled elements are exactly the layers' and the head's, each slot
+// started with its own target (as many elements for each as the target has). On a backend
 // whose compute tier is host memory (cpu: no slots) they are an lt::Error.
 // Two ranks of the same rows: a slot's sum is twice it, made when its drain comes (so a
 // drain before its sum would copy the undoubled slot).
 struct Doubling final : SlotSums {
   std::vector<std::pair<float*, int64_t>> started_slots;
+  std::map<std::string, int64_t> elements;  // started, by target name
   int64_t doubled = 0, started = 0, drained = 0;
-  int64_t start(float* slot, int64_t n) override {
+  int64_t start(const UpdateTarget& target, float* slot, int64_t n) override {
     started_slots.push_back({slot, n});
+    elements[target.name()] += n;
     return ++started;
   }
   void before_drain(int64_t ticket) override {
@@ -237,12 +241,17 @@ TEST_F(StreamingHead, TheSlotSumsReachTheLayersAndTheHeadBeforeTheyDrain) {
       for (int j = 0; j < c.num_layers; ++j) targets.push_back({UpdateTarget::Kind::Layer, j});
       for (const UpdateTarget& t : targets) {
         const bool in_slots = t.kind != UpdateTarget::Kind::Embed;
+        int64_t target_elements = 0;
         for (auto [o, n] : target_ranges(params, t)) {
           if (in_slots) expected += n;
+          if (in_slots) target_elements += n;
           int64_t wrong = 0;
           for (int64_t i = o; i < o + n; ++i) wrong += summed[i] != (in_slots ? 2 * own[i] : own[i]);
           EXPECT_EQ(wrong, 0) << what << ": target kind " << static_cast<int>(t.kind) << " layer " << t.layer;
         }
+        const auto started_for = twice.elements.find(t.name());
+        EXPECT_EQ(started_for == twice.elements.end() ? 0 : started_for->second, target_elements)
+            << what << ": " << t.name();
       }
       EXPECT_EQ(twice.doubled, expected) << what;
       EXPECT_EQ(twice.started, twice.drained) << what;
