@@ -13,7 +13,8 @@
 //          reason is printed)
 // With --compute-budget-gb every run streams through a plan for that compute budget (each
 // rank's for its rows, planned by rank 0 on the --hardware profile) instead of training in
-// memory.
+// memory, on --backend (cpu, or emu: the ranks sum in the compute-tier slots); the RESULT
+// line names it (backend=).
 // state_per_rank_frac: rank 0's states sharded over those of one process; equal: the
 // sharded run's final weights are bitwise the unsharded run's (the sums are the same
 // rank-order sums; against one process they differ by summation order only).
@@ -254,11 +255,11 @@ void run_dp(const DpArgs& a) {
       sharded.summary.at("tokens_per_s").get<double>() / one.summary.at("tokens_per_s").get<double>();
   std::printf("RESULT dp ranks=%d hidden_frac=%.3f state_per_rank_frac=%.3f equal=%s speedup=%.3f "
               "bytes_per_step=%.0f unsharded_hidden_frac=%.3f streamed=%s vs_torch_one=%.3f vs_ddp_zero1=%.3f "
-              "vs_ddp=%.3f\n",
+              "vs_ddp=%.3f backend=%s\n",
               a.ranks, hidden, state_frac, equal ? "true" : "false", speedup,
               sharded.summary.at("collective_bytes_per_step").get<double>(),
               whole.summary.at("collective_hidden_frac").get<double>(), a.compute_budget_gb > 0 ? "true" : "false",
-              vs_one, vs_sharded, vs_unsharded);
+              vs_one, vs_sharded, vs_unsharded, a.backend.c_str());
 }
 
 }  // namespace

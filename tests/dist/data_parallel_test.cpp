@@ -502,6 +502,7 @@ TEST(DataParallel, BenchDpReportsAndItsShardedRunEqualsTheUnsharded) {
     EXPECT_NE(r.output.find(" equal=true "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("PyTorch peer skipped: --no-peer"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(mode.empty() ? " streamed=false" : " streamed=true"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(emu ? " backend=emu" : " backend=cpu"), std::string::npos) << r.output;
     if (mode.empty()) continue;
     EXPECT_NE(r.output.find(emu ? "gradient sums over the ranks (sharded run): the layers' and the head's on the "
                                   "compute tier before they drain"
