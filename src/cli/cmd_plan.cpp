@@ -15,7 +15,6 @@
 #include "plan/model_preset.h"
 #include "plan/plan_json.h"
 #include "plan/nvme_space.h"
-#include "plan/plan_evaluate.h"
 #include "plan/planner.h"
 
 namespace lt::cli {
@@ -29,6 +28,7 @@ struct PlanArgs {
   int64_t batch = 1, seq = 1024;
   int nvme_state_layers = -1, ranks = 1;
   std::string shard_optimizer = "on";
+  std::string gradient_sums;  // slots | host; empty: train's rule for the profile's backend
   double network_gbps = 0;
   double gpu_cap_gb = 0, host_budget_gb = 0, time_limit_s = 10, gap = 0.002;
   bool max_batch = false, json = false;
@@ -108,16 +108,18 @@ void print_table(const Plan& p) {
                 "bf16 copies", p.nvme_copy_layers.size(), p.nvme_copy_layers.front(), p.nvme_copy_layers.back(),
                 static_cast<double>(p.nvme_copy_layers.size()) * p.copy_bytes_per_layer / 1e9);
   if (p.ranks > 1) {
-    double bytes = 0, net_s = 0;
-    for (const Window& w : p.windows) {
+    double bytes = 0;
+    for (const Window& w : p.windows)
       for (const Transfer& x : w.transfers)
         if (x.link == Link::Net) bytes += x.bytes;
-      net_s += window_timing(w, p.hardware).net;
-    }
+    const double net_s = bytes / p.hardware.network_bw;  // the link's busy time
     std::printf("  %-24s %d ranks x batch %lld, optimizer %s; %.3f GB a step over %.2f GB/s (%.4f s)\n",
                 "data parallel", p.ranks, static_cast<long long>(p.batch),
                 p.shard_optimizer ? "sharded (each rank updates its part in P0)" : "on every rank", bytes / 1e9,
                 p.hardware.network_bw / 1e9, net_s);
+    std::printf("  %-24s %s\n", "gradient sums",
+                p.slot_sums ? "in the compute-tier slots, between each layer's backward and its drain"
+                            : "on the host, after each target's gradient drains");
     std::printf("  %-24s %.1f\n", "tokens/s (all ranks)", p.ranks * p.tokens_per_s());
   }
 }
@@ -154,6 +156,9 @@ void run_plan(const PlanArgs& a) {
   if (a.ranks < 1) throw Error("--ranks must be at least 1", "--ranks", "e.g. --ranks 2");
   req.ranks = a.ranks;
   req.shard_optimizer = a.shard_optimizer == "on";
+  // As train sums them with --grad-accum 1: in the slots wherever the compute tier is not
+  // host memory the cpu backend computes in.
+  req.slot_sums = a.ranks > 1 && (a.gradient_sums.empty() ? req.hardware.backend != "cpu" : a.gradient_sums == "slots");
   if (!(a.network_gbps >= 0))
     throw Error("--network-gbps must not be negative", "--network-gbps", "e.g. 12.5 (100 Gbit/s)");
   if (a.network_gbps > 0) req.hardware.network_bw = a.network_gbps * 1e9;
@@ -232,6 +237,11 @@ void add_plan_command(CLI::App& app) {
                   "on: each rank keeps and updates 1/N of the optimizer (as train)")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--gradient-sums", a->gradient_sums,
+                  "Where the ranks sum the gradients: slots (on the compute tier before they drain, as train does with "
+                  "--grad-accum 1 on emu and cuda) or host (after they drain, as on cpu or with --grad-accum > 1); "
+                  "default: by the profile's backend")
+      ->check(CLI::IsMember({"slots", "host"}));
   cmd->add_option("--network-gbps", a->network_gbps,
                   "GB/s between the ranks (default: the profile's links.network_gbps)");
   cmd->add_flag("--max-batch", a->max_batch, "Search the largest feasible batch and the batch with the most tokens/s; plan the largest");

@@ -19,6 +19,23 @@ constexpr double kExchangeBytesPerParam = 4;
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+// A slot sum (the rule in the header): in the window after B{j}, or in HEAD, before the
+// first drain of its target there (at the end when the drain moved to a later window).
+void add_slot_sum(Plan& p, const std::string& target, const Transfer& sum) {
+  const bool head = target == "head";
+  const int layer = head ? -1 : std::stoi(target.substr(6));
+  const int W = static_cast<int>(p.windows.size());
+  int at = -1;
+  for (int w = 0; w < W && at < 0; ++w) {
+    const Window& win = p.windows[size_t(w)];
+    if (head ? win.kind == WindowKind::Head : win.kind == WindowKind::Backward && win.layer == layer) at = head ? w : w + 1;
+  }
+  LT_ASSERT(at >= 0 && at < W, "no window for the slot sum of " + target);
+  auto& xs = p.windows[size_t(at)].transfers;
+  const auto drain = std::find_if(xs.begin(), xs.end(), [&](const Transfer& x) { return drained_target(x) == target; });
+  xs.insert(drain, sum);
+}
+
 }  // namespace
 
 std::string drained_target(const Transfer& x) {
@@ -61,6 +78,7 @@ void apply_data_parallel(CostModel& cm, const PlanRequest& req) {
   dp.ranks = req.ranks;
   if (!dp.on()) return;
   dp.sharded = req.shard_optimizer;
+  dp.slot_sums = req.slot_sums;
   dp.network_bw = req.hardware.network_bw;
   if (!(dp.network_bw > 0))
     throw Error("a plan for " + std::to_string(req.ranks) + " data-parallel ranks needs the rate of their link",
@@ -119,8 +137,12 @@ void add_rank_exchange(Plan& p, const CostModel& cm) {
     return a.first != b.first ? a.first < b.first : a.second < b.second;
   });
   for (const auto& [w, t] : order) {
-    Window& to = p.windows[size_t(after(w))];
-    to.transfers.push_back({exchange_tensor("sum", t), Link::Net, dp.sum_bytes(params_of(t))});
+    const Transfer sum{exchange_tensor("sum", t), Link::Net, dp.sum_bytes(params_of(t))};
+    if (dp.slot_sums && t != "embed") {
+      add_slot_sum(p, t, sum);
+    } else {
+      p.windows[size_t(after(w))].transfers.push_back(sum);
+    }
   }
   if (!dp.sharded) return;
   // Each rank updates its part in P0; where the plan updated a target, its weights come in.

@@ -16,6 +16,13 @@
 // the updates need the summed gradients. A collective's seconds are its busiest rank's
 // bytes over network_bw: the owner's, with the point-to-point reduce and a broadcast
 // counted as linear from the root (exact for 2 ranks; a tree broadcast is faster above).
+// Slot sums (PlanRequest::slot_sums: a separate compute tier, one micro-batch a step): the
+// ranks sum the layers' and the head's gradients in their compute-tier slots, and a slot
+// drains once its sum is done (SlotSums in exec/gradient_sink.h). sum.<j> then sits in
+// the window after B{j} (the stage backward(j-1), or E for layer 0), sum.head in HEAD
+// after the head's compute, each listed before the first drain of its gradient, which
+// waits for it; the embedding's gradient is formed on the host and summed there as above.
+// A slot sum's bytes are the host sum's (the same collective, on the compute tier's memory).
 #pragma once
 
 #include <string>
@@ -30,6 +37,7 @@ struct Transfer;
 struct DataParallelCosts {
   int ranks = 1;
   bool sharded = false;
+  bool slot_sums = false;  // the rule above
   double network_bw = 0;   // bytes/s
   // Sharded: the busiest rank's part, in parameters, and its update's seconds.
   double owned_params = 0, owned_update_s = 0;

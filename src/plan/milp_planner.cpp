@@ -876,24 +876,27 @@ struct Milp {
       return tt;
     };
     double net_constant = 0;  // net_terms' constant part, for the row that reads it
+    auto slot_sum_stage = [&](int j) { return j >= 1 ? st.backward(j - 1) : st.epilogue(); };
     auto net_terms = [&](int w) {
       Terms tt;
       net_constant = 0;
       if (!dp.on()) return tt;
       const double bw = dp.network_bw / kGB;  // GB/s, as the byte columns
       auto sum_s = [&](double params) { return dp.sum_bytes(params) / kGB / bw; };
-      // Sums start in the stage after their gradients drain (P0 after E).
+      // Sums start in the stage after their gradients drain (P0 after E); slot sums in the
+      // stage after the layer's backward, where its drain is by the rule, and in HEAD.
       auto next = [&](int s) { return s == st.epilogue() ? st.p0() : s + 1; };
       for (int j = 0; j < L; ++j) {
         const double s = sum_s(cm.layer(j).params);
-        const int rule = next(j >= 1 ? st.backward(j - 1) : st.epilogue());
+        const int rule = dp.slot_sums ? slot_sum_stage(j) : next(j >= 1 ? st.backward(j - 1) : st.epilogue());
         for (auto [d, col] : gd[j]) {
+          if (dp.slot_sums) break;
           if (next(d) == w) tt.emplace_back(col, s);
           if (rule == w) tt.emplace_back(col, -s);
         }
         if (rule == w) net_constant += s;
       }
-      if (w == st.backward(L - 1)) net_constant += sum_s(cm.head_params);
+      if (w == (dp.slot_sums ? st.head() : st.backward(L - 1))) net_constant += sum_s(cm.head_params);
       if (w == st.p0()) net_constant += sum_s(cm.embed_params);
       if (sharded) {
         auto bcast_s = [&](double params) { return dp.weight_bytes(params) / kGB / bw; };
@@ -906,6 +909,15 @@ struct Milp {
     auto net_row = [&](int w) {
       Terms tt = net_terms(w);
       if (dp.on()) link_row("net", w, tt, net_constant);
+    };
+    // Slot sums: a slot drains after its sum, so the D2H lane waits behind it (the drains
+    // moved into the stage are listed before, their own row bounds them); a layer's
+    // gradient exists when its stage starts, the head's sum waits for the head's compute.
+    auto slot_sum_drain_row = [&](int j, double after_s) {  // after_s: D2H seconds listed after g.<j>
+      const double s = dp.sum_bytes(cm.layer(j).params) / dp.network_bw;
+      Terms moved;
+      for (auto [d, col] : gd[j]) moved.emplace_back(col, -Wg[j] / bd);  // drained in a later stage
+      link_row("sum_d2h", slot_sum_stage(j), moved, s + Wg[j] / bd + after_s);
     };
     auto d2h_terms = [&](int w) {
       Terms tt = family_at(dc, w, 1 / bd);
@@ -957,7 +969,14 @@ struct Milp {
       link_row("h2d", w, h2d, W[L - 1] / bh);
       link_row("d2h", w, d2h_terms(w), Wgh / bd);
       link_row("nvme", w, nvme_terms(w), 0);
-      net_row(w);
+      if (dp.on() && dp.slot_sums) {  // the head's sum after its compute, then its drains
+        const double s = dp.sum_bytes(cm.head_params) / dp.network_bw;
+        link_row("sum_d2h", w, d2h_terms(w), H + s + Wgh / bd);
+        Terms net = net_terms(w);
+        link_row("net", w, net, H + net_constant);
+      } else {
+        net_row(w);
+      }
     }
     for (int j = L - 1; j >= 0; --j) {
       int w = st.backward(j);
@@ -973,9 +992,11 @@ struct Milp {
       link_row("d2h", w, drain_terms(w), j + 1 < L ? Wg[j + 1] / bd : 0);  // layer j+1's gradients (or drains moved)
       link_row("nvme", w, nvme_terms(w), 0);
       net_row(w);
+      if (dp.on() && dp.slot_sums && j + 1 < L) slot_sum_drain_row(j + 1, 0);
     }
     link_row("d2h", st.epilogue(), drain_terms(st.epilogue()), (Wg[0] + A) / bd);
     net_row(st.epilogue());
+    if (dp.on() && dp.slot_sums) slot_sum_drain_row(0, A / bd);  // dx.0 after g.0
     for (int w = 0; w < st.count(); ++w) m.set_lb(t[w], lb_[w]);
     if (page) state_time_cuts();
   }

@@ -227,6 +227,7 @@ struct Plan {
   // they shard the optimizer (plan/data_parallel.h: the net transfers and P0's update).
   int ranks = 1;
   bool shard_optimizer = false;  // the request's (plan/plan_request.h), kept for re-planning
+  bool slot_sums = false;        // the sums run in the compute-tier slots (plan/data_parallel.h)
 
   std::vector<BoundaryPlacement> boundaries;  // L+1
   std::vector<std::pair<int, int>> blocks;    // recompute blocks, ascending

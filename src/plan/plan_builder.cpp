@@ -313,6 +313,7 @@ void fill_plan_header(Plan& p, const PlanRequest& req, const CostModel& cm, cons
   p.scratch = req.scratch;
   p.ranks = cm.dp.ranks;
   p.shard_optimizer = cm.dp.on() && cm.dp.sharded;
+  p.slot_sums = cm.dp.on() && cm.dp.slot_sums;
 }
 
 Plan build_plan(const PlanRequest& req, const CostModel& cm, const Decisions& d) {

@@ -1,8 +1,10 @@
 #include "plan/plan_evaluate.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
+#include "plan/data_parallel.h"
 
 namespace lt {
 namespace {
@@ -22,13 +24,32 @@ WindowLinkTimes window_timing(const Window& w, const HardwareProfile& hw) {
   WindowLinkTimes t;
   t.compute = w.compute_s;
   t.net_then_host = w.kind == WindowKind::Prologue0;
-  for (const auto& x : w.transfers) {
+  // A sum listed before a drain of its target in one window is a slot sum: a host sum
+  // comes after the target's last drain, in a later window.
+  std::map<std::string, size_t> last_drain;  // target -> its last drain's place in the list
+  for (size_t i = 0; i < w.transfers.size(); ++i)
+    if (const std::string target = drained_target(w.transfers[i]); !target.empty()) last_drain[target] = i;
+  std::map<std::string, double> summed;  // target -> its slot sum's end
+  for (size_t i = 0; i < w.transfers.size(); ++i) {
+    const Transfer& x = w.transfers[i];
     switch (x.link) {
       case Link::H2D: t.h2d += x.bytes / hw.h2d_bw; break;
-      case Link::D2H: t.d2h += x.bytes / hw.d2h_bw; break;
+      case Link::D2H: {
+        const auto sum = summed.find(drained_target(x));
+        t.d2h = std::max(t.d2h, sum == summed.end() ? 0.0 : sum->second) + x.bytes / hw.d2h_bw;
+        break;
+      }
       case Link::NvmeWrite: t.nvme += x.bytes / hw.nvme_write_bw; break;
       case Link::NvmeRead: t.nvme += x.bytes / hw.nvme_read_bw; break;
-      case Link::Net: t.net += x.bytes / hw.network_bw; break;
+      case Link::Net: {
+        const std::string target = exchange_target(x.tensor);
+        const auto drain = last_drain.find(target);
+        const bool slot_sum = x.tensor.rfind("sum.", 0) == 0 && drain != last_drain.end() && drain->second > i;
+        const double ready = slot_sum && target == "head" ? t.compute : 0;
+        t.net = std::max(t.net, ready) + x.bytes / hw.network_bw;
+        if (slot_sum) summed[target] = t.net;
+        break;
+      }
     }
   }
   for (const auto& h : w.host) t.host += h.seconds;

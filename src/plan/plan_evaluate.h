@@ -9,6 +9,9 @@ namespace lt {
 
 struct WindowLinkTimes {
   double compute = 0, h2d = 0, d2h = 0, nvme = 0, host = 0;
+  // d2h and net: when each lane's last transfer ends, in plan order from the window's
+  // start; where a slot sum runs (plan/data_parallel.h) its target's drains wait for it
+  // and the head's sum for the head's compute, else a lane's transfers' seconds summed.
   double net = 0;               // data-parallel collectives (plan/data_parallel.h)
   bool net_then_host = false;   // P0: the updates wait for the sums
   double total() const;

@@ -285,7 +285,8 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.scratch.layer_bytes >= 0) j["fixed"]["layer_scratch_bytes"] = p.scratch.layer_bytes;
   if (p.scratch.head_bytes >= 0) j["fixed"]["head_scratch_bytes"] = p.scratch.head_bytes;
   j["head"] = {{"chunk_rows", p.head_chunk_rows}, {"chunks", p.head_chunks()}};
-  if (p.ranks > 1) j["data_parallel"] = {{"ranks", p.ranks}, {"sharded", p.shard_optimizer}};
+  if (p.ranks > 1)
+    j["data_parallel"] = {{"ranks", p.ranks}, {"sharded", p.shard_optimizer}, {"slot_sums", p.slot_sums}};
   json bs = json::array();
   for (size_t i = 0; i < p.boundaries.size(); ++i) {
     const auto& b = p.boundaries[i];
@@ -378,6 +379,7 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
       p.ranks = int_field<int>(dp.at("ranks"), "data_parallel.ranks", where);
       if (p.ranks < 1) throw Error("data_parallel.ranks must be at least 1", where, kRegenerate);
       p.shard_optimizer = dp.at("sharded").get<bool>();
+      p.slot_sums = dp.value("slot_sums", false);  // absent in plans written before the rule
     }
     if (!v1) {
       p.head_chunk_rows = int_field<int64_t>(j.at("head").at("chunk_rows"), "head.chunk_rows", where);

@@ -61,6 +61,10 @@ struct PlanRequest {
   // their exchange.
   int ranks = 1;
   bool shard_optimizer = true;
+  // The ranks sum the layers' and the head's gradients in their compute-tier slots before
+  // the slots drain, not on the host after (the trainer's rule: a separate compute tier
+  // and one micro-batch a step, train/streamed_training.h).
+  bool slot_sums = false;
   double time_limit_s = 10;          // MILP limit, in CPU seconds as CBC counts them
   double target_gap = 0.002;         // MILP relative gap to stop at
 

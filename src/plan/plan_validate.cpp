@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "plan/cost_model.h"
+#include "plan/data_parallel.h"
 #include "plan/plan_evaluate.h"
 
 namespace lt {
@@ -131,6 +133,28 @@ std::vector<std::string> capacity_problems(const Plan& p) {
                   fmt_gb(pk.cpu) + ", host " + fmt_gb(p.hardware.host_memory_bytes) + ")");
   return out;
 }
+
+namespace {
+
+// Slot sums (plan/data_parallel.h): a layer's or the head's gradient drains only after
+// its sum over the ranks, listed before it.
+std::vector<std::string> slot_sum_problems(const Plan& p) {
+  std::vector<std::string> out;
+  if (!p.slot_sums) return out;
+  std::set<std::string> summed;
+  for (const Window& w : p.windows)
+    for (const Transfer& x : w.transfers) {
+      const std::string sum = x.link == Link::Net && x.tensor.rfind("sum.", 0) == 0 ? exchange_target(x.tensor) : "";
+      if (!sum.empty()) summed.insert(sum);
+      const std::string drained = drained_target(x);
+      if (!drained.empty() && drained != "embed" && !summed.count(drained))
+        out.push_back("window " + w.name + ": " + x.tensor + " drains before the ranks' sum in its slot (" +
+                      exchange_tensor("sum", drained) + ")");
+    }
+  return out;
+}
+
+}  // namespace
 
 std::vector<std::string> validate_plan(const Plan& p) {
   std::vector<std::string> out;
@@ -415,6 +439,8 @@ std::vector<std::string> validate_plan(const Plan& p) {
 
   auto caps = capacity_problems(p);
   out.insert(out.end(), caps.begin(), caps.end());
+  auto sums = slot_sum_problems(p);
+  out.insert(out.end(), sums.begin(), sums.end());
   return out;
 }
 

@@ -160,6 +160,8 @@ void EventGraph::add_events() {
         updates_[exchange_target(t.tensor)].push_back(id);
         broadcasts_.push_back(id);
       }
+      if (p_.slot_sums && t.link == Link::Net && starts_with(t.tensor, "sum.") && exchange_target(t.tensor) != "embed")
+        slot_sums_[exchange_target(t.tensor)] = id;
     }
   }
   int last_on_lane[6] = {-1, -1, -1, -1, -1, -1};
@@ -486,6 +488,9 @@ void EventGraph::add_transfer_sources() {
         } else {
           unknown();
         }
+        // A slot drains once the ranks' sum in it is done (plan/data_parallel.h).
+        if (const auto sum = slot_sums_.find(drained_target(*t)); sum != slot_sums_.end())
+          need(id, sum->second, "the sum over the ranks of " + sum->first + "'s gradient");
         break;
       case Link::NvmeWrite:
         if ((starts_with(x, "os.") || starts_with(x, "cp.")) && (j = number_after(x, 3)) >= 0 && j < L) {
@@ -521,7 +526,8 @@ void EventGraph::add_transfer_sources() {
 
 // Data-parallel collectives (plan/data_parallel.h). A sum waits for its gradient's last
 // drain; P0's sums are the previous step's (its gradients drained after this step's
-// windows), and P0's host work (the updates) waits for them. A weight broadcast waits for
+// windows), and P0's host work (the updates) waits for them. A slot sum waits for the
+// backward that made its gradient (its drains for it, above). A weight broadcast waits for
 // the ranks' update of their parts.
 void EventGraph::add_collective_sources(int id, const std::string& x) {
   const int w = ops_[id].window;
@@ -539,13 +545,20 @@ void EventGraph::add_collective_sources(int id, const std::string& x) {
     violation(where(id) + " (net): no rule says where its bytes come from");
     return;
   }
+  const std::string t = exchange_target(x);
+  if (slot_sums_.count(t)) {  // in the compute-tier slot, once backward made the gradient
+    const int j = t == "head" ? -1 : number_after(t, 6);
+    const bool layer = j >= 0 && j < static_cast<int>(backward_op_.size());
+    const int made = t == "head" ? head_last_ : layer ? backward_op_[j] : -1;
+    need(id, made, t == "head" ? std::string("the head's backward pass") : "B" + std::to_string(j));
+    return;
+  }
   if (p_.windows[size_t(w)].kind == WindowKind::Prologue0) {
     for (auto [hid, h] : host_tasks_)
       if (ops_[hid].window == w) need(hid, id, "the gradient sum " + x);
     return;
   }
   // The last drain that completes the target's gradient.
-  const std::string t = exchange_target(x);
   int drain = -1;
   for (auto [tid, tr] : transfers_)
     if (drained_target(*tr) == t) drain = std::max(drain, tid);

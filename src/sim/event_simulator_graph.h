@@ -61,6 +61,7 @@ class EventGraph {
   std::map<int, double> moved_upto_;                 // transfer op -> cumulative bytes
   std::map<std::string, std::vector<int>> updates_;  // optimizer target -> its parts
   std::vector<int> broadcasts_;  // sharded data parallelism: the weights from their owners
+  std::map<std::string, int> slot_sums_;  // target -> its sum in the compute-tier slots
   std::vector<std::pair<int, const HostTask*>> host_tasks_;
   double boundary_bytes_ = 0;
   struct Load {  // a w.<j> copy to the compute tier

@@ -62,6 +62,10 @@ struct Replay {
   std::map<std::string, double> update_done;  // optimizer target -> time its last part ended
   std::map<std::string, double> update_parts_left;
   std::map<std::string, double> drained;  // update target -> when its gradient reached the host
+  // Slot sums (plan/data_parallel.h): target -> when its sum over the ranks ended, which
+  // its drains wait for; and when the head's compute ended, which the head's sum waits for.
+  std::map<std::string, double> slot_summed;
+  double head_computed = -1;
   std::vector<bool> loaded_once;
   // Host activation bytes over time (+ on arrival, - on departure) for the host peak.
   std::vector<std::pair<double, double>> host_delta;
@@ -202,17 +206,26 @@ struct Replay {
         if (r < 0) violation(w.name + ": offload of " + x + " before it is produced");
         return r < 0 ? start : r;
       }
-      auto it = produced.find(x);  // gradients, dx.0
-      if (it != produced.end()) return it->second;
-      return start;  // g.head streams out in chunks while the head runs
+      double ready = start;  // g.head streams out in chunks while the head runs
+      if (auto it = produced.find(x); it != produced.end()) ready = it->second;  // gradients, dx.0
+      if (auto sum = slot_summed.find(drained_target(t)); sum != slot_summed.end())  // its slot's sum first
+        ready = std::max(ready, sum->second);
+      return ready;
     }
     if (t.link == Link::Net) {  // plan/data_parallel.h
       if (starts_with(x, "bcast.")) {  // the owner's weights, once the ranks' parts are updated
         auto done = update_done.find("rank part");
         return done == update_done.end() ? start : done->second;
       }
+      const std::string target = exchange_target(x);
+      if (p.slot_sums && target != "embed") {  // a slot sum, once backward made the gradient
+        const auto it = target == "head" ? produced.end() : produced.find("g." + target.substr(6));
+        const double made = target == "head" ? head_computed : it == produced.end() ? -1 : it->second;
+        if (made < 0) violation(w.name + ": " + x + " before backward made the gradient");
+        return made < 0 ? start : made;
+      }
       // A sum, once the rank's host holds the gradient (P0's: the previous step's).
-      auto it = drained.find(exchange_target(x));
+      auto it = drained.find(target);
       return it == drained.end() ? start : it->second;
     }
     // A paged optimizer state: read any time, written once updated; a paged bf16 copy:
@@ -324,6 +337,7 @@ struct Replay {
         end = std::max(end, c_end);
         // Outputs.
         if (w.kind == WindowKind::Forward) produced["a." + std::to_string(w.layer + 1)] = c_end;
+        if (w.kind == WindowKind::Head) head_computed = c_end;
         if (w.kind == WindowKind::Recompute) produced["rc." + std::to_string(w.layer + 1)] = c_end;
         if (w.kind == WindowKind::Backward) {
           produced["g." + std::to_string(w.layer)] = c_end;
@@ -401,6 +415,7 @@ struct Replay {
         break;
       case Link::Net:  // a target's weights in: its update is done here
         if (starts_with(x, "bcast.")) update_part_done(exchange_target(x), w, e);
+        if (p.slot_sums && starts_with(x, "sum.") && exchange_target(x) != "embed") slot_summed[exchange_target(x)] = e;
         break;
       // Paged optimizer states, gradients and bf16 copies move between NVMe and fixed host
       // staging (counted in the plan's host state), so they add no staging.

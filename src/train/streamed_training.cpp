@@ -164,8 +164,14 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   };
   req.ranks = dp.ranks;
   req.shard_optimizer = dp.sharded;
+  req.slot_sums = slot_sums_planned(cfg, dp.ranks);
   if (dp.ranks > 1 && !(req.hardware.network_bw > 0)) req.hardware.network_bw = dp.network_bw;
   return req;
+}
+
+bool slot_sums_planned(const TrainConfig& cfg, int ranks) {
+  if (ranks < 2 || cfg.backend == "cpu" || cfg.grad_accum > 1) return false;
+  return cfg.backend != "cuda" || DeviceCollectives::unavailable_reason().empty();
 }
 
 double profile_thread_share(const HardwareProfile& hw) {
@@ -275,6 +281,9 @@ StreamedTraining::StreamedTraining(const TrainConfig& cfg, const Plan& plan, Mod
   if (comm_) {
     exchange_ = std::make_unique<RankExchange>(*comm_, updater_, params_, grads_, copy_.data(params_));
     gradient_sums_note_ = set_up_gradient_sums();
+    if (plan.ranks > 1 && plan.slot_sums != (slot_sums_ != nullptr))
+      gradient_sums_note_ += std::string("; the plan counted them ") +
+                             (plan.slot_sums ? "in the slots" : "on the host") + ", so its prediction is off";
   }
   executor_ = std::make_unique<StreamingExecutor>(plan, *backend_, so);
   if (masters_) {  // the slots get the masters (their states start as zeros, a new slot's bytes)

@@ -105,6 +105,10 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankP
 // The share of a profile's measured rates this process reaches: its threads over the
 // profile's (1 when it has as many or more, or the profile does not say).
 double profile_thread_share(const HardwareProfile& hw);
+// Whether a run of cfg on `ranks` ranks sums the gradients in the compute-tier slots
+// (StreamedTraining's rule, which the plan counts: PlanRequest::slot_sums), decided before
+// the backend exists. On cuda it needs DeviceCollectives, on every rank.
+bool slot_sums_planned(const TrainConfig& cfg, int ranks);
 // The request plan_this_run solves (also what a re-plan of its plan solves again).
 PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& ranks = {});
 

@@ -398,6 +398,19 @@ TEST(DataParallel, SlotsSummedOnTheComputeTierTrainBitwiseAsTheInMemoryRun) {
   // terms (8 bytes each) where unsharded sends its norm from the whole sum.
   const double terms = static_cast<double>(ordered_grad_sq_terms(ModelParameters(mc)).size());
   EXPECT_EQ(bytes_per_step[0], bytes_per_step[1] + 8 * terms);
+  // A plan for two ranks that counts the sums on the host (plan --gradient-sums host): the
+  // run sums in the slots all the same, the same bits, and says the prediction is off.
+  const Plan host_sums = test::out_of_core_plan(mc, 2, 64, false, 2, true);
+  ASSERT_TRUE(host_sums.feasible && host_sums.ranks == 2 && !host_sums.slot_sums);
+  save_plan(host_sums, base + "/host-sums.json");
+  const std::string dir = base + "/emu-host-sums-plan";
+  const test::ShellResult r = train(2, flags + dir + " --plan " + base + "/host-sums.json --backend emu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("in rank order), each to its owner, the embedding's on the host; the plan counted them on "
+                          "the host, so its prediction is off"),
+            std::string::npos)
+      << r.output;
+  expect_same_checkpoints(dir, mem);
 }
 
 // A rank killed mid-run (SIGKILL as its step 5 starts): the job ends within a bounded time

@@ -1,7 +1,9 @@
 // Plans for data-parallel ranks (plan/data_parallel.h): the MILP counts the ranks'
 // collectives and the sharded optimizer's update as the plan evaluator and both
 // simulators time them, and the bytes are those the exchange moves.
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 
 #include "core/error.h"
 #include "plan/cost_model.h"
+#include "plan/data_parallel.h"
 #include "plan/plan_evaluate.h"
 #include "plan/plan_json.h"
 #include "plan/plan_validate.h"
@@ -112,11 +115,96 @@ TEST(DataParallelPlan, TheShardedPlanUpdatesOneRanksPartAndBroadcastsTheWeights)
   EXPECT_NEAR(p.host_state_bytes, cm.host_state_bytes, 1e-9 * cm.host_state_bytes);
 }
 
+// Slot sums (PlanRequest::slot_sums): each layer's sum runs after its backward and before
+// its drain, the head's after the head's compute, in both simulators as in the MILP.
+TEST(DataParallelPlan, SlotSumsRunBetweenTheBackwardAndTheDrainTheyHoldBack) {
+  for (bool sharded : {false, true}) {
+    SCOPED_TRACE(sharded ? "sharded" : "unsharded");
+    PlanRequest req = dp_request(2, sharded);
+    const Plan host = make_plan(req, "milp");
+    req.slot_sums = true;
+    const CostModel cm = build_cost_model(req);
+    const Plan p = make_plan(req, "milp");
+    expect_consistent(p);
+    EXPECT_TRUE(p.slot_sums);
+    EXPECT_NEAR(net_bytes(p, "sum."), net_bytes(host, "sum."), 1e-9 * cm.total_params);  // the same collectives
+    // Where each sum sits: after B{j}, in HEAD, and the embedding's in P0 (on the host).
+    std::map<std::string, std::string> window_of;
+    for (size_t w = 0; w < p.windows.size(); ++w)
+      for (const Transfer& x : p.windows[w].transfers)
+        if (x.link == Link::Net && x.tensor.rfind("sum.", 0) == 0) {
+          const Window& before = p.windows[w - 1];
+          const std::string t = exchange_target(x.tensor);
+          if (t == "head") EXPECT_EQ(p.windows[w].kind, WindowKind::Head);
+          else if (t == "embed") EXPECT_EQ(p.windows[w].kind, WindowKind::Prologue0);
+          else EXPECT_TRUE(before.kind == WindowKind::Backward && "layer." + std::to_string(before.layer) == t) << t;
+          window_of[t] = p.windows[w].name;
+        }
+    EXPECT_EQ(window_of.size(), size_t(cm.layers.size()) + 2);
+    // In the event simulation every slot sum starts after the compute that made its
+    // gradient, and every drain of the target after the sum.
+    const EventSimResult ev = simulate_events(p);
+    std::map<std::string, const SimEvent*> sum_of;
+    std::map<std::string, double> computed;  // window -> when its compute ended
+    for (const SimEvent& e : ev.events) {
+      if (e.lane == SimLane::Net && e.name.rfind("sum.", 0) == 0) sum_of[exchange_target(e.name)] = &e;
+      if (e.lane == SimLane::Compute) computed[e.window] = std::max(computed[e.window], e.end);
+    }
+    int drains = 0;
+    for (const SimEvent& e : ev.events) {
+      if (e.lane != SimLane::D2H) continue;
+      const std::string t = drained_target(Transfer{e.name, Link::D2H, e.bytes});
+      if (t.empty() || t == "embed") continue;
+      ASSERT_TRUE(sum_of.count(t)) << e.name;
+      EXPECT_GE(e.start, sum_of[t]->end * (1 - 1e-12)) << e.name;
+      ++drains;
+    }
+    EXPECT_GE(drains, static_cast<int>(cm.layers.size()) + 1);
+    for (const auto& [t, sum] : sum_of) {
+      if (t == "embed") continue;
+      const std::string made = t == "head" ? "HEAD" : "B" + t.substr(6);
+      ASSERT_TRUE(computed.count(made)) << made;
+      EXPECT_GE(sum->start, computed[made] * (1 - 1e-12)) << t;
+    }
+    // The plan counts what the sums hold back: the link's time shows; and unsharded (the
+    // lazy updates as in one process), a link that takes no time still leaves the head's
+    // drain behind the head's compute, so no step is faster than one rank's.
+    PlanRequest fast = req, one = req;
+    fast.hardware.network_bw = 1e30;
+    one.ranks = 1;
+    const double free_link = make_plan(fast, "milp").predicted_step_s;
+    EXPECT_GT(p.predicted_step_s, free_link);
+    if (!sharded) {
+      EXPECT_GE(free_link, make_plan(one, "milp").predicted_step_s * (1 - 1e-9));
+    }
+    // Written and read back, the plan keeps the rule and its prediction.
+    const Plan q = plan_from_json(plan_to_json(p), "test");
+    EXPECT_TRUE(q.slot_sums);
+    EXPECT_NEAR(predicted_step_seconds(q), p.predicted_step_s, 1e-12 * p.predicted_step_s);
+    // A layer's sum moved behind its drain (to the end of the step) is refused.
+    Plan late = p;
+    for (Window& w : late.windows) {
+      auto& xs = w.transfers;
+      const auto sum = std::find_if(xs.begin(), xs.end(), [](const Transfer& x) { return x.tensor == "sum.2"; });
+      if (sum == xs.end()) continue;
+      late.windows.back().transfers.push_back(*sum);
+      xs.erase(sum);
+      break;
+    }
+    const auto bad = validate_plan(late);
+    ASSERT_EQ(bad.size(), 1u);
+    EXPECT_NE(bad[0].find("g.2 drains before the ranks' sum in its slot (sum.2)"), std::string::npos) << bad[0];
+  }
+}
+
 TEST(DataParallelPlan, BaselinesCountTheExchangeToo) {
+  for (bool slot_sums : {false, true})
   for (bool sharded : {false, true})
     for (const char* policy : {"megatrain", "greedy", "megatrain-code"}) {
-      const Plan p = make_plan(dp_request(2, sharded), policy);
-      SCOPED_TRACE(std::string(policy) + (sharded ? " sharded" : " unsharded"));
+      PlanRequest req = dp_request(2, sharded);
+      req.slot_sums = slot_sums;
+      const Plan p = make_plan(req, policy);
+      SCOPED_TRACE(std::string(policy) + (sharded ? " sharded" : " unsharded") + (slot_sums ? " slot sums" : ""));
       EXPECT_GT(net_bytes(p, "sum."), 0);
       EXPECT_EQ(net_bytes(p, "bcast.") > 0, sharded);
       const SimResult sim = simulate_plan(p);

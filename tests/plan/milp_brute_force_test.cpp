@@ -29,6 +29,7 @@ struct BruteForceCase {
   // about its backward's time.
   int ranks = 1;
   bool sharded = false;
+  bool slot_sums = false;  // the ranks sum in the compute-tier slots, before the drains
 };
 
 void run_case(const BruteForceCase& bc) {
@@ -39,6 +40,7 @@ void run_case(const BruteForceCase& bc) {
     req.hardware.network_bw = 4 * one.layer(0).params / one.layer(0).backward_s;
     req.ranks = bc.ranks;
     req.shard_optimizer = bc.sharded;
+    req.slot_sums = bc.slot_sums;
   }
   CostModel cm = build_cost_model(req);
   // Budgets that force choices: the compute tier holds L - 3 boundaries less than keep-all
@@ -99,8 +101,9 @@ void run_case(const BruteForceCase& bc) {
     d.boundaries[b] = BoundaryPlacement{};
   };
   rec(0);
-  std::printf("[brute force L=%d %s ranks=%d%s] %d assignments, %d feasible; best %.6f ms (%s); MILP %.6f ms, gap %.2e\n",
-              L, bc.hardware, bc.ranks, bc.sharded ? " sharded" : "", tried, feasible, best * 1e3, best_desc.c_str(),
+  std::printf("[brute force L=%d %s ranks=%d%s%s] %d assignments, %d feasible; best %.6f ms (%s); MILP %.6f ms, gap %.2e\n",
+              L, bc.hardware, bc.ranks, bc.sharded ? " sharded" : "", bc.slot_sums ? " slot sums" : "", tried, feasible,
+              best * 1e3, best_desc.c_str(),
               milp_s * 1e3, milp.solve.mip_gap);
   ASSERT_GT(feasible, 0);
   // Tolerance: the reported gap, plus 1e-9 relative for round-off in the plan's bytes.
@@ -118,6 +121,9 @@ TEST(MilpBruteForce, SixHybridLayersRtx3090) { run_case({6, "rtx3090", 8, false,
 // rank's update in P0) in every plan.
 TEST(MilpBruteForce, FourLayersOnTwoRanks) { run_case({4, "h800", 8, true, false, 2, false}); }
 TEST(MilpBruteForce, FiveLayersOnTwoRanksSharded) { run_case({5, "rtx3090", 16, false, false, 2, true}); }
+// Summed in the compute-tier slots: each drain waits for its sum.
+TEST(MilpBruteForce, FourLayersOnTwoRanksSlotSums) { run_case({4, "h800", 8, true, false, 2, false, true}); }
+TEST(MilpBruteForce, FiveLayersOnTwoRanksShardedSlotSums) { run_case({5, "rtx3090", 16, false, false, 2, true, true}); }
 
 }  // namespace
 }  // namespace lt
