@@ -164,14 +164,21 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   };
   req.ranks = dp.ranks;
   req.shard_optimizer = dp.sharded;
-  req.slot_sums = slot_sums_planned(cfg, dp.ranks);
+  req.slot_sums = slot_sums_planned(cfg, dp);
   if (dp.ranks > 1 && !(req.hardware.network_bw > 0)) req.hardware.network_bw = dp.network_bw;
   return req;
 }
 
-bool slot_sums_planned(const TrainConfig& cfg, int ranks) {
-  if (ranks < 2 || cfg.backend == "cpu" || cfg.grad_accum > 1) return false;
-  return cfg.backend != "cuda" || DeviceCollectives::unavailable_reason().empty();
+bool slot_sums_planned(const TrainConfig& cfg, const RankPlanning& dp) {
+  if (dp.ranks < 2 || cfg.backend == "cpu" || cfg.grad_accum > 1) return false;
+  return cfg.backend != "cuda" || (DeviceCollectives::unavailable_reason().empty() &&
+                                   gpus_shared_reason(dp.ranks_on_host, cuda_device_count()).empty());
+}
+
+std::string gpus_shared_reason(int ranks_on_host, int devices) {
+  if (devices <= 0 || ranks_on_host <= devices) return "";
+  return std::to_string(ranks_on_host) + " ranks on this host share its " + std::to_string(devices) + " GPU" +
+         (devices > 1 ? "s" : "") + ", and NCCL sums between one rank per GPU";
 }
 
 double profile_thread_share(const HardwareProfile& hw) {
@@ -579,7 +586,8 @@ std::string StreamedTraining::set_up_gradient_sums() {
   const std::string to_whom = sharded() ? ", each to its owner" : "";
   if (backend_->native_stream(Backend::Stream::Compute)) {
     // DeviceCollectives joins every rank: all of them must be able to, or none tries.
-    const std::string why = DeviceCollectives::unavailable_reason();
+    std::string why = DeviceCollectives::unavailable_reason();
+    if (why.empty()) why = gpus_shared_reason(comm_->local_size(), cuda_device_count());
     const double able = comm_->sum_in_rank_order(why.empty() ? 1.0 : 0.0);
     if (able < comm_->size())
       return "on the host after they drain (" +

@@ -100,15 +100,22 @@ struct RankPlanning {
   int ranks = 1;
   bool sharded = false;
   double network_bw = 0;  // bytes/s
+  int ranks_on_host = 1;  // the planning rank's host's (Communicator::local_size)
 };
 Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& ranks = {});
 // The share of a profile's measured rates this process reaches: its threads over the
 // profile's (1 when it has as many or more, or the profile does not say).
 double profile_thread_share(const HardwareProfile& hw);
-// Whether a run of cfg on `ranks` ranks sums the gradients in the compute-tier slots
+// Whether a run of cfg on these ranks sums the gradients in the compute-tier slots
 // (StreamedTraining's rule, which the plan counts: PlanRequest::slot_sums), decided before
-// the backend exists. On cuda it needs DeviceCollectives, on every rank.
-bool slot_sums_planned(const TrainConfig& cfg, int ranks);
+// the backend exists. On cuda it needs DeviceCollectives, on every rank, and a GPU of its
+// own for each rank of a host.
+bool slot_sums_planned(const TrainConfig& cfg, const RankPlanning& ranks);
+// Why `ranks_on_host` ranks cannot each sum on a GPU of their own among `devices`, or ""
+// (also "" for no device: DeviceCollectives::unavailable_reason says that). Ranks take
+// their host's GPUs in turn, so more ranks than GPUs put two on one device, and NCCL
+// joins one rank per GPU.
+std::string gpus_shared_reason(int ranks_on_host, int devices);
 // The request plan_this_run solves (also what a re-plan of its plan solves again).
 PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& ranks = {});
 

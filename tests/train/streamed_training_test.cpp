@@ -20,6 +20,8 @@
 #include "plan/plan_validate.h"
 #include "plan/planner.h"
 #include "plan/state_paging.h"
+#include "dist/device_collectives.h"
+#include "exec/backend_cuda.h"
 #include "train/streamed_training.h"
 #include "train/trainer.h"
 #include "../exec/streaming_test_util.h"
@@ -556,6 +558,37 @@ TEST_F(StreamedTraining, PlanForAnotherShapeIsAClearError) {
   c = streamed(out.str(), "cpu");
   c.scratch_layers = 5;
   expect_training_error(c, "another model");
+}
+
+}  // namespace
+}  // namespace lt
+
+namespace lt {
+namespace {
+
+// Where data-parallel ranks sum their gradients, decided before the backend exists (the
+// plan counts it): in the slots on emu, and on cuda only where NCCL can join the ranks,
+// one rank per GPU; on the host on cpu, with more micro-batches, or on one rank.
+TEST(StreamedTrainingRanks, SlotSumsWhereTheRanksCanSumInTheirSlots) {
+  EXPECT_EQ(gpus_shared_reason(1, 1), "");
+  EXPECT_EQ(gpus_shared_reason(2, 4), "");
+  EXPECT_EQ(gpus_shared_reason(4, 0), "");  // no GPU: DeviceCollectives says why
+  EXPECT_EQ(gpus_shared_reason(2, 1), "2 ranks on this host share its 1 GPU, and NCCL sums between one rank per GPU");
+  EXPECT_EQ(gpus_shared_reason(3, 2), "3 ranks on this host share its 2 GPUs, and NCCL sums between one rank per GPU");
+  TrainConfig cfg;
+  const RankPlanning two{2, true, 0, 2}, one{1, false, 0, 1};
+  cfg.backend = "emu";
+  EXPECT_TRUE(slot_sums_planned(cfg, two));
+  EXPECT_FALSE(slot_sums_planned(cfg, one));
+  cfg.grad_accum = 2;
+  EXPECT_FALSE(slot_sums_planned(cfg, two));
+  cfg.grad_accum = 1;
+  cfg.backend = "cpu";
+  EXPECT_FALSE(slot_sums_planned(cfg, two));
+  cfg.backend = "cuda";
+  const bool nccl = DeviceCollectives::unavailable_reason().empty();
+  EXPECT_EQ(slot_sums_planned(cfg, two), nccl && cuda_device_count() >= 2)
+      << (nccl ? "" : DeviceCollectives::unavailable_reason());
 }
 
 }  // namespace
