@@ -16,7 +16,8 @@
 #                                   CPU's, within its own bf16 distance), a 3-step
 #                                   training trial on cpu and on cuda (losses printed
 #                                   side by side, planned with the GPU's
-#                                   profile from `profile --backend cuda`), `bench
+#                                   profile from `profile --backend cuda`), two ranks
+#                                   under mpirun sharing the GPU (where mpirun is), `bench
 #                                   gpu` (the MILP vs the megatrain rule at the
 #                                   Qwen2.5-7B shape), then
 #                                   lt_cuda_tests under compute-sanitizer's memcheck where
@@ -134,6 +135,23 @@ if [[ -x /tmp/gpu_check/lazytrain ]]; then
     grep -E '^(plan|step|done|lazytrain: error)' "$trial_log" || tail -20 "$trial_log"
     [[ $rc -eq 0 ]] || fail "trial on $backend exited $rc"
   done
+fi
+
+# Two data-parallel ranks on the one GPU (reported): they share it, so they sum on the
+# host (NCCL joins one rank per GPU; the startup line says so). Where the machine has no
+# mpirun, said and skipped; a run that fails fails the check.
+if [[ -x /tmp/gpu_check/lazytrain ]] && ! command -v mpirun >/dev/null; then
+  note "mpirun not on PATH: the two-rank trial on cuda not run"
+elif [[ -x /tmp/gpu_check/lazytrain ]]; then
+  note "trial: mpirun -np 2 train --backend cuda --compute-budget-gb 0.1 --steps 3 (two ranks on one GPU)"
+  dp_log=/tmp/gpu_check/trial-dp.log
+  timeout 300 mpirun -np 2 --oversubscribe --allow-run-as-root -x LT_CUDA_TRIAL=1 \
+    -x LD_LIBRARY_PATH="/tmp/gpu_check/lib:${LD_LIBRARY_PATH:-}" /tmp/gpu_check/lazytrain train --backend cuda \
+    --compute-budget-gb 0.1 --steps 3 --log-every 1 --eval-problems 0 --hardware "$hardware" \
+    --output-dir /tmp/gpu_check/trial-dp > "$dp_log" 2>&1
+  rc=$?
+  grep -E '(data parallel|gradient sums over|^plan|^step|^done|lazytrain: error)' "$dp_log" || tail -20 "$dp_log"
+  [[ $rc -eq 0 ]] || fail "two-rank trial on cuda exited $rc"
 fi
 
 # The GPU bench: a Qwen2.5-7B-shaped model (8 layers, random weights) trained a few steps
