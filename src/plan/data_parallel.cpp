@@ -21,6 +21,8 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 // A slot sum (the rule in the header): in the window after B{j}, or in HEAD, before the
 // first drain of its target there (at the end when the drain moved to a later window).
+// A streamed head sums each part's slot before it drains (sum.head.<c>, sum.head.norm, a
+// share of the head's bytes as its drain's), all listed before the first drain.
 void add_slot_sum(Plan& p, const std::string& target, const Transfer& sum) {
   const bool head = target == "head";
   const int layer = head ? -1 : std::stoi(target.substr(6));
@@ -32,8 +34,20 @@ void add_slot_sum(Plan& p, const std::string& target, const Transfer& sum) {
   }
   LT_ASSERT(at >= 0 && at < W, "no window for the slot sum of " + target);
   auto& xs = p.windows[size_t(at)].transfers;
+  std::vector<Transfer> sums{sum};
+  if (head) {
+    double drained = 0;
+    sums.clear();
+    for (const Transfer& x : xs)
+      if (drained_target(x) == target) {
+        sums.push_back({"sum." + x.tensor.substr(2), Link::Net, x.bytes});  // g.head.<c> -> sum.head.<c>
+        drained += x.bytes;
+      }
+    for (Transfer& s : sums) s.bytes = drained > 0 ? sum.bytes * s.bytes / drained : 0;
+    if (sums.empty()) sums.push_back(sum);
+  }
   const auto drain = std::find_if(xs.begin(), xs.end(), [&](const Transfer& x) { return drained_target(x) == target; });
-  xs.insert(drain, sum);
+  xs.insert(drain, sums.begin(), sums.end());
 }
 
 }  // namespace
@@ -65,6 +79,7 @@ std::string exchange_target(const std::string& tensor) {
     if (!starts_with(tensor, prefix)) continue;
     const std::string t = tensor.substr(std::string(prefix).size());
     if (t == "embed" || t == "head") return t;
+    if (std::string(prefix) == "sum." && starts_with(t, "head.")) return "head";  // a streamed head's part
     const bool index = !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
     return index ? "layer." + t : "";
   }

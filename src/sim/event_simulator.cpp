@@ -161,7 +161,7 @@ void EventGraph::add_events() {
         broadcasts_.push_back(id);
       }
       if (p_.slot_sums && t.link == Link::Net && starts_with(t.tensor, "sum.") && exchange_target(t.tensor) != "embed")
-        slot_sums_[exchange_target(t.tensor)] = id;
+        slot_sums_[t.tensor] = id;
     }
   }
   int last_on_lane[6] = {-1, -1, -1, -1, -1, -1};
@@ -489,8 +489,9 @@ void EventGraph::add_transfer_sources() {
           unknown();
         }
         // A slot drains once the ranks' sum in it is done (plan/data_parallel.h).
-        if (const auto sum = slot_sums_.find(drained_target(*t)); sum != slot_sums_.end())
-          need(id, sum->second, "the sum over the ranks of " + sum->first + "'s gradient");
+        if (const auto sum = starts_with(x, "g.") ? slot_sums_.find("sum." + x.substr(2)) : slot_sums_.end();
+            sum != slot_sums_.end())
+          need(id, sum->second, "the sum over the ranks in its slot (" + sum->first + ")");
         break;
       case Link::NvmeWrite:
         if ((starts_with(x, "os.") || starts_with(x, "cp.")) && (j = number_after(x, 3)) >= 0 && j < L) {
@@ -546,11 +547,16 @@ void EventGraph::add_collective_sources(int id, const std::string& x) {
     return;
   }
   const std::string t = exchange_target(x);
-  if (slot_sums_.count(t)) {  // in the compute-tier slot, once backward made the gradient
-    const int j = t == "head" ? -1 : number_after(t, 6);
-    const bool layer = j >= 0 && j < static_cast<int>(backward_op_.size());
-    const int made = t == "head" ? head_last_ : layer ? backward_op_[j] : -1;
-    need(id, made, t == "head" ? std::string("the head's backward pass") : "B" + std::to_string(j));
+  if (slot_sums_.count(x)) {  // in the compute-tier slot, once backward made the gradient
+    if (t == "head") {  // a streamed head's chunk c once its backward is done; the rest at the head's end
+      const int c = starts_with(x, "sum.head.") ? number_after(x, 9) : -1;
+      if (c >= 0) need(id, c < static_cast<int>(head_backward_.size()) ? head_backward_[c] : -1,
+                       "the backward of head chunk " + std::to_string(c));
+      else need(id, head_last_, "the head's backward pass");
+      return;
+    }
+    const int j = number_after(t, 6);
+    need(id, j >= 0 && j < static_cast<int>(backward_op_.size()) ? backward_op_[j] : -1, "B" + std::to_string(j));
     return;
   }
   if (p_.windows[size_t(w)].kind == WindowKind::Prologue0) {

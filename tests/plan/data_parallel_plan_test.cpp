@@ -115,6 +115,45 @@ TEST(DataParallelPlan, TheShardedPlanUpdatesOneRanksPartAndBroadcastsTheWeights)
   EXPECT_NEAR(p.host_state_bytes, cm.host_state_bytes, 1e-9 * cm.host_state_bytes);
 }
 
+// In the event simulation of a plan with slot sums, every slot sum starts after the
+// compute that made its gradient (a streamed head's chunk: that chunk's backward), and
+// every drain after its sum (g.<x> after sum.<x>); at least `min_drains` drains.
+void expect_drains_after_their_sums(const Plan& p, int min_drains) {
+  const EventSimResult ev = simulate_events(p);
+  EXPECT_TRUE(ev.violations.empty()) << ev.violations.front();
+  std::map<std::string, const SimEvent*> sum_of;  // sum.<x> -> its event
+  std::map<std::string, double> computed;        // compute name -> when it ended
+  for (const SimEvent& e : ev.events) {
+    if (e.lane == SimLane::Net && e.name.rfind("sum.", 0) == 0) sum_of[e.name] = &e;
+    if (e.lane == SimLane::Compute) computed[e.name] = std::max(computed[e.name], e.end);
+  }
+  int drains = 0;
+  for (const SimEvent& e : ev.events) {
+    const std::string t = drained_target(Transfer{e.name, Link::D2H, e.bytes});
+    if (e.lane != SimLane::D2H || t.empty() || t == "embed") continue;
+    const std::string sum = "sum." + e.name.substr(2);
+    ASSERT_TRUE(sum_of.count(sum)) << e.name;
+    EXPECT_GE(e.start, sum_of[sum]->end * (1 - 1e-12)) << e.name;
+    ++drains;
+  }
+  EXPECT_GE(drains, min_drains);
+  for (const auto& [name, sum] : sum_of) {
+    const std::string t = exchange_target(name), rest = name.substr(4);
+    if (t == "embed") continue;
+    const bool chunk = rest.rfind("head.", 0) == 0 && rest != "head.norm";
+    const std::string made = chunk ? "HEAD bwd " + rest.substr(5) : t == "head" ? "HEAD" : "B" + rest;
+    if (t == "head" && !chunk && !computed.count(made)) {  // a streamed head's norm: after its last chunk
+      double last = 0;
+      for (const auto& [c, end] : computed)
+        if (c.rfind("HEAD bwd ", 0) == 0) last = std::max(last, end);
+      EXPECT_GE(sum->start, last * (1 - 1e-12)) << name;
+      continue;
+    }
+    ASSERT_TRUE(computed.count(made)) << made;
+    EXPECT_GE(sum->start, computed[made] * (1 - 1e-12)) << name;
+  }
+}
+
 // Slot sums (PlanRequest::slot_sums): each layer's sum runs after its backward and before
 // its drain, the head's after the head's compute, in both simulators as in the MILP.
 TEST(DataParallelPlan, SlotSumsRunBetweenTheBackwardAndTheDrainTheyHoldBack) {
@@ -149,28 +188,7 @@ TEST(DataParallelPlan, SlotSumsRunBetweenTheBackwardAndTheDrainTheyHoldBack) {
     // In the event simulation every slot sum starts after the compute that made its
     // gradient, and every drain of the target after the sum.
     const EventSimResult ev = simulate_events(p);
-    std::map<std::string, const SimEvent*> sum_of;
-    std::map<std::string, double> computed;  // window -> when its compute ended
-    for (const SimEvent& e : ev.events) {
-      if (e.lane == SimLane::Net && e.name.rfind("sum.", 0) == 0) sum_of[exchange_target(e.name)] = &e;
-      if (e.lane == SimLane::Compute) computed[e.window] = std::max(computed[e.window], e.end);
-    }
-    int drains = 0;
-    for (const SimEvent& e : ev.events) {
-      if (e.lane != SimLane::D2H) continue;
-      const std::string t = drained_target(Transfer{e.name, Link::D2H, e.bytes});
-      if (t.empty() || t == "embed") continue;
-      ASSERT_TRUE(sum_of.count(t)) << e.name;
-      EXPECT_GE(e.start, sum_of[t]->end * (1 - 1e-12)) << e.name;
-      ++drains;
-    }
-    EXPECT_GE(drains, static_cast<int>(cm.layers.size()) + 1);
-    for (const auto& [t, sum] : sum_of) {
-      if (t == "embed") continue;
-      const std::string made = t == "head" ? "HEAD" : "B" + t.substr(6);
-      ASSERT_TRUE(computed.count(made)) << made;
-      EXPECT_GE(sum->start, computed[made] * (1 - 1e-12)) << t;
-    }
+    expect_drains_after_their_sums(p, static_cast<int>(cm.layers.size()) + 1);
     // The plan counts what the sums hold back: the link's time shows; and unsharded (the
     // lazy updates as in one process), a link that takes no time still leaves the head's
     // drain behind the head's compute, so no step is faster than one rank's.
@@ -200,6 +218,24 @@ TEST(DataParallelPlan, SlotSumsRunBetweenTheBackwardAndTheDrainTheyHoldBack) {
     ASSERT_EQ(bad.size(), 1u);
     EXPECT_NE(bad[0].find("g.2 drains before the ranks' sum in its slot (sum.2)"), std::string::npos) << bad[0];
   }
+}
+
+// A streamed head (Qwen2.5-7B on the h800, its head in chunks): each chunk's slot is summed
+// after that chunk's backward and drains after its sum (one sum after the whole head
+// would wait for chunks whose slots wait for their drains: a cycle).
+TEST(DataParallelPlan, AStreamedHeadSumsEachChunkBeforeItDrains) {
+  PlanRequest req = test::preset_request("qwen2.5-7b", "h800", 8);
+  req.ranks = 2;
+  req.hardware.network_bw = 12.5e9;
+  req.slot_sums = true;
+  const Plan p = make_plan(req, "milp");
+  ASSERT_GT(p.head_chunks(), 1) << "the head is not streamed";
+  expect_consistent(p);
+  int head_sums = 0;
+  for (const Window& w : p.windows)
+    for (const Transfer& x : w.transfers) head_sums += x.link == Link::Net && x.tensor.rfind("sum.head.", 0) == 0;
+  EXPECT_EQ(head_sums, p.head_chunks() + 1);  // the chunks and the final norm
+  expect_drains_after_their_sums(p, static_cast<int>(p.head_chunks()) + 1 + p.num_layers);
 }
 
 TEST(DataParallelPlan, BaselinesCountTheExchangeToo) {
