@@ -20,8 +20,9 @@
 // ranks sum the layers' and the head's gradients in their compute-tier slots, and a slot
 // drains once its sum is done (SlotSums in exec/gradient_sink.h). sum.<j> then sits in
 // the window after B{j} (the stage backward(j-1), or E for layer 0), sum.head in HEAD
-// after the head's compute, each listed before the first drain of its gradient, which
-// waits for it; the embedding's gradient is formed on the host and summed there as above.
+// after the head's compute (a streamed head: sum.head.<c> after chunk c's backward and
+// sum.head.norm, one per drain), each listed before the first drain of its gradient,
+// which waits for it; the embedding's gradient is formed on the host and summed there.
 // A slot sum's bytes are the host sum's (the same collective, on the compute tier's memory).
 #pragma once
 
