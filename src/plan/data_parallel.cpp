@@ -34,18 +34,15 @@ void add_slot_sum(Plan& p, const std::string& target, const Transfer& sum) {
   }
   LT_ASSERT(at >= 0 && at < W, "no window for the slot sum of " + target);
   auto& xs = p.windows[size_t(at)].transfers;
-  std::vector<Transfer> sums{sum};
-  if (head) {
-    double drained = 0;
-    sums.clear();
-    for (const Transfer& x : xs)
-      if (drained_target(x) == target) {
-        sums.push_back({"sum." + x.tensor.substr(2), Link::Net, x.bytes});  // g.head.<c> -> sum.head.<c>
-        drained += x.bytes;
-      }
-    for (Transfer& s : sums) s.bytes = drained > 0 ? sum.bytes * s.bytes / drained : 0;
-    if (sums.empty()) sums.push_back(sum);
-  }
+  std::vector<Transfer> sums;
+  double drained = 0;
+  for (const Transfer& x : xs)
+    if (head && drained_target(x) == target) {
+      sums.push_back({"sum." + x.tensor.substr(2), Link::Net, x.bytes});  // g.head.<c> -> sum.head.<c>
+      drained += x.bytes;
+    }
+  for (Transfer& s : sums) s.bytes = drained > 0 ? sum.bytes * s.bytes / drained : 0;
+  if (sums.empty()) sums.push_back(sum);  // a layer's, or a head with no drain here
   const auto drain = std::find_if(xs.begin(), xs.end(), [&](const Transfer& x) { return drained_target(x) == target; });
   xs.insert(drain, sums.begin(), sums.end());
 }

@@ -913,11 +913,11 @@ struct Milp {
     // Slot sums: a slot drains after its sum, so the D2H lane waits behind it (the drains
     // moved into the stage are listed before, their own row bounds them); a layer's
     // gradient exists when its stage starts, the head's sum waits for the head's compute.
+    auto sum_seconds = [&](double params) { return dp.sum_bytes(params) / dp.network_bw; };
     auto slot_sum_drain_row = [&](int j, double after_s) {  // after_s: D2H seconds listed after g.<j>
-      const double s = dp.sum_bytes(cm.layer(j).params) / dp.network_bw;
       Terms moved;
       for (auto [d, col] : gd[j]) moved.emplace_back(col, -Wg[j] / bd);  // drained in a later stage
-      link_row("sum_d2h", slot_sum_stage(j), moved, s + Wg[j] / bd + after_s);
+      link_row("sum_d2h", slot_sum_stage(j), moved, sum_seconds(cm.layer(j).params) + Wg[j] / bd + after_s);
     };
     auto d2h_terms = [&](int w) {
       Terms tt = family_at(dc, w, 1 / bd);
@@ -970,8 +970,7 @@ struct Milp {
       link_row("d2h", w, d2h_terms(w), Wgh / bd);
       link_row("nvme", w, nvme_terms(w), 0);
       if (dp.on() && dp.slot_sums) {  // the head's sum after its compute, then its drains
-        const double s = dp.sum_bytes(cm.head_params) / dp.network_bw;
-        link_row("sum_d2h", w, d2h_terms(w), H + s + Wgh / bd);
+        link_row("sum_d2h", w, d2h_terms(w), H + sum_seconds(cm.head_params) + Wgh / bd);
         Terms net = net_terms(w);
         link_row("net", w, net, H + net_constant);
       } else {
