@@ -4,7 +4,7 @@
 // runs it beside PyTorch's kernels at the same shapes and prints the ratios.
 //
 // usage: cuda_kernels_bench [ROUNDS]    prints one line:
-//   OURS gemm_ms=... gemm_tflops=... attn_fwd_ms=... attn_bwd_ms=... rms_fwd_ms=... ...
+//   OURS gemm_ms=... gemm_tflops=... attn_fwd_ms=... attn_fwd_bf16_ms=... attn_bwd_ms=... rms_fwd_ms=... ...
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention_tc_cuda.h"
 #include "kernels/cuda/causal_conv1d_cuda.h"
 #include "kernels/cuda/convert_cuda.h"
 #include "kernels/cuda/device_memory.h"
@@ -105,6 +106,10 @@ int main(int argc, char** argv) {
     put("attn_fwd_ms", median_ms([&] {
           lt::cuda::attention_forward(o.as<float>(), lse.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), B,
                                       S, Hq, Hkv, D, scale);
+        }));
+    put("attn_fwd_bf16_ms", median_ms([&] {  // the tensor-core kernel, bf16 operands
+          lt::cuda::attention_forward_bf16(o.as<float>(), lse.as<float>(), q.as<float>(), k.as<float>(),
+                                           v.as<float>(), B, S, Hq, Hkv, D, scale);
         }));
     put("attn_bwd_ms", median_ms([&] {
           lt::cuda::attention_backward(dq.as<float>(), dk.as<float>(), dv.as<float>(), dout.as<float>(),

@@ -1,0 +1,58 @@
+#include "kernels/cuda/attention_tc_cuda.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention_tc_forward.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace lt::cuda {
+namespace {
+
+using tc::TcShape;
+using tc::Tiles;
+using tc::forward_tc_kernel;
+using tc::kBlockRows;
+using tc::kThreads;
+
+template <int DP>
+void launch_forward(float* o, float* lse, const float* q, const float* k, const float* v, const TcShape& s,
+                    cudaStream_t st) {
+  constexpr int bytes = static_cast<int>(Tiles<DP>::kBytes);
+  LT_CUDA_CHECK(cudaFuncSetAttribute(forward_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const dim3 grid(static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(s.Hq),
+                  static_cast<unsigned>(s.B));
+  forward_tc_kernel<DP><<<grid, kThreads, bytes, st>>>(o, lse, q, k, v, s);
+  LT_CUDA_CHECK_LAUNCH(forward_tc_kernel);
+}
+
+TcShape make_tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                      const int32_t* doc_start, int64_t window) {
+  const std::string what = "attention (cuda, bf16 tensor cores): ";
+  if (D < 1 || D > kAttentionMaxHeadDimCuda)
+    throw std::runtime_error(what + "head dim " + std::to_string(D) + " outside [1, " +
+                             std::to_string(kAttentionMaxHeadDimCuda) + "]");
+  if (Hkv < 1 || Hq % Hkv != 0)
+    throw std::runtime_error(what + std::to_string(Hq) + " query heads are not a multiple of " +
+                             std::to_string(Hkv) + " kv heads");
+  if (Hq > 65535 || B > 65535)  // the grid's y and z
+    throw std::runtime_error(what + std::to_string(B) + " rows of " + std::to_string(Hq) +
+                             " heads: at most 65535 of each per call");
+  return TcShape{B, S, Hq, Hkv, D, scale, doc_start, window};
+}
+
+}  // namespace
+
+void attention_forward_bf16(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
+                            int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
+                            int64_t window, void* stream) {
+  const TcShape s = make_tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
+  if (B * S * Hq == 0) return;
+  const cudaStream_t st = as_stream(stream);
+  if (D <= 64) launch_forward<64>(o, lse, q, k, v, s, st);
+  else if (D <= 128) launch_forward<128>(o, lse, q, k, v, s, st);
+  else launch_forward<256>(o, lse, q, k, v, s, st);
+}
+
+}  // namespace lt::cuda

@@ -1,0 +1,30 @@
+// Causal grouped-query attention on the GPU's tensor cores, bf16 operands with fp32
+// accumulation: the fast path beside the fp32 kernel of attention_cuda.h, with its
+// contract (shapes, layouts, doc_start, window, the saved lse) except for precision:
+// q, k and v are rounded to bf16 (nearest even) as they are read, and so are the
+// probabilities before they weight v, as flash attention does under bf16 training; the
+// scores, the online softmax, its row sums and the output sums stay fp32.
+//
+// Flash-attention-2 tiling: a block of 4 warps takes 64 query rows of one head (each warp
+// 16 rows) and walks the key tiles (64 keys) that its rows can see, skipping the others;
+// q, k and v^T tiles are staged in shared memory as bf16, the products run as
+// mma.sync m16n8k16 (sm_80 and later), and each warp keeps its scores, probabilities and
+// output rows in registers (the PTX ISA's documented fragment layouts), so no score
+// matrix is written anywhere. D is padded with zeros to 64, 128 or 256 inside the kernel.
+// Bits repeat run to run (no atomics, one order); they differ from attention_cuda.h's.
+//
+// Status: compiled, not yet run on a GPU (none was lent when it was written); the kernel
+// table still hands out the fp32 kernel. tests/cuda/attention_tc_cuda_test.cpp checks it
+// against float64 where a GPU is.
+// Device pointers; stream is a cudaStream_t (null: the default stream).
+#pragma once
+
+#include <cstdint>
+
+namespace lt::cuda {
+
+void attention_forward_bf16(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
+                            int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                            const int32_t* doc_start = nullptr, int64_t window = 0, void* stream = nullptr);
+
+}  // namespace lt::cuda

@@ -1,0 +1,41 @@
+// The tensor-core attention's forward on the GPU against float64 (the checks and their
+// bounds: tests/kernels/attention_tc_checks.h; the same kernel runs on the CPU under the
+// warp emulator in tests/kernels/attention_tc_emulated_test.cpp).
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "kernels/attention_tc_checks.h"
+#include "kernels/cuda/attention_tc_cuda.h"
+
+namespace lt {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::to_device;
+using cuda::to_host;
+using test::TcCase;
+
+void run_on_gpu(std::vector<float>& o, std::vector<float>& lse, const std::vector<float>& q,
+                const std::vector<float>& k, const std::vector<float>& v, const int32_t* doc, const TcCase& c) {
+  const DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v);
+  const DeviceBuffer ddoc = doc ? to_device(std::vector<int32_t>(doc, doc + c.B * c.S)) : DeviceBuffer();
+  const DeviceBuffer d_o(o.size() * 4), d_lse(lse.size() * 4);
+  cuda::attention_forward_bf16(d_o.as<float>(), d_lse.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>(), c.B,
+                               c.S, c.Hq, c.Hkv, c.D, 1.0f / std::sqrt(static_cast<float>(c.D)),
+                               doc ? ddoc.as<int32_t>() : nullptr, c.window);
+  o = to_host<float>(d_o, o.size());
+  lse = to_host<float>(d_lse, lse.size());
+}
+
+TEST(CudaKernels, TensorCoreAttentionForwardMatchesFloat64) {
+  LT_REQUIRE_CUDA_DEVICE();
+  test::check_forward({2, 67, 4, 2, 64, 0, false}, run_on_gpu);     // causal, GQA 2, a partial second tile
+  test::check_forward({1, 200, 6, 2, 128, 40, false}, run_on_gpu);  // sliding window: tiles skipped, GQA 3
+  test::check_forward({2, 150, 4, 4, 80, 0, true}, run_on_gpu);     // documents, D padded to 128
+  test::check_forward({1, 130, 8, 1, 256, 9, true}, run_on_gpu);    // both, MQA, the largest head dim
+  test::check_forward({1, 64, 2, 2, 32, 0, false}, run_on_gpu);     // one whole tile, D padded to 64
+  test::check_forward({1, 1000, 2, 1, 128, 0, false}, run_on_gpu);  // 16 query blocks, 16 key tiles
+}
+
+}  // namespace
+}  // namespace lt
