@@ -4,7 +4,7 @@
 // runs it beside PyTorch's kernels at the same shapes and prints the ratios.
 //
 // usage: cuda_kernels_bench [ROUNDS]    prints one line:
-//   OURS gemm_ms=... gemm_tflops=... attn_fwd_ms=... attn_fwd_bf16_ms=... attn_bwd_ms=... rms_fwd_ms=... ...
+//   OURS gemm_ms=... gemm_tflops=... attn_fwd_ms=... attn_fwd_bf16_ms=... attn_bwd_ms=... attn_bwd_bf16_ms=... rms_fwd_ms=... ...
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -115,6 +115,11 @@ int main(int argc, char** argv) {
           lt::cuda::attention_backward(dq.as<float>(), dk.as<float>(), dv.as<float>(), dout.as<float>(),
                                        q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), lse.as<float>(),
                                        B, S, Hq, Hkv, D, scale);
+        }));
+    put("attn_bwd_bf16_ms", median_ms([&] {
+          lt::cuda::attention_backward_bf16(dq.as<float>(), dk.as<float>(), dv.as<float>(), dout.as<float>(),
+                                            q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(),
+                                            lse.as<float>(), B, S, Hq, Hkv, D, scale);
         }));
   }
 

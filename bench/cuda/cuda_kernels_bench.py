@@ -4,7 +4,7 @@ the same way (CUDA events, median of ROUNDS after warm-up), then prints each tim
 (ours / PyTorch: above 1 is slower) and a RESULT line.
 
 Peers: torch.matmul in bf16 (its result bf16; ours fp32); scaled_dot_product_attention, causal, grouped-query, in fp32
-(the precision of our kernel) and in bf16 (the flash kernel, beside our bf16 tensor-core forward);
+(the precision of our kernel) and in bf16 (the flash kernels, beside our bf16 tensor-core ones);
 RMSNorm as torch ops under autograd, fp32; transformers' torch_chunk_gated_delta_rule
 (chunk 64, q/k l2norm in the kernel) and causal_conv1d_fn, fp32, where the installed
 transformers has Qwen3.5 (else those peers are reported missing, not guessed).
@@ -133,9 +133,10 @@ if "attn_fwd_ms_bf16" in peer:
         r = ours[f"attn_{part}_ms"] / peer[f"attn_{part}_ms_bf16"]
         ratios[f"attn_{part}_vs_bf16_flash"] = r
         print(f"attn {part} vs torch bf16: {r:.2f}")
-    if "attn_fwd_bf16_ms" in ours:  # our tensor-core forward against torch's bf16 flash forward
-        r = ours["attn_fwd_bf16_ms"] / peer["attn_fwd_ms_bf16"]
-        ratios["attn_fwd_tc_vs_bf16_flash"] = r
-        print(f"attn fwd (ours, tensor cores) vs torch bf16: {r:.2f}")
+    for part in ("fwd", "bwd"):  # our tensor-core kernels against torch's bf16 flash kernels
+        if f"attn_{part}_bf16_ms" in ours:
+            r = ours[f"attn_{part}_bf16_ms"] / peer[f"attn_{part}_ms_bf16"]
+            ratios[f"attn_{part}_tc_vs_bf16_flash"] = r
+            print(f"attn {part} (ours, tensor cores) vs torch bf16: {r:.2f}")
 print("RESULT cuda_kernels " + " ".join(f"{k.replace('_ms', '')}_ratio={v:.2f}" for k, v in ratios.items())
       + f" gemm_tflops={ours['gemm_tflops']:.0f} device={torch.cuda.get_device_name().replace(' ', '_')}")

@@ -1,4 +1,4 @@
-// The tensor-core attention's forward on the GPU against float64 (the checks and their
+// The tensor-core attention, forward and backward, on the GPU against float64 (the checks and their
 // bounds: tests/kernels/attention_tc_checks.h; the same kernel runs on the CPU under the
 // warp emulator in tests/kernels/attention_tc_emulated_test.cpp).
 #include <gtest/gtest.h>
@@ -27,6 +27,24 @@ void run_on_gpu(std::vector<float>& o, std::vector<float>& lse, const std::vecto
   lse = to_host<float>(d_lse, lse.size());
 }
 
+void run_backward_on_gpu(std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv,
+                         const std::vector<float>& dout, const std::vector<float>& q, const std::vector<float>& k,
+                         const std::vector<float>& v, const std::vector<float>& o, const std::vector<float>& lse,
+                         const int32_t* doc, const TcCase& c) {
+  const DeviceBuffer ddo = to_device(dout), dq_in = to_device(q), dk_in = to_device(k), dv_in = to_device(v),
+                     d_o = to_device(o), d_lse = to_device(lse);
+  const DeviceBuffer ddoc = doc ? to_device(std::vector<int32_t>(doc, doc + c.B * c.S)) : DeviceBuffer();
+  const DeviceBuffer d_dq(dq.size() * 4), d_dk(dk.size() * 4), d_dv(dv.size() * 4);
+  cuda::attention_backward_bf16(d_dq.as<float>(), d_dk.as<float>(), d_dv.as<float>(), ddo.as<float>(),
+                                dq_in.as<float>(), dk_in.as<float>(), dv_in.as<float>(), d_o.as<float>(),
+                                d_lse.as<float>(), c.B, c.S, c.Hq, c.Hkv, c.D,
+                                1.0f / std::sqrt(static_cast<float>(c.D)), doc ? ddoc.as<int32_t>() : nullptr,
+                                c.window);
+  dq = to_host<float>(d_dq, dq.size());
+  dk = to_host<float>(d_dk, dk.size());
+  dv = to_host<float>(d_dv, dv.size());
+}
+
 TEST(CudaKernels, TensorCoreAttentionForwardMatchesFloat64) {
   LT_REQUIRE_CUDA_DEVICE();
   test::check_forward({2, 67, 4, 2, 64, 0, false}, run_on_gpu);     // causal, GQA 2, a partial second tile
@@ -35,6 +53,15 @@ TEST(CudaKernels, TensorCoreAttentionForwardMatchesFloat64) {
   test::check_forward({1, 130, 8, 1, 256, 9, true}, run_on_gpu);    // both, MQA, the largest head dim
   test::check_forward({1, 64, 2, 2, 32, 0, false}, run_on_gpu);     // one whole tile, D padded to 64
   test::check_forward({1, 1000, 2, 1, 128, 0, false}, run_on_gpu);  // 16 query blocks, 16 key tiles
+}
+
+TEST(CudaKernels, TensorCoreAttentionBackwardMatchesFloat64) {
+  LT_REQUIRE_CUDA_DEVICE();
+  test::check_backward({2, 67, 4, 2, 64, 0, false}, run_backward_on_gpu);     // causal, GQA 2, a partial tile
+  test::check_backward({1, 200, 6, 2, 128, 40, false}, run_backward_on_gpu);  // sliding window, GQA 3
+  test::check_backward({2, 150, 4, 4, 80, 0, true}, run_backward_on_gpu);     // documents, D padded to 128
+  test::check_backward({1, 130, 8, 1, 256, 9, true}, run_backward_on_gpu);    // both, MQA, two column chunks
+  test::check_backward({1, 600, 2, 1, 128, 0, false}, run_backward_on_gpu);   // 10 query and key tiles
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The tensor-core attention's forward (kernels/cuda/attention_tc_cuda.h) against float64,
+// The tensor-core attention (kernels/cuda/attention_tc_cuda.h), forward and backward, against float64,
 // shared by its GPU test (tests/cuda/attention_tc_cuda_test.cpp) and its run on the CPU
 // under the warp emulator (tests/kernels/attention_tc_emulated_test.cpp). The kernel
 // reads fp32 q, k, v and rounds them to bf16 itself; the reference (kernels/cpu/
@@ -14,6 +14,14 @@
 //  - the output's numerator takes the weights rounded to bf16 (2^-8) and sums them times
 //    exact bf16 rows in fp32 (gamma of the keys plus a rescale per tile); the denominator
 //    sums the unrounded fp32 weights per thread, then over the 4 threads of a row.
+// The backward is given o and lse from the float64 forward (rounded to fp32), as is the
+// reference, and dO rounded like q, k, v:
+//  - p = exp(score - lse) moves by the score's error, expf's 2 ulp and the subtraction;
+//  - dp = dO . v within gamma(DP + 2) (tensor cores, as the score); delta = sum bf16(dO) o
+//    within gamma(D + 6) (a lane's fmas, then 5 shuffle levels);
+//  - ds = p (dp - delta) carries those, and dq, dk (times scale) and dv sum ds or p,
+//    rounded to bf16 (2^-8), times exact bf16 rows in fp32: gamma of the products summed
+//    (64 per key or query tile the sum walks, over the group's heads for dk and dv).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -44,25 +52,39 @@ inline std::vector<double> rounded_to_bf16(std::vector<float> v) {
   return test::widen(v);
 }
 
+inline std::string case_name(const TcCase& c) {
+  char what[96];
+  std::snprintf(what, sizeof what, "B%lld S%lld H%lld/%lld D%lld window %lld%s", static_cast<long long>(c.B),
+                static_cast<long long>(c.S), static_cast<long long>(c.Hq), static_cast<long long>(c.Hkv),
+                static_cast<long long>(c.D), static_cast<long long>(c.window), c.documents ? " documents" : "");
+  return what;
+}
+
+// Documents of 37, 5 and 55 tokens, restarting every 97: some span tiles, some share one
+// (empty without documents).
+inline std::vector<int32_t> doc_starts(const TcCase& c) {
+  std::vector<int32_t> doc;
+  if (c.documents)
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t i = 0; i < c.S; ++i) {
+        const int64_t r = i % 97, start = i - r + (r < 37 ? 0 : r < 42 ? 37 : 42);
+        doc.push_back(static_cast<int32_t>(start));
+      }
+  return doc;
+}
+
 inline int64_t padded_head_dim(int64_t D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
 
 // run(o, lse, q, k, v, doc_start or nullptr, c) fills o and lse (host vectors, sized).
 template <class Run>
 void check_forward(const TcCase& c, Run run) {
   const int64_t B = c.B, S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D, window = c.window;
-  const bool documents = c.documents;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Scores of a few units (the spread the bounds carry), values around 1.
   const std::vector<float> q = test::normal_floats(B * S * Hq * D, 1.5f, 61), k = test::normal_floats(B * S * Hkv * D, 1.5f, 62),
                            v = test::normal_floats(B * S * Hkv * D, 1.0f, 63, 0.25f);
-  std::vector<int32_t> doc;
-  if (documents)  // documents of 37, 5 and 55 tokens, restarting every 97: some span tiles, some share one
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < S; ++i) {
-        const int64_t r = i % 97, start = i - r + (r < 37 ? 0 : r < 42 ? 37 : 42);
-        doc.push_back(static_cast<int32_t>(start));
-      }
-  const int32_t* dh = documents ? doc.data() : nullptr;
+  const std::vector<int32_t> doc = doc_starts(c);
+  const int32_t* dh = c.documents ? doc.data() : nullptr;
   std::vector<float> o(q.size()), lse(static_cast<size_t>(B * Hq * S)), o2(o.size()), lse2(lse.size());
   run(o, lse, q, k, v, dh, c);
   run(o2, lse2, q, k, v, dh, c);
@@ -110,12 +132,83 @@ void check_forward(const TcCase& c, Run run) {
         lse_b[(b * Hq + h) * S + i] = delta - std::log1p(-den) + 0x1p-22 * (std::fabs(l - mx) + 1) +
                                       0x1p-23 * std::fabs(l);
       }
-  char what[96];
-  std::snprintf(what, sizeof what, "B%lld S%lld H%lld/%lld D%lld window %lld%s", static_cast<long long>(B),
-                static_cast<long long>(S), static_cast<long long>(Hq), static_cast<long long>(Hkv),
-                static_cast<long long>(D), static_cast<long long>(window), documents ? " documents" : "");
-  test::expect_within(o, o_ref, o_b, (std::string(what) + " o").c_str());
-  test::expect_within(lse, lse_ref, lse_b, (std::string(what) + " lse").c_str());
+  const std::string what = case_name(c);
+  test::expect_within(o, o_ref, o_b, (what + " o").c_str());
+  test::expect_within(lse, lse_ref, lse_b, (what + " lse").c_str());
+}
+
+// run(dq, dk, dv, dout, q, k, v, o, lse, doc_start or nullptr, c) fills dq, dk, dv (host
+// vectors, sized).
+template <class Run>
+void check_backward(const TcCase& c, Run run) {
+  const int64_t B = c.B, S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D, window = c.window;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::vector<float> q = test::normal_floats(B * S * Hq * D, 1.5f, 71), k = test::normal_floats(B * S * Hkv * D, 1.5f, 72),
+                           v = test::normal_floats(B * S * Hkv * D, 1.0f, 73, 0.25f),
+                           dout = test::normal_floats(B * S * Hq * D, 1.0f, 74);
+  const std::vector<int32_t> doc = doc_starts(c);
+  const int32_t* dh = c.documents ? doc.data() : nullptr;
+  const std::vector<double> qd = rounded_to_bf16(q), kd = rounded_to_bf16(k), vd = rounded_to_bf16(v),
+                            dod = rounded_to_bf16(dout);
+  // o and lse of the exact forward on the rounded inputs, as fp32: both sides get them.
+  std::vector<double> o64(q.size()), lse64(static_cast<size_t>(B * Hq * S));
+  ref::attention_forward<double>(o64.data(), lse64.data(), qd.data(), kd.data(), vd.data(), B, S, Hq, Hkv, D,
+                                 static_cast<double>(scale), dh, window);
+  const std::vector<float> o(o64.begin(), o64.end()), lse(lse64.begin(), lse64.end());
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size()), dq2(q.size()), dk2(k.size()), dv2(v.size());
+  run(dq, dk, dv, dout, q, k, v, o, lse, dh, c);
+  run(dq2, dk2, dv2, dout, q, k, v, o, lse, dh, c);
+  EXPECT_TRUE(dq2 == dq && dk2 == dk && dv2 == dv) << "two runs differ";
+
+  const std::vector<double> od = widen(o), lsed = widen(lse);
+  std::vector<double> dq_ref(q.size()), dk_ref(k.size()), dv_ref(v.size());
+  ref::attention_backward<double>(dq_ref.data(), dk_ref.data(), dv_ref.data(), dod.data(), qd.data(), kd.data(),
+                                  vd.data(), od.data(), lsed.data(), B, S, Hq, Hkv, D, static_cast<double>(scale), dh,
+                                  window);
+
+  const int64_t group = Hq / Hkv;
+  const double tiles = static_cast<double>((S + kKeyTile - 1) / kKeyTile);
+  const double dot_g = gamma(static_cast<double>(padded_head_dim(D)) + 2, kTruncUnit);
+  const double dq_sum_g = gamma(64 * tiles + 2, kTruncUnit), dkv_sum_g = gamma(64 * tiles * group + 2, kTruncUnit);
+  std::vector<double> dq_b(q.size()), dk_b(k.size()), dv_b(v.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t hk = h / group, qo = ((b * S + i) * Hq + h) * D, j0 = ref::first_key(dh, window, b, S, i);
+        double delta = 0, delta_abs = 0;
+        for (int64_t d = 0; d < D; ++d) delta += dod[qo + d] * od[qo + d], delta_abs += std::fabs(dod[qo + d] * od[qo + d]);
+        const double delta_err = gamma(static_cast<double>(D) + 6) * delta_abs;
+        const double l = lsed[(b * Hq + h) * S + i];
+        for (int64_t j = j0; j <= i; ++j) {
+          const int64_t ko = ((b * S + j) * Hkv + hk) * D;
+          double sc = 0, sa = 0, dp = 0, dpa = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            sc += qd[qo + d] * kd[ko + d], sa += std::fabs(qd[qo + d] * kd[ko + d]);
+            dp += dod[qo + d] * vd[ko + d], dpa += std::fabs(dod[qo + d] * vd[ko + d]);
+          }
+          const double x = sc * scale - l, p = std::exp(x);
+          const double p_err =
+              p * (std::exp(dot_g * sa * scale + 0x1p-24 * (std::fabs(x) + std::fabs(sc * scale))) * (1 + 0x1p-22) - 1);
+          const double gap = std::fabs(dp - delta), gap_err = dot_g * dpa + delta_err;
+          const double ds = p * (dp - delta);
+          const double ds_err = p_err * gap + (p + p_err) * gap_err + gamma(2) * (p + p_err) * (gap + gap_err);
+          // The rounded factor's error and size (bf16 of ds or p).
+          const double ds_r_err = ds_err + kBf16Unit * (std::fabs(ds) + ds_err), ds_r = std::fabs(ds) + ds_r_err;
+          const double p_r_err = p_err + kBf16Unit * (p + p_err), p_r = p + p_r_err;
+          for (int64_t d = 0; d < D; ++d) {
+            dq_b[qo + d] += scale * (ds_r_err + dq_sum_g * ds_r) * std::fabs(kd[ko + d]);
+            dk_b[ko + d] += scale * (ds_r_err + dkv_sum_g * ds_r) * std::fabs(qd[qo + d]);
+            dv_b[ko + d] += (p_r_err + dkv_sum_g * p_r) * std::fabs(dod[qo + d]);
+          }
+        }
+      }
+  // The final product by scale (dq, dk): one rounding.
+  for (size_t i = 0; i < dq_b.size(); ++i) dq_b[i] += 0x1p-24 * std::fabs(dq_ref[i]) * 1.01;
+  for (size_t i = 0; i < dk_b.size(); ++i) dk_b[i] += 0x1p-24 * std::fabs(dk_ref[i]) * 1.01;
+  const std::string what = "backward " + case_name(c);
+  test::expect_within(dq, dq_ref, dq_b, (what + " dq").c_str());
+  test::expect_within(dk, dk_ref, dk_b, (what + " dk").c_str());
+  test::expect_within(dv, dv_ref, dv_b, (what + " dv").c_str());
 }
 
 }  // namespace lt::test

@@ -10,8 +10,8 @@
 // row (dk, dv), each lane holding D/32 of the row in registers, an online softmax over the
 // keys in order, fp32 on the CUDA cores. Every sum has one order (the keys or queries in
 // index order, the group's query heads in order, the warp's fixed shuffle tree), so the
-// bits repeat run to run and need no atomics. The tensor-core forward beside it
-// (attention_tc_cuda.h, bf16 operands) is the fast path; its backward is still to come.
+// bits repeat run to run and need no atomics. The tensor-core kernels beside it
+// (attention_tc_cuda.h, bf16 operands) are the fast path.
 // Device pointers; stream is a cudaStream_t (null: the default stream).
 #pragma once
 

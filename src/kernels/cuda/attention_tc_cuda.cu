@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention_tc_backward.cuh"
 #include "kernels/cuda/attention_tc_forward.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
@@ -11,7 +12,13 @@ namespace lt::cuda {
 namespace {
 
 using tc::TcShape;
-using tc::Tiles;
+using tc::forward_smem_bytes;
+using tc::dq_smem_bytes;
+using tc::dkv_smem_bytes;
+using tc::dq_tc_kernel;
+using tc::dkv_tc_kernel;
+using tc::kChunk;
+using tc::kKeyTile;
 using tc::forward_tc_kernel;
 using tc::kBlockRows;
 using tc::kThreads;
@@ -19,12 +26,29 @@ using tc::kThreads;
 template <int DP>
 void launch_forward(float* o, float* lse, const float* q, const float* k, const float* v, const TcShape& s,
                     cudaStream_t st) {
-  constexpr int bytes = static_cast<int>(Tiles<DP>::kBytes);
+  constexpr int bytes = static_cast<int>(forward_smem_bytes<DP>());
   LT_CUDA_CHECK(cudaFuncSetAttribute(forward_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const dim3 grid(static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(s.Hq),
                   static_cast<unsigned>(s.B));
   forward_tc_kernel<DP><<<grid, kThreads, bytes, st>>>(o, lse, q, k, v, s);
   LT_CUDA_CHECK_LAUNCH(forward_tc_kernel);
+}
+
+template <int DP>
+void launch_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                     const float* v, const float* o, const float* lse, const TcShape& s, cudaStream_t st) {
+  constexpr int kChunks = DP / kChunk<DP>;
+  constexpr int dq_bytes = static_cast<int>(dq_smem_bytes<DP>()), dkv_bytes = static_cast<int>(dkv_smem_bytes<DP>());
+  LT_CUDA_CHECK(cudaFuncSetAttribute(dq_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_bytes));
+  LT_CUDA_CHECK(cudaFuncSetAttribute(dkv_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, dkv_bytes));
+  const dim3 dq_grid(static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(s.Hq * kChunks),
+                     static_cast<unsigned>(s.B));
+  dq_tc_kernel<DP><<<dq_grid, kThreads, dq_bytes, st>>>(dq, dout, q, k, v, o, lse, s);
+  LT_CUDA_CHECK_LAUNCH(dq_tc_kernel);
+  const dim3 dkv_grid(static_cast<unsigned>((s.S + kKeyTile - 1) / kKeyTile), static_cast<unsigned>(s.Hkv * kChunks),
+                      static_cast<unsigned>(s.B));
+  dkv_tc_kernel<DP><<<dkv_grid, kThreads, dkv_bytes, st>>>(dk, dv, dout, q, k, v, o, lse, s);
+  LT_CUDA_CHECK_LAUNCH(dkv_tc_kernel);
 }
 
 TcShape make_tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
@@ -36,7 +60,7 @@ TcShape make_tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, 
   if (Hkv < 1 || Hq % Hkv != 0)
     throw std::runtime_error(what + std::to_string(Hq) + " query heads are not a multiple of " +
                              std::to_string(Hkv) + " kv heads");
-  if (Hq > 65535 || B > 65535)  // the grid's y and z
+  if (2 * Hq > 65535 || B > 65535)  // the grids' y (heads x column chunks) and z
     throw std::runtime_error(what + std::to_string(B) + " rows of " + std::to_string(Hq) +
                              " heads: at most 65535 of each per call");
   return TcShape{B, S, Hq, Hkv, D, scale, doc_start, window};
@@ -53,6 +77,18 @@ void attention_forward_bf16(float* o, float* lse, const float* q, const float* k
   if (D <= 64) launch_forward<64>(o, lse, q, k, v, s, st);
   else if (D <= 128) launch_forward<128>(o, lse, q, k, v, s, st);
   else launch_forward<256>(o, lse, q, k, v, s, st);
+}
+
+void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                             const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
+                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window,
+                             void* stream) {
+  const TcShape s = make_tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
+  if (B * S * Hq == 0) return;
+  const cudaStream_t st = as_stream(stream);
+  if (D <= 64) launch_backward<64>(dq, dk, dv, dout, q, k, v, o, lse, s, st);
+  else if (D <= 128) launch_backward<128>(dq, dk, dv, dout, q, k, v, o, lse, s, st);
+  else launch_backward<256>(dq, dk, dv, dout, q, k, v, o, lse, s, st);
 }
 
 }  // namespace lt::cuda

@@ -3,7 +3,9 @@
 // contract (shapes, layouts, doc_start, window, the saved lse) except for precision:
 // q, k and v are rounded to bf16 (nearest even) as they are read, and so are the
 // probabilities before they weight v, as flash attention does under bf16 training; the
-// scores, the online softmax, its row sums and the output sums stay fp32.
+// scores, the online softmax, its row sums and the output sums stay fp32. The backward
+// rounds dout too, and the probabilities and score gradients before their products
+// (attention_tc_backward.cuh).
 //
 // Flash-attention-2 tiling: a block of 4 warps takes 64 query rows of one head (each warp
 // 16 rows) and walks the key tiles (64 keys) that its rows can see, skipping the others;
@@ -12,10 +14,13 @@
 // output rows in registers (the PTX ISA's documented fragment layouts), so no score
 // matrix is written anywhere. D is padded with zeros to 64, 128 or 256 inside the kernel.
 // Bits repeat run to run (no atomics, one order); they differ from attention_cuda.h's.
+// The backward's dk/dv kernel takes 173 KB of shared memory at head dims above 128: Hopper
+// (227 KB a block), not an A100 (163 KB), where it fails with CUDA's error.
 //
 // Status: compiled, not yet run on a GPU (none was lent when it was written); the kernel
 // table still hands out the fp32 kernel. tests/cuda/attention_tc_cuda_test.cpp checks it
-// against float64 where a GPU is.
+// against float64 where a GPU is; tests/kernels/attention_tc_emulated_test.cpp runs the
+// same kernel code on the CPU under a warp emulator, against the same bounds.
 // Device pointers; stream is a cudaStream_t (null: the default stream).
 #pragma once
 
@@ -26,5 +31,11 @@ namespace lt::cuda {
 void attention_forward_bf16(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
                             int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
                             const int32_t* doc_start = nullptr, int64_t window = 0, void* stream = nullptr);
+// dq, dk, dv (overwritten) from dout and the forward's o and lse; dout is rounded to bf16
+// as q, k and v are (attention_tc_backward.cuh says where else the backward rounds).
+void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                             const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
+                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start = nullptr,
+                             int64_t window = 0, void* stream = nullptr);
 
 }  // namespace lt::cuda

@@ -1,0 +1,240 @@
+// The tensor-core attention's backward kernels (attention_tc_cuda.h has the contract;
+// attention_tc_common.cuh says why they are in a header). Flash-attention-2's backward
+// without atomics, in two kernels that recompute the probabilities from the saved lse:
+//  - dq: a block per 64 query rows of a head walks the key tiles its rows see, in order;
+//  - dk, dv: a block per 64 keys of a kv head walks the group's query heads in order and,
+//    for each, the query tiles that see its keys, in order.
+// So every sum has one order and the bits repeat run to run. Each warp owns 16 rows of
+// the output and accumulates them in registers; a block writes kChunk of the head's
+// columns (two blocks per row tile for a 256-wide head, each recomputing the scores), so
+// that a warp's accumulators stay within the register file.
+//
+// Precision, as under bf16 training: q, k, v and dO are rounded to bf16 as they are
+// staged, and so are the probabilities (for dv) and the score gradients (for dq and dk)
+// before their products; the scores, the probabilities, dp = dO . v and
+// delta = sum_d bf16(dO) o stay fp32, from the forward's fp32 o and lse.
+#pragma once
+
+#include "kernels/cuda/attention_tc_common.cuh"
+
+namespace lt::cuda::tc {
+
+template <int DP>
+inline constexpr int kChunk = DP < 128 ? DP : 128;  // output columns per block
+
+__device__ inline float round_to_bf16(float x) { return bf16_bits_to_f32(f32_to_bf16_bits(x)); }
+
+// The last query that sees key j: causal rows past j while they stay within the window
+// and in j's document (doc_start[i] <= j, true from j on and then false: a binary search).
+__device__ inline int64_t last_seeing_query(const TcShape& s, int64_t b, int64_t j) {
+  int64_t last = s.S - 1;
+  if (s.window > 0 && j + s.window - 1 < last) last = j + s.window - 1;
+  if (s.doc_start) {
+    int64_t lo = j, hi = last;  // doc_start[b S + lo] <= j holds; find the last i that keeps it
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (s.doc_start[b * s.S + mid] <= j) lo = mid;
+      else hi = mid - 1;
+    }
+    last = lo;
+  }
+  return last;
+}
+
+// delta[r] = sum_d bf16(dO[i][d]) o[i][d] for the 64 query rows i = row0 + r of head h
+// (0 past S): each warp 16 rows, its lanes over d, then the warp's shuffle tree; lane 0's
+// sum is written.
+__device__ inline void stage_row_deltas(float* delta, const float* dout, const float* o, int64_t b, int64_t row0,
+                                        int64_t h, const TcShape& s) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int r = warp * 16; r < warp * 16 + 16; ++r) {
+    const int64_t i = row0 + r;
+    float acc = 0.f;
+    if (i < s.S) {
+      const int64_t off = ((b * s.S + i) * s.Hq + h) * s.D;
+      for (int64_t d = lane; d < s.D; d += 32) acc = fmaf(round_to_bf16(dout[off + d]), o[off + d], acc);
+    }
+    for (int m = 16; m >= 1; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+    if (lane == 0) delta[r] = acc;
+  }
+}
+
+template <int DP>
+constexpr size_t dq_smem_bytes() {  // q, dO, k, v [64][DP]; k^T's chunk [kChunk][64]; deltas
+  return 4 * tile_bytes<DP>(kKeyTile) + tile_bytes<kKeyTile>(kChunk<DP>) + kKeyTile * sizeof(float);
+}
+
+// Grid: (query tiles, Hq x chunks, B). Warp w owns query rows q0 + 16w .. + 15.
+template <int DP>
+__global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float* dout, const float* q, const float* k,
+                                                         const float* v, const float* o, const float* lse,
+                                                         TcShape s) {
+  constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8;
+  constexpr int kRowWords = kTileWords<DP>, kTWords = kTileWords<kKeyTile>;
+  LT_DYNAMIC_SMEM(smem);
+  uint32_t* qw = reinterpret_cast<uint32_t*>(smem);
+  uint32_t* dow = qw + kKeyTile * kRowWords;
+  uint32_t* kw = dow + kKeyTile * kRowWords;
+  uint32_t* vw = kw + kKeyTile * kRowWords;
+  uint32_t* ktw = vw + kKeyTile * kRowWords;
+  float* delta = reinterpret_cast<float*>(ktw + kC * kTWords);
+
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, h = blockIdx.y / kChunks, b = blockIdx.z;
+  const int col0 = static_cast<int>(blockIdx.y % kChunks) * kC;
+  const int64_t hk = h / (s.Hq / s.Hkv);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  stage_tile<DP, false>(qw, q, b, q0, s.Hq, h, 0, s);
+  stage_tile<DP, false>(dow, dout, b, q0, s.Hq, h, 0, s);
+  stage_row_deltas(delta, dout, o, b, q0, h, s);
+
+  int64_t row[2], first[2];
+  float row_lse[2];
+  for (int x = 0; x < 2; ++x) {
+    row[x] = q0 + warp * 16 + g + 8 * x;
+    first[x] = row[x] < s.S ? first_visible_key(s, b, row[x]) : row[x] + 1;  // past S: sees no key
+    row_lse[x] = row[x] < s.S ? lse[(b * s.Hq + h) * s.S + row[x]] : 0.f;
+  }
+  const int64_t last_row = (q0 + kBlockRows < s.S ? q0 + kBlockRows : s.S) - 1;
+  const int64_t tile_first = first_visible_key(s, b, q0) / kKeyTile, tile_last = last_row / kKeyTile;
+
+  float acc[kCTiles][4];  // dq's columns col0 + ct*8 + 2t, +1 of rows g ([0], [1]) and g + 8 ([2], [3])
+#pragma unroll
+  for (int ct = 0; ct < kCTiles; ++ct) acc[ct][0] = acc[ct][1] = acc[ct][2] = acc[ct][3] = 0.f;
+
+  for (int64_t tile = tile_first; tile <= tile_last; ++tile) {
+    const int64_t k0 = tile * kKeyTile;
+    __syncthreads();  // the previous tile is read (and q, dO and the deltas are staged)
+    stage_tile<DP, false>(kw, k, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<DP, false>(vw, v, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<kC, true>(ktw, k, b, k0, s.Hkv, hk, col0, s);
+    __syncthreads();
+
+    // Scores q k^T and dp = dO v^T of the warp's 16 rows against the tile's 64 keys.
+    float sc[8][4], dp[8][4];
+    tile_product<DP>(sc, qw, kw, warp * 16);
+    tile_product<DP>(dp, dow, vw, warp * 16);
+    // ds = p (dp - delta), p from the saved lse; 0 where the key is not seen.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int x = e >> 1;
+        const int64_t j = k0 + nt * 8 + 2 * t + (e & 1);
+        const float p = j >= first[x] && j <= row[x] ? expf(sc[nt][e] * s.scale - row_lse[x]) : 0.f;
+        sc[nt][e] = p * (dp[nt][e] - delta[warp * 16 + g + 8 * x]);
+      }
+    // acc += ds k, ds rounded to bf16 (k^T's chunk gives B).
+    accumulate_product<kCTiles>(acc, sc, ktw);
+  }
+
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    if (row[x] >= s.S) continue;
+    float* out = dq + ((b * s.S + row[x]) * s.Hq + h) * s.D;
+#pragma unroll
+    for (int ct = 0; ct < kCTiles; ++ct)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t d = col0 + ct * 8 + 2 * t + e;
+        if (d < s.D) out[d] = acc[ct][2 * x + e] * s.scale;
+      }
+  }
+}
+
+template <int DP>
+constexpr size_t dkv_smem_bytes() {  // k, v, q, dO [64][DP]; q^T's and dO^T's chunks; per query row
+  return 4 * tile_bytes<DP>(kKeyTile) + 2 * tile_bytes<kKeyTile>(kChunk<DP>) +
+         kKeyTile * (sizeof(int64_t) + 2 * sizeof(float));
+}
+
+// Grid: (key tiles, Hkv x chunks, B). Warp w owns keys k0 + 16w .. + 15.
+template <int DP>
+__global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, const float* dout, const float* q,
+                                                          const float* k, const float* v, const float* o,
+                                                          const float* lse, TcShape s) {
+  constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8;
+  constexpr int kRowWords = kTileWords<DP>, kTWords = kTileWords<kKeyTile>;
+  LT_DYNAMIC_SMEM(smem);
+  uint32_t* kw = reinterpret_cast<uint32_t*>(smem);
+  uint32_t* vw = kw + kKeyTile * kRowWords;
+  uint32_t* qw = vw + kKeyTile * kRowWords;
+  uint32_t* dow = qw + kKeyTile * kRowWords;
+  uint32_t* qtw = dow + kKeyTile * kRowWords;
+  uint32_t* dotw = qtw + kC * kTWords;
+  int64_t* query_first = reinterpret_cast<int64_t*>(dotw + kC * kTWords);  // 8-byte aligned: tiles are 256 B rows
+  float* query_lse = reinterpret_cast<float*>(query_first + kKeyTile);
+  float* delta = query_lse + kKeyTile;
+
+  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kKeyTile, hk = blockIdx.y / kChunks, b = blockIdx.z;
+  const int col0 = static_cast<int>(blockIdx.y % kChunks) * kC;
+  const int64_t group = s.Hq / s.Hkv;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  stage_tile<DP, false>(kw, k, b, k0, s.Hkv, hk, 0, s);
+  stage_tile<DP, false>(vw, v, b, k0, s.Hkv, hk, 0, s);
+  const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  // The query tiles that see some key of the block: from the block's first key (causal)
+  // to the last query that sees its last key (last_seeing_query never decreases in j).
+  const int64_t last_key = (k0 + kKeyTile < s.S ? k0 + kKeyTile : s.S) - 1;
+  const int64_t qtile_first = k0 / kBlockRows, qtile_last = last_seeing_query(s, b, last_key) / kBlockRows;
+
+  float dk_acc[kCTiles][4], dv_acc[kCTiles][4];  // columns col0 + ct*8 + 2t, +1 of keys g and g + 8
+#pragma unroll
+  for (int ct = 0; ct < kCTiles; ++ct)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk_acc[ct][e] = dv_acc[ct][e] = 0.f;
+
+  for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
+    for (int64_t qt = qtile_first; qt <= qtile_last; ++qt) {
+      const int64_t q0 = qt * kBlockRows;
+      __syncthreads();  // the previous query tile is read (and k, v are staged)
+      stage_tile<DP, false>(qw, q, b, q0, s.Hq, h, 0, s);
+      stage_tile<DP, false>(dow, dout, b, q0, s.Hq, h, 0, s);
+      stage_tile<kC, true>(qtw, q, b, q0, s.Hq, h, col0, s);
+      stage_tile<kC, true>(dotw, dout, b, q0, s.Hq, h, col0, s);
+      stage_row_deltas(delta, dout, o, b, q0, h, s);
+      for (int r = threadIdx.x; r < kBlockRows; r += kThreads) {
+        const int64_t i = q0 + r;
+        query_first[r] = i < s.S ? first_visible_key(s, b, i) : i + 1;  // past S: sees no key
+        query_lse[r] = i < s.S ? lse[(b * s.Hq + h) * s.S + i] : 0.f;
+      }
+      __syncthreads();
+
+      // s^T = k q^T and dp^T = v dO^T: the warp's 16 keys against the tile's 64 queries.
+      float st[8][4], dpt[8][4];
+      tile_product<DP>(st, kw, qw, warp * 16);
+      tile_product<DP>(dpt, vw, dow, warp * 16);
+      // p^T and ds^T = p^T (dp^T - delta); 0 where the query does not see the key.
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = nt * 8 + 2 * t + (e & 1);
+          const int64_t i = q0 + r, j = key[e >> 1];
+          const float p = j >= query_first[r] && j <= i ? expf(st[nt][e] * s.scale - query_lse[r]) : 0.f;
+          st[nt][e] = p;
+          dpt[nt][e] = p * (dpt[nt][e] - delta[r]);
+        }
+      // dv += p^T dO and dk += ds^T q, p^T and ds^T rounded to bf16 (dO^T's and q^T's
+      // chunks give B).
+      accumulate_product<kCTiles>(dv_acc, st, dotw);
+      accumulate_product<kCTiles>(dk_acc, dpt, qtw);
+    }
+
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    if (key[x] >= s.S) continue;
+    const int64_t off = ((b * s.S + key[x]) * s.Hkv + hk) * s.D;
+#pragma unroll
+    for (int ct = 0; ct < kCTiles; ++ct)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t d = col0 + ct * 8 + 2 * t + e;
+        if (d < s.D) {
+          dk[off + d] = dk_acc[ct][2 * x + e] * s.scale;
+          dv[off + d] = dv_acc[ct][2 * x + e];
+        }
+      }
+  }
+}
+
+}  // namespace lt::cuda::tc

@@ -1,0 +1,124 @@
+// What the tensor-core attention's kernels share (attention_tc_cuda.h has the contract):
+// the shape, the tiles and their staging, the fragment loads. In headers so that
+// tests/kernels/warp_emulator.h can run the kernels on the CPU as well: there every CUDA
+// thread is a host thread, and mma_bf16, the warp shuffles and the block barrier are
+// emulated with the PTX ISA's fragment layouts (LT_WARP_EMULATION). Nothing here may use
+// CUDA beyond __device__ / __global__ functions, threadIdx / blockIdx, __syncthreads,
+// __shfl_xor_sync, mma_bf16 and LT_DYNAMIC_SMEM.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/bf16.cuh"
+#ifndef LT_WARP_EMULATION
+#include "kernels/cuda/mma_bf16.cuh"
+#define LT_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+namespace lt::cuda::tc {
+
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBlockRows = 16 * kWarps;  // query rows per block, 16 per warp (one mma's M)
+constexpr int kKeyTile = 64;             // keys per shared-memory tile: 8 mma N-tiles of 8
+
+struct TcShape {
+  int64_t B, S, Hq, Hkv, D;
+  float scale;
+  const int32_t* doc_start;
+  int64_t window;
+};
+
+__device__ inline int64_t first_visible_key(const TcShape& s, int64_t b, int64_t i) {
+  int64_t j0 = s.doc_start ? s.doc_start[b * s.S + i] : 0;
+  if (s.window > 0 && i - s.window + 1 > j0) j0 = i - s.window + 1;
+  return j0;
+}
+
+// Shared-memory tiles are bf16 (as raw bits), [64 rows][DP] or transposed [columns][64],
+// each row 8 elements (4 words) longer than it holds, so that the 32 words a warp's
+// fragment load reads (8 rows x 4 consecutive words) fall in 32 different banks.
+template <int kCols>
+inline constexpr int kTileWords = (kCols + 8) / 2;  // one row's stride, in 32-bit words
+template <int kCols>
+constexpr size_t tile_bytes(int rows) {
+  return static_cast<size_t>(rows) * kTileWords<kCols> * 4;
+}
+
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+  return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
+}
+
+// Rows row0 .. row0 + 63 of head h of x ([B*S, H, D] fp32), columns col0 .. col0 + kCols
+// - 1, as bf16 into a shared-memory tile: row-major ([r][d - col0]) or transposed
+// ([d - col0][r]); zeros past S and D.
+template <int kCols, bool kTransposed>
+__device__ void stage_tile(uint32_t* tile, const float* x, int64_t b, int64_t row0, int64_t H, int64_t h, int col0,
+                           const TcShape& s) {
+  uint16_t* dst = reinterpret_cast<uint16_t*>(tile);
+  constexpr int kStride = kTransposed ? 2 * kTileWords<kKeyTile> : 2 * kTileWords<kCols>;
+  for (int e = threadIdx.x; e < kKeyTile * kCols; e += kThreads) {
+    const int r = e / kCols, c = e % kCols;
+    const int64_t i = row0 + r, d = col0 + c;
+    const float val = i < s.S && d < s.D ? x[((b * s.S + i) * H + h) * s.D + d] : 0.f;
+    dst[kTransposed ? c * kStride + r : r * kStride + c] = f32_to_bf16_bits(val);
+  }
+}
+
+// The A fragment (16 x 16: rows row0 + g, + 8; columns 16 kk + 2t, + 1, + 8, + 9) of a
+// row-major tile, and a B fragment (16 x 8: k = 16 kk + 2t, + 1, + 8, + 9; n = n0 + g) of a
+// tile stored [n][k]; stride in words (mma_bf16's layouts).
+__device__ inline void load_a(uint32_t (&a)[4], const uint32_t* tile, int stride, int row0, int kk) {
+  const int lane = threadIdx.x & 31, r = row0 + (lane >> 2), c = kk * 8 + (lane & 3);
+  a[0] = tile[r * stride + c];
+  a[1] = tile[(r + 8) * stride + c];
+  a[2] = tile[r * stride + c + 4];
+  a[3] = tile[(r + 8) * stride + c + 4];
+}
+__device__ inline void mma_tile(float (&d)[4], const uint32_t (&a)[4], const uint32_t* tile, int stride, int n0,
+                                int kk) {
+  const int lane = threadIdx.x & 31, w = (n0 + (lane >> 2)) * stride + kk * 8 + (lane & 3);
+  mma_bf16(d, a, tile[w], tile[w + 4]);
+}
+// Two accumulator tiles side by side (columns 16 kc .. 16 kc + 15 of a 16-row product) as
+// the A fragment of the next product, rounded to bf16: the accumulator's layout puts each
+// thread's values where the A fragment wants them.
+__device__ inline void accumulators_as_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = pack_bf16(lo[0], lo[1]);
+  a[1] = pack_bf16(lo[2], lo[3]);
+  a[2] = pack_bf16(hi[0], hi[1]);
+  a[3] = pack_bf16(hi[2], hi[3]);
+}
+
+// x = a_rows . b_rows^T for the warp's 16 rows row0 .. row0 + 15 of a_tile against the 64
+// rows of b_tile (both row-major [64][DP]): 8 accumulator tiles of 8 columns.
+template <int DP>
+__device__ inline void tile_product(float (&x)[8][4], const uint32_t* a_tile, const uint32_t* b_tile, int row0) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) x[nt][0] = x[nt][1] = x[nt][2] = x[nt][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < DP / 16; ++kk) {
+    uint32_t a[4];
+    load_a(a, a_tile, kTileWords<DP>, row0, kk);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) mma_tile(x[nt], a, b_tile, kTileWords<DP>, nt * 8, kk);
+  }
+}
+
+// acc += bf16(x) . b for a 16 x 64 product x (tile_product's layout; its 64 columns are
+// the sum's index) and a tile b stored transposed, [kTiles * 8][64]: 16 of the sum at a
+// time, x's tiles 2kc and 2kc + 1 the A fragment (accumulators_as_a).
+template <int kTiles>
+__device__ inline void accumulate_product(float (&acc)[kTiles][4], const float (&x)[8][4], const uint32_t* bt_tile) {
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    uint32_t a[4];
+    accumulators_as_a(a, x[2 * kc], x[2 * kc + 1]);
+#pragma unroll
+    for (int ct = 0; ct < kTiles; ++ct) mma_tile(acc[ct], a, bt_tile, kTileWords<kKeyTile>, ct * 8, kc);
+  }
+}
+
+}  // namespace lt::cuda::tc
