@@ -59,14 +59,16 @@ struct KernelTable {
                         int64_t D, const int32_t* positions, int64_t rotary) = nullptr;
 
   // Causal grouped-query attention with document masks and sliding windows:
-  // kernels/cpu/attention.h.
+  // kernels/cpu/attention.h. p is the step's precision: under Precision::BF16 a table may
+  // take bf16 operands (the CUDA table's tensor-core kernels, kernels/cuda/attention_tc_cuda.h);
+  // the CPU's computes in fp32 under both, bit for bit alike.
   void (*attention_forward)(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
                             int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
-                            int64_t window) = nullptr;
+                            int64_t window, Precision p) = nullptr;
   void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                              const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
-                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
-                             int64_t window) = nullptr;
+                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window,
+                             Precision p) = nullptr;
 
   // Gated MLP activations: kernels/cpu/swiglu.h, kernels/cpu/geglu.h.
   void (*swiglu_forward)(float* h, const float* g, const float* u, int64_t n) = nullptr;

@@ -310,7 +310,7 @@ void attention_mixer_forward(float* out, BlockSaved& sv, BlockWorkspace& ws, Lin
   k.rope_forward(sv.q, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions, s.rotary);
   k.rope_forward(sv.k, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions, s.rotary);
   k.attention_forward(sv.attn_out, sv.attn_lse, sv.q, sv.k, sv.v, s.batch, s.seq, s.heads,
-                      s.kv_heads, s.head_dim, s.attn_scale, ctx.doc_start, ctx.window);
+                      s.kv_heads, s.head_dim, s.attn_scale, ctx.doc_start, ctx.window, p);
   const float* o_in = sv.attn_out;
   if (s.output_gate) {
     k.sigmoid_gate_forward(ws.gated, sv.attn_out, sv.attn_gate, T * QD);
@@ -338,7 +338,7 @@ void attention_mixer_backward(BlockTensors& g, BlockWorkspace& ws, const float* 
   if (s.output_gate) k.sigmoid_gate_backward(ws.d_attn_out, d_gate, ws.d_attn_out, sv.attn_out, sv.attn_gate, T * QD);
   k.attention_backward(ws.dq, ws.dk, ws.dv, ws.d_attn_out, sv.q, sv.k, sv.v, sv.attn_out,
                        sv.attn_lse, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.attn_scale,
-                       ctx.doc_start, ctx.window);
+                       ctx.doc_start, ctx.window, p);
   k.rope_backward(ws.dq, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.heads, s.head_dim, ctx.positions, s.rotary);
   k.rope_backward(ws.dk, ctx.rope_cos, ctx.rope_sin, s.batch, s.seq, s.kv_heads, s.head_dim, ctx.positions, s.rotary);
   const float* dq_proj = ws.dq;

@@ -210,7 +210,7 @@ void Generator::run(const ModelParameters& cparams, const int32_t* tokens, int64
     std::memcpy(vc + pos * KD, v_.data(), n * KD * sizeof(float));
     if (pos == 0)
       kernels_.attention_forward(att_.data(), lse_.data(), q_.data(), kc, vc, 1, n, c.num_heads, c.num_kv_heads, D,
-                                 scale, nullptr, window);
+                                 scale, nullptr, window, precision_);
     else {  // a sliding layer sees the cached keys from pos - window + 1 only
       const int64_t from = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
       decode_attention(att_.data(), scores_.data(), q_.data(), kc + from * KD, vc + from * KD, pos - from,

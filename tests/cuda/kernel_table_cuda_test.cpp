@@ -15,6 +15,7 @@
 #include "cuda_test_util.h"
 #include "kernel_table_fixture.h"
 #include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention_tc_cuda.h"
 #include "kernels/cuda/causal_conv1d_cuda.h"
 #include "kernels/cuda/convert_cuda.h"
 #include "kernels/cuda/delta_rule_gates_cuda.h"
@@ -268,10 +269,10 @@ TEST_F(CudaKernelTable, Attention) {
       dv1(B * S * Hkv * D * 4), dv2(B * S * Hkv * D * 4);
   sync();  // the uploads (on the default stream) have landed
   k().attention_forward(o1.as<float>(), l1.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S, Hq, Hkv,
-                        D, scale, ddoc.as<int32_t>(), window);
+                        D, scale, ddoc.as<int32_t>(), window, Precision::F32);
   k().attention_backward(dq1.as<float>(), dk1.as<float>(), dv1.as<float>(), dout.as<float>(), q.as<float>(),
                          kk.as<float>(), v.as<float>(), o1.as<float>(), l1.as<float>(), B, S, Hq, Hkv, D, scale,
-                         ddoc.as<int32_t>(), window);
+                         ddoc.as<int32_t>(), window, Precision::F32);
   cuda::attention_forward(o2.as<float>(), l2.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S, Hq, Hkv,
                           D, scale, ddoc.as<int32_t>(), window);
   cuda::attention_backward(dq2.as<float>(), dk2.as<float>(), dv2.as<float>(), dout.as<float>(), q.as<float>(),
@@ -283,6 +284,24 @@ TEST_F(CudaKernelTable, Attention) {
   expect_same(dq1, dq2, B * S * Hq * D, "attention dq");
   expect_same(dk1, dk2, B * S * Hkv * D, "attention dk");
   expect_same(dv1, dv2, B * S * Hkv * D, "attention dv");
+
+  // Under bf16 the table runs the tensor-core kernels.
+  k().attention_forward(o1.as<float>(), l1.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S, Hq, Hkv,
+                        D, scale, ddoc.as<int32_t>(), window, Precision::BF16);
+  k().attention_backward(dq1.as<float>(), dk1.as<float>(), dv1.as<float>(), dout.as<float>(), q.as<float>(),
+                         kk.as<float>(), v.as<float>(), o1.as<float>(), l1.as<float>(), B, S, Hq, Hkv, D, scale,
+                         ddoc.as<int32_t>(), window, Precision::BF16);
+  cuda::attention_forward_bf16(o2.as<float>(), l2.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S,
+                               Hq, Hkv, D, scale, ddoc.as<int32_t>(), window);
+  cuda::attention_backward_bf16(dq2.as<float>(), dk2.as<float>(), dv2.as<float>(), dout.as<float>(), q.as<float>(),
+                                kk.as<float>(), v.as<float>(), o2.as<float>(), l2.as<float>(), B, S, Hq, Hkv, D, scale,
+                                ddoc.as<int32_t>(), window);
+  sync();
+  expect_same(o1, o2, B * S * Hq * D, "bf16 attention o");
+  expect_same(l1, l2, B * Hq * S, "bf16 attention lse");
+  expect_same(dq1, dq2, B * S * Hq * D, "bf16 attention dq");
+  expect_same(dk1, dk2, B * S * Hkv * D, "bf16 attention dk");
+  expect_same(dv1, dv2, B * S * Hkv * D, "bf16 attention dv");
 }
 
 TEST_F(CudaKernelTable, HybridLayers) {

@@ -83,7 +83,7 @@ TEST_P(BackendOpsMixers, AttentionGroupedQueryWithDocumentsAndWindow) {
     const test::attn::ErrorBounds ef = test::attn::error_bounds(s, in, ro, rl, scale, 1, ds.data(), window);
     std::vector<float> o(ro.size(), NAN), lse(rl.size(), NAN);  // NaN: every element must be written
     k().attention_forward(o.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq, s.Hkv, s.D,
-                          scale, ds.data(), window);
+                          scale, ds.data(), window, Precision::F32);
     EXPECT_TRUE(test::within_bound(o, ro, twice(ef.o))) << "o";
     EXPECT_TRUE(test::within_bound(lse, rl, twice(ef.lse))) << "lse";
 
@@ -97,10 +97,25 @@ TEST_P(BackendOpsMixers, AttentionGroupedQueryWithDocumentsAndWindow) {
     const test::attn::ErrorBounds eb = test::attn::error_bounds(s, in, od, ld, scale, 1, ds.data(), window);
     std::vector<float> dq(q.size(), NAN), dk(kk.size(), NAN), dv(v.size(), NAN);
     k().attention_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.k.data(), in.v.data(),
-                           of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale, ds.data(), window);
+                           of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale, ds.data(), window, Precision::F32);
     EXPECT_TRUE(test::within_bound(dq, rdq, twice(eb.dq))) << "dq";
     EXPECT_TRUE(test::within_bound(dk, rdk, twice(eb.dk))) << "dk";
     EXPECT_TRUE(test::within_bound(dv, rdv, twice(eb.dv))) << "dv";
+
+    // The cpu and emu tables compute attention in fp32 under bf16 too, bit for bit
+    // (kernel_table.h); the CUDA table's bf16 kernels are tested in tests/cuda/.
+    {
+      std::vector<float> o16(o.size(), NAN), lse16(lse.size(), NAN), dq16(dq.size(), NAN), dk16(dk.size(), NAN),
+          dv16(dv.size(), NAN);
+      k().attention_forward(o16.data(), lse16.data(), in.q.data(), in.k.data(), in.v.data(), s.B, s.S, s.Hq, s.Hkv,
+                            s.D, scale, ds.data(), window, Precision::BF16);
+      k().attention_backward(dq16.data(), dk16.data(), dv16.data(), in.dout.data(), in.q.data(), in.k.data(),
+                             in.v.data(), of.data(), lf.data(), s.B, s.S, s.Hq, s.Hkv, s.D, scale, ds.data(), window,
+                             Precision::BF16);
+      EXPECT_TRUE(same_bits(o16, o) && same_bits(lse16, lse) && same_bits(dq16, dq) && same_bits(dk16, dk) &&
+                  same_bits(dv16, dv))
+          << "bf16 attention differs from fp32 on " << GetParam();
+    }
   }
 }
 

@@ -41,8 +41,15 @@ KernelTable make_cpu_kernel_table() {
   k.gated_rmsnorm_backward = &gated_rmsnorm_backward;
   k.rope_forward = &rope_forward;
   k.rope_backward = &rope_backward;
-  k.attention_forward = &attention_forward;
-  k.attention_backward = &attention_backward;
+  // fp32 under both precisions (kernel_table.h).
+  k.attention_forward = [](float* o, float* lse, const float* q, const float* kk, const float* v, int64_t B, int64_t S,
+                           int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window,
+                           Precision) { attention_forward(o, lse, q, kk, v, B, S, Hq, Hkv, D, scale, doc_start, window); };
+  k.attention_backward = [](float* dq, float* dk, float* dv, const float* dout, const float* q, const float* kk,
+                            const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
+                            int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window, Precision) {
+    attention_backward(dq, dk, dv, dout, q, kk, v, o, lse, B, S, Hq, Hkv, D, scale, doc_start, window);
+  };
   k.swiglu_forward = &swiglu_forward;
   k.swiglu_backward = &swiglu_backward;
   k.geglu_forward = &geglu_forward;

@@ -17,10 +17,11 @@
 // The backward's dk/dv kernel takes 173 KB of shared memory at head dims above 128: Hopper
 // (227 KB a block), not an A100 (163 KB), where it fails with CUDA's error.
 //
-// Status: compiled, not yet run on a GPU (none was lent when it was written); the kernel
-// table still hands out the fp32 kernel. tests/cuda/attention_tc_cuda_test.cpp checks it
-// against float64 where a GPU is; tests/kernels/attention_tc_emulated_test.cpp runs the
-// same kernel code on the CPU under a warp emulator, against the same bounds.
+// The CUDA kernel table runs these under Precision::BF16 and the fp32 kernel under F32.
+// Status: compiled, not yet run on a GPU (none was lent when it was written).
+// tests/cuda/attention_tc_cuda_test.cpp checks it against float64 where a GPU is;
+// tests/kernels/attention_tc_emulated_test.cpp runs the same kernel code on the CPU under
+// a warp emulator, against the same bounds.
 // Device pointers; stream is a cudaStream_t (null: the default stream).
 #pragma once
 

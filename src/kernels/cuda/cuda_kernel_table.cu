@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention_tc_cuda.h"
 #include "kernels/cuda/causal_conv1d_cuda.h"
 #include "kernels/cuda/convert_cuda.h"
 #include "kernels/cuda/delta_rule_gates_cuda.h"
@@ -138,15 +139,20 @@ KernelTable make_table() {
                        const int32_t* positions, int64_t rotary) {
     rope_backward(dx, cos, sin, B, S, H, D, positions, rotary, stream());
   };
+  // Under bf16 the tensor-core kernels (bf16 operands, as flash attention under bf16
+  // training); under fp32 the fp32 kernel.
   k.attention_forward = [](float* o, float* lse, const float* q, const float* kk, const float* v, int64_t B,
                            int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
-                           int64_t window) {
-    attention_forward(o, lse, q, kk, v, B, S, Hq, Hkv, D, scale, doc_start, window, stream());
+                           int64_t window, Precision p) {
+    (p == Precision::BF16 ? attention_forward_bf16 : attention_forward)(o, lse, q, kk, v, B, S, Hq, Hkv, D, scale,
+                                                                         doc_start, window, stream());
   };
   k.attention_backward = [](float* dq, float* dk, float* dv, const float* dout, const float* q, const float* kk,
                             const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
-                            int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window) {
-    attention_backward(dq, dk, dv, dout, q, kk, v, o, lse, B, S, Hq, Hkv, D, scale, doc_start, window, stream());
+                            int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window,
+                            Precision p) {
+    (p == Precision::BF16 ? attention_backward_bf16 : attention_backward)(dq, dk, dv, dout, q, kk, v, o, lse, B, S, Hq,
+                                                                          Hkv, D, scale, doc_start, window, stream());
   };
   k.swiglu_forward = [](float* h, const float* g, const float* u, int64_t n) { swiglu_forward(h, g, u, n, stream()); };
   k.swiglu_backward = [](float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
