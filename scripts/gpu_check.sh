@@ -9,7 +9,8 @@
 #                                   googletest's source for a rebuild there.
 #   scripts/gpu_check.sh            on the GPU machine, from the repository root: runs
 #                                   lt_cuda_tests (the kernel library against float64),
-#                                   then lt_tests' AdamWCuda test (the 8-bit AdamW kernel
+#                                   the kernels' benchmark (beside PyTorch where it is
+#                                   there), then lt_tests' AdamWCuda test (the 8-bit AdamW kernel
 #                                   against the CPU's bits) and CudaBackend tests (the cuda
 #                                   backend's memory, copies and events), StreamingCuda
 #                                   (five streamed training steps on cuda against the
@@ -89,6 +90,19 @@ fi
 
 note "lt_cuda_tests"
 run_gtest lt_cuda_tests "$tests"
+
+# The kernels' speed (attention fp32 and on tensor cores, RMSNorm, the conv, the delta
+# rule): bench/cuda/cuda_kernels_bench.py beside PyTorch's where torch sees the GPU here,
+# else our times alone. A benchmark: reported, not judged.
+if [[ -x .device/cuda_kernels_bench ]]; then
+  note "cuda_kernels_bench (5 rounds)"
+  if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    timeout 180 python3 bench/cuda/cuda_kernels_bench.py --binary .device/cuda_kernels_bench --rounds 5 \
+      || note "cuda_kernels_bench.py exited $?"
+  else
+    timeout 120 .device/cuda_kernels_bench 5 || note "cuda_kernels_bench exited $?"
+  fi
+fi
 
 note "lt_tests AdamWCuda, CudaBackend and DeviceCollectives (with the CPU engine's carried libraries)"
 if [[ -f .device/lt_tests.tar.xz ]]; then

@@ -4,7 +4,8 @@
 // runs it beside PyTorch's kernels at the same shapes and prints the ratios.
 //
 // usage: cuda_kernels_bench [ROUNDS]    prints one line:
-//   OURS gemm_ms=... gemm_tflops=... attn_fwd_ms=... attn_fwd_bf16_ms=... attn_bwd_ms=... attn_bwd_bf16_ms=... rms_fwd_ms=... ...
+//   OURS gemm_ms=... gemm_tflops=... attn_fwd_ms=... attn_fwd_bf16_ms=... attn_bwd_ms=... attn_bwd_bf16_ms=...
+//        rms_fwd_ms=... ...
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -81,7 +81,8 @@ void check_forward(const TcCase& c, Run run) {
   const int64_t B = c.B, S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D, window = c.window;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Scores of a few units (the spread the bounds carry), values around 1.
-  const std::vector<float> q = test::normal_floats(B * S * Hq * D, 1.5f, 61), k = test::normal_floats(B * S * Hkv * D, 1.5f, 62),
+  const std::vector<float> q = test::normal_floats(B * S * Hq * D, 1.5f, 61),
+                           k = test::normal_floats(B * S * Hkv * D, 1.5f, 62),
                            v = test::normal_floats(B * S * Hkv * D, 1.0f, 63, 0.25f);
   const std::vector<int32_t> doc = doc_starts(c);
   const int32_t* dh = c.documents ? doc.data() : nullptr;
@@ -143,7 +144,8 @@ template <class Run>
 void check_backward(const TcCase& c, Run run) {
   const int64_t B = c.B, S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D, window = c.window;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const std::vector<float> q = test::normal_floats(B * S * Hq * D, 1.5f, 71), k = test::normal_floats(B * S * Hkv * D, 1.5f, 72),
+  const std::vector<float> q = test::normal_floats(B * S * Hq * D, 1.5f, 71),
+                           k = test::normal_floats(B * S * Hkv * D, 1.5f, 72),
                            v = test::normal_floats(B * S * Hkv * D, 1.0f, 73, 0.25f),
                            dout = test::normal_floats(B * S * Hq * D, 1.0f, 74);
   const std::vector<int32_t> doc = doc_starts(c);
@@ -176,7 +178,8 @@ void check_backward(const TcCase& c, Run run) {
       for (int64_t i = 0; i < S; ++i) {
         const int64_t hk = h / group, qo = ((b * S + i) * Hq + h) * D, j0 = ref::first_key(dh, window, b, S, i);
         double delta = 0, delta_abs = 0;
-        for (int64_t d = 0; d < D; ++d) delta += dod[qo + d] * od[qo + d], delta_abs += std::fabs(dod[qo + d] * od[qo + d]);
+        for (int64_t d = 0; d < D; ++d)
+          delta += dod[qo + d] * od[qo + d], delta_abs += std::fabs(dod[qo + d] * od[qo + d]);
         const double delta_err = gamma(static_cast<double>(D) + 6) * delta_abs;
         const double l = lsed[(b * Hq + h) * S + i];
         for (int64_t j = j0; j <= i; ++j) {

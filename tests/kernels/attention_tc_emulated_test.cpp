@@ -23,8 +23,8 @@ void launch(std::vector<float>& o, std::vector<float>& lse, const std::vector<fl
             const std::vector<float>& v, const cuda::tc::TcShape& s) {
   const auto blocks = static_cast<unsigned>((s.S + cuda::tc::kBlockRows - 1) / cuda::tc::kBlockRows);
   emu::launch(blocks, static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::forward_smem_bytes<DP>(), &cuda::tc::forward_tc_kernel<DP>, o.data(), lse.data(), q.data(), k.data(),
-              v.data(), s);
+              cuda::tc::forward_smem_bytes<DP>(), &cuda::tc::forward_tc_kernel<DP>, o.data(), lse.data(), q.data(),
+              k.data(), v.data(), s);
 }
 
 void run_emulated(std::vector<float>& o, std::vector<float>& lse, const std::vector<float>& q,

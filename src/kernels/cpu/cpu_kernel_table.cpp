@@ -44,7 +44,9 @@ KernelTable make_cpu_kernel_table() {
   // fp32 under both precisions (kernel_table.h).
   k.attention_forward = [](float* o, float* lse, const float* q, const float* kk, const float* v, int64_t B, int64_t S,
                            int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window,
-                           Precision) { attention_forward(o, lse, q, kk, v, B, S, Hq, Hkv, D, scale, doc_start, window); };
+                           Precision) {
+    attention_forward(o, lse, q, kk, v, B, S, Hq, Hkv, D, scale, doc_start, window);
+  };
   k.attention_backward = [](float* dq, float* dk, float* dv, const float* dout, const float* q, const float* kk,
                             const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window, Precision) {

@@ -6,13 +6,13 @@
 
 namespace lt::cuda::tc {
 
-// One block: query rows q0 .. q0 + 63 of head h in batch row b. Warp w owns rows
-// q0 + 16w .. q0 + 16w + 15; its thread holds rows g and g + 8 of those (x = 0, 1 below).
 template <int DP>
 constexpr size_t forward_smem_bytes() {  // q and k tiles [64][DP], v transposed [DP][64]
   return 2 * tile_bytes<DP>(kKeyTile) + tile_bytes<kKeyTile>(DP);
 }
 
+// One block: query rows q0 .. q0 + 63 of head h in batch row b. Warp w owns rows
+// q0 + 16w .. q0 + 16w + 15; its thread holds rows g and g + 8 of those (x = 0, 1 below).
 template <int DP>
 __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* lse, const float* q, const float* k,
                                                               const float* v, TcShape s) {
