@@ -65,6 +65,8 @@ TEST(WarpEmulatedKernels, TensorCoreAttentionForwardMatchesFloat64) {
   test::check_forward({1, 200, 3, 1, 128, 40, false}, run_emulated); // sliding window: tiles skipped, GQA 3
   test::check_forward({2, 100, 1, 1, 80, 0, true}, run_emulated);    // documents, D padded to 128
   test::check_forward({1, 70, 2, 1, 256, 9, true}, run_emulated);    // both, MQA, the largest head dim
+  test::check_forward({1, 3, 2, 2, 1, 0, false}, run_emulated);       // edges: 3 tokens, D 1
+  test::check_forward({1, 129, 1, 1, 65, 500, false}, run_emulated);  // a window past S, one row past 2 tiles
 }
 
 }  // namespace
@@ -78,6 +80,8 @@ TEST(WarpEmulatedKernels, TensorCoreAttentionBackwardMatchesFloat64) {
   test::check_backward({1, 150, 2, 1, 128, 40, false}, run_backward_emulated); // sliding window: tiles skipped
   test::check_backward({2, 100, 1, 1, 80, 0, true}, run_backward_emulated);    // documents, D padded to 128
   test::check_backward({1, 70, 2, 1, 256, 9, true}, run_backward_emulated);    // both, two column chunks
+  test::check_backward({1, 3, 2, 2, 1, 0, false}, run_backward_emulated);       // edges: 3 tokens, D 1
+  test::check_backward({1, 129, 1, 1, 65, 500, false}, run_backward_emulated);  // a window past S, 3 tiles
 }
 
 }  // namespace
