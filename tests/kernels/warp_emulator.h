@@ -57,25 +57,28 @@ inline uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 inline float value(uint32_t u) { return std::bit_cast<float>(u); }
 
 // Runs kernel(args...) over grid (x, y, z) blocks of `threads` threads (a multiple of 32)
-// with smem_bytes of dynamic shared memory.
+// with smem_bytes of dynamic shared memory. One host thread per CUDA thread of a block,
+// started once: they run the blocks one after another, meeting at a barrier between two
+// (the next block's threads may reuse the shared memory only when the last one is done).
 template <class Kernel, class... Args>
 void launch(unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem_bytes, Kernel kernel, Args... args) {
-  for (unsigned z = 0; z < gz; ++z)
-    for (unsigned y = 0; y < gy; ++y)
-      for (unsigned x = 0; x < gx; ++x) {
-        Block block(threads, smem_bytes);
-        std::vector<std::thread> pool;
-        pool.reserve(static_cast<size_t>(threads));
-        for (int t = 0; t < threads; ++t)
-          pool.emplace_back([&block, x, y, z, t, kernel, args...] {
-            threadIdx = {static_cast<unsigned>(t), 0, 0};
+  Block block(threads, smem_bytes);
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&block, gx, gy, gz, t, kernel, args...] {
+      threadIdx = {static_cast<unsigned>(t), 0, 0};
+      t_block = &block;
+      t_smem = block.smem.data();
+      for (unsigned z = 0; z < gz; ++z)
+        for (unsigned y = 0; y < gy; ++y)
+          for (unsigned x = 0; x < gx; ++x) {
             blockIdx = {x, y, z};
-            t_block = &block;
-            t_smem = block.smem.data();
             kernel(args...);
-          });
-        for (std::thread& th : pool) th.join();
-      }
+            block.sync.arrive_and_wait();
+          }
+    });
+  for (std::thread& th : pool) th.join();
 }
 
 }  // namespace lt::emu

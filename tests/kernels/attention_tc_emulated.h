@@ -1,0 +1,56 @@
+// The tensor-core attention's kernels (kernels/cuda/attention_tc_{forward,backward}.cuh)
+// run on the CPU under the warp emulator, with attention_tc_cuda.h's signatures over host
+// pointers: for tests that check the kernels' logic (attention_tc_emulated_test.cpp) and
+// what their bf16 arithmetic does to training (exec/streaming_tc_attention_test.cpp).
+// A test file that includes this needs -Wno-unknown-pragmas under GCC (tests/CMakeLists.txt).
+#pragma once
+
+#include "kernels/warp_emulator.h"  // first: it stands in for CUDA in the kernels' headers
+
+#include "kernels/cuda/attention_tc_backward.cuh"
+#include "kernels/cuda/attention_tc_forward.cuh"
+
+namespace lt::test {
+
+namespace emulated_detail {
+
+template <int DP>
+void forward(float* o, float* lse, const float* q, const float* k, const float* v, const cuda::tc::TcShape& s) {
+  const auto tiles = static_cast<unsigned>((s.S + cuda::tc::kKeyTile - 1) / cuda::tc::kKeyTile);
+  emu::launch(tiles, static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads,
+              cuda::tc::forward_smem_bytes<DP>(), &cuda::tc::forward_tc_kernel<DP>, o, lse, q, k, v, s);
+}
+
+template <int DP>
+void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+              const float* o, const float* lse, const cuda::tc::TcShape& s) {
+  constexpr unsigned chunks = DP / cuda::tc::kChunk<DP>;
+  const auto tiles = static_cast<unsigned>((s.S + cuda::tc::kKeyTile - 1) / cuda::tc::kKeyTile);
+  emu::launch(tiles, static_cast<unsigned>(s.Hq) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
+              cuda::tc::dq_smem_bytes<DP>(), &cuda::tc::dq_tc_kernel<DP>, dq, dout, q, k, v, o, lse, s);
+  emu::launch(tiles, static_cast<unsigned>(s.Hkv) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
+              cuda::tc::dkv_smem_bytes<DP>(), &cuda::tc::dkv_tc_kernel<DP>, dk, dv, dout, q, k, v, o, lse, s);
+}
+
+}  // namespace emulated_detail
+
+inline void emulated_attention_forward_bf16(float* o, float* lse, const float* q, const float* k, const float* v,
+                                            int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                                            const int32_t* doc_start, int64_t window) {
+  const cuda::tc::TcShape s{B, S, Hq, Hkv, D, scale, doc_start, window};
+  if (D <= 64) emulated_detail::forward<64>(o, lse, q, k, v, s);
+  else if (D <= 128) emulated_detail::forward<128>(o, lse, q, k, v, s);
+  else emulated_detail::forward<256>(o, lse, q, k, v, s);
+}
+
+inline void emulated_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                             const float* k, const float* v, const float* o, const float* lse,
+                                             int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                                             const int32_t* doc_start, int64_t window) {
+  const cuda::tc::TcShape s{B, S, Hq, Hkv, D, scale, doc_start, window};
+  if (D <= 64) emulated_detail::backward<64>(dq, dk, dv, dout, q, k, v, o, lse, s);
+  else if (D <= 128) emulated_detail::backward<128>(dq, dk, dv, dout, q, k, v, o, lse, s);
+  else emulated_detail::backward<256>(dq, dk, dv, dout, q, k, v, o, lse, s);
+}
+
+}  // namespace lt::test
