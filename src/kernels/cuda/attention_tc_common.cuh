@@ -18,7 +18,6 @@
 
 namespace lt::cuda::tc {
 
-
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockRows = 16 * kWarps;  // query rows per block, 16 per warp (one mma's M)

@@ -11,17 +11,17 @@
 namespace lt::cuda {
 namespace {
 
-using tc::TcShape;
-using tc::forward_smem_bytes;
-using tc::dq_smem_bytes;
 using tc::dkv_smem_bytes;
-using tc::dq_tc_kernel;
 using tc::dkv_tc_kernel;
-using tc::kChunk;
-using tc::kKeyTile;
+using tc::dq_smem_bytes;
+using tc::dq_tc_kernel;
+using tc::forward_smem_bytes;
 using tc::forward_tc_kernel;
 using tc::kBlockRows;
+using tc::kChunk;
+using tc::kKeyTile;
 using tc::kThreads;
+using tc::TcShape;
 
 template <int DP>
 void launch_forward(float* o, float* lse, const float* q, const float* k, const float* v, const TcShape& s,
