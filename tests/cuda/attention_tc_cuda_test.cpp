@@ -21,7 +21,7 @@ void run_on_gpu(std::vector<float>& o, std::vector<float>& lse, const std::vecto
   const DeviceBuffer ddoc = doc ? to_device(std::vector<int32_t>(doc, doc + c.B * c.S)) : DeviceBuffer();
   const DeviceBuffer d_o(o.size() * 4), d_lse(lse.size() * 4);
   cuda::attention_forward_bf16(d_o.as<float>(), d_lse.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>(), c.B,
-                               c.S, c.Hq, c.Hkv, c.D, 1.0f / std::sqrt(static_cast<float>(c.D)),
+                               c.S, c.Hq, c.Hkv, c.D, test::case_scale(c),
                                doc ? ddoc.as<int32_t>() : nullptr, c.window);
   o = to_host<float>(d_o, o.size());
   lse = to_host<float>(d_lse, lse.size());
@@ -38,7 +38,7 @@ void run_backward_on_gpu(std::vector<float>& dq, std::vector<float>& dk, std::ve
   cuda::attention_backward_bf16(d_dq.as<float>(), d_dk.as<float>(), d_dv.as<float>(), ddo.as<float>(),
                                 dq_in.as<float>(), dk_in.as<float>(), dv_in.as<float>(), d_o.as<float>(),
                                 d_lse.as<float>(), c.B, c.S, c.Hq, c.Hkv, c.D,
-                                1.0f / std::sqrt(static_cast<float>(c.D)), doc ? ddoc.as<int32_t>() : nullptr,
+                                test::case_scale(c), doc ? ddoc.as<int32_t>() : nullptr,
                                 c.window);
   dq = to_host<float>(d_dq, dq.size());
   dk = to_host<float>(d_dk, dk.size());

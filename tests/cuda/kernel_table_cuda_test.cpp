@@ -268,40 +268,29 @@ TEST_F(CudaKernelTable, Attention) {
   DeviceBuffer dq1(B * S * Hq * D * 4), dq2(B * S * Hq * D * 4), dk1(B * S * Hkv * D * 4), dk2(B * S * Hkv * D * 4),
       dv1(B * S * Hkv * D * 4), dv2(B * S * Hkv * D * 4);
   sync();  // the uploads (on the default stream) have landed
-  k().attention_forward(o1.as<float>(), l1.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S, Hq, Hkv,
-                        D, scale, ddoc.as<int32_t>(), window, Precision::F32);
-  k().attention_backward(dq1.as<float>(), dk1.as<float>(), dv1.as<float>(), dout.as<float>(), q.as<float>(),
-                         kk.as<float>(), v.as<float>(), o1.as<float>(), l1.as<float>(), B, S, Hq, Hkv, D, scale,
-                         ddoc.as<int32_t>(), window, Precision::F32);
-  cuda::attention_forward(o2.as<float>(), l2.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S, Hq, Hkv,
-                          D, scale, ddoc.as<int32_t>(), window);
-  cuda::attention_backward(dq2.as<float>(), dk2.as<float>(), dv2.as<float>(), dout.as<float>(), q.as<float>(),
-                           kk.as<float>(), v.as<float>(), o2.as<float>(), l2.as<float>(), B, S, Hq, Hkv, D, scale,
-                           ddoc.as<int32_t>(), window);
-  sync();
-  expect_same(o1, o2, B * S * Hq * D, "attention o");
-  expect_same(l1, l2, B * Hq * S, "attention lse");
-  expect_same(dq1, dq2, B * S * Hq * D, "attention dq");
-  expect_same(dk1, dk2, B * S * Hkv * D, "attention dk");
-  expect_same(dv1, dv2, B * S * Hkv * D, "attention dv");
-
-  // Under bf16 the table runs the tensor-core kernels.
-  k().attention_forward(o1.as<float>(), l1.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S, Hq, Hkv,
-                        D, scale, ddoc.as<int32_t>(), window, Precision::BF16);
-  k().attention_backward(dq1.as<float>(), dk1.as<float>(), dv1.as<float>(), dout.as<float>(), q.as<float>(),
-                         kk.as<float>(), v.as<float>(), o1.as<float>(), l1.as<float>(), B, S, Hq, Hkv, D, scale,
-                         ddoc.as<int32_t>(), window, Precision::BF16);
-  cuda::attention_forward_bf16(o2.as<float>(), l2.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S,
-                               Hq, Hkv, D, scale, ddoc.as<int32_t>(), window);
-  cuda::attention_backward_bf16(dq2.as<float>(), dk2.as<float>(), dv2.as<float>(), dout.as<float>(), q.as<float>(),
-                                kk.as<float>(), v.as<float>(), o2.as<float>(), l2.as<float>(), B, S, Hq, Hkv, D, scale,
-                                ddoc.as<int32_t>(), window);
-  sync();
-  expect_same(o1, o2, B * S * Hq * D, "bf16 attention o");
-  expect_same(l1, l2, B * Hq * S, "bf16 attention lse");
-  expect_same(dq1, dq2, B * S * Hq * D, "bf16 attention dq");
-  expect_same(dk1, dk2, B * S * Hkv * D, "bf16 attention dk");
-  expect_same(dv1, dv2, B * S * Hkv * D, "bf16 attention dv");
+  // Under fp32 the table runs the fp32 kernels, under bf16 the tensor-core ones.
+  for (const Precision p : {Precision::F32, Precision::BF16}) {
+    const bool bf16 = p == Precision::BF16;
+    const auto forward = bf16 ? cuda::attention_forward_bf16 : cuda::attention_forward;
+    const auto backward = bf16 ? cuda::attention_backward_bf16 : cuda::attention_backward;
+    k().attention_forward(o1.as<float>(), l1.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S, Hq, Hkv,
+                          D, scale, ddoc.as<int32_t>(), window, p);
+    k().attention_backward(dq1.as<float>(), dk1.as<float>(), dv1.as<float>(), dout.as<float>(), q.as<float>(),
+                           kk.as<float>(), v.as<float>(), o1.as<float>(), l1.as<float>(), B, S, Hq, Hkv, D, scale,
+                           ddoc.as<int32_t>(), window, p);
+    forward(o2.as<float>(), l2.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S, Hq, Hkv, D, scale,
+            ddoc.as<int32_t>(), window, nullptr);
+    backward(dq2.as<float>(), dk2.as<float>(), dv2.as<float>(), dout.as<float>(), q.as<float>(), kk.as<float>(),
+             v.as<float>(), o2.as<float>(), l2.as<float>(), B, S, Hq, Hkv, D, scale, ddoc.as<int32_t>(), window,
+             nullptr);
+    sync();
+    const std::string tag = bf16 ? "bf16 attention " : "attention ";
+    expect_same(o1, o2, B * S * Hq * D, tag + "o");
+    expect_same(l1, l2, B * Hq * S, tag + "lse");
+    expect_same(dq1, dq2, B * S * Hq * D, tag + "dq");
+    expect_same(dk1, dk2, B * S * Hkv * D, tag + "dk");
+    expect_same(dv1, dv2, B * S * Hkv * D, tag + "dv");
+  }
 }
 
 TEST_F(CudaKernelTable, HybridLayers) {

@@ -73,17 +73,27 @@ inline std::vector<int32_t> doc_starts(const TcCase& c) {
   return doc;
 }
 
+// The scale every run of a case uses: 1 / sqrt(D).
+inline float case_scale(const TcCase& c) { return 1.0f / std::sqrt(static_cast<float>(c.D)); }
+
+// q, k and v of a case, seeded: scores of a few units (the spread the bounds carry), values
+// around 1.
+struct QkvInputs {
+  std::vector<float> q, k, v;
+};
+inline QkvInputs make_qkv(const TcCase& c, uint64_t seed) {
+  return {normal_floats(c.B * c.S * c.Hq * c.D, 1.5f, seed), normal_floats(c.B * c.S * c.Hkv * c.D, 1.5f, seed + 1),
+          normal_floats(c.B * c.S * c.Hkv * c.D, 1.0f, seed + 2, 0.25f)};
+}
+
 inline int64_t padded_head_dim(int64_t D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
 
 // run(o, lse, q, k, v, doc_start or nullptr, c) fills o and lse (host vectors, sized).
 template <class Run>
 void check_forward(const TcCase& c, Run run) {
   const int64_t B = c.B, S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D, window = c.window;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  // Scores of a few units (the spread the bounds carry), values around 1.
-  const std::vector<float> q = test::normal_floats(B * S * Hq * D, 1.5f, 61),
-                           k = test::normal_floats(B * S * Hkv * D, 1.5f, 62),
-                           v = test::normal_floats(B * S * Hkv * D, 1.0f, 63, 0.25f);
+  const float scale = case_scale(c);
+  const auto [q, k, v] = make_qkv(c, 61);
   const std::vector<int32_t> doc = doc_starts(c);
   const int32_t* dh = c.documents ? doc.data() : nullptr;
   std::vector<float> o(q.size()), lse(static_cast<size_t>(B * Hq * S)), o2(o.size()), lse2(lse.size());
@@ -143,11 +153,9 @@ void check_forward(const TcCase& c, Run run) {
 template <class Run>
 void check_backward(const TcCase& c, Run run) {
   const int64_t B = c.B, S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D, window = c.window;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const std::vector<float> q = test::normal_floats(B * S * Hq * D, 1.5f, 71),
-                           k = test::normal_floats(B * S * Hkv * D, 1.5f, 72),
-                           v = test::normal_floats(B * S * Hkv * D, 1.0f, 73, 0.25f),
-                           dout = test::normal_floats(B * S * Hq * D, 1.0f, 74);
+  const float scale = case_scale(c);
+  const auto [q, k, v] = make_qkv(c, 71);
+  const std::vector<float> dout = test::normal_floats(B * S * Hq * D, 1.0f, 74);
   const std::vector<int32_t> doc = doc_starts(c);
   const int32_t* dh = c.documents ? doc.data() : nullptr;
   const std::vector<double> qd = rounded_to_bf16(q), kd = rounded_to_bf16(k), vd = rounded_to_bf16(v),

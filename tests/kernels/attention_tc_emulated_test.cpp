@@ -18,7 +18,7 @@ using test::TcCase;
 void run_emulated(std::vector<float>& o, std::vector<float>& lse, const std::vector<float>& q,
                   const std::vector<float>& k, const std::vector<float>& v, const int32_t* doc, const TcCase& c) {
   test::emulated_attention_forward_bf16(o.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.S, c.Hq, c.Hkv,
-                                        c.D, 1.0f / std::sqrt(static_cast<float>(c.D)), doc, c.window);
+                                        c.D, test::case_scale(c), doc, c.window);
 }
 
 void run_backward_emulated(std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv,
@@ -27,7 +27,7 @@ void run_backward_emulated(std::vector<float>& dq, std::vector<float>& dk, std::
                            const int32_t* doc, const TcCase& c) {
   test::emulated_attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
                                          o.data(), lse.data(), c.B, c.S, c.Hq, c.Hkv, c.D,
-                                         1.0f / std::sqrt(static_cast<float>(c.D)), doc, c.window);
+                                         test::case_scale(c), doc, c.window);
 }
 
 TEST(WarpEmulatedKernels, TensorCoreAttentionForwardMatchesFloat64) {

@@ -33,10 +33,10 @@ inline thread_local LtEmuDim3 threadIdx, blockIdx;
 
 namespace lt::emu {
 
-// What one warp's lanes post for an exchange: up to 10 words each (a product's 4 + 2 + 4).
+// What one warp's lanes post for an exchange: up to 6 words each (a product's A and B fragments).
 struct WarpExchange {
   std::barrier<> sync{32};
-  uint32_t words[32][10] = {};
+  uint32_t words[32][6] = {};
 };
 
 struct Block {

@@ -82,26 +82,21 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, h = blockIdx.y / kChunks, b = blockIdx.z;
   const int col0 = static_cast<int>(blockIdx.y % kChunks) * kC;
   const int64_t hk = h / (s.Hq / s.Hkv);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5;
   stage_tile<DP, false>(qw, q, b, q0, s.Hq, h, 0, s);
   stage_tile<DP, false>(dow, dout, b, q0, s.Hq, h, 0, s);
   stage_row_deltas(delta, dout, o, b, q0, h, s);
 
-  int64_t row[2], first[2];
+  const QueryRows rows = query_rows(s, b, q0);
   float row_lse[2];
-  for (int x = 0; x < 2; ++x) {
-    row[x] = q0 + warp * 16 + g + 8 * x;
-    first[x] = row[x] < s.S ? first_visible_key(s, b, row[x]) : row[x] + 1;  // past S: sees no key
-    row_lse[x] = row[x] < s.S ? lse[(b * s.Hq + h) * s.S + row[x]] : 0.f;
-  }
-  const int64_t last_row = (q0 + kBlockRows < s.S ? q0 + kBlockRows : s.S) - 1;
-  const int64_t tile_first = first_visible_key(s, b, q0) / kKeyTile, tile_last = last_row / kKeyTile;
+  for (int x = 0; x < 2; ++x)
+    row_lse[x] = rows.row[x] < s.S ? lse[(b * s.Hq + h) * s.S + rows.row[x]] : 0.f;
 
   float acc[kCTiles][4];  // dq's columns col0 + ct*8 + 2t, +1 of rows g ([0], [1]) and g + 8 ([2], [3])
 #pragma unroll
   for (int ct = 0; ct < kCTiles; ++ct) acc[ct][0] = acc[ct][1] = acc[ct][2] = acc[ct][3] = 0.f;
 
-  for (int64_t tile = tile_first; tile <= tile_last; ++tile) {
+  for (int64_t tile = rows.tile_first; tile <= rows.tile_last; ++tile) {
     const int64_t k0 = tile * kKeyTile;
     __syncthreads();  // the previous tile is read (and q, dO and the deltas are staged)
     stage_tile<DP, false>(kw, k, b, k0, s.Hkv, hk, 0, s);
@@ -119,9 +114,9 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int x = e >> 1;
-        const int64_t j = k0 + nt * 8 + 2 * t + (e & 1);
-        const float p = j >= first[x] && j <= row[x] ? expf(sc[nt][e] * s.scale - row_lse[x]) : 0.f;
-        sc[nt][e] = p * (dp[nt][e] - delta[warp * 16 + g + 8 * x]);
+        const float p =
+            rows.sees(x, k0 + accumulator_column(nt, e)) ? expf(sc[nt][e] * s.scale - row_lse[x]) : 0.f;
+        sc[nt][e] = p * (dp[nt][e] - delta[rows.row[x] - q0]);
       }
     // acc += ds k, ds rounded to bf16 (k^T's chunk gives B).
     accumulate_product<kCTiles>(acc, sc, ktw);
@@ -129,13 +124,13 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
 
 #pragma unroll
   for (int x = 0; x < 2; ++x) {
-    if (row[x] >= s.S) continue;
-    float* out = dq + ((b * s.S + row[x]) * s.Hq + h) * s.D;
+    if (rows.row[x] >= s.S) continue;
+    float* out = dq + ((b * s.S + rows.row[x]) * s.Hq + h) * s.D;
 #pragma unroll
     for (int ct = 0; ct < kCTiles; ++ct)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int64_t d = col0 + ct * 8 + 2 * t + e;
+        const int64_t d = col0 + accumulator_column(ct, e);
         if (d < s.D) out[d] = acc[ct][2 * x + e] * s.scale;
       }
   }
@@ -168,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
   const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kKeyTile, hk = blockIdx.y / kChunks, b = blockIdx.z;
   const int col0 = static_cast<int>(blockIdx.y % kChunks) * kC;
   const int64_t group = s.Hq / s.Hkv;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
   stage_tile<DP, false>(kw, k, b, k0, s.Hkv, hk, 0, s);
   stage_tile<DP, false>(vw, v, b, k0, s.Hkv, hk, 0, s);
   const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
@@ -208,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = nt * 8 + 2 * t + (e & 1);
+          const int r = accumulator_column(nt, e);
           const int64_t i = q0 + r, j = key[e >> 1];
           const float p = j >= query_first[r] && j <= i ? expf(st[nt][e] * s.scale - query_lse[r]) : 0.f;
           st[nt][e] = p;
@@ -228,7 +223,7 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
     for (int ct = 0; ct < kCTiles; ++ct)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int64_t d = col0 + ct * 8 + 2 * t + e;
+        const int64_t d = col0 + accumulator_column(ct, e);
         if (d < s.D) {
           dk[off + d] = dk_acc[ct][2 * x + e] * s.scale;
           dv[off + d] = dv_acc[ct][2 * x + e];

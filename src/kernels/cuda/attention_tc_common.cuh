@@ -36,6 +36,32 @@ __device__ inline int64_t first_visible_key(const TcShape& s, int64_t b, int64_t
   return j0;
 }
 
+// A thread's two query rows of a block's 64 (rows g and g + 8 of its warp's 16: x = 0, 1),
+// the first key each sees, and the key tiles some row of the block sees.
+struct QueryRows {
+  int64_t row[2], first[2];
+  int64_t tile_first, tile_last;
+  __device__ bool sees(int x, int64_t j) const { return j >= first[x] && j <= row[x]; }
+};
+__device__ inline QueryRows query_rows(const TcShape& s, int64_t b, int64_t q0) {
+  QueryRows r;
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+  for (int x = 0; x < 2; ++x) {
+    r.row[x] = q0 + warp * 16 + g + 8 * x;
+    r.first[x] = r.row[x] < s.S ? first_visible_key(s, b, r.row[x]) : r.row[x] + 1;  // past S: sees no key
+  }
+  // first_visible_key never decreases along a row (documents run in order, the window
+  // slides), so q0's is the block's smallest.
+  const int64_t last_row = (q0 + kBlockRows < s.S ? q0 + kBlockRows : s.S) - 1;
+  r.tile_first = first_visible_key(s, b, q0) / kKeyTile;
+  r.tile_last = last_row / kKeyTile;
+  return r;
+}
+
+// The column of a 16 x 64 product (tile_product's layout) that a thread's element e of
+// accumulator tile nt holds: 8 nt + 2t + (e & 1); its row is g + 8 (e >> 1).
+__device__ inline int accumulator_column(int nt, int e) { return nt * 8 + 2 * (threadIdx.x & 3) + (e & 1); }
+
 // Shared-memory tiles are bf16 (as raw bits), [64 rows][DP] or transposed [columns][64],
 // each row 8 elements (4 words) longer than it holds, so that the 32 words a warp's
 // fragment load reads (8 rows x 4 consecutive words) fall in 32 different banks.

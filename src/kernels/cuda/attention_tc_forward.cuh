@@ -24,18 +24,10 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
 
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, h = blockIdx.y, b = blockIdx.z;
   const int64_t hk = h / (s.Hq / s.Hkv);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
   stage_tile<DP, false>(qw, q, b, q0, s.Hq, h, 0, s);
 
-  int64_t row[2], first[2];
-  for (int x = 0; x < 2; ++x) {
-    row[x] = q0 + warp * 16 + g + 8 * x;
-    first[x] = row[x] < s.S ? first_visible_key(s, b, row[x]) : row[x] + 1;  // past S: sees no key
-  }
-  // The key tiles some row of the block sees: first_visible_key never decreases along a
-  // row (documents run in order, the window slides), so q0's is the block's smallest.
-  const int64_t last_row = (q0 + kBlockRows < s.S ? q0 + kBlockRows : s.S) - 1;
-  const int64_t tile_first = first_visible_key(s, b, q0) / kKeyTile, tile_last = last_row / kKeyTile;
+  const QueryRows rows = query_rows(s, b, q0);
 
   float acc[kDTiles][4];  // output columns dt*8 + 2t, +1 of rows g ([0], [1]) and g + 8 ([2], [3])
 #pragma unroll
@@ -43,7 +35,7 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
   float mx[2] = {-INFINITY, -INFINITY};  // running max of the row's scaled scores
   float sum[2] = {0.f, 0.f};             // this thread's part of the row's sum of exp(score - max)
 
-  for (int64_t tile = tile_first; tile <= tile_last; ++tile) {
+  for (int64_t tile = rows.tile_first; tile <= rows.tile_last; ++tile) {
     const int64_t k0 = tile * kKeyTile;
     __syncthreads();  // the previous tile's k and v have been read (and q is staged)
     stage_tile<DP, false>(kw, k, b, k0, s.Hkv, hk, 0, s);
@@ -61,8 +53,7 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int x = e >> 1;
-        const int64_t j = k0 + nt * 8 + 2 * t + (e & 1);
-        sc[nt][e] = j >= first[x] && j <= row[x] ? sc[nt][e] * s.scale : -INFINITY;
+        sc[nt][e] = rows.sees(x, k0 + accumulator_column(nt, e)) ? sc[nt][e] * s.scale : -INFINITY;
         tile_max[x] = fmaxf(tile_max[x], sc[nt][e]);
       }
     float base[2];
@@ -95,17 +86,17 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
   for (int x = 0; x < 2; ++x) {
     sum[x] += __shfl_xor_sync(0xffffffffu, sum[x], 1);
     sum[x] += __shfl_xor_sync(0xffffffffu, sum[x], 2);
-    if (row[x] >= s.S) continue;
+    if (rows.row[x] >= s.S) continue;
     const float inv = 1.0f / sum[x];
-    float* orow = o + ((b * s.S + row[x]) * s.Hq + h) * s.D;
+    float* orow = o + ((b * s.S + rows.row[x]) * s.Hq + h) * s.D;
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int64_t d = dt * 8 + 2 * t + e;
+        const int64_t d = accumulator_column(dt, e);
         if (d < s.D) orow[d] = acc[dt][2 * x + e] * inv;
       }
-    if (t == 0) lse[(b * s.Hq + h) * s.S + row[x]] = mx[x] + logf(sum[x]);
+    if (t == 0) lse[(b * s.Hq + h) * s.S + rows.row[x]] = mx[x] + logf(sum[x]);
   }
 }
 
