@@ -60,8 +60,8 @@ __device__ inline void stage_row_deltas(float* delta, const float* dout, const f
 }
 
 template <int DP>
-constexpr size_t dq_smem_bytes() {  // q, dO, k, v [64][DP]; k^T's chunk [kChunk][64]; deltas
-  return 4 * tile_bytes<DP>(kKeyTile) + tile_bytes<kKeyTile>(kChunk<DP>) + kKeyTile * sizeof(float);
+constexpr size_t dq_smem_bytes() {  // q, dO, k, v [64][DP]; deltas
+  return 4 * tile_bytes<DP>(kKeyTile) + kKeyTile * sizeof(float);
 }
 
 // Grid: (query tiles, Hq x chunks, B). Warp w owns query rows q0 + 16w .. + 15.
@@ -70,21 +70,20 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
                                                          const float* v, const float* o, const float* lse,
                                                          TcShape s) {
   constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8;
-  constexpr int kRowWords = kTileWords<DP>, kTWords = kTileWords<kKeyTile>;
+  constexpr int kRowWords = kTileWords<DP>;
   LT_DYNAMIC_SMEM(smem);
   uint32_t* qw = reinterpret_cast<uint32_t*>(smem);
   uint32_t* dow = qw + kKeyTile * kRowWords;
   uint32_t* kw = dow + kKeyTile * kRowWords;
   uint32_t* vw = kw + kKeyTile * kRowWords;
-  uint32_t* ktw = vw + kKeyTile * kRowWords;
-  float* delta = reinterpret_cast<float*>(ktw + kC * kTWords);
+  float* delta = reinterpret_cast<float*>(vw + kKeyTile * kRowWords);
 
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, h = blockIdx.y / kChunks, b = blockIdx.z;
   const int col0 = static_cast<int>(blockIdx.y % kChunks) * kC;
   const int64_t hk = h / (s.Hq / s.Hkv);
   const int warp = threadIdx.x >> 5;
-  stage_tile<DP, false>(qw, q, b, q0, s.Hq, h, 0, s);
-  stage_tile<DP, false>(dow, dout, b, q0, s.Hq, h, 0, s);
+  stage_tile<DP>(qw, q, b, q0, s.Hq, h, s);
+  stage_tile<DP>(dow, dout, b, q0, s.Hq, h, s);
   stage_row_deltas(delta, dout, o, b, q0, h, s);
 
   const QueryRows rows = query_rows(s, b, q0);
@@ -99,9 +98,8 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
   for (int64_t tile = rows.tile_first; tile <= rows.tile_last; ++tile) {
     const int64_t k0 = tile * kKeyTile;
     __syncthreads();  // the previous tile is read (and q, dO and the deltas are staged)
-    stage_tile<DP, false>(kw, k, b, k0, s.Hkv, hk, 0, s);
-    stage_tile<DP, false>(vw, v, b, k0, s.Hkv, hk, 0, s);
-    stage_tile<kC, true>(ktw, k, b, k0, s.Hkv, hk, col0, s);
+    stage_tile<DP>(kw, k, b, k0, s.Hkv, hk, s);
+    stage_tile<DP>(vw, v, b, k0, s.Hkv, hk, s);
     __syncthreads();
 
     // Scores q k^T and dp = dO v^T of the warp's 16 rows against the tile's 64 keys.
@@ -118,8 +116,8 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
             rows.sees(x, k0 + accumulator_column(nt, e)) ? expf(sc[nt][e] * s.scale - row_lse[x]) : 0.f;
         sc[nt][e] = p * (dp[nt][e] - delta[rows.row[x] - q0]);
       }
-    // acc += ds k, ds rounded to bf16 (k^T's chunk gives B).
-    accumulate_product<kCTiles>(acc, sc, ktw);
+    // acc += ds k (the block's columns), ds rounded to bf16.
+    accumulate_product<DP>(acc, sc, kw, col0);
   }
 
 #pragma unroll
@@ -137,9 +135,8 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
 }
 
 template <int DP>
-constexpr size_t dkv_smem_bytes() {  // k, v, q, dO [64][DP]; q^T's and dO^T's chunks; per query row
-  return 4 * tile_bytes<DP>(kKeyTile) + 2 * tile_bytes<kKeyTile>(kChunk<DP>) +
-         kKeyTile * (sizeof(int64_t) + 2 * sizeof(float));
+constexpr size_t dkv_smem_bytes() {  // k, v, q, dO [64][DP]; per query row
+  return 4 * tile_bytes<DP>(kKeyTile) + kKeyTile * (sizeof(int64_t) + 2 * sizeof(float));
 }
 
 // Grid: (key tiles, Hkv x chunks, B). Warp w owns keys k0 + 16w .. + 15.
@@ -148,15 +145,13 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
                                                           const float* k, const float* v, const float* o,
                                                           const float* lse, TcShape s) {
   constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8;
-  constexpr int kRowWords = kTileWords<DP>, kTWords = kTileWords<kKeyTile>;
+  constexpr int kRowWords = kTileWords<DP>;
   LT_DYNAMIC_SMEM(smem);
   uint32_t* kw = reinterpret_cast<uint32_t*>(smem);
   uint32_t* vw = kw + kKeyTile * kRowWords;
   uint32_t* qw = vw + kKeyTile * kRowWords;
   uint32_t* dow = qw + kKeyTile * kRowWords;
-  uint32_t* qtw = dow + kKeyTile * kRowWords;
-  uint32_t* dotw = qtw + kC * kTWords;
-  int64_t* query_first = reinterpret_cast<int64_t*>(dotw + kC * kTWords);  // 8-byte aligned: tiles are 256 B rows
+  int64_t* query_first = reinterpret_cast<int64_t*>(dow + kKeyTile * kRowWords);  // 8-byte aligned: 64 rows a tile
   float* query_lse = reinterpret_cast<float*>(query_first + kKeyTile);
   float* delta = query_lse + kKeyTile;
 
@@ -164,8 +159,8 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
   const int col0 = static_cast<int>(blockIdx.y % kChunks) * kC;
   const int64_t group = s.Hq / s.Hkv;
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
-  stage_tile<DP, false>(kw, k, b, k0, s.Hkv, hk, 0, s);
-  stage_tile<DP, false>(vw, v, b, k0, s.Hkv, hk, 0, s);
+  stage_tile<DP>(kw, k, b, k0, s.Hkv, hk, s);
+  stage_tile<DP>(vw, v, b, k0, s.Hkv, hk, s);
   const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   // The query tiles that see some key of the block: from the block's first key (causal)
   // to the last query that sees its last key (last_seeing_query never decreases in j).
@@ -182,10 +177,8 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
     for (int64_t qt = qtile_first; qt <= qtile_last; ++qt) {
       const int64_t q0 = qt * kBlockRows;
       __syncthreads();  // the previous query tile is read (and k, v are staged)
-      stage_tile<DP, false>(qw, q, b, q0, s.Hq, h, 0, s);
-      stage_tile<DP, false>(dow, dout, b, q0, s.Hq, h, 0, s);
-      stage_tile<kC, true>(qtw, q, b, q0, s.Hq, h, col0, s);
-      stage_tile<kC, true>(dotw, dout, b, q0, s.Hq, h, col0, s);
+      stage_tile<DP>(qw, q, b, q0, s.Hq, h, s);
+      stage_tile<DP>(dow, dout, b, q0, s.Hq, h, s);
       stage_row_deltas(delta, dout, o, b, q0, h, s);
       for (int r = threadIdx.x; r < kBlockRows; r += kThreads) {
         const int64_t i = q0 + r;
@@ -209,10 +202,9 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
           st[nt][e] = p;
           dpt[nt][e] = p * (dpt[nt][e] - delta[r]);
         }
-      // dv += p^T dO and dk += ds^T q, p^T and ds^T rounded to bf16 (dO^T's and q^T's
-      // chunks give B).
-      accumulate_product<kCTiles>(dv_acc, st, dotw);
-      accumulate_product<kCTiles>(dk_acc, dpt, qtw);
+      // dv += p^T dO and dk += ds^T q (the block's columns), p^T and ds^T rounded to bf16.
+      accumulate_product<DP>(dv_acc, st, dow, col0);
+      accumulate_product<DP>(dk_acc, dpt, qw, col0);
     }
 
 #pragma unroll

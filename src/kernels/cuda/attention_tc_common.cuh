@@ -62,9 +62,9 @@ __device__ inline QueryRows query_rows(const TcShape& s, int64_t b, int64_t q0) 
 // accumulator tile nt holds: 8 nt + 2t + (e & 1); its row is g + 8 (e >> 1).
 __device__ inline int accumulator_column(int nt, int e) { return nt * 8 + 2 * (threadIdx.x & 3) + (e & 1); }
 
-// Shared-memory tiles are bf16 (as raw bits), [64 rows][DP] or transposed [columns][64],
-// each row 8 elements (4 words) longer than it holds, so that the 32 words a warp's
-// fragment load reads (8 rows x 4 consecutive words) fall in 32 different banks.
+// Shared-memory tiles are bf16 (as raw bits), [64 rows][DP], each row 8 elements (4 words)
+// longer than it holds, so that the 32 words a warp's fragment load reads (8 rows x 4
+// consecutive words) fall in 32 different banks.
 template <int kCols>
 inline constexpr int kTileWords = (kCols + 8) / 2;  // one row's stride, in 32-bit words
 template <int kCols>
@@ -76,19 +76,17 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
 }
 
-// Rows row0 .. row0 + 63 of head h of x ([B*S, H, D] fp32), columns col0 .. col0 + kCols
-// - 1, as bf16 into a shared-memory tile: row-major ([r][d - col0]) or transposed
-// ([d - col0][r]); zeros past S and D.
-template <int kCols, bool kTransposed>
-__device__ void stage_tile(uint32_t* tile, const float* x, int64_t b, int64_t row0, int64_t H, int64_t h, int col0,
+// Rows row0 .. row0 + 63 of head h of x ([B*S, H, D] fp32) as bf16 into a row-major
+// shared-memory tile [64][kTileWords<DP>]; zeros past S and D.
+template <int DP>
+__device__ void stage_tile(uint32_t* tile, const float* x, int64_t b, int64_t row0, int64_t H, int64_t h,
                            const TcShape& s) {
   uint16_t* dst = reinterpret_cast<uint16_t*>(tile);
-  constexpr int kStride = kTransposed ? 2 * kTileWords<kKeyTile> : 2 * kTileWords<kCols>;
-  for (int e = threadIdx.x; e < kKeyTile * kCols; e += kThreads) {
-    const int r = e / kCols, c = e % kCols;
-    const int64_t i = row0 + r, d = col0 + c;
+  for (int e = threadIdx.x; e < kKeyTile * DP; e += kThreads) {
+    const int r = e / DP, d = e % DP;
+    const int64_t i = row0 + r;
     const float val = i < s.S && d < s.D ? x[((b * s.S + i) * H + h) * s.D + d] : 0.f;
-    dst[kTransposed ? c * kStride + r : r * kStride + c] = f32_to_bf16_bits(val);
+    dst[r * 2 * kTileWords<DP> + d] = f32_to_bf16_bits(val);
   }
 }
 
@@ -106,6 +104,21 @@ __device__ inline void mma_tile(float (&d)[4], const uint32_t (&a)[4], const uin
                                 int kk) {
   const int lane = threadIdx.x & 31, w = (n0 + (lane >> 2)) * stride + kk * 8 + (lane & 3);
   mma_bf16(d, a, tile[w], tile[w + 4]);
+}
+// The same product with the B fragment taken from a tile stored [k][n] (the k of its two
+// halves a row apart, so read as bf16 and packed): what lets the products whose sum runs
+// over keys or queries (P v, dS k, P^T dO, dS^T q) read the row-major tiles that the
+// score products read, instead of transposed copies that would cost a second staging
+// and, at D 128, more shared memory than consumer GPUs give a block (99 KB). With a row
+// stride of 4 mod 32 words, a warp's 32 reads fall in 16 banks, two lanes to a word.
+__device__ inline void mma_tile_from_rows(float (&d)[4], const uint32_t (&a)[4], const uint32_t* tile, int stride,
+                                          int n0, int kk) {
+  const uint16_t* half = reinterpret_cast<const uint16_t*>(tile);
+  const int lane = threadIdx.x & 31, k = kk * 16 + 2 * (lane & 3), n = n0 + (lane >> 2), row = 2 * stride;
+  const auto pair = [&](int k0) {
+    return static_cast<uint32_t>(half[k0 * row + n]) | (static_cast<uint32_t>(half[(k0 + 1) * row + n]) << 16);
+  };
+  mma_bf16(d, a, pair(k), pair(k + 8));
 }
 // Two accumulator tiles side by side (columns 16 kc .. 16 kc + 15 of a 16-row product) as
 // the A fragment of the next product, rounded to bf16: the accumulator's layout puts each
@@ -133,16 +146,18 @@ __device__ inline void tile_product(float (&x)[8][4], const uint32_t* a_tile, co
 }
 
 // acc += bf16(x) . b for a 16 x 64 product x (tile_product's layout; its 64 columns are
-// the sum's index) and a tile b stored transposed, [kTiles * 8][64]: 16 of the sum at a
-// time, x's tiles 2kc and 2kc + 1 the A fragment (accumulators_as_a).
-template <int kTiles>
-__device__ inline void accumulate_product(float (&acc)[kTiles][4], const float (&x)[8][4], const uint32_t* bt_tile) {
+// the sum's index) and columns col0 .. col0 + 8 kTiles - 1 of a row-major tile b
+// [64][kTileWords<DP>]: 16 of the sum at a time, x's tiles 2kc and 2kc + 1 the A fragment
+// (accumulators_as_a).
+template <int DP, int kTiles>
+__device__ inline void accumulate_product(float (&acc)[kTiles][4], const float (&x)[8][4], const uint32_t* b_tile,
+                                          int col0) {
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
     uint32_t a[4];
     accumulators_as_a(a, x[2 * kc], x[2 * kc + 1]);
 #pragma unroll
-    for (int ct = 0; ct < kTiles; ++ct) mma_tile(acc[ct], a, bt_tile, kTileWords<kKeyTile>, ct * 8, kc);
+    for (int ct = 0; ct < kTiles; ++ct) mma_tile_from_rows(acc[ct], a, b_tile, kTileWords<DP>, col0 + ct * 8, kc);
   }
 }
 
