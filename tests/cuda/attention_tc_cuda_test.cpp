@@ -27,7 +27,7 @@ void run_on_gpu(std::vector<float>& o, std::vector<float>& lse, const std::vecto
   lse = to_host<float>(d_lse, lse.size());
 }
 
-void run_backward_on_gpu(std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv,
+void run_backward_staged(bool column_passes, std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv,
                          const std::vector<float>& dout, const std::vector<float>& q, const std::vector<float>& k,
                          const std::vector<float>& v, const std::vector<float>& o, const std::vector<float>& lse,
                          const int32_t* doc, const TcCase& c) {
@@ -38,11 +38,19 @@ void run_backward_on_gpu(std::vector<float>& dq, std::vector<float>& dk, std::ve
   cuda::attention_backward_bf16(d_dq.as<float>(), d_dk.as<float>(), d_dv.as<float>(), ddo.as<float>(),
                                 dq_in.as<float>(), dk_in.as<float>(), dv_in.as<float>(), d_o.as<float>(),
                                 d_lse.as<float>(), c.B, c.S, c.Hq, c.Hkv, c.D,
-                                test::case_scale(c), doc ? ddoc.as<int32_t>() : nullptr,
-                                c.window);
+                                test::case_scale(c), doc ? ddoc.as<int32_t>() : nullptr, c.window, nullptr,
+                                column_passes ? cuda::TcBackwardStaging::kColumnPasses
+                                              : cuda::TcBackwardStaging::kFitToDevice);
   dq = to_host<float>(d_dq, dq.size());
   dk = to_host<float>(d_dk, dk.size());
   dv = to_host<float>(d_dv, dv.size());
+}
+
+void run_backward_on_gpu(std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv,
+                         const std::vector<float>& dout, const std::vector<float>& q, const std::vector<float>& k,
+                         const std::vector<float>& v, const std::vector<float>& o, const std::vector<float>& lse,
+                         const int32_t* doc, const TcCase& c) {
+  run_backward_staged(false, dq, dk, dv, dout, q, k, v, o, lse, doc, c);
 }
 
 TEST(CudaKernels, TensorCoreAttentionForwardMatchesFloat64) {
@@ -62,6 +70,15 @@ TEST(CudaKernels, TensorCoreAttentionBackwardMatchesFloat64) {
   test::check_backward({2, 150, 4, 4, 80, 0, true}, run_backward_on_gpu);     // documents, D padded to 128
   test::check_backward({1, 130, 8, 1, 256, 9, true}, run_backward_on_gpu);    // both, MQA, two column chunks
   test::check_backward({1, 600, 2, 1, 128, 0, false}, run_backward_on_gpu);   // 10 query and key tiles
+}
+
+// The column passes that GPUs with 99 KB of shared memory a block run at D 256 (Gemma 3), on
+// this one's tensor cores: the bits of the whole-D kernels (on a GPU that would pick the
+// passes itself, both runs are passes: said in the output).
+TEST(CudaKernels, TensorCoreAttentionBackwardInColumnPassesGivesTheSameBits) {
+  LT_REQUIRE_CUDA_DEVICE();
+  test::check_column_passes_give_the_same_bits({1, 130, 8, 2, 256, 9, true}, run_backward_staged);
+  test::check_column_passes_give_the_same_bits({2, 300, 4, 4, 200, 0, false}, run_backward_staged);
 }
 
 }  // namespace

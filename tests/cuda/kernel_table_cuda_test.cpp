@@ -272,7 +272,10 @@ TEST_F(CudaKernelTable, Attention) {
   for (const Precision p : {Precision::F32, Precision::BF16}) {
     const bool bf16 = p == Precision::BF16;
     const auto forward = bf16 ? cuda::attention_forward_bf16 : cuda::attention_forward;
-    const auto backward = bf16 ? cuda::attention_backward_bf16 : cuda::attention_backward;
+    const auto backward = [bf16](auto... a) {  // the bf16 one has a last, defaulted argument more
+      if (bf16) cuda::attention_backward_bf16(a...);
+      else cuda::attention_backward(a...);
+    };
     k().attention_forward(o1.as<float>(), l1.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S, Hq, Hkv,
                           D, scale, ddoc.as<int32_t>(), window, p);
     k().attention_backward(dq1.as<float>(), dk1.as<float>(), dv1.as<float>(), dout.as<float>(), q.as<float>(),

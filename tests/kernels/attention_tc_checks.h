@@ -29,7 +29,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -150,21 +152,39 @@ void check_forward(const TcCase& c, Run run) {
 
 // run(dq, dk, dv, dout, q, k, v, o, lse, doc_start or nullptr, c) fills dq, dk, dv (host
 // vectors, sized).
+// A backward case's inputs: q, k, v, dO, the documents, and o and lse of the exact forward
+// on the bf16-rounded inputs (as fp32: the kernel and the reference both get them).
+struct BackwardInputs {
+  std::vector<float> q, k, v, dout;
+  std::vector<int32_t> doc;
+  std::vector<double> qd, kd, vd, dod;  // q, k, v, dO rounded to bf16
+  std::vector<float> o, lse;
+  const int32_t* doc_start() const { return doc.empty() ? nullptr : doc.data(); }
+};
+inline BackwardInputs backward_inputs(const TcCase& c) {
+  BackwardInputs in;
+  QkvInputs qkv = make_qkv(c, 71);
+  in.q = std::move(qkv.q), in.k = std::move(qkv.k), in.v = std::move(qkv.v);
+  in.dout = test::normal_floats(c.B * c.S * c.Hq * c.D, 1.0f, 74);
+  in.doc = doc_starts(c);
+  in.qd = rounded_to_bf16(in.q), in.kd = rounded_to_bf16(in.k), in.vd = rounded_to_bf16(in.v);
+  in.dod = rounded_to_bf16(in.dout);
+  std::vector<double> o64(in.q.size()), lse64(static_cast<size_t>(c.B * c.Hq * c.S));
+  ref::attention_forward<double>(o64.data(), lse64.data(), in.qd.data(), in.kd.data(), in.vd.data(), c.B, c.S, c.Hq,
+                                 c.Hkv, c.D, static_cast<double>(case_scale(c)), in.doc_start(), c.window);
+  in.o.assign(o64.begin(), o64.end());
+  in.lse.assign(lse64.begin(), lse64.end());
+  return in;
+}
+
 template <class Run>
 void check_backward(const TcCase& c, Run run) {
   const int64_t B = c.B, S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D, window = c.window;
   const float scale = case_scale(c);
-  const auto [q, k, v] = make_qkv(c, 71);
-  const std::vector<float> dout = test::normal_floats(B * S * Hq * D, 1.0f, 74);
-  const std::vector<int32_t> doc = doc_starts(c);
-  const int32_t* dh = c.documents ? doc.data() : nullptr;
-  const std::vector<double> qd = rounded_to_bf16(q), kd = rounded_to_bf16(k), vd = rounded_to_bf16(v),
-                            dod = rounded_to_bf16(dout);
-  // o and lse of the exact forward on the rounded inputs, as fp32: both sides get them.
-  std::vector<double> o64(q.size()), lse64(static_cast<size_t>(B * Hq * S));
-  ref::attention_forward<double>(o64.data(), lse64.data(), qd.data(), kd.data(), vd.data(), B, S, Hq, Hkv, D,
-                                 static_cast<double>(scale), dh, window);
-  const std::vector<float> o(o64.begin(), o64.end()), lse(lse64.begin(), lse64.end());
+  const BackwardInputs in = backward_inputs(c);
+  const std::vector<float>&q = in.q, &k = in.k, &v = in.v, &dout = in.dout, &o = in.o, &lse = in.lse;
+  const std::vector<double>&qd = in.qd, &kd = in.kd, &vd = in.vd, &dod = in.dod;
+  const int32_t* dh = in.doc_start();
   std::vector<float> dq(q.size()), dk(k.size()), dv(v.size()), dq2(q.size()), dk2(k.size()), dv2(v.size());
   run(dq, dk, dv, dout, q, k, v, o, lse, dh, c);
   run(dq2, dk2, dv2, dout, q, k, v, o, lse, dh, c);
@@ -220,6 +240,31 @@ void check_backward(const TcCase& c, Run run) {
   test::expect_within(dq, dq_ref, dq_b, (what + " dq").c_str());
   test::expect_within(dk, dk_ref, dk_b, (what + " dk").c_str());
   test::expect_within(dv, dv_ref, dv_b, (what + " dv").c_str());
+}
+
+// The backward in column passes (kernels/cuda/attention_tc_backward.cuh; what a GPU with
+// less shared memory a block runs at D above 128) must give the bits of the whole-D kernels:
+// run(column_passes, dq, dk, dv, dout, q, k, v, o, lse, doc_start or nullptr, c).
+template <class Run>
+void check_column_passes_give_the_same_bits(const TcCase& c, Run run) {
+  const BackwardInputs in = backward_inputs(c);
+  std::vector<float> whole[3], passes[3];
+  for (auto* out : {whole, passes})
+    for (int i = 0; i < 3; ++i) out[i].resize(i == 0 ? in.q.size() : in.k.size());
+  run(false, whole[0], whole[1], whole[2], in.dout, in.q, in.k, in.v, in.o, in.lse, in.doc_start(), c);
+  run(true, passes[0], passes[1], passes[2], in.dout, in.q, in.k, in.v, in.o, in.lse, in.doc_start(), c);
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3; ++i) {
+    size_t differ = 0, nonzero = 0;
+    for (size_t j = 0; j < whole[i].size(); ++j) {
+      differ += std::memcmp(&whole[i][j], &passes[i][j], sizeof(float)) != 0;
+      nonzero += whole[i][j] != 0.f;
+    }
+    std::printf("  column passes %s %s: %zu of %zu values differ in their bits (%zu nonzero)\n",
+                case_name(c).c_str(), names[i], differ, whole[i].size(), nonzero);
+    EXPECT_EQ(differ, 0u) << case_name(c) << " " << names[i];
+    EXPECT_GT(nonzero, whole[i].size() / 2) << case_name(c) << " " << names[i] << ": the gradients were not written";
+  }
 }
 
 }  // namespace lt::test

@@ -21,15 +21,23 @@ void forward(float* o, float* lse, const float* q, const float* k, const float* 
               cuda::tc::forward_smem_bytes<DP>(), &cuda::tc::forward_tc_kernel<DP>, o, lse, q, k, v, s);
 }
 
-template <int DP>
-void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
-              const float* o, const float* lse, const cuda::tc::TcShape& s) {
+template <int DP, int kStage>
+void backward_staged(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                     const float* v, const float* o, const float* lse, const cuda::tc::TcShape& s) {
   constexpr unsigned chunks = DP / cuda::tc::kChunk<DP>;
   const auto tiles = static_cast<unsigned>((s.S + cuda::tc::kKeyTile - 1) / cuda::tc::kKeyTile);
   emu::launch(tiles, static_cast<unsigned>(s.Hq) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::dq_smem_bytes<DP>(), &cuda::tc::dq_tc_kernel<DP>, dq, dout, q, k, v, o, lse, s);
+              cuda::tc::dq_smem_bytes<DP, kStage>(), &cuda::tc::dq_tc_kernel<DP, kStage>, dq, dout, q, k, v, o, lse,
+              s);
   emu::launch(tiles, static_cast<unsigned>(s.Hkv) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::dkv_smem_bytes<DP>(), &cuda::tc::dkv_tc_kernel<DP>, dk, dv, dout, q, k, v, o, lse, s);
+              cuda::tc::dkv_smem_bytes<DP, kStage>(), &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, dout, q, k, v, o,
+              lse, s);
+}
+template <int DP>
+void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+              const float* o, const float* lse, const cuda::tc::TcShape& s, bool column_passes) {
+  if (column_passes) backward_staged<DP, cuda::tc::kChunk<DP>>(dq, dk, dv, dout, q, k, v, o, lse, s);
+  else backward_staged<DP, DP>(dq, dk, dv, dout, q, k, v, o, lse, s);
 }
 
 }  // namespace emulated_detail
@@ -43,14 +51,17 @@ inline void emulated_attention_forward_bf16(float* o, float* lse, const float* q
   else emulated_detail::forward<256>(o, lse, q, k, v, s);
 }
 
+// column_passes: the kernels that stage kChunk columns at a time, as they run where a block
+// gets too little shared memory for whole-D tiles (attention_tc_backward.cuh); the same
+// as the others below D 129.
 inline void emulated_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q,
                                              const float* k, const float* v, const float* o, const float* lse,
                                              int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
-                                             const int32_t* doc_start, int64_t window) {
+                                             const int32_t* doc_start, int64_t window, bool column_passes = false) {
   const cuda::tc::TcShape s{B, S, Hq, Hkv, D, scale, doc_start, window};
-  if (D <= 64) emulated_detail::backward<64>(dq, dk, dv, dout, q, k, v, o, lse, s);
-  else if (D <= 128) emulated_detail::backward<128>(dq, dk, dv, dout, q, k, v, o, lse, s);
-  else emulated_detail::backward<256>(dq, dk, dv, dout, q, k, v, o, lse, s);
+  if (D <= 64) emulated_detail::backward<64>(dq, dk, dv, dout, q, k, v, o, lse, s, column_passes);
+  else if (D <= 128) emulated_detail::backward<128>(dq, dk, dv, dout, q, k, v, o, lse, s, column_passes);
+  else emulated_detail::backward<256>(dq, dk, dv, dout, q, k, v, o, lse, s, column_passes);
 }
 
 }  // namespace lt::test

@@ -21,13 +21,20 @@ void run_emulated(std::vector<float>& o, std::vector<float>& lse, const std::vec
                                         c.D, test::case_scale(c), doc, c.window);
 }
 
+void run_backward_staged(bool column_passes, std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv,
+                         const std::vector<float>& dout, const std::vector<float>& q, const std::vector<float>& k,
+                         const std::vector<float>& v, const std::vector<float>& o, const std::vector<float>& lse,
+                         const int32_t* doc, const TcCase& c) {
+  test::emulated_attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                                         o.data(), lse.data(), c.B, c.S, c.Hq, c.Hkv, c.D, test::case_scale(c), doc,
+                                         c.window, column_passes);
+}
+
 void run_backward_emulated(std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv,
                            const std::vector<float>& dout, const std::vector<float>& q, const std::vector<float>& k,
                            const std::vector<float>& v, const std::vector<float>& o, const std::vector<float>& lse,
                            const int32_t* doc, const TcCase& c) {
-  test::emulated_attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
-                                         o.data(), lse.data(), c.B, c.S, c.Hq, c.Hkv, c.D,
-                                         test::case_scale(c), doc, c.window);
+  run_backward_staged(false, dq, dk, dv, dout, q, k, v, o, lse, doc, c);
 }
 
 TEST(WarpEmulatedKernels, TensorCoreAttentionForwardMatchesFloat64) {
@@ -46,6 +53,12 @@ TEST(WarpEmulatedKernels, TensorCoreAttentionBackwardMatchesFloat64) {
   test::check_backward({1, 70, 2, 1, 256, 9, true}, run_backward_emulated);    // both, two column chunks
   test::check_backward({1, 3, 2, 2, 1, 0, false}, run_backward_emulated);       // edges: 3 tokens, D 1
   test::check_backward({1, 129, 1, 1, 48, 500, false}, run_backward_emulated);  // a window past S, 3 tiles
+}
+
+// What GPUs with 99 KB of shared memory a block run at D 256 (Gemma 3): the same bits.
+TEST(WarpEmulatedKernels, TensorCoreAttentionBackwardInColumnPassesGivesTheSameBits) {
+  test::check_column_passes_give_the_same_bits({1, 70, 4, 2, 256, 9, true}, run_backward_staged);  // GQA 2
+  test::check_column_passes_give_the_same_bits({1, 40, 1, 1, 200, 0, false}, run_backward_staged);  // D padded
 }
 
 }  // namespace

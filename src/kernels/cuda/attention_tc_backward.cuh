@@ -59,18 +59,30 @@ __device__ inline void stage_row_deltas(float* delta, const float* dout, const f
   }
 }
 
-template <int DP>
-constexpr size_t dq_smem_bytes() {  // q, dO, k, v [64][DP]; deltas
-  return 4 * tile_bytes<DP>(kKeyTile) + kKeyTile * sizeof(float);
+// A backward kernel stages its tiles kStage columns wide: all of D (kStage = DP), or, where
+// a block's shared memory cannot hold four [64][256] tiles (133 KB; consumer GPUs give 99),
+// kChunk columns at a time (kStage = kChunk<DP> < DP): the score products then run in
+// column passes, each staging its columns of all four tiles, in the order a whole-D
+// product sums them, so the passes give the same bits as the one-pass kernel; the block's
+// own columns are staged last (restaged where they are not the last pass's) for the
+// products that write them. The price: q and dO (dq) or k and v (dk/dv) are staged again
+// for every tile instead of once.
+template <int DP, int kStage>
+inline constexpr int kPasses = DP / kStage;
+
+template <int DP, int kStage = DP>
+constexpr size_t dq_smem_bytes() {  // q, dO, k, v [64][kStage]; deltas
+  return 4 * tile_bytes<kStage>(kKeyTile) + kKeyTile * sizeof(float);
 }
 
 // Grid: (query tiles, Hq x chunks, B). Warp w owns query rows q0 + 16w .. + 15.
-template <int DP>
+template <int DP, int kStage = DP>
 __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float* dout, const float* q, const float* k,
                                                          const float* v, const float* o, const float* lse,
                                                          TcShape s) {
-  constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8;
-  constexpr int kRowWords = kTileWords<DP>;
+  static_assert(kStage == DP || kStage == kChunk<DP>, "stage all of D or the block's chunk");
+  constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8, kRowWords = kTileWords<kStage>;
+  constexpr int kN = kPasses<DP, kStage>;
   LT_DYNAMIC_SMEM(smem);
   uint32_t* qw = reinterpret_cast<uint32_t*>(smem);
   uint32_t* dow = qw + kKeyTile * kRowWords;
@@ -82,8 +94,10 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
   const int col0 = static_cast<int>(blockIdx.y % kChunks) * kC;
   const int64_t hk = h / (s.Hq / s.Hkv);
   const int warp = threadIdx.x >> 5;
-  stage_tile<DP>(qw, q, b, q0, s.Hq, h, s);
-  stage_tile<DP>(dow, dout, b, q0, s.Hq, h, s);
+  if constexpr (kN == 1) {  // q and dO stay staged
+    stage_tile<DP>(qw, q, b, q0, s.Hq, h, 0, s);
+    stage_tile<DP>(dow, dout, b, q0, s.Hq, h, 0, s);
+  }
   stage_row_deltas(delta, dout, o, b, q0, h, s);
 
   const QueryRows rows = query_rows(s, b, q0);
@@ -97,15 +111,29 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
 
   for (int64_t tile = rows.tile_first; tile <= rows.tile_last; ++tile) {
     const int64_t k0 = tile * kKeyTile;
-    __syncthreads();  // the previous tile is read (and q, dO and the deltas are staged)
-    stage_tile<DP>(kw, k, b, k0, s.Hkv, hk, s);
-    stage_tile<DP>(vw, v, b, k0, s.Hkv, hk, s);
-    __syncthreads();
-
     // Scores q k^T and dp = dO v^T of the warp's 16 rows against the tile's 64 keys.
     float sc[8][4], dp[8][4];
-    tile_product<DP>(sc, qw, kw, warp * 16);
-    tile_product<DP>(dp, dow, vw, warp * 16);
+    zero_tiles(sc);
+    zero_tiles(dp);
+#pragma unroll
+    for (int pass = 0; pass < kN; ++pass) {
+      const int c0 = pass * kStage;
+      __syncthreads();  // the previous tile or pass is read (and q, dO and the deltas are staged)
+      if constexpr (kN > 1) {
+        stage_tile<kStage>(qw, q, b, q0, s.Hq, h, c0, s);
+        stage_tile<kStage>(dow, dout, b, q0, s.Hq, h, c0, s);
+      }
+      stage_tile<kStage>(kw, k, b, k0, s.Hkv, hk, c0, s);
+      stage_tile<kStage>(vw, v, b, k0, s.Hkv, hk, c0, s);
+      __syncthreads();
+      add_tile_product<kStage>(sc, qw, kw, warp * 16);
+      add_tile_product<kStage>(dp, dow, vw, warp * 16);
+    }
+    if (kN > 1 && col0 != (kN - 1) * kStage) {  // the block's columns of k for ds k
+      __syncthreads();
+      stage_tile<kStage>(kw, k, b, k0, s.Hkv, hk, col0, s);
+      __syncthreads();
+    }
     // ds = p (dp - delta), p from the saved lse; 0 where the key is not seen.
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
@@ -117,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
         sc[nt][e] = p * (dp[nt][e] - delta[rows.row[x] - q0]);
       }
     // acc += ds k (the block's columns), ds rounded to bf16.
-    accumulate_product<DP>(acc, sc, kw, col0);
+    accumulate_product<kStage>(acc, sc, kw, col0 % kStage);
   }
 
 #pragma unroll
@@ -134,18 +162,19 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
   }
 }
 
-template <int DP>
-constexpr size_t dkv_smem_bytes() {  // k, v, q, dO [64][DP]; per query row
-  return 4 * tile_bytes<DP>(kKeyTile) + kKeyTile * (sizeof(int64_t) + 2 * sizeof(float));
+template <int DP, int kStage = DP>
+constexpr size_t dkv_smem_bytes() {  // k, v, q, dO [64][kStage]; per query row
+  return 4 * tile_bytes<kStage>(kKeyTile) + kKeyTile * (sizeof(int64_t) + 2 * sizeof(float));
 }
 
 // Grid: (key tiles, Hkv x chunks, B). Warp w owns keys k0 + 16w .. + 15.
-template <int DP>
+template <int DP, int kStage = DP>
 __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, const float* dout, const float* q,
                                                           const float* k, const float* v, const float* o,
                                                           const float* lse, TcShape s) {
-  constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8;
-  constexpr int kRowWords = kTileWords<DP>;
+  static_assert(kStage == DP || kStage == kChunk<DP>, "stage all of D or the block's chunk");
+  constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8, kRowWords = kTileWords<kStage>;
+  constexpr int kN = kPasses<DP, kStage>;
   LT_DYNAMIC_SMEM(smem);
   uint32_t* kw = reinterpret_cast<uint32_t*>(smem);
   uint32_t* vw = kw + kKeyTile * kRowWords;
@@ -159,8 +188,10 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
   const int col0 = static_cast<int>(blockIdx.y % kChunks) * kC;
   const int64_t group = s.Hq / s.Hkv;
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
-  stage_tile<DP>(kw, k, b, k0, s.Hkv, hk, s);
-  stage_tile<DP>(vw, v, b, k0, s.Hkv, hk, s);
+  if constexpr (kN == 1) {  // k and v stay staged
+    stage_tile<DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
+  }
   const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   // The query tiles that see some key of the block: from the block's first key (causal)
   // to the last query that sees its last key (last_seeing_query never decreases in j).
@@ -176,21 +207,38 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
     for (int64_t qt = qtile_first; qt <= qtile_last; ++qt) {
       const int64_t q0 = qt * kBlockRows;
-      __syncthreads();  // the previous query tile is read (and k, v are staged)
-      stage_tile<DP>(qw, q, b, q0, s.Hq, h, s);
-      stage_tile<DP>(dow, dout, b, q0, s.Hq, h, s);
-      stage_row_deltas(delta, dout, o, b, q0, h, s);
-      for (int r = threadIdx.x; r < kBlockRows; r += kThreads) {
-        const int64_t i = q0 + r;
-        query_first[r] = i < s.S ? first_visible_key(s, b, i) : i + 1;  // past S: sees no key
-        query_lse[r] = i < s.S ? lse[(b * s.Hq + h) * s.S + i] : 0.f;
-      }
-      __syncthreads();
-
       // s^T = k q^T and dp^T = v dO^T: the warp's 16 keys against the tile's 64 queries.
       float st[8][4], dpt[8][4];
-      tile_product<DP>(st, kw, qw, warp * 16);
-      tile_product<DP>(dpt, vw, dow, warp * 16);
+      zero_tiles(st);
+      zero_tiles(dpt);
+  #pragma unroll
+    for (int pass = 0; pass < kN; ++pass) {
+        const int c0 = pass * kStage;
+        __syncthreads();  // the previous query tile or pass is read (and k, v are staged)
+        if constexpr (kN > 1) {
+          stage_tile<kStage>(kw, k, b, k0, s.Hkv, hk, c0, s);
+          stage_tile<kStage>(vw, v, b, k0, s.Hkv, hk, c0, s);
+        }
+        stage_tile<kStage>(qw, q, b, q0, s.Hq, h, c0, s);
+        stage_tile<kStage>(dow, dout, b, q0, s.Hq, h, c0, s);
+        if (pass == 0) {
+          stage_row_deltas(delta, dout, o, b, q0, h, s);
+          for (int r = threadIdx.x; r < kBlockRows; r += kThreads) {
+            const int64_t i = q0 + r;
+            query_first[r] = i < s.S ? first_visible_key(s, b, i) : i + 1;  // past S: sees no key
+            query_lse[r] = i < s.S ? lse[(b * s.Hq + h) * s.S + i] : 0.f;
+          }
+        }
+        __syncthreads();
+        add_tile_product<kStage>(st, kw, qw, warp * 16);
+        add_tile_product<kStage>(dpt, vw, dow, warp * 16);
+      }
+      if (kN > 1 && col0 != (kN - 1) * kStage) {  // the block's columns of q and dO for the products below
+        __syncthreads();
+        stage_tile<kStage>(qw, q, b, q0, s.Hq, h, col0, s);
+        stage_tile<kStage>(dow, dout, b, q0, s.Hq, h, col0, s);
+        __syncthreads();
+      }
       // p^T and ds^T = p^T (dp^T - delta); 0 where the query does not see the key.
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -203,8 +251,8 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
           dpt[nt][e] = p * (dpt[nt][e] - delta[r]);
         }
       // dv += p^T dO and dk += ds^T q (the block's columns), p^T and ds^T rounded to bf16.
-      accumulate_product<DP>(dv_acc, st, dow, col0);
-      accumulate_product<DP>(dk_acc, dpt, qw, col0);
+      accumulate_product<kStage>(dv_acc, st, dow, col0 % kStage);
+      accumulate_product<kStage>(dk_acc, dpt, qw, col0 % kStage);
     }
 
 #pragma unroll

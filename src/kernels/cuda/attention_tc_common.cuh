@@ -76,17 +76,18 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
 }
 
-// Rows row0 .. row0 + 63 of head h of x ([B*S, H, D] fp32) as bf16 into a row-major
-// shared-memory tile [64][kTileWords<DP>]; zeros past S and D.
-template <int DP>
-__device__ void stage_tile(uint32_t* tile, const float* x, int64_t b, int64_t row0, int64_t H, int64_t h,
+// Rows row0 .. row0 + 63 of head h of x ([B*S, H, D] fp32), columns col0 .. col0 + kCols
+// - 1, as bf16 into a row-major shared-memory tile [64][kTileWords<kCols>]; zeros past S
+// and D.
+template <int kCols>
+__device__ void stage_tile(uint32_t* tile, const float* x, int64_t b, int64_t row0, int64_t H, int64_t h, int col0,
                            const TcShape& s) {
   uint16_t* dst = reinterpret_cast<uint16_t*>(tile);
-  for (int e = threadIdx.x; e < kKeyTile * DP; e += kThreads) {
-    const int r = e / DP, d = e % DP;
-    const int64_t i = row0 + r;
+  for (int e = threadIdx.x; e < kKeyTile * kCols; e += kThreads) {
+    const int r = e / kCols, c = e % kCols;
+    const int64_t i = row0 + r, d = col0 + c;
     const float val = i < s.S && d < s.D ? x[((b * s.S + i) * H + h) * s.D + d] : 0.f;
-    dst[r * 2 * kTileWords<DP> + d] = f32_to_bf16_bits(val);
+    dst[r * 2 * kTileWords<kCols> + c] = f32_to_bf16_bits(val);
   }
 }
 
@@ -130,19 +131,27 @@ __device__ inline void accumulators_as_a(uint32_t (&a)[4], const float (&lo)[4],
   a[3] = pack_bf16(hi[2], hi[3]);
 }
 
-// x = a_rows . b_rows^T for the warp's 16 rows row0 .. row0 + 15 of a_tile against the 64
-// rows of b_tile (both row-major [64][DP]): 8 accumulator tiles of 8 columns.
-template <int DP>
-__device__ inline void tile_product(float (&x)[8][4], const uint32_t* a_tile, const uint32_t* b_tile, int row0) {
+// x += a_rows . b_rows^T for the warp's 16 rows row0 .. row0 + 15 of a_tile against the 64
+// rows of b_tile (both row-major [64][kCols]): 8 accumulator tiles of 8 columns, summed
+// over the columns in order, 16 at a time.
+template <int kCols>
+__device__ inline void add_tile_product(float (&x)[8][4], const uint32_t* a_tile, const uint32_t* b_tile, int row0) {
+#pragma unroll
+  for (int kk = 0; kk < kCols / 16; ++kk) {
+    uint32_t a[4];
+    load_a(a, a_tile, kTileWords<kCols>, row0, kk);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) mma_tile(x[nt], a, b_tile, kTileWords<kCols>, nt * 8, kk);
+  }
+}
+__device__ inline void zero_tiles(float (&x)[8][4]) {
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) x[nt][0] = x[nt][1] = x[nt][2] = x[nt][3] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < DP / 16; ++kk) {
-    uint32_t a[4];
-    load_a(a, a_tile, kTileWords<DP>, row0, kk);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) mma_tile(x[nt], a, b_tile, kTileWords<DP>, nt * 8, kk);
-  }
+}
+template <int DP>
+__device__ inline void tile_product(float (&x)[8][4], const uint32_t* a_tile, const uint32_t* b_tile, int row0) {
+  zero_tiles(x);
+  add_tile_product<DP>(x, a_tile, b_tile, row0);
 }
 
 // acc += bf16(x) . b for a 16 x 64 product x (tile_product's layout; its 64 columns are

@@ -7,6 +7,7 @@
 #include "kernels/cuda/attention_tc_backward.cuh"
 #include "kernels/cuda/attention_tc_forward.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/device_memory.h"
 
 namespace lt::cuda {
 namespace {
@@ -23,10 +24,28 @@ using tc::kKeyTile;
 using tc::kThreads;
 using tc::TcShape;
 
+// The most dynamic shared memory a block of the current device can take.
+size_t shared_memory_per_block() {
+  int device = 0, bytes = 0;
+  LT_CUDA_CHECK(cudaGetDevice(&device));
+  LT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return static_cast<size_t>(bytes);
+}
+
+void require_shared_memory(const char* pass, int64_t D, size_t need, size_t have) {
+  if (need <= have) return;
+  throw std::runtime_error("attention " + std::string(pass) + " (cuda, bf16 tensor cores): head dim " +
+                           std::to_string(D) + " needs " + std::to_string(need / 1024) +
+                           " KB of shared memory a block, and " + device_description() + " gives " +
+                           std::to_string(have / 1024) + " KB; run with --precision f32 (its attention kernel "
+                           "needs less), or on a GPU with more (A100, H100)");
+}
+
 template <int DP>
 void launch_forward(float* o, float* lse, const float* q, const float* k, const float* v, const TcShape& s,
                     cudaStream_t st) {
   constexpr int bytes = static_cast<int>(forward_smem_bytes<DP>());
+  require_shared_memory("forward", s.D, bytes, shared_memory_per_block());
   LT_CUDA_CHECK(cudaFuncSetAttribute(forward_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const dim3 grid(static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(s.Hq),
                   static_cast<unsigned>(s.B));
@@ -34,21 +53,39 @@ void launch_forward(float* o, float* lse, const float* q, const float* k, const 
   LT_CUDA_CHECK_LAUNCH(forward_tc_kernel);
 }
 
-template <int DP>
-void launch_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                     const float* v, const float* o, const float* lse, const TcShape& s, cudaStream_t st) {
+template <int DP, int kStage>
+void launch_backward_staged(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                            const float* v, const float* o, const float* lse, const TcShape& s, cudaStream_t st) {
   constexpr int kChunks = DP / kChunk<DP>;
-  constexpr int dq_bytes = static_cast<int>(dq_smem_bytes<DP>()), dkv_bytes = static_cast<int>(dkv_smem_bytes<DP>());
-  LT_CUDA_CHECK(cudaFuncSetAttribute(dq_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_bytes));
-  LT_CUDA_CHECK(cudaFuncSetAttribute(dkv_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, dkv_bytes));
+  constexpr int dq_bytes = static_cast<int>(dq_smem_bytes<DP, kStage>());
+  constexpr int dkv_bytes = static_cast<int>(dkv_smem_bytes<DP, kStage>());
+  require_shared_memory("backward", s.D, dq_bytes > dkv_bytes ? dq_bytes : dkv_bytes, shared_memory_per_block());
+  LT_CUDA_CHECK(
+      cudaFuncSetAttribute(dq_tc_kernel<DP, kStage>, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_bytes));
+  LT_CUDA_CHECK(
+      cudaFuncSetAttribute(dkv_tc_kernel<DP, kStage>, cudaFuncAttributeMaxDynamicSharedMemorySize, dkv_bytes));
   const dim3 dq_grid(static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(s.Hq * kChunks),
                      static_cast<unsigned>(s.B));
-  dq_tc_kernel<DP><<<dq_grid, kThreads, dq_bytes, st>>>(dq, dout, q, k, v, o, lse, s);
+  dq_tc_kernel<DP, kStage><<<dq_grid, kThreads, dq_bytes, st>>>(dq, dout, q, k, v, o, lse, s);
   LT_CUDA_CHECK_LAUNCH(dq_tc_kernel);
   const dim3 dkv_grid(static_cast<unsigned>((s.S + kKeyTile - 1) / kKeyTile), static_cast<unsigned>(s.Hkv * kChunks),
                       static_cast<unsigned>(s.B));
-  dkv_tc_kernel<DP><<<dkv_grid, kThreads, dkv_bytes, st>>>(dk, dv, dout, q, k, v, o, lse, s);
+  dkv_tc_kernel<DP, kStage><<<dkv_grid, kThreads, dkv_bytes, st>>>(dk, dv, dout, q, k, v, o, lse, s);
   LT_CUDA_CHECK_LAUNCH(dkv_tc_kernel);
+}
+
+// Whole-D tiles where the device's blocks hold them, else column passes (the same bits,
+// attention_tc_backward.cuh).
+template <int DP>
+void launch_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                     const float* v, const float* o, const float* lse, const TcShape& s, cudaStream_t st,
+                     TcBackwardStaging staging) {
+  const size_t have = shared_memory_per_block();
+  const bool whole = dq_smem_bytes<DP>() <= have && dkv_smem_bytes<DP>() <= have;
+  if (staging == TcBackwardStaging::kColumnPasses || !whole)
+    launch_backward_staged<DP, kChunk<DP>>(dq, dk, dv, dout, q, k, v, o, lse, s, st);
+  else
+    launch_backward_staged<DP, DP>(dq, dk, dv, dout, q, k, v, o, lse, s, st);
 }
 
 TcShape make_tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
@@ -82,13 +119,13 @@ void attention_forward_bf16(float* o, float* lse, const float* q, const float* k
 void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                              const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
                              int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window,
-                             void* stream) {
+                             void* stream, TcBackwardStaging staging) {
   const TcShape s = make_tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
   if (B * S * Hq == 0) return;
   const cudaStream_t st = as_stream(stream);
-  if (D <= 64) launch_backward<64>(dq, dk, dv, dout, q, k, v, o, lse, s, st);
-  else if (D <= 128) launch_backward<128>(dq, dk, dv, dout, q, k, v, o, lse, s, st);
-  else launch_backward<256>(dq, dk, dv, dout, q, k, v, o, lse, s, st);
+  if (D <= 64) launch_backward<64>(dq, dk, dv, dout, q, k, v, o, lse, s, st, staging);
+  else if (D <= 128) launch_backward<128>(dq, dk, dv, dout, q, k, v, o, lse, s, st, staging);
+  else launch_backward<256>(dq, dk, dv, dout, q, k, v, o, lse, s, st, staging);
 }
 
 }  // namespace lt::cuda

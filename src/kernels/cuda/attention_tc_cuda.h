@@ -16,8 +16,8 @@
 // matrix is written anywhere. D is padded with zeros to 64, 128 or 256 inside the kernel.
 // Bits repeat run to run (no atomics, one order); they differ from attention_cuda.h's.
 // Shared memory a block (KB, D padded to 64 / 128 / 256): forward 27 / 51 / 99, backward
-// 37 / 69 / 133. So up to D 128 everything fits a consumer GPU's 99 KB (RTX 30xx, 40xx,
-// 50xx); the backward at D 256 (Gemma 3) needs an A100 (163 KB) or Hopper (227 KB).
+// 37 / 69 / 133, or 69 at D 256 in column passes, which the launcher picks where a block
+// gets less (consumer GPUs: 99 KB). So every head dim runs on every GPU from sm_80 on.
 //
 // The CUDA kernel table runs these under Precision::BF16 and the fp32 kernel under F32.
 // Status: compiled, not yet run on a GPU (none was lent when it was written).
@@ -34,11 +34,17 @@ namespace lt::cuda {
 void attention_forward_bf16(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
                             int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
                             const int32_t* doc_start = nullptr, int64_t window = 0, void* stream = nullptr);
+// How the backward stages its tiles: whole-D where the device's blocks hold them, else in
+// column passes (D above 128 on a GPU with less than 133 KB a block: RTX 30xx/40xx/50xx);
+// kColumnPasses asks for the passes anyway (tests: they must give the same bits).
+enum class TcBackwardStaging { kFitToDevice, kColumnPasses };
+
 // dq, dk, dv (overwritten) from dout and the forward's o and lse; dout is rounded to bf16
 // as q, k and v are (attention_tc_backward.cuh says where else the backward rounds).
 void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                              const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
                              int64_t Hkv, int64_t D, float scale, const int32_t* doc_start = nullptr,
-                             int64_t window = 0, void* stream = nullptr);
+                             int64_t window = 0, void* stream = nullptr,
+                             TcBackwardStaging staging = TcBackwardStaging::kFitToDevice);
 
 }  // namespace lt::cuda

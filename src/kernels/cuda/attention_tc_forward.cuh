@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, h = blockIdx.y, b = blockIdx.z;
   const int64_t hk = h / (s.Hq / s.Hkv);
   const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
-  stage_tile<DP>(qw, q, b, q0, s.Hq, h, s);
+  stage_tile<DP>(qw, q, b, q0, s.Hq, h, 0, s);
 
   const QueryRows rows = query_rows(s, b, q0);
 
@@ -38,8 +38,8 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
   for (int64_t tile = rows.tile_first; tile <= rows.tile_last; ++tile) {
     const int64_t k0 = tile * kKeyTile;
     __syncthreads();  // the previous tile's k and v have been read (and q is staged)
-    stage_tile<DP>(kw, k, b, k0, s.Hkv, hk, s);
-    stage_tile<DP>(vw, v, b, k0, s.Hkv, hk, s);
+    stage_tile<DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
     __syncthreads();
 
     // Scores of the warp's 16 rows against the tile's 64 keys: 8 N-tiles of 8 keys.

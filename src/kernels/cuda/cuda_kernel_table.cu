@@ -151,8 +151,10 @@ KernelTable make_table() {
                             const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window,
                             Precision p) {
-    (p == Precision::BF16 ? attention_backward_bf16 : attention_backward)(dq, dk, dv, dout, q, kk, v, o, lse, B, S, Hq,
-                                                                          Hkv, D, scale, doc_start, window, stream());
+    if (p == Precision::BF16)
+      attention_backward_bf16(dq, dk, dv, dout, q, kk, v, o, lse, B, S, Hq, Hkv, D, scale, doc_start, window, stream());
+    else
+      attention_backward(dq, dk, dv, dout, q, kk, v, o, lse, B, S, Hq, Hkv, D, scale, doc_start, window, stream());
   };
   k.swiglu_forward = [](float* h, const float* g, const float* u, int64_t n) { swiglu_forward(h, g, u, n, stream()); };
   k.swiglu_backward = [](float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
