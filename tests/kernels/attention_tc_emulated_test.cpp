@@ -1,5 +1,5 @@
 // The tensor-core attention's kernels (kernels/cuda/attention_tc_{forward,backward}.cuh) run
-// on the CPU under the warp emulator (warp_emulator.h: host threads for CUDA threads, the
+// on the CPU under the warp emulator (warp_emulator.h: fibers for CUDA threads, the
 // PTX ISA's fragment layouts for mma.m16n8k16) against float64, with the bounds of its GPU
 // test (attention_tc_checks.h). This checks the kernel's own logic - fragment indexing,
 // tiles, masks, the online softmax - on any machine; the GPU test checks the hardware's.

@@ -1,9 +1,16 @@
 // Runs a CUDA kernel written for warp-level tensor-core products (mma_bf16) on the CPU, so
 // that its indexing - fragment layouts, shuffles, tiles, masks - is checked against float64
-// on a machine without a GPU. Every CUDA thread of a block is a host thread; a block's
-// threads meet at __syncthreads on a barrier, a warp's at every shuffle and product, where
-// each lane posts its registers and reads the others' (the PTX ISA's fragment layouts for
-// mma.m16n8k16, as kernels/cuda/mma_bf16.cuh documents them). Blocks run one after another.
+// on a machine without a GPU. Every CUDA thread of a block is a fiber (ucontext) on the
+// calling thread; a block's fibers meet at __syncthreads on a barrier, a warp's at every
+// shuffle and product, where each lane posts its registers and reads the others' (the PTX
+// ISA's fragment layouts for mma.m16n8k16, as kernels/cuda/mma_bf16.cuh documents them).
+// A fiber that waits at a barrier yields to the next (round robin); blocks run one after
+// another. Fibers rather than OS threads: 128 threads meeting twice per product spent most
+// of their time in futex wake-ups on a small machine (the emulated attention tests: 86 s on
+// 2 cores, now 30 s on one). Under AddressSanitizer every switch is announced to it
+// (__sanitizer_{start,finish}_switch_fiber), so it knows which stack is live; it still
+// warns once that it "doesn't fully support makecontext/swapcontext" (its interceptor
+// always does).
 //
 // What this does not check: the hardware's own rounding inside a product (here each
 // product is summed in double and rounded once to fp32, which the kernels' tests' bounds
@@ -12,19 +19,33 @@
 // Include this before the kernel's header; it defines LT_WARP_EMULATION.
 #pragma once
 
-#include <barrier>
+#include <ucontext.h>
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define LT_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LT_EMU_ASAN 1
+#endif
+#endif
+#ifdef LT_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #define LT_WARP_EMULATION 1
 #define __device__
 #define __global__
 #define __launch_bounds__(threads)
-#define LT_DYNAMIC_SMEM(name) unsigned char* name = ::lt::emu::t_smem
+#define LT_DYNAMIC_SMEM(name) unsigned char* name = ::lt::emu::t_block->smem.data()
 
 struct LtEmuDim3 {
   unsigned x = 0, y = 0, z = 0;
@@ -33,22 +54,69 @@ inline thread_local LtEmuDim3 threadIdx, blockIdx;
 
 namespace lt::emu {
 
+// The stack a switch leaves for and the one it arrives on, for AddressSanitizer (no-ops
+// without it). fake_stack: where the leaving fiber's fake frames are kept (null when it
+// will not come back).
+struct StackBounds {
+  const void* bottom = nullptr;
+  size_t size = 0;
+};
+inline void switch_starts(void** fake_stack, const StackBounds& to) {
+#ifdef LT_EMU_ASAN
+  __sanitizer_start_switch_fiber(fake_stack, to.bottom, to.size);
+#else
+  (void)fake_stack, (void)to;
+#endif
+}
+inline void switch_finished(void* fake_stack, StackBounds* from) {
+#ifdef LT_EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake_stack, from ? &from->bottom : nullptr, from ? &from->size : nullptr);
+#else
+  (void)fake_stack, (void)from;
+#endif
+}
+
+// A barrier among `expected` fibers: the last to arrive opens it and goes on; the others
+// yield until it is open.
+struct Barrier {
+  explicit Barrier(int n) : expected(n) {}
+  void arrive_and_wait();
+  int expected, arrived = 0;
+  uint64_t generation = 0;
+};
+
 // What one warp's lanes post for an exchange: up to 6 words each (a product's A and B fragments).
 struct WarpExchange {
-  std::barrier<> sync{32};
+  Barrier sync{32};
   uint32_t words[32][6] = {};
 };
 
+struct Fiber {
+  ucontext_t context;
+  std::unique_ptr<char[]> stack;
+  bool done = false;
+  void* fake_stack = nullptr;  // AddressSanitizer's, while it is switched away
+};
+
+// One block's state while its fibers run; the scheduler is the launching thread's context.
 struct Block {
-  explicit Block(int threads, size_t smem_bytes)
-      : sync(threads), warps(static_cast<size_t>(threads / 32)), smem(smem_bytes) {}
-  std::barrier<> sync;
+  static constexpr size_t kStackBytes = 256 << 10;
+  Block(int threads, size_t smem_bytes)
+      : sync(threads), warps(static_cast<size_t>(threads / 32)), smem(smem_bytes), fibers(static_cast<size_t>(threads)) {
+    for (Fiber& f : fibers) f.stack = std::make_unique<char[]>(kStackBytes);
+  }
+  Barrier sync;
   std::vector<WarpExchange> warps;
   std::vector<unsigned char> smem;
+  std::vector<Fiber> fibers;
+  std::function<void()> body;  // the kernel with its arguments
+  ucontext_t scheduler;
+  StackBounds scheduler_stack;
+  int current = 0;
+  uint64_t progress = 0;  // barrier arrivals and finished fibers: what a round without any is a deadlock
 };
 
 inline thread_local Block* t_block = nullptr;
-inline thread_local unsigned char* t_smem = nullptr;
 
 inline int lane() { return static_cast<int>(threadIdx.x & 31); }
 inline WarpExchange& warp() { return t_block->warps[threadIdx.x >> 5]; }
@@ -56,29 +124,99 @@ inline WarpExchange& warp() { return t_block->warps[threadIdx.x >> 5]; }
 inline uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 inline float value(uint32_t u) { return std::bit_cast<float>(u); }
 
+// The running fiber passes the turn to the next live fiber of the block, or after the last
+// one back to the scheduler (a round's end); a finished fiber passes it for good.
+inline void pass_turn(bool finished) {
+  Block& b = *t_block;
+  Fiber& from = b.fibers[static_cast<size_t>(b.current)];
+  const int n = static_cast<int>(b.fibers.size());
+  int next = b.current + 1;
+  while (next < n && b.fibers[static_cast<size_t>(next)].done) ++next;
+  ucontext_t* to = &b.scheduler;
+  StackBounds to_stack = b.scheduler_stack;
+  if (next < n) {
+    Fiber& f = b.fibers[static_cast<size_t>(next)];
+    to = &f.context, to_stack = {f.stack.get(), Block::kStackBytes};
+    b.current = next;
+    threadIdx = {static_cast<unsigned>(next), 0, 0};
+  }
+  switch_starts(finished ? nullptr : &from.fake_stack, to_stack);
+  if (finished) setcontext(to);
+  swapcontext(&from.context, to);
+  switch_finished(from.fake_stack, nullptr);
+}
+
+inline void Barrier::arrive_and_wait() {
+  ++t_block->progress;
+  const uint64_t my_generation = generation;
+  if (++arrived == expected) {
+    arrived = 0;
+    ++generation;
+    return;
+  }
+  while (generation == my_generation) pass_turn(false);
+}
+
+inline void fiber_main() {
+  Block& b = *t_block;
+  StackBounds from;
+  switch_finished(nullptr, &from);
+  if (!b.scheduler_stack.bottom) b.scheduler_stack = from;  // the first fiber of all starts from the scheduler
+  b.body();
+  b.fibers[static_cast<size_t>(b.current)].done = true;
+  ++b.progress;
+  pass_turn(true);
+}
+
+// Every fiber of the block at the start of fiber_main.
+inline void start_fibers(Block& block) {
+  for (Fiber& f : block.fibers) {
+    f.done = false;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack.get();
+    f.context.uc_stack.ss_size = Block::kStackBytes;
+    f.context.uc_link = nullptr;
+    makecontext(&f.context, fiber_main, 0);
+  }
+}
+
+// Runs one block: rounds over its live fibers until all have finished.
+inline void run_block(Block& block, const LtEmuDim3& id) {
+  blockIdx = id;
+  start_fibers(block);
+  for (size_t live = block.fibers.size(); live > 0;) {
+    const uint64_t progress = block.progress;
+    size_t t = 0;
+    while (block.fibers[t].done) ++t;
+    Fiber& f = block.fibers[t];
+    block.current = static_cast<int>(t);
+    threadIdx = {static_cast<unsigned>(t), 0, 0};
+    void* fake_stack = nullptr;
+    switch_starts(&fake_stack, {f.stack.get(), Block::kStackBytes});
+    swapcontext(&block.scheduler, &f.context);
+    switch_finished(fake_stack, nullptr);
+    live = 0;
+    for (const Fiber& g : block.fibers) live += g.done ? 0 : 1;
+    if (live > 0 && block.progress == progress) {
+      std::fprintf(stderr, "warp emulator: block (%u, %u, %u) is stuck: %zu threads wait at a barrier that the "
+                           "others never reach\n", id.x, id.y, id.z, live);
+      std::abort();
+    }
+  }
+}
+
 // Runs kernel(args...) over grid (x, y, z) blocks of `threads` threads (a multiple of 32)
-// with smem_bytes of dynamic shared memory. One host thread per CUDA thread of a block,
-// started once: they run the blocks one after another, meeting at a barrier between two
-// (the next block's threads may reuse the shared memory only when the last one is done).
+// with smem_bytes of dynamic shared memory, on the calling thread.
 template <class Kernel, class... Args>
 void launch(unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem_bytes, Kernel kernel, Args... args) {
   Block block(threads, smem_bytes);
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&block, gx, gy, gz, t, kernel, args...] {
-      threadIdx = {static_cast<unsigned>(t), 0, 0};
-      t_block = &block;
-      t_smem = block.smem.data();
-      for (unsigned z = 0; z < gz; ++z)
-        for (unsigned y = 0; y < gy; ++y)
-          for (unsigned x = 0; x < gx; ++x) {
-            blockIdx = {x, y, z};
-            kernel(args...);
-            block.sync.arrive_and_wait();
-          }
-    });
-  for (std::thread& th : pool) th.join();
+  block.body = [&] { kernel(args...); };
+  Block* const outer = t_block;
+  t_block = &block;
+  for (unsigned z = 0; z < gz; ++z)
+    for (unsigned y = 0; y < gy; ++y)
+      for (unsigned x = 0; x < gx; ++x) run_block(block, {x, y, z});
+  t_block = outer;
 }
 
 }  // namespace lt::emu

@@ -1,7 +1,7 @@
 // What the tensor-core attention's kernels share (attention_tc_cuda.h has the contract):
 // the shape, the tiles and their staging, the fragment loads. In headers so that
 // tests/kernels/warp_emulator.h can run the kernels on the CPU as well: there every CUDA
-// thread is a host thread, and mma_bf16, the warp shuffles and the block barrier are
+// thread is a fiber, and mma_bf16, the warp shuffles and the block barrier are
 // emulated with the PTX ISA's fragment layouts (LT_WARP_EMULATION). Nothing here may use
 // CUDA beyond __device__ / __global__ functions, threadIdx / blockIdx, __syncthreads,
 // __shfl_xor_sync, mma_bf16 and LT_DYNAMIC_SMEM.
