@@ -4,11 +4,17 @@
 // thread is a fiber, and mma_bf16, the warp shuffles and the block barrier are
 // emulated with the PTX ISA's fragment layouts (LT_WARP_EMULATION). Nothing here may use
 // CUDA beyond __device__ / __global__ functions, threadIdx / blockIdx, __syncthreads,
-// __shfl_xor_sync, mma_bf16 and LT_DYNAMIC_SMEM.
+// __shfl_xor_sync, mma_bf16, LT_DYNAMIC_SMEM and the two vector accesses below (which have
+// emulated twins).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#ifdef LT_WARP_EMULATION
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#endif
 
 #include "kernels/cuda/bf16.cuh"
 #ifndef LT_WARP_EMULATION
@@ -76,18 +82,55 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
 }
 
+// Four floats from 16-byte-aligned global memory, and two words to 8-byte-aligned shared
+// memory: one vector access each on the GPU; under the emulator byte copies, after
+// checking the alignment that the GPU would fault on.
+#ifdef LT_WARP_EMULATION
+inline void require_aligned(const void* p, uintptr_t bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes == 0) return;
+  std::fprintf(stderr, "warp emulator: %s at %p is not %zu-byte aligned\n", what, p, static_cast<size_t>(bytes));
+  std::abort();
+}
+inline void load_float4(float (&v)[4], const float* p) {
+  require_aligned(p, 16, "a float4 load");
+  std::memcpy(v, p, 16);
+}
+inline void store_words2(uint32_t* p, uint32_t lo, uint32_t hi) {
+  require_aligned(p, 8, "a uint2 store");
+  const uint32_t w[2] = {lo, hi};
+  std::memcpy(p, w, 8);
+}
+#else
+__device__ inline void load_float4(float (&v)[4], const float* p) {
+  const float4 f = *reinterpret_cast<const float4*>(p);
+  v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+}
+__device__ inline void store_words2(uint32_t* p, uint32_t lo, uint32_t hi) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
+}
+#endif
+
 // Rows row0 .. row0 + 63 of head h of x ([B*S, H, D] fp32), columns col0 .. col0 + kCols
 // - 1, as bf16 into a row-major shared-memory tile [64][kTileWords<kCols>]; zeros past S
-// and D.
+// and D. Four columns a thread at a time: one 16-byte load where D is a multiple of 4 and
+// x 16-byte aligned (then so is every row), else four; one 8-byte store (a tile row is a
+// multiple of 8 bytes, col0 and the column of 4).
 template <int kCols>
 __device__ void stage_tile(uint32_t* tile, const float* x, int64_t b, int64_t row0, int64_t H, int64_t h, int col0,
                            const TcShape& s) {
-  uint16_t* dst = reinterpret_cast<uint16_t*>(tile);
-  for (int e = threadIdx.x; e < kKeyTile * kCols; e += kThreads) {
-    const int r = e / kCols, c = e % kCols;
+  constexpr int kQuads = kCols / 4;
+  const bool vector = s.D % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int e = threadIdx.x; e < kKeyTile * kQuads; e += kThreads) {
+    const int r = e / kQuads, c = e % kQuads * 4;
     const int64_t i = row0 + r, d = col0 + c;
-    const float val = i < s.S && d < s.D ? x[((b * s.S + i) * H + h) * s.D + d] : 0.f;
-    dst[r * 2 * kTileWords<kCols> + c] = f32_to_bf16_bits(val);
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    if (i < s.S && d < s.D) {
+      const float* src = x + ((b * s.S + i) * H + h) * s.D + d;
+      if (vector) load_float4(v, src);  // d < D and both multiples of 4: all four are in the row
+      else
+        for (int j = 0; j < 4 && d + j < s.D; ++j) v[j] = src[j];
+    }
+    store_words2(tile + r * kTileWords<kCols> + c / 2, pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
   }
 }
 
