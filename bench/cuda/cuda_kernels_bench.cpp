@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     DeviceBuffer q = random_floats(B * S * Hq * D, 1), k = random_floats(B * S * Hkv * D, 2),
                  v = random_floats(B * S * Hkv * D, 3), dout = random_floats(B * S * Hq * D, 4);
     DeviceBuffer o(B * S * Hq * D * 4), lse(B * Hq * S * 4), dq(B * S * Hq * D * 4), dk(B * S * Hkv * D * 4),
-        dv(B * S * Hkv * D * 4);
+        dv(B * S * Hkv * D * 4), ws(lt::cuda::attention_backward_bf16_workspace_bytes(B, S, Hq));
     put("attn_fwd_ms", median_ms([&] {
           lt::cuda::attention_forward(o.as<float>(), lse.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), B,
                                       S, Hq, Hkv, D, scale);
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
     put("attn_bwd_bf16_ms", median_ms([&] {
           lt::cuda::attention_backward_bf16(dq.as<float>(), dk.as<float>(), dv.as<float>(), dout.as<float>(),
                                             q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(),
-                                            lse.as<float>(), B, S, Hq, Hkv, D, scale);
+                                            lse.as<float>(), ws.data(), B, S, Hq, Hkv, D, scale);
         }));
   }
 

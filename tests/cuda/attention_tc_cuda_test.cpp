@@ -35,9 +35,10 @@ void run_backward_staged(bool column_passes, std::vector<float>& dq, std::vector
                      d_o = to_device(o), d_lse = to_device(lse);
   const DeviceBuffer ddoc = doc ? to_device(std::vector<int32_t>(doc, doc + c.B * c.S)) : DeviceBuffer();
   const DeviceBuffer d_dq(dq.size() * 4), d_dk(dk.size() * 4), d_dv(dv.size() * 4);
+  const DeviceBuffer ws(cuda::attention_backward_bf16_workspace_bytes(c.B, c.S, c.Hq));
   cuda::attention_backward_bf16(d_dq.as<float>(), d_dk.as<float>(), d_dv.as<float>(), ddo.as<float>(),
                                 dq_in.as<float>(), dk_in.as<float>(), dv_in.as<float>(), d_o.as<float>(),
-                                d_lse.as<float>(), c.B, c.S, c.Hq, c.Hkv, c.D,
+                                d_lse.as<float>(), ws.data(), c.B, c.S, c.Hq, c.Hkv, c.D,
                                 test::case_scale(c), doc ? ddoc.as<int32_t>() : nullptr, c.window, nullptr,
                                 column_passes ? cuda::TcBackwardStaging::kColumnPasses
                                               : cuda::TcBackwardStaging::kFitToDevice);

@@ -266,15 +266,17 @@ TEST_F(CudaKernelTable, Attention) {
                v = buf(B * S * Hkv * D, 23), dout = buf(B * S * Hq * D, 24);
   DeviceBuffer o1(B * S * Hq * D * 4), o2(B * S * Hq * D * 4), l1(B * Hq * S * 4), l2(B * Hq * S * 4);
   DeviceBuffer dq1(B * S * Hq * D * 4), dq2(B * S * Hq * D * 4), dk1(B * S * Hkv * D * 4), dk2(B * S * Hkv * D * 4),
-      dv1(B * S * Hkv * D * 4), dv2(B * S * Hkv * D * 4);
+      dv1(B * S * Hkv * D * 4), dv2(B * S * Hkv * D * 4), ws(cuda::attention_backward_bf16_workspace_bytes(B, S, Hq));
   sync();  // the uploads (on the default stream) have landed
   // Under fp32 the table runs the fp32 kernels, under bf16 the tensor-core ones.
   for (const Precision p : {Precision::F32, Precision::BF16}) {
     const bool bf16 = p == Precision::BF16;
     const auto forward = bf16 ? cuda::attention_forward_bf16 : cuda::attention_forward;
-    const auto backward = [bf16](auto... a) {  // the bf16 one has a last, defaulted argument more
-      if (bf16) cuda::attention_backward_bf16(a...);
-      else cuda::attention_backward(a...);
+    // The bf16 one takes a workspace after lse.
+    const auto backward = [bf16, &ws](float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                      const float* k, const float* v, const float* o, const float* lse, auto... rest) {
+      if (bf16) cuda::attention_backward_bf16(dq, dk, dv, dout, q, k, v, o, lse, ws.data(), rest...);
+      else cuda::attention_backward(dq, dk, dv, dout, q, k, v, o, lse, rest...);
     };
     k().attention_forward(o1.as<float>(), l1.as<float>(), q.as<float>(), kk.as<float>(), v.as<float>(), B, S, Hq, Hkv,
                           D, scale, ddoc.as<int32_t>(), window, p);

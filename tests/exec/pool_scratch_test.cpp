@@ -79,5 +79,24 @@ TEST(KernelPoolScratch, CudaCountsTheHybridConvolution) {
   EXPECT_GE(kernel_pool_scratch_bytes(c, B, S, *k, Precision::F32), conv);
 }
 
+// The tensor-core attention's backward takes each query row's delta (B x S x Hq floats)
+// under bf16, nothing under fp32; counted: a table with that entry alone gives it.
+TEST(KernelPoolScratch, CudaCountsTheAttentionBackwardsRowDeltas) {
+  std::string why;
+  const KernelTable* k = cuda_table(why);
+  if (!k) GTEST_SKIP() << "no CUDA table in this build: " << why;
+  const ModelConfig c = test::streaming_tiny_config();
+  const int64_t B = 3, S = 40;
+  ASSERT_NE(k->pool_scratch.attention_backward, nullptr);
+  EXPECT_EQ(k->pool_scratch.attention_backward(B, S, c.num_heads, Precision::BF16),
+            static_cast<size_t>(B * S * c.num_heads) * sizeof(float));
+  EXPECT_EQ(k->pool_scratch.attention_backward(B, S, c.num_heads, Precision::F32), 0u);
+  KernelTable only = *k;
+  only.pool_scratch = {};
+  only.pool_scratch.attention_backward = k->pool_scratch.attention_backward;
+  EXPECT_EQ(kernel_pool_scratch_bytes(c, B, S, only, Precision::BF16),
+            static_cast<size_t>(B * S * c.num_heads) * sizeof(float));
+}
+
 }  // namespace
 }  // namespace lt

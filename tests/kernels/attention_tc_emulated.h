@@ -10,6 +10,8 @@
 #include "kernels/cuda/attention_tc_backward.cuh"
 #include "kernels/cuda/attention_tc_forward.cuh"
 
+#include <vector>
+
 namespace lt::test {
 
 namespace emulated_detail {
@@ -26,12 +28,16 @@ void backward_staged(float* dq, float* dk, float* dv, const float* dout, const f
                      const float* v, const float* o, const float* lse, const cuda::tc::TcShape& s) {
   constexpr unsigned chunks = DP / cuda::tc::kChunk<DP>;
   const auto tiles = static_cast<unsigned>((s.S + cuda::tc::kKeyTile - 1) / cuda::tc::kKeyTile);
+  std::vector<float> row_deltas(static_cast<size_t>(s.B * s.Hq * s.S));
+  emu::launch(tiles, static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads, 0,
+              &cuda::tc::row_deltas_kernel, row_deltas.data(), dout, o, s);
+  const float* deltas = row_deltas.data();
   emu::launch(tiles, static_cast<unsigned>(s.Hq) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::dq_smem_bytes<DP, kStage>(), &cuda::tc::dq_tc_kernel<DP, kStage>, dq, dout, q, k, v, o, lse,
-              s);
+              cuda::tc::dq_smem_bytes<DP, kStage>(), &cuda::tc::dq_tc_kernel<DP, kStage>, dq, dout, q, k, v, lse,
+              deltas, s);
   emu::launch(tiles, static_cast<unsigned>(s.Hkv) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::dkv_smem_bytes<DP, kStage>(), &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, dout, q, k, v, o,
-              lse, s);
+              cuda::tc::dkv_smem_bytes<DP, kStage>(), &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, dout, q, k, v, lse,
+              deltas, s);
 }
 template <int DP>
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,

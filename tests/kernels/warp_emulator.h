@@ -43,7 +43,7 @@
 
 #define LT_WARP_EMULATION 1
 #define __device__
-#define __global__
+#define __global__ inline  // kernels defined in headers: one definition for every file that includes them
 #define __launch_bounds__(threads)
 #define LT_DYNAMIC_SMEM(name) unsigned char* name = ::lt::emu::t_block->smem.data()
 

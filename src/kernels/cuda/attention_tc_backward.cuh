@@ -12,12 +12,13 @@
 // Precision, as under bf16 training: q, k, v and dO are rounded to bf16 as they are
 // staged, and so are the probabilities (for dv) and the score gradients (for dq and dk)
 // before their products; the scores, the probabilities, dp = dO . v and
-// delta = sum_d bf16(dO) o stay fp32, from the forward's fp32 o and lse.
+// delta = sum_d bf16(dO) o stay fp32, from the forward's fp32 o and lse (delta computed
+// once per row by a third kernel that runs first, row_deltas_kernel).
 #pragma once
 
 #include "kernels/cuda/attention_tc_common.cuh"
 
-namespace lt::cuda::tc {
+LT_TC_NAMESPACE_BEGIN
 
 template <int DP>
 inline constexpr int kChunk = DP < 128 ? DP : 128;  // output columns per block
@@ -41,22 +42,28 @@ __device__ inline int64_t last_seeing_query(const TcShape& s, int64_t b, int64_t
   return last;
 }
 
-// delta[r] = sum_d bf16(dO[i][d]) o[i][d] for the 64 query rows i = row0 + r of head h
-// (0 past S): each warp 16 rows, its lanes over d, then the warp's shuffle tree; lane 0's
-// sum is written.
-__device__ inline void stage_row_deltas(float* delta, const float* dout, const float* o, int64_t b, int64_t row0,
-                                        int64_t h, const TcShape& s) {
+// delta[(b Hq + h) S + i] = sum_d bf16(dO[i][d]) o[i][d] for every query row, once, before
+// the dq and dk/dv kernels read it (dk/dv would otherwise recompute a query tile's deltas,
+// reading o and dO again, in every key block that sees the tile). Grid: (query tiles, Hq,
+// B); each warp 16 rows, its lanes over d, then the warp's shuffle tree.
+__global__ void __launch_bounds__(kThreads) row_deltas_kernel(float* delta, const float* dout, const float* o,
+                                                              TcShape s) {
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int r = warp * 16; r < warp * 16 + 16; ++r) {
-    const int64_t i = row0 + r;
+  for (int r = warp * 16; r < warp * 16 + 16 && q0 + r < s.S; ++r) {
+    const int64_t off = ((b * s.S + q0 + r) * s.Hq + h) * s.D;
     float acc = 0.f;
-    if (i < s.S) {
-      const int64_t off = ((b * s.S + i) * s.Hq + h) * s.D;
-      for (int64_t d = lane; d < s.D; d += 32) acc = fmaf(round_to_bf16(dout[off + d]), o[off + d], acc);
-    }
+    for (int64_t d = lane; d < s.D; d += 32) acc = fmaf(round_to_bf16(dout[off + d]), o[off + d], acc);
     for (int m = 16; m >= 1; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-    if (lane == 0) delta[r] = acc;
+    if (lane == 0) delta[(b * s.Hq + h) * s.S + q0 + r] = acc;
   }
+}
+
+// The deltas of query rows row0 .. row0 + 63 of head h into shared memory (0 past S).
+__device__ inline void stage_row_deltas(float* staged, const float* delta, int64_t b, int64_t row0, int64_t h,
+                                        const TcShape& s) {
+  for (int r = threadIdx.x; r < kBlockRows; r += kThreads)
+    staged[r] = row0 + r < s.S ? delta[(b * s.Hq + h) * s.S + row0 + r] : 0.f;
 }
 
 // A backward kernel stages its tiles kStage columns wide: all of D (kStage = DP), or, where
@@ -78,7 +85,7 @@ constexpr size_t dq_smem_bytes() {  // q, dO, k, v [64][kStage]; deltas
 // Grid: (query tiles, Hq x chunks, B). Warp w owns query rows q0 + 16w .. + 15.
 template <int DP, int kStage = DP>
 __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float* dout, const float* q, const float* k,
-                                                         const float* v, const float* o, const float* lse,
+                                                         const float* v, const float* lse, const float* row_deltas,
                                                          TcShape s) {
   static_assert(kStage == DP || kStage == kChunk<DP>, "stage all of D or the block's chunk");
   constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8, kRowWords = kTileWords<kStage>;
@@ -98,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
     stage_tile<DP>(qw, q, b, q0, s.Hq, h, 0, s);
     stage_tile<DP>(dow, dout, b, q0, s.Hq, h, 0, s);
   }
-  stage_row_deltas(delta, dout, o, b, q0, h, s);
+  stage_row_deltas(delta, row_deltas, b, q0, h, s);
 
   const QueryRows rows = query_rows(s, b, q0);
   float row_lse[2];
@@ -170,8 +177,8 @@ constexpr size_t dkv_smem_bytes() {  // k, v, q, dO [64][kStage]; per query row
 // Grid: (key tiles, Hkv x chunks, B). Warp w owns keys k0 + 16w .. + 15.
 template <int DP, int kStage = DP>
 __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, const float* dout, const float* q,
-                                                          const float* k, const float* v, const float* o,
-                                                          const float* lse, TcShape s) {
+                                                          const float* k, const float* v, const float* lse,
+                                                          const float* row_deltas, TcShape s) {
   static_assert(kStage == DP || kStage == kChunk<DP>, "stage all of D or the block's chunk");
   constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8, kRowWords = kTileWords<kStage>;
   constexpr int kN = kPasses<DP, kStage>;
@@ -222,7 +229,7 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
         stage_tile<kStage>(qw, q, b, q0, s.Hq, h, c0, s);
         stage_tile<kStage>(dow, dout, b, q0, s.Hq, h, c0, s);
         if (pass == 0) {
-          stage_row_deltas(delta, dout, o, b, q0, h, s);
+          stage_row_deltas(delta, row_deltas, b, q0, h, s);
           for (int r = threadIdx.x; r < kBlockRows; r += kThreads) {
             const int64_t i = q0 + r;
             query_first[r] = i < s.S ? first_visible_key(s, b, i) : i + 1;  // past S: sees no key
@@ -272,4 +279,4 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
   }
 }
 
-}  // namespace lt::cuda::tc
+LT_TC_NAMESPACE_END

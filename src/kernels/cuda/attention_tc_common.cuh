@@ -22,7 +22,22 @@
 #define LT_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
-namespace lt::cuda::tc {
+// lt::cuda::tc. Emulated, in an inline namespace more: the kernels' host stubs in the
+// CUDA library and their emulated twins in a test binary that links it would otherwise
+// share mangled names, and the linker would keep whichever came first.
+#ifdef LT_WARP_EMULATION
+#define LT_TC_NAMESPACE_BEGIN \
+  namespace lt::cuda::tc {    \
+  inline namespace emulated {
+#define LT_TC_NAMESPACE_END \
+  }                         \
+  }
+#else
+#define LT_TC_NAMESPACE_BEGIN namespace lt::cuda::tc {
+#define LT_TC_NAMESPACE_END }
+#endif
+
+LT_TC_NAMESPACE_BEGIN
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -213,4 +228,4 @@ __device__ inline void accumulate_product(float (&acc)[kTiles][4], const float (
   }
 }
 
-}  // namespace lt::cuda::tc
+LT_TC_NAMESPACE_END

@@ -22,6 +22,7 @@ using tc::kBlockRows;
 using tc::kChunk;
 using tc::kKeyTile;
 using tc::kThreads;
+using tc::row_deltas_kernel;
 using tc::TcShape;
 
 // The most dynamic shared memory a block of the current device can take.
@@ -55,7 +56,8 @@ void launch_forward(float* o, float* lse, const float* q, const float* k, const 
 
 template <int DP, int kStage>
 void launch_backward_staged(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                            const float* v, const float* o, const float* lse, const TcShape& s, cudaStream_t st) {
+                            const float* v, const float* lse, const float* row_deltas, const TcShape& s,
+                            cudaStream_t st) {
   constexpr int kChunks = DP / kChunk<DP>;
   constexpr int dq_bytes = static_cast<int>(dq_smem_bytes<DP, kStage>());
   constexpr int dkv_bytes = static_cast<int>(dkv_smem_bytes<DP, kStage>());
@@ -66,11 +68,11 @@ void launch_backward_staged(float* dq, float* dk, float* dv, const float* dout, 
       cudaFuncSetAttribute(dkv_tc_kernel<DP, kStage>, cudaFuncAttributeMaxDynamicSharedMemorySize, dkv_bytes));
   const dim3 dq_grid(static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(s.Hq * kChunks),
                      static_cast<unsigned>(s.B));
-  dq_tc_kernel<DP, kStage><<<dq_grid, kThreads, dq_bytes, st>>>(dq, dout, q, k, v, o, lse, s);
+  dq_tc_kernel<DP, kStage><<<dq_grid, kThreads, dq_bytes, st>>>(dq, dout, q, k, v, lse, row_deltas, s);
   LT_CUDA_CHECK_LAUNCH(dq_tc_kernel);
   const dim3 dkv_grid(static_cast<unsigned>((s.S + kKeyTile - 1) / kKeyTile), static_cast<unsigned>(s.Hkv * kChunks),
                       static_cast<unsigned>(s.B));
-  dkv_tc_kernel<DP, kStage><<<dkv_grid, kThreads, dkv_bytes, st>>>(dk, dv, dout, q, k, v, o, lse, s);
+  dkv_tc_kernel<DP, kStage><<<dkv_grid, kThreads, dkv_bytes, st>>>(dk, dv, dout, q, k, v, lse, row_deltas, s);
   LT_CUDA_CHECK_LAUNCH(dkv_tc_kernel);
 }
 
@@ -78,14 +80,14 @@ void launch_backward_staged(float* dq, float* dk, float* dv, const float* dout, 
 // attention_tc_backward.cuh).
 template <int DP>
 void launch_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                     const float* v, const float* o, const float* lse, const TcShape& s, cudaStream_t st,
+                     const float* v, const float* lse, const float* row_deltas, const TcShape& s, cudaStream_t st,
                      TcBackwardStaging staging) {
   const size_t have = shared_memory_per_block();
   const bool whole = dq_smem_bytes<DP>() <= have && dkv_smem_bytes<DP>() <= have;
   if (staging == TcBackwardStaging::kColumnPasses || !whole)
-    launch_backward_staged<DP, kChunk<DP>>(dq, dk, dv, dout, q, k, v, o, lse, s, st);
+    launch_backward_staged<DP, kChunk<DP>>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st);
   else
-    launch_backward_staged<DP, DP>(dq, dk, dv, dout, q, k, v, o, lse, s, st);
+    launch_backward_staged<DP, DP>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st);
 }
 
 TcShape make_tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
@@ -116,16 +118,25 @@ void attention_forward_bf16(float* o, float* lse, const float* q, const float* k
   else launch_forward<256>(o, lse, q, k, v, s, st);
 }
 
+size_t attention_backward_bf16_workspace_bytes(int64_t B, int64_t S, int64_t Hq) {
+  return static_cast<size_t>(B * S * Hq) * sizeof(float);
+}
+
 void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                             const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
-                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window,
-                             void* stream, TcBackwardStaging staging) {
+                             const float* v, const float* o, const float* lse, void* workspace, int64_t B, int64_t S,
+                             int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
+                             int64_t window, void* stream, TcBackwardStaging staging) {
   const TcShape s = make_tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
   if (B * S * Hq == 0) return;
   const cudaStream_t st = as_stream(stream);
-  if (D <= 64) launch_backward<64>(dq, dk, dv, dout, q, k, v, o, lse, s, st, staging);
-  else if (D <= 128) launch_backward<128>(dq, dk, dv, dout, q, k, v, o, lse, s, st, staging);
-  else launch_backward<256>(dq, dk, dv, dout, q, k, v, o, lse, s, st, staging);
+  float* row_deltas = static_cast<float*>(workspace);
+  const dim3 rows_grid(static_cast<unsigned>((S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(Hq),
+                       static_cast<unsigned>(B));
+  row_deltas_kernel<<<rows_grid, kThreads, 0, st>>>(row_deltas, dout, o, s);
+  LT_CUDA_CHECK_LAUNCH(row_deltas_kernel);
+  if (D <= 64) launch_backward<64>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st, staging);
+  else if (D <= 128) launch_backward<128>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st, staging);
+  else launch_backward<256>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st, staging);
 }
 
 }  // namespace lt::cuda

@@ -27,6 +27,7 @@
 // Device pointers; stream is a cudaStream_t (null: the default stream).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace lt::cuda {
@@ -41,9 +42,12 @@ enum class TcBackwardStaging { kFitToDevice, kColumnPasses };
 
 // dq, dk, dv (overwritten) from dout and the forward's o and lse; dout is rounded to bf16
 // as q, k and v are (attention_tc_backward.cuh says where else the backward rounds).
+// workspace: attention_backward_bf16_workspace_bytes(B, S, Hq) of device memory (each
+// row's delta), free for other use once the stream has run the call.
+size_t attention_backward_bf16_workspace_bytes(int64_t B, int64_t S, int64_t Hq);
 void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                             const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
-                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start = nullptr,
+                             const float* v, const float* o, const float* lse, void* workspace, int64_t B, int64_t S,
+                             int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start = nullptr,
                              int64_t window = 0, void* stream = nullptr,
                              TcBackwardStaging staging = TcBackwardStaging::kFitToDevice);
 

@@ -4,7 +4,7 @@
 
 #include "kernels/cuda/attention_tc_common.cuh"
 
-namespace lt::cuda::tc {
+LT_TC_NAMESPACE_BEGIN
 
 template <int DP>
 constexpr size_t forward_smem_bytes() {  // q, k and v tiles [64][DP]
@@ -100,4 +100,4 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
   }
 }
 
-}  // namespace lt::cuda::tc
+LT_TC_NAMESPACE_END

@@ -90,6 +90,9 @@ KernelTable::PoolScratch make_pool_scratch() {
   s.linear_backward = [](int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16, bool has_dbias) {
     return linear_backward_workspace_bytes(M, K, N, gemm_input(p), has_w_bf16, has_dbias);
   };
+  s.attention_backward = [](int64_t B, int64_t S, int64_t Hq, Precision p) {
+    return p == Precision::BF16 ? attention_backward_bf16_workspace_bytes(B, S, Hq) : size_t{0};
+  };
   s.embedding_backward = &embedding_backward_pool_bytes;
   s.rmsnorm_backward = &rmsnorm_backward_workspace_bytes;
   s.causal_conv1d_silu_backward = [](const CausalConvShape& c) {
@@ -151,9 +154,11 @@ KernelTable make_table() {
                             const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window,
                             Precision p) {
-    if (p == Precision::BF16)
-      attention_backward_bf16(dq, dk, dv, dout, q, kk, v, o, lse, B, S, Hq, Hkv, D, scale, doc_start, window, stream());
-    else
+    if (p == Precision::BF16) {
+      Scratch ws(attention_backward_bf16_workspace_bytes(B, S, Hq));
+      attention_backward_bf16(dq, dk, dv, dout, q, kk, v, o, lse, ws.get(), B, S, Hq, Hkv, D, scale, doc_start, window,
+                              stream());
+    } else
       attention_backward(dq, dk, dv, dout, q, kk, v, o, lse, B, S, Hq, Hkv, D, scale, doc_start, window, stream());
   };
   k.swiglu_forward = [](float* h, const float* g, const float* u, int64_t n) { swiglu_forward(h, g, u, n, stream()); };
