@@ -150,8 +150,6 @@ void check_forward(const TcCase& c, Run run) {
   test::expect_within(lse, lse_ref, lse_b, (what + " lse").c_str());
 }
 
-// run(dq, dk, dv, dout, q, k, v, o, lse, doc_start or nullptr, c) fills dq, dk, dv (host
-// vectors, sized).
 // A backward case's inputs: q, k, v, dO, the documents, and o and lse of the exact forward
 // on the bf16-rounded inputs (as fp32: the kernel and the reference both get them).
 struct BackwardInputs {
@@ -177,6 +175,8 @@ inline BackwardInputs backward_inputs(const TcCase& c) {
   return in;
 }
 
+// run(dq, dk, dv, dout, q, k, v, o, lse, doc_start or nullptr, c) fills dq, dk, dv (host
+// vectors, sized).
 template <class Run>
 void check_backward(const TcCase& c, Run run) {
   const int64_t B = c.B, S = c.S, Hq = c.Hq, Hkv = c.Hkv, D = c.D, window = c.window;

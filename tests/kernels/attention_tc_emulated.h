@@ -1,7 +1,7 @@
 // The tensor-core attention's kernels (kernels/cuda/attention_tc_{forward,backward}.cuh)
 // run on the CPU under the warp emulator, with attention_tc_cuda.h's signatures over host
 // pointers: for tests that check the kernels' logic (attention_tc_emulated_test.cpp) and
-// what their bf16 arithmetic does to training (exec/streaming_tc_attention_test.cpp).
+// what their bf16 arithmetic does to training (exec/streaming_cuda_test.cpp).
 // A test file that includes this needs -Wno-unknown-pragmas under GCC (tests/CMakeLists.txt).
 #pragma once
 
@@ -16,10 +16,18 @@ namespace lt::test {
 
 namespace emulated_detail {
 
+// The grids of attention_tc_cuda.cu's launches: blocks of 64 query rows (forward, the row
+// deltas, dq) or of 64 keys (dk/dv).
+inline unsigned query_blocks(const cuda::tc::TcShape& s) {
+  return static_cast<unsigned>((s.S + cuda::tc::kBlockRows - 1) / cuda::tc::kBlockRows);
+}
+inline unsigned key_blocks(const cuda::tc::TcShape& s) {
+  return static_cast<unsigned>((s.S + cuda::tc::kKeyTile - 1) / cuda::tc::kKeyTile);
+}
+
 template <int DP>
 void forward(float* o, float* lse, const float* q, const float* k, const float* v, const cuda::tc::TcShape& s) {
-  const auto tiles = static_cast<unsigned>((s.S + cuda::tc::kKeyTile - 1) / cuda::tc::kKeyTile);
-  emu::launch(tiles, static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads,
+  emu::launch(query_blocks(s), static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads,
               cuda::tc::forward_smem_bytes<DP>(), &cuda::tc::forward_tc_kernel<DP>, o, lse, q, k, v, s);
 }
 
@@ -27,15 +35,14 @@ template <int DP, int kStage>
 void backward_staged(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                      const float* v, const float* o, const float* lse, const cuda::tc::TcShape& s) {
   constexpr unsigned chunks = DP / cuda::tc::kChunk<DP>;
-  const auto tiles = static_cast<unsigned>((s.S + cuda::tc::kKeyTile - 1) / cuda::tc::kKeyTile);
   std::vector<float> row_deltas(static_cast<size_t>(s.B * s.Hq * s.S));
-  emu::launch(tiles, static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads, 0,
+  emu::launch(query_blocks(s), static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads, 0,
               &cuda::tc::row_deltas_kernel, row_deltas.data(), dout, o, s);
   const float* deltas = row_deltas.data();
-  emu::launch(tiles, static_cast<unsigned>(s.Hq) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
+  emu::launch(query_blocks(s), static_cast<unsigned>(s.Hq) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
               cuda::tc::dq_smem_bytes<DP, kStage>(), &cuda::tc::dq_tc_kernel<DP, kStage>, dq, dout, q, k, v, lse,
               deltas, s);
-  emu::launch(tiles, static_cast<unsigned>(s.Hkv) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
+  emu::launch(key_blocks(s), static_cast<unsigned>(s.Hkv) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
               cuda::tc::dkv_smem_bytes<DP, kStage>(), &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, dout, q, k, v, lse,
               deltas, s);
 }

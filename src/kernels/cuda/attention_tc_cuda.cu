@@ -54,14 +54,15 @@ void launch_forward(float* o, float* lse, const float* q, const float* k, const 
   LT_CUDA_CHECK_LAUNCH(forward_tc_kernel);
 }
 
+// have: the device's shared memory a block (shared_memory_per_block).
 template <int DP, int kStage>
 void launch_backward_staged(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                             const float* v, const float* lse, const float* row_deltas, const TcShape& s,
-                            cudaStream_t st) {
+                            cudaStream_t st, size_t have) {
   constexpr int kChunks = DP / kChunk<DP>;
   constexpr int dq_bytes = static_cast<int>(dq_smem_bytes<DP, kStage>());
   constexpr int dkv_bytes = static_cast<int>(dkv_smem_bytes<DP, kStage>());
-  require_shared_memory("backward", s.D, dq_bytes > dkv_bytes ? dq_bytes : dkv_bytes, shared_memory_per_block());
+  require_shared_memory("backward", s.D, dq_bytes > dkv_bytes ? dq_bytes : dkv_bytes, have);
   LT_CUDA_CHECK(
       cudaFuncSetAttribute(dq_tc_kernel<DP, kStage>, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_bytes));
   LT_CUDA_CHECK(
@@ -85,9 +86,9 @@ void launch_backward(float* dq, float* dk, float* dv, const float* dout, const f
   const size_t have = shared_memory_per_block();
   const bool whole = dq_smem_bytes<DP>() <= have && dkv_smem_bytes<DP>() <= have;
   if (staging == TcBackwardStaging::kColumnPasses || !whole)
-    launch_backward_staged<DP, kChunk<DP>>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st);
+    launch_backward_staged<DP, kChunk<DP>>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st, have);
   else
-    launch_backward_staged<DP, DP>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st);
+    launch_backward_staged<DP, DP>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st, have);
 }
 
 TcShape make_tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,

@@ -9,8 +9,9 @@
 // block's elementwise steps (kernels/cuda/elementwise_cuda.h), and the head's
 // cross-entropy whole and streamed (kernels/cuda/head_cross_entropy_table.h). Entries
 // whose CPU signature has no workspace (the embedding's, RMSNorm's and the conv's backward,
-// the linear layers' bf16 roundings of their operands and dbias partials) take their
-// scratch from CUDA's stream-ordered pool (cudaMallocAsync), outside the plan's arena.
+// the linear layers' bf16 roundings of their operands and dbias partials, the bf16
+// attention backward's row deltas) take their scratch from CUDA's stream-ordered pool
+// (cudaMallocAsync), outside the plan's arena.
 #pragma once
 
 #include "kernels/kernel_table.h"
