@@ -103,14 +103,15 @@ int main(int argc, char** argv) {
     DeviceBuffer q = random_floats(B * S * Hq * D, 1), k = random_floats(B * S * Hkv * D, 2),
                  v = random_floats(B * S * Hkv * D, 3), dout = random_floats(B * S * Hq * D, 4);
     DeviceBuffer o(B * S * Hq * D * 4), lse(B * Hq * S * 4), dq(B * S * Hq * D * 4), dk(B * S * Hkv * D * 4),
-        dv(B * S * Hkv * D * 4), ws(lt::cuda::attention_backward_bf16_workspace_bytes(B, S, Hq));
+        dv(B * S * Hkv * D * 4), fws(lt::cuda::attention_forward_bf16_workspace_bytes(B, S, Hq, Hkv, D)),
+        ws(lt::cuda::attention_backward_bf16_workspace_bytes(B, S, Hq, Hkv, D));
     put("attn_fwd_ms", median_ms([&] {
           lt::cuda::attention_forward(o.as<float>(), lse.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), B,
                                       S, Hq, Hkv, D, scale);
         }));
     put("attn_fwd_bf16_ms", median_ms([&] {  // the tensor-core kernel, bf16 operands
           lt::cuda::attention_forward_bf16(o.as<float>(), lse.as<float>(), q.as<float>(), k.as<float>(),
-                                           v.as<float>(), B, S, Hq, Hkv, D, scale);
+                                           v.as<float>(), fws.data(), B, S, Hq, Hkv, D, scale);
         }));
     put("attn_bwd_ms", median_ms([&] {
           lt::cuda::attention_backward(dq.as<float>(), dk.as<float>(), dv.as<float>(), dout.as<float>(),

@@ -99,7 +99,10 @@ size_t kernel_pool_scratch_bytes(const ModelConfig& c, int64_t batch, int64_t se
     take(pool.rmsnorm_backward(T, c.hidden_size));
     take(pool.rmsnorm_backward(T * std::max(c.num_heads, c.num_kv_heads), c.head_dim));
   }
-  if (pool.attention_backward) take(pool.attention_backward(batch, seq, c.num_heads, p));
+  if (pool.attention_forward)
+    take(pool.attention_forward(batch, seq, c.num_heads, c.num_kv_heads, c.head_dim, p));
+  if (pool.attention_backward)
+    take(pool.attention_backward(batch, seq, c.num_heads, c.num_kv_heads, c.head_dim, p));
   if (pool.embedding_backward) take(pool.embedding_backward(T));
   return most;
 }

@@ -171,7 +171,8 @@ struct KernelTable {
     size_t (*linear_forward)(int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16) = nullptr;
     size_t (*linear_backward)(int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16,
                               bool has_dbias) = nullptr;
-    size_t (*attention_backward)(int64_t B, int64_t S, int64_t Hq, Precision p) = nullptr;
+    size_t (*attention_forward)(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, Precision p) = nullptr;
+    size_t (*attention_backward)(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, Precision p) = nullptr;
     size_t (*embedding_backward)(int64_t T) = nullptr;
     size_t (*rmsnorm_backward)(int64_t T, int64_t C) = nullptr;
     size_t (*causal_conv1d_silu_backward)(const CausalConvShape& s) = nullptr;

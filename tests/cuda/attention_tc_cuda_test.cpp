@@ -19,9 +19,10 @@ void run_on_gpu(std::vector<float>& o, std::vector<float>& lse, const std::vecto
                 const std::vector<float>& k, const std::vector<float>& v, const int32_t* doc, const TcCase& c) {
   const DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v);
   const DeviceBuffer ddoc = doc ? to_device(std::vector<int32_t>(doc, doc + c.B * c.S)) : DeviceBuffer();
-  const DeviceBuffer d_o(o.size() * 4), d_lse(lse.size() * 4);
-  cuda::attention_forward_bf16(d_o.as<float>(), d_lse.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>(), c.B,
-                               c.S, c.Hq, c.Hkv, c.D, test::case_scale(c),
+  const DeviceBuffer d_o(o.size() * 4), d_lse(lse.size() * 4),
+      ws(cuda::attention_forward_bf16_workspace_bytes(c.B, c.S, c.Hq, c.Hkv, c.D));
+  cuda::attention_forward_bf16(d_o.as<float>(), d_lse.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>(),
+                               ws.data(), c.B, c.S, c.Hq, c.Hkv, c.D, test::case_scale(c),
                                doc ? ddoc.as<int32_t>() : nullptr, c.window);
   o = to_host<float>(d_o, o.size());
   lse = to_host<float>(d_lse, lse.size());
@@ -35,7 +36,7 @@ void run_backward_staged(bool column_passes, std::vector<float>& dq, std::vector
                      d_o = to_device(o), d_lse = to_device(lse);
   const DeviceBuffer ddoc = doc ? to_device(std::vector<int32_t>(doc, doc + c.B * c.S)) : DeviceBuffer();
   const DeviceBuffer d_dq(dq.size() * 4), d_dk(dk.size() * 4), d_dv(dv.size() * 4);
-  const DeviceBuffer ws(cuda::attention_backward_bf16_workspace_bytes(c.B, c.S, c.Hq));
+  const DeviceBuffer ws(cuda::attention_backward_bf16_workspace_bytes(c.B, c.S, c.Hq, c.Hkv, c.D));
   cuda::attention_backward_bf16(d_dq.as<float>(), d_dk.as<float>(), d_dv.as<float>(), ddo.as<float>(),
                                 dq_in.as<float>(), dk_in.as<float>(), dv_in.as<float>(), d_o.as<float>(),
                                 d_lse.as<float>(), ws.data(), c.B, c.S, c.Hq, c.Hkv, c.D,

@@ -266,13 +266,19 @@ TEST_F(CudaKernelTable, Attention) {
                v = buf(B * S * Hkv * D, 23), dout = buf(B * S * Hq * D, 24);
   DeviceBuffer o1(B * S * Hq * D * 4), o2(B * S * Hq * D * 4), l1(B * Hq * S * 4), l2(B * Hq * S * 4);
   DeviceBuffer dq1(B * S * Hq * D * 4), dq2(B * S * Hq * D * 4), dk1(B * S * Hkv * D * 4), dk2(B * S * Hkv * D * 4),
-      dv1(B * S * Hkv * D * 4), dv2(B * S * Hkv * D * 4), ws(cuda::attention_backward_bf16_workspace_bytes(B, S, Hq));
+      dv1(B * S * Hkv * D * 4), dv2(B * S * Hkv * D * 4),
+      fws(cuda::attention_forward_bf16_workspace_bytes(B, S, Hq, Hkv, D)),
+      ws(cuda::attention_backward_bf16_workspace_bytes(B, S, Hq, Hkv, D));
   sync();  // the uploads (on the default stream) have landed
   // Under fp32 the table runs the fp32 kernels, under bf16 the tensor-core ones.
   for (const Precision p : {Precision::F32, Precision::BF16}) {
     const bool bf16 = p == Precision::BF16;
-    const auto forward = bf16 ? cuda::attention_forward_bf16 : cuda::attention_forward;
-    // The bf16 one takes a workspace after lse.
+    // The bf16 ones take a workspace: the forward's after v, the backward's after lse.
+    const auto forward = [bf16, &fws](float* o, float* lse, const float* q, const float* k, const float* v,
+                                      auto... rest) {
+      if (bf16) cuda::attention_forward_bf16(o, lse, q, k, v, fws.data(), rest...);
+      else cuda::attention_forward(o, lse, q, k, v, rest...);
+    };
     const auto backward = [bf16, &ws](float* dq, float* dk, float* dv, const float* dout, const float* q,
                                       const float* k, const float* v, const float* o, const float* lse, auto... rest) {
       if (bf16) cuda::attention_backward_bf16(dq, dk, dv, dout, q, k, v, o, lse, ws.data(), rest...);

@@ -79,23 +79,35 @@ TEST(KernelPoolScratch, CudaCountsTheHybridConvolution) {
   EXPECT_GE(kernel_pool_scratch_bytes(c, B, S, *k, Precision::F32), conv);
 }
 
-// The tensor-core attention's backward takes each query row's delta (B x S x Hq floats)
-// under bf16, nothing under fp32; counted: a table with that entry alone gives it.
-TEST(KernelPoolScratch, CudaCountsTheAttentionBackwardsRowDeltas) {
+// The tensor-core attention (bf16) packs q, k and v (and, backward, dO) as bf16, each head
+// padded to whole key tiles of 64 rows and a head dim of 64, 128 or 256, and its backward
+// also takes each query row's delta (B x S x Hq floats, rounded up to 256 bytes): the
+// sizes attention_tc_cuda.h's workspace functions promise. Nothing under fp32; counted: a
+// table with those entries alone gives the larger, the backward's.
+TEST(KernelPoolScratch, CudaCountsTheTensorCoreAttentionsWorkspace) {
   std::string why;
   const KernelTable* k = cuda_table(why);
   if (!k) GTEST_SKIP() << "no CUDA table in this build: " << why;
   const ModelConfig c = test::streaming_tiny_config();
-  const int64_t B = 3, S = 40;
+  const int64_t B = 3, S = 70, Hq = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
+  ASSERT_LE(D, 64) << "the expected sizes below pad D to 64";
+  const size_t head = static_cast<size_t>(128 * 64) * 2;  // 70 rows padded to 128, D to 64, bf16
+  const size_t forward = static_cast<size_t>(B * (Hq + 2 * Hkv)) * head;
+  const size_t deltas = (static_cast<size_t>(B * S * Hq) * sizeof(float) + 255) / 256 * 256;
+  const size_t backward = deltas + static_cast<size_t>(B * (2 * Hq + 2 * Hkv)) * head;
+  ASSERT_NE(k->pool_scratch.attention_forward, nullptr);
   ASSERT_NE(k->pool_scratch.attention_backward, nullptr);
-  EXPECT_EQ(k->pool_scratch.attention_backward(B, S, c.num_heads, Precision::BF16),
-            static_cast<size_t>(B * S * c.num_heads) * sizeof(float));
-  EXPECT_EQ(k->pool_scratch.attention_backward(B, S, c.num_heads, Precision::F32), 0u);
+  EXPECT_EQ(k->pool_scratch.attention_forward(B, S, Hq, Hkv, D, Precision::BF16), forward);
+  EXPECT_EQ(k->pool_scratch.attention_backward(B, S, Hq, Hkv, D, Precision::BF16), backward);
+  EXPECT_EQ(k->pool_scratch.attention_forward(B, S, Hq, Hkv, D, Precision::F32), 0u);
+  EXPECT_EQ(k->pool_scratch.attention_backward(B, S, Hq, Hkv, D, Precision::F32), 0u);
   KernelTable only = *k;
   only.pool_scratch = {};
+  only.pool_scratch.attention_forward = k->pool_scratch.attention_forward;
   only.pool_scratch.attention_backward = k->pool_scratch.attention_backward;
-  EXPECT_EQ(kernel_pool_scratch_bytes(c, B, S, only, Precision::BF16),
-            static_cast<size_t>(B * S * c.num_heads) * sizeof(float));
+  EXPECT_EQ(kernel_pool_scratch_bytes(c, B, S, only, Precision::BF16), backward);
+  only.pool_scratch.attention_backward = nullptr;
+  EXPECT_EQ(kernel_pool_scratch_bytes(c, B, S, only, Precision::BF16), forward);
 }
 
 }  // namespace

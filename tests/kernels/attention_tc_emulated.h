@@ -25,26 +25,53 @@ inline unsigned key_blocks(const cuda::tc::TcShape& s) {
   return static_cast<unsigned>((s.S + cuda::tc::kKeyTile - 1) / cuda::tc::kKeyTile);
 }
 
+// The launcher's workspace (attention_tc_common.cuh: PackedOperands), 16-byte aligned as
+// the GPU's allocations are (at least).
+struct Workspace {
+  struct alignas(16) Piece {
+    unsigned char bytes[16];
+  };
+  explicit Workspace(size_t bytes) : pieces((bytes + 15) / 16) {}
+  void* data() { return pieces.data(); }
+  std::vector<Piece> pieces;
+};
+
+template <int DP>
+uint16_t* pack(void* workspace, size_t offset, const float* x, int64_t H, const cuda::tc::TcShape& s) {
+  uint16_t* to = cuda::tc::PackedOperands::at(workspace, offset);
+  emu::launch(static_cast<unsigned>(s.rows / cuda::tc::kKeyTile), static_cast<unsigned>(H),
+              static_cast<unsigned>(s.B), cuda::tc::kThreads, 0, &cuda::tc::pack_kernel<DP>, to, x, H, s);
+  return to;
+}
+
 template <int DP>
 void forward(float* o, float* lse, const float* q, const float* k, const float* v, const cuda::tc::TcShape& s) {
+  const cuda::tc::PackedOperands p = cuda::tc::packed_operands(s, false);
+  Workspace ws(p.bytes);
+  const uint16_t *pq = pack<DP>(ws.data(), p.q, q, s.Hq, s), *pk = pack<DP>(ws.data(), p.k, k, s.Hkv, s),
+                 *pv = pack<DP>(ws.data(), p.v, v, s.Hkv, s);
   emu::launch(query_blocks(s), static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::forward_smem_bytes<DP>(), &cuda::tc::forward_tc_kernel<DP>, o, lse, q, k, v, s);
+              cuda::tc::forward_smem_bytes<DP>(), &cuda::tc::forward_tc_kernel<DP>, o, lse, pq, pk, pv, s);
 }
 
 template <int DP, int kStage>
 void backward_staged(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                      const float* v, const float* o, const float* lse, const cuda::tc::TcShape& s) {
   constexpr unsigned chunks = DP / cuda::tc::kChunk<DP>;
-  std::vector<float> row_deltas(static_cast<size_t>(s.B * s.Hq * s.S));
+  const cuda::tc::PackedOperands p = cuda::tc::packed_operands(s, true);
+  Workspace ws(p.bytes);
+  float* deltas = reinterpret_cast<float*>(cuda::tc::PackedOperands::at(ws.data(), p.deltas));
   emu::launch(query_blocks(s), static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads, 0,
-              &cuda::tc::row_deltas_kernel, row_deltas.data(), dout, o, s);
-  const float* deltas = row_deltas.data();
+              &cuda::tc::row_deltas_kernel, deltas, dout, o, s);
+  const uint16_t *pdout = pack<DP>(ws.data(), p.dout, dout, s.Hq, s), *pq = pack<DP>(ws.data(), p.q, q, s.Hq, s),
+                 *pk = pack<DP>(ws.data(), p.k, k, s.Hkv, s), *pv = pack<DP>(ws.data(), p.v, v, s.Hkv, s);
+  const float* row_deltas = deltas;
   emu::launch(query_blocks(s), static_cast<unsigned>(s.Hq) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::dq_smem_bytes<DP, kStage>(), &cuda::tc::dq_tc_kernel<DP, kStage>, dq, dout, q, k, v, lse,
-              deltas, s);
+              cuda::tc::dq_smem_bytes<DP, kStage>(), &cuda::tc::dq_tc_kernel<DP, kStage>, dq, pdout, pq, pk, pv, lse,
+              row_deltas, s);
   emu::launch(key_blocks(s), static_cast<unsigned>(s.Hkv) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::dkv_smem_bytes<DP, kStage>(), &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, dout, q, k, v, lse,
-              deltas, s);
+              cuda::tc::dkv_smem_bytes<DP, kStage>(), &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, pdout, pq, pk, pv,
+              lse, row_deltas, s);
 }
 template <int DP>
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
@@ -58,7 +85,7 @@ void backward(float* dq, float* dk, float* dv, const float* dout, const float* q
 inline void emulated_attention_forward_bf16(float* o, float* lse, const float* q, const float* k, const float* v,
                                             int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
                                             const int32_t* doc_start, int64_t window) {
-  const cuda::tc::TcShape s{B, S, Hq, Hkv, D, scale, doc_start, window};
+  const cuda::tc::TcShape s = cuda::tc::tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
   if (D <= 64) emulated_detail::forward<64>(o, lse, q, k, v, s);
   else if (D <= 128) emulated_detail::forward<128>(o, lse, q, k, v, s);
   else emulated_detail::forward<256>(o, lse, q, k, v, s);
@@ -71,7 +98,7 @@ inline void emulated_attention_backward_bf16(float* dq, float* dk, float* dv, co
                                              const float* k, const float* v, const float* o, const float* lse,
                                              int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
                                              const int32_t* doc_start, int64_t window, bool column_passes = false) {
-  const cuda::tc::TcShape s{B, S, Hq, Hkv, D, scale, doc_start, window};
+  const cuda::tc::TcShape s = cuda::tc::tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
   if (D <= 64) emulated_detail::backward<64>(dq, dk, dv, dout, q, k, v, o, lse, s, column_passes);
   else if (D <= 128) emulated_detail::backward<128>(dq, dk, dv, dout, q, k, v, o, lse, s, column_passes);
   else emulated_detail::backward<256>(dq, dk, dv, dout, q, k, v, o, lse, s, column_passes);

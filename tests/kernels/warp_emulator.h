@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -91,11 +92,20 @@ struct WarpExchange {
   uint32_t words[32][6] = {};
 };
 
+// A cp.async of 16 bytes that has not landed: its bytes, read at issue (the kernels copy
+// from global memory that no block writes while they run), and where they go.
+struct AsyncCopy {
+  void* to;
+  unsigned char bytes[16];
+};
+
 struct Fiber {
   ucontext_t context;
   std::unique_ptr<char[]> stack;
   bool done = false;
   void* fake_stack = nullptr;  // AddressSanitizer's, while it is switched away
+  std::vector<AsyncCopy> open_copies;                     // issued since the last commit
+  std::vector<std::vector<AsyncCopy>> committed_copies;  // oldest group first
 };
 
 // One block's state while its fibers run; the scheduler is the launching thread's context.
@@ -157,12 +167,20 @@ inline void Barrier::arrive_and_wait() {
   while (generation == my_generation) pass_turn(false);
 }
 
+inline Fiber& this_fiber() { return t_block->fibers[static_cast<size_t>(t_block->current)]; }
+
 inline void fiber_main() {
   Block& b = *t_block;
   StackBounds from;
   switch_finished(nullptr, &from);
   if (!b.scheduler_stack.bottom) b.scheduler_stack = from;  // the first fiber of all starts from the scheduler
   b.body();
+  const Fiber& me = this_fiber();
+  if (!me.open_copies.empty() || !me.committed_copies.empty()) {
+    std::fprintf(stderr, "warp emulator: thread %u of block (%u, %u, %u) finished with asynchronous copies it never "
+                         "waited for\n", threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z);
+    std::abort();
+  }
   b.fibers[static_cast<size_t>(b.current)].done = true;
   ++b.progress;
   pass_turn(true);
@@ -220,6 +238,38 @@ void launch(unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem_byte
 }
 
 }  // namespace lt::emu
+
+// cp.async.cg.shared.global (16 bytes), cp.async.commit_group and cp.async.wait_group N:
+// a copy lands in shared memory only when its thread waits for its group, as late as the
+// GPU may land it, so a kernel that reads a tile before waiting reads stale bytes (and
+// fails its checks); the alignment the GPU would fault on aborts.
+namespace lt::emu {
+inline void require_aligned_16(const void* p, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 == 0) return;
+  std::fprintf(stderr, "warp emulator: the %s of a 16-byte cp.async at %p is not 16-byte aligned\n", what, p);
+  std::abort();
+}
+}  // namespace lt::emu
+inline void cp_async_16(void* to, const void* from) {
+  lt::emu::require_aligned_16(to, "destination");
+  lt::emu::require_aligned_16(from, "source");
+  lt::emu::AsyncCopy c{to, {}};
+  std::memcpy(c.bytes, from, 16);
+  lt::emu::this_fiber().open_copies.push_back(c);
+}
+inline void cp_async_commit() {
+  lt::emu::Fiber& f = lt::emu::this_fiber();
+  f.committed_copies.push_back(std::move(f.open_copies));
+  f.open_copies.clear();
+}
+template <int kPending>
+void cp_async_wait() {
+  auto& groups = lt::emu::this_fiber().committed_copies;
+  while (groups.size() > static_cast<size_t>(kPending)) {
+    for (const lt::emu::AsyncCopy& c : groups.front()) std::memcpy(c.to, c.bytes, 16);
+    groups.erase(groups.begin());
+  }
+}
 
 inline unsigned __float_as_uint(float f) { return lt::emu::bits(f); }
 inline float __uint_as_float(unsigned u) { return lt::emu::value(u); }

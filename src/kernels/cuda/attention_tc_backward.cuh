@@ -9,11 +9,11 @@
 // columns (two blocks per row tile for a 256-wide head, each recomputing the scores), so
 // that a warp's accumulators stay within the register file.
 //
-// Precision, as under bf16 training: q, k, v and dO are rounded to bf16 as they are
-// staged, and so are the probabilities (for dv) and the score gradients (for dq and dk)
-// before their products; the scores, the probabilities, dp = dO . v and
-// delta = sum_d bf16(dO) o stay fp32, from the forward's fp32 o and lse (delta computed
-// once per row by a third kernel that runs first, row_deltas_kernel).
+// Precision, as under bf16 training: q, k, v and dO are rounded to bf16 (packed before these
+// run: attention_tc_common.cuh), and so are the probabilities (for dv) and the score
+// gradients (for dq and dk) before their products; the scores, the probabilities,
+// dp = dO . v and delta = sum_d bf16(dO) o stay fp32, from the forward's fp32 o and lse
+// (delta computed once per row by a third kernel that runs first, row_deltas_kernel).
 #pragma once
 
 #include "kernels/cuda/attention_tc_common.cuh"
@@ -82,11 +82,12 @@ constexpr size_t dq_smem_bytes() {  // q, dO, k, v [64][kStage]; deltas
   return 4 * tile_bytes<kStage>(kKeyTile) + kKeyTile * sizeof(float);
 }
 
-// Grid: (query tiles, Hq x chunks, B). Warp w owns query rows q0 + 16w .. + 15.
+// Grid: (query tiles, Hq x chunks, B). Warp w owns query rows q0 + 16w .. + 15. dout, q, k,
+// v: packed (PackedOperands), as in dkv_tc_kernel.
 template <int DP, int kStage = DP>
-__global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float* dout, const float* q, const float* k,
-                                                         const float* v, const float* lse, const float* row_deltas,
-                                                         TcShape s) {
+__global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const uint16_t* dout, const uint16_t* q,
+                                                         const uint16_t* k, const uint16_t* v, const float* lse,
+                                                         const float* row_deltas, TcShape s) {
   static_assert(kStage == DP || kStage == kChunk<DP>, "stage all of D or the block's chunk");
   constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8, kRowWords = kTileWords<kStage>;
   constexpr int kN = kPasses<DP, kStage>;
@@ -102,8 +103,8 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
   const int64_t hk = h / (s.Hq / s.Hkv);
   const int warp = threadIdx.x >> 5;
   if constexpr (kN == 1) {  // q and dO stay staged
-    stage_tile<DP>(qw, q, b, q0, s.Hq, h, 0, s);
-    stage_tile<DP>(dow, dout, b, q0, s.Hq, h, 0, s);
+    stage_tile<DP, DP>(qw, q, b, q0, s.Hq, h, 0, s);
+    stage_tile<DP, DP>(dow, dout, b, q0, s.Hq, h, 0, s);
   }
   stage_row_deltas(delta, row_deltas, b, q0, h, s);
 
@@ -127,19 +128,19 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const float*
       const int c0 = pass * kStage;
       __syncthreads();  // the previous tile or pass is read (and q, dO and the deltas are staged)
       if constexpr (kN > 1) {
-        stage_tile<kStage>(qw, q, b, q0, s.Hq, h, c0, s);
-        stage_tile<kStage>(dow, dout, b, q0, s.Hq, h, c0, s);
+        stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, c0, s);
+        stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, c0, s);
       }
-      stage_tile<kStage>(kw, k, b, k0, s.Hkv, hk, c0, s);
-      stage_tile<kStage>(vw, v, b, k0, s.Hkv, hk, c0, s);
-      __syncthreads();
+      stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, c0, s);
+      stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, c0, s);
+      wait_for_staged_tiles();
       add_tile_product<kStage>(sc, qw, kw, warp * 16);
       add_tile_product<kStage>(dp, dow, vw, warp * 16);
     }
     if (kN > 1 && col0 != (kN - 1) * kStage) {  // the block's columns of k for ds k
       __syncthreads();
-      stage_tile<kStage>(kw, k, b, k0, s.Hkv, hk, col0, s);
-      __syncthreads();
+      stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, col0, s);
+      wait_for_staged_tiles();
     }
     // ds = p (dp - delta), p from the saved lse; 0 where the key is not seen.
 #pragma unroll
@@ -176,9 +177,9 @@ constexpr size_t dkv_smem_bytes() {  // k, v, q, dO [64][kStage]; per query row
 
 // Grid: (key tiles, Hkv x chunks, B). Warp w owns keys k0 + 16w .. + 15.
 template <int DP, int kStage = DP>
-__global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, const float* dout, const float* q,
-                                                          const float* k, const float* v, const float* lse,
-                                                          const float* row_deltas, TcShape s) {
+__global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, const uint16_t* dout,
+                                                          const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                                          const float* lse, const float* row_deltas, TcShape s) {
   static_assert(kStage == DP || kStage == kChunk<DP>, "stage all of D or the block's chunk");
   constexpr int kC = kChunk<DP>, kChunks = DP / kC, kCTiles = kC / 8, kRowWords = kTileWords<kStage>;
   constexpr int kN = kPasses<DP, kStage>;
@@ -196,8 +197,8 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
   const int64_t group = s.Hq / s.Hkv;
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
   if constexpr (kN == 1) {  // k and v stay staged
-    stage_tile<DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
-    stage_tile<DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<DP, DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<DP, DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
   }
   const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   // The query tiles that see some key of the block: from the block's first key (causal)
@@ -223,11 +224,11 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
         const int c0 = pass * kStage;
         __syncthreads();  // the previous query tile or pass is read (and k, v are staged)
         if constexpr (kN > 1) {
-          stage_tile<kStage>(kw, k, b, k0, s.Hkv, hk, c0, s);
-          stage_tile<kStage>(vw, v, b, k0, s.Hkv, hk, c0, s);
+          stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, c0, s);
+          stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, c0, s);
         }
-        stage_tile<kStage>(qw, q, b, q0, s.Hq, h, c0, s);
-        stage_tile<kStage>(dow, dout, b, q0, s.Hq, h, c0, s);
+        stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, c0, s);
+        stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, c0, s);
         if (pass == 0) {
           stage_row_deltas(delta, row_deltas, b, q0, h, s);
           for (int r = threadIdx.x; r < kBlockRows; r += kThreads) {
@@ -236,15 +237,15 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
             query_lse[r] = i < s.S ? lse[(b * s.Hq + h) * s.S + i] : 0.f;
           }
         }
-        __syncthreads();
+        wait_for_staged_tiles();
         add_tile_product<kStage>(st, kw, qw, warp * 16);
         add_tile_product<kStage>(dpt, vw, dow, warp * 16);
       }
       if (kN > 1 && col0 != (kN - 1) * kStage) {  // the block's columns of q and dO for the products below
         __syncthreads();
-        stage_tile<kStage>(qw, q, b, q0, s.Hq, h, col0, s);
-        stage_tile<kStage>(dow, dout, b, q0, s.Hq, h, col0, s);
-        __syncthreads();
+        stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, col0, s);
+        stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, col0, s);
+        wait_for_staged_tiles();
       }
       // p^T and ds^T = p^T (dp^T - delta); 0 where the query does not see the key.
 #pragma unroll

@@ -4,8 +4,8 @@
 // thread is a fiber, and mma_bf16, the warp shuffles and the block barrier are
 // emulated with the PTX ISA's fragment layouts (LT_WARP_EMULATION). Nothing here may use
 // CUDA beyond __device__ / __global__ functions, threadIdx / blockIdx, __syncthreads,
-// __shfl_xor_sync, mma_bf16, LT_DYNAMIC_SMEM and the two vector accesses below (which have
-// emulated twins).
+// __shfl_xor_sync, mma_bf16, LT_DYNAMIC_SMEM, the asynchronous copies (cp_async_*) and the
+// two vector accesses below (all of which have emulated twins).
 #pragma once
 
 #include <cmath>
@@ -44,12 +44,49 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockRows = 16 * kWarps;  // query rows per block, 16 per warp (one mma's M)
 constexpr int kKeyTile = 64;             // keys per shared-memory tile: 8 mma N-tiles of 8
 
+// rows: S rounded up to the key tile, the rows of each head in the packed operands
+// (pack_kernel below).
 struct TcShape {
   int64_t B, S, Hq, Hkv, D;
   float scale;
   const int32_t* doc_start;
   int64_t window;
+  int64_t rows;
 };
+
+// Host side: the head dim the kernels are instantiated for (D padded with zeros), and the
+// shape with its packed rows.
+inline int padded_head_dim(int64_t D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
+inline TcShape tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                        const int32_t* doc_start, int64_t window) {
+  return TcShape{B, S, Hq, Hkv, D, scale, doc_start, window, (S + kKeyTile - 1) / kKeyTile * kKeyTile};
+}
+
+// The kernels read q, k, v (and dO) packed: bf16 bits, [B][H][rows][DP], zero past S and
+// D, each converted once by pack_kernel before the attention's kernels run, instead of
+// converted from fp32 every time a block stages a tile (a key tile is staged by every
+// query block and head that sees it). Staging is then a copy of 16-byte pieces (a tile row
+// of DP bf16 is 128-512 bytes), reading half the bytes. The workspace holds them in this
+// order (byte offsets, each a multiple of 256); the backward also holds dO and, first,
+// each query row's delta (B x S x Hq floats).
+struct PackedOperands {
+  size_t deltas, q, k, v, dout, bytes;
+  static uint16_t* at(void* workspace, size_t offset) {
+    return reinterpret_cast<uint16_t*>(static_cast<unsigned char*>(workspace) + offset);
+  }
+};
+inline size_t round_up_256(size_t n) { return (n + 255) / 256 * 256; }
+inline PackedOperands packed_operands(const TcShape& s, bool backward) {
+  const size_t head = static_cast<size_t>(s.rows * padded_head_dim(s.D)) * sizeof(uint16_t);
+  const size_t q = static_cast<size_t>(s.B * s.Hq) * head, kv = static_cast<size_t>(s.B * s.Hkv) * head;
+  PackedOperands p{};
+  p.q = backward ? round_up_256(static_cast<size_t>(s.B * s.S * s.Hq) * sizeof(float)) : 0;
+  p.k = p.q + q;
+  p.v = p.k + kv;
+  p.dout = p.v + kv;
+  p.bytes = p.dout + (backward ? q : 0);
+  return p;
+}
 
 __device__ inline int64_t first_visible_key(const TcShape& s, int64_t b, int64_t i) {
   int64_t j0 = s.doc_start ? s.doc_start[b * s.S + i] : 0;
@@ -97,9 +134,9 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
 }
 
-// Four floats from 16-byte-aligned global memory, and two words to 8-byte-aligned shared
-// memory: one vector access each on the GPU; under the emulator byte copies, after
-// checking the alignment that the GPU would fault on.
+// Four floats from 16-byte-aligned global memory and four words to 16-byte-aligned memory:
+// one vector access each on the GPU; under the emulator byte copies, after checking the
+// alignment that the GPU would fault on.
 #ifdef LT_WARP_EMULATION
 inline void require_aligned(const void* p, uintptr_t bytes, const char* what) {
   if (reinterpret_cast<uintptr_t>(p) % bytes == 0) return;
@@ -110,43 +147,86 @@ inline void load_float4(float (&v)[4], const float* p) {
   require_aligned(p, 16, "a float4 load");
   std::memcpy(v, p, 16);
 }
-inline void store_words2(uint32_t* p, uint32_t lo, uint32_t hi) {
-  require_aligned(p, 8, "a uint2 store");
-  const uint32_t w[2] = {lo, hi};
-  std::memcpy(p, w, 8);
+inline void store_words4(void* p, const uint32_t (&w)[4]) {
+  require_aligned(p, 16, "a uint4 store");
+  std::memcpy(p, w, 16);
 }
 #else
 __device__ inline void load_float4(float (&v)[4], const float* p) {
   const float4 f = *reinterpret_cast<const float4*>(p);
   v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
 }
-__device__ inline void store_words2(uint32_t* p, uint32_t lo, uint32_t hi) {
-  *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
+__device__ inline void store_words4(void* p, const uint32_t (&w)[4]) {
+  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+// 16 bytes from global to shared memory without passing through registers, landing when
+// the thread waits for their group (sm_80 and later; the emulator has its twins).
+__device__ inline void cp_async_16(void* to, const void* from) {
+  const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(from) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>  // wait until at most kPending of the thread's committed groups are in flight
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 #endif
 
-// Rows row0 .. row0 + 63 of head h of x ([B*S, H, D] fp32), columns col0 .. col0 + kCols
-// - 1, as bf16 into a row-major shared-memory tile [64][kTileWords<kCols>]; zeros past S
-// and D. Four columns a thread at a time: one 16-byte load where D is a multiple of 4 and
-// x 16-byte aligned (then so is every row), else four; one 8-byte store (a tile row is a
-// multiple of 8 bytes, col0 and the column of 4).
-template <int kCols>
-__device__ void stage_tile(uint32_t* tile, const float* x, int64_t b, int64_t row0, int64_t H, int64_t h, int col0,
-                           const TcShape& s) {
-  constexpr int kQuads = kCols / 4;
+// Every thread's staged tiles have landed and every thread has waited for them: after this
+// the block may read what it staged.
+__device__ inline void wait_for_staged_tiles() {
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
+// Packs x ([B*S, H, D] fp32) into packed (PackedOperands' layout, H heads) as bf16, nearest
+// even. Grid: (rows / 64, H, B); a thread converts 8 columns of a row at a time: two
+// 16-byte loads where D is a multiple of 4 and x 16-byte aligned (then so is every row),
+// else scalar loads; one 16-byte store.
+template <int DP>
+__global__ void __launch_bounds__(kThreads) pack_kernel(uint16_t* packed, const float* x, int64_t H, TcShape s) {
+  constexpr int kOctets = DP / 8;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kKeyTile, h = blockIdx.y, b = blockIdx.z;
   const bool vector = s.D % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  for (int e = threadIdx.x; e < kKeyTile * kQuads; e += kThreads) {
-    const int r = e / kQuads, c = e % kQuads * 4;
-    const int64_t i = row0 + r, d = col0 + c;
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
-    if (i < s.S && d < s.D) {
-      const float* src = x + ((b * s.S + i) * H + h) * s.D + d;
-      if (vector) load_float4(v, src);  // d < D and both multiples of 4: all four are in the row
-      else
-        for (int j = 0; j < 4 && d + j < s.D; ++j) v[j] = src[j];
+  for (int e = threadIdx.x; e < kKeyTile * kOctets; e += kThreads) {
+    const int r = e / kOctets, c = e % kOctets * 8;
+    const int64_t i = row0 + r;
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (i < s.S && c < s.D) {
+      const float* src = x + ((b * s.S + i) * H + h) * s.D + c;
+      if (vector) {  // c < D and both multiples of 4: the first four are in the row, the next four too or none
+        load_float4(*reinterpret_cast<float(*)[4]>(v), src);
+        if (c + 4 < s.D) load_float4(*reinterpret_cast<float(*)[4]>(v + 4), src + 4);
+      } else {
+        for (int j = 0; j < 8 && c + j < s.D; ++j) v[j] = src[j];
+      }
     }
-    store_words2(tile + r * kTileWords<kCols> + c / 2, pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
+    const uint32_t w[4] = {pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
+                           pack_bf16(v[6], v[7])};
+    store_words4(packed + ((b * H + h) * s.rows + i) * DP + c, w);
   }
+}
+
+// Rows row0 .. row0 + 63 of head h of a packed operand (H heads), columns col0 .. col0 +
+// kCols - 1, into a row-major shared-memory tile [64][kTileWords<kCols>]: asynchronous
+// copies of 16-byte pieces (a tile row is a multiple of 16 bytes, and so are col0 and the
+// packed rows), a thread's pieces kThreads / (kCols / 8) rows apart; they land by
+// wait_for_staged_tiles. No registers hold the data on its way, so a thread has all its
+// pieces in flight at once.
+template <int kCols, int DP>
+__device__ void stage_tile(uint32_t* tile, const uint16_t* packed, int64_t b, int64_t row0, int64_t H, int64_t h,
+                           int col0, const TcShape& s) {
+  constexpr int kOctets = kCols / 8, kRowsAStep = kThreads / kOctets;
+  static_assert(kThreads % kOctets == 0, "a step of the block covers whole rows");
+  // One base each, then constant offsets: the unrolled copies need no address registers of
+  // their own (computing each copy's address costs dk/dv at D 256 spills, ptxas sm_90).
+  const int r = threadIdx.x / kOctets, c = threadIdx.x % kOctets * 8;
+  const uint16_t* from = packed + ((b * H + h) * s.rows + row0 + r) * DP + col0 + c;
+  uint32_t* to = tile + r * kTileWords<kCols> + c / 2;
+#pragma unroll
+  for (int step = 0; step < kKeyTile / kRowsAStep; ++step)
+    cp_async_16(to + step * kRowsAStep * kTileWords<kCols>, from + step * kRowsAStep * DP);
 }
 
 // The A fragment (16 x 16: rows row0 + g, + 8; columns 16 kk + 2t, + 1, + 8, + 9) of a

@@ -22,6 +22,8 @@ using tc::kBlockRows;
 using tc::kChunk;
 using tc::kKeyTile;
 using tc::kThreads;
+using tc::pack_kernel;
+using tc::PackedOperands;
 using tc::row_deltas_kernel;
 using tc::TcShape;
 
@@ -42,23 +44,41 @@ void require_shared_memory(const char* pass, int64_t D, size_t need, size_t have
                            "needs less), or on a GPU with more (A100, H100)");
 }
 
+// x ([B*S, H, D] fp32) packed as bf16 into `to` (attention_tc_common.cuh).
 template <int DP>
-void launch_forward(float* o, float* lse, const float* q, const float* k, const float* v, const TcShape& s,
-                    cudaStream_t st) {
+void pack(uint16_t* to, const float* x, int64_t H, const TcShape& s, cudaStream_t st) {
+  const dim3 grid(static_cast<unsigned>(s.rows / kKeyTile), static_cast<unsigned>(H), static_cast<unsigned>(s.B));
+  pack_kernel<DP><<<grid, kThreads, 0, st>>>(to, x, H, s);
+  LT_CUDA_CHECK_LAUNCH(pack_kernel);
+}
+
+template <int DP>
+void launch_forward(float* o, float* lse, const float* q, const float* k, const float* v, void* workspace,
+                    const TcShape& s, cudaStream_t st) {
   constexpr int bytes = static_cast<int>(forward_smem_bytes<DP>());
   require_shared_memory("forward", s.D, bytes, shared_memory_per_block());
   LT_CUDA_CHECK(cudaFuncSetAttribute(forward_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const PackedOperands p = tc::packed_operands(s, false);
+  uint16_t *pq = PackedOperands::at(workspace, p.q), *pk = PackedOperands::at(workspace, p.k),
+           *pv = PackedOperands::at(workspace, p.v);
+  pack<DP>(pq, q, s.Hq, s, st);
+  pack<DP>(pk, k, s.Hkv, s, st);
+  pack<DP>(pv, v, s.Hkv, s, st);
   const dim3 grid(static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(s.Hq),
                   static_cast<unsigned>(s.B));
-  forward_tc_kernel<DP><<<grid, kThreads, bytes, st>>>(o, lse, q, k, v, s);
+  forward_tc_kernel<DP><<<grid, kThreads, bytes, st>>>(o, lse, pq, pk, pv, s);
   LT_CUDA_CHECK_LAUNCH(forward_tc_kernel);
 }
 
+// The backward's operands, packed (pointers into its workspace).
+struct PackedBackward {
+  const uint16_t *dout, *q, *k, *v;
+};
+
 // have: the device's shared memory a block (shared_memory_per_block).
 template <int DP, int kStage>
-void launch_backward_staged(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                            const float* v, const float* lse, const float* row_deltas, const TcShape& s,
-                            cudaStream_t st, size_t have) {
+void launch_backward_staged(float* dq, float* dk, float* dv, const PackedBackward& in, const float* lse,
+                            const float* row_deltas, const TcShape& s, cudaStream_t st, size_t have) {
   constexpr int kChunks = DP / kChunk<DP>;
   constexpr int dq_bytes = static_cast<int>(dq_smem_bytes<DP, kStage>());
   constexpr int dkv_bytes = static_cast<int>(dkv_smem_bytes<DP, kStage>());
@@ -69,26 +89,35 @@ void launch_backward_staged(float* dq, float* dk, float* dv, const float* dout, 
       cudaFuncSetAttribute(dkv_tc_kernel<DP, kStage>, cudaFuncAttributeMaxDynamicSharedMemorySize, dkv_bytes));
   const dim3 dq_grid(static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(s.Hq * kChunks),
                      static_cast<unsigned>(s.B));
-  dq_tc_kernel<DP, kStage><<<dq_grid, kThreads, dq_bytes, st>>>(dq, dout, q, k, v, lse, row_deltas, s);
+  dq_tc_kernel<DP, kStage><<<dq_grid, kThreads, dq_bytes, st>>>(dq, in.dout, in.q, in.k, in.v, lse, row_deltas, s);
   LT_CUDA_CHECK_LAUNCH(dq_tc_kernel);
   const dim3 dkv_grid(static_cast<unsigned>((s.S + kKeyTile - 1) / kKeyTile), static_cast<unsigned>(s.Hkv * kChunks),
                       static_cast<unsigned>(s.B));
-  dkv_tc_kernel<DP, kStage><<<dkv_grid, kThreads, dkv_bytes, st>>>(dk, dv, dout, q, k, v, lse, row_deltas, s);
+  dkv_tc_kernel<DP, kStage>
+      <<<dkv_grid, kThreads, dkv_bytes, st>>>(dk, dv, in.dout, in.q, in.k, in.v, lse, row_deltas, s);
   LT_CUDA_CHECK_LAUNCH(dkv_tc_kernel);
 }
 
-// Whole-D tiles where the device's blocks hold them, else column passes (the same bits,
-// attention_tc_backward.cuh).
+// Packs the operands, then whole-D tiles where the device's blocks hold them, else column
+// passes (the same bits, attention_tc_backward.cuh).
 template <int DP>
 void launch_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                     const float* v, const float* lse, const float* row_deltas, const TcShape& s, cudaStream_t st,
-                     TcBackwardStaging staging) {
+                     const float* v, const float* lse, const float* row_deltas, void* workspace, const TcShape& s,
+                     cudaStream_t st, TcBackwardStaging staging) {
+  const PackedOperands p = tc::packed_operands(s, true);
+  uint16_t *pdout = PackedOperands::at(workspace, p.dout), *pq = PackedOperands::at(workspace, p.q),
+           *pk = PackedOperands::at(workspace, p.k), *pv = PackedOperands::at(workspace, p.v);
+  pack<DP>(pdout, dout, s.Hq, s, st);
+  pack<DP>(pq, q, s.Hq, s, st);
+  pack<DP>(pk, k, s.Hkv, s, st);
+  pack<DP>(pv, v, s.Hkv, s, st);
+  const PackedBackward in{pdout, pq, pk, pv};
   const size_t have = shared_memory_per_block();
   const bool whole = dq_smem_bytes<DP>() <= have && dkv_smem_bytes<DP>() <= have;
   if (staging == TcBackwardStaging::kColumnPasses || !whole)
-    launch_backward_staged<DP, kChunk<DP>>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st, have);
+    launch_backward_staged<DP, kChunk<DP>>(dq, dk, dv, in, lse, row_deltas, s, st, have);
   else
-    launch_backward_staged<DP, DP>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st, have);
+    launch_backward_staged<DP, DP>(dq, dk, dv, in, lse, row_deltas, s, st, have);
 }
 
 TcShape make_tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
@@ -103,24 +132,28 @@ TcShape make_tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, 
   if (2 * Hq > 65535 || B > 65535)  // the grids' y (heads x column chunks) and z
     throw std::runtime_error(what + std::to_string(B) + " rows of " + std::to_string(Hq) +
                              " heads: at most 65535 of each per call");
-  return TcShape{B, S, Hq, Hkv, D, scale, doc_start, window};
+  return tc::tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
 }
 
 }  // namespace
 
-void attention_forward_bf16(float* o, float* lse, const float* q, const float* k, const float* v, int64_t B,
-                            int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
-                            int64_t window, void* stream) {
+size_t attention_forward_bf16_workspace_bytes(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D) {
+  return tc::packed_operands(tc::tc_shape(B, S, Hq, Hkv, D, 1.f, nullptr, 0), false).bytes;
+}
+
+void attention_forward_bf16(float* o, float* lse, const float* q, const float* k, const float* v, void* workspace,
+                            int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                            const int32_t* doc_start, int64_t window, void* stream) {
   const TcShape s = make_tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
   if (B * S * Hq == 0) return;
   const cudaStream_t st = as_stream(stream);
-  if (D <= 64) launch_forward<64>(o, lse, q, k, v, s, st);
-  else if (D <= 128) launch_forward<128>(o, lse, q, k, v, s, st);
-  else launch_forward<256>(o, lse, q, k, v, s, st);
+  if (D <= 64) launch_forward<64>(o, lse, q, k, v, workspace, s, st);
+  else if (D <= 128) launch_forward<128>(o, lse, q, k, v, workspace, s, st);
+  else launch_forward<256>(o, lse, q, k, v, workspace, s, st);
 }
 
-size_t attention_backward_bf16_workspace_bytes(int64_t B, int64_t S, int64_t Hq) {
-  return static_cast<size_t>(B * S * Hq) * sizeof(float);
+size_t attention_backward_bf16_workspace_bytes(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D) {
+  return tc::packed_operands(tc::tc_shape(B, S, Hq, Hkv, D, 1.f, nullptr, 0), true).bytes;
 }
 
 void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
@@ -130,14 +163,14 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
   const TcShape s = make_tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
   if (B * S * Hq == 0) return;
   const cudaStream_t st = as_stream(stream);
-  float* row_deltas = static_cast<float*>(workspace);
+  float* row_deltas = reinterpret_cast<float*>(PackedOperands::at(workspace, tc::packed_operands(s, true).deltas));
   const dim3 rows_grid(static_cast<unsigned>((S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(Hq),
                        static_cast<unsigned>(B));
   row_deltas_kernel<<<rows_grid, kThreads, 0, st>>>(row_deltas, dout, o, s);
   LT_CUDA_CHECK_LAUNCH(row_deltas_kernel);
-  if (D <= 64) launch_backward<64>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st, staging);
-  else if (D <= 128) launch_backward<128>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st, staging);
-  else launch_backward<256>(dq, dk, dv, dout, q, k, v, lse, row_deltas, s, st, staging);
+  if (D <= 64) launch_backward<64>(dq, dk, dv, dout, q, k, v, lse, row_deltas, workspace, s, st, staging);
+  else if (D <= 128) launch_backward<128>(dq, dk, dv, dout, q, k, v, lse, row_deltas, workspace, s, st, staging);
+  else launch_backward<256>(dq, dk, dv, dout, q, k, v, lse, row_deltas, workspace, s, st, staging);
 }
 
 }  // namespace lt::cuda

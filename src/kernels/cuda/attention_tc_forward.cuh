@@ -13,9 +13,10 @@ constexpr size_t forward_smem_bytes() {  // q, k and v tiles [64][DP]
 
 // One block: query rows q0 .. q0 + 63 of head h in batch row b. Warp w owns rows
 // q0 + 16w .. q0 + 16w + 15; its thread holds rows g and g + 8 of those (x = 0, 1 below).
+// q, k, v: packed (PackedOperands).
 template <int DP>
-__global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* lse, const float* q, const float* k,
-                                                              const float* v, TcShape s) {
+__global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* lse, const uint16_t* q,
+                                                              const uint16_t* k, const uint16_t* v, TcShape s) {
   constexpr int kDTiles = DP / 8, kRowWords = kTileWords<DP>;
   LT_DYNAMIC_SMEM(smem);
   uint32_t* qw = reinterpret_cast<uint32_t*>(smem);
@@ -25,7 +26,7 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, h = blockIdx.y, b = blockIdx.z;
   const int64_t hk = h / (s.Hq / s.Hkv);
   const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
-  stage_tile<DP>(qw, q, b, q0, s.Hq, h, 0, s);
+  stage_tile<DP, DP>(qw, q, b, q0, s.Hq, h, 0, s);
 
   const QueryRows rows = query_rows(s, b, q0);
 
@@ -38,9 +39,9 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
   for (int64_t tile = rows.tile_first; tile <= rows.tile_last; ++tile) {
     const int64_t k0 = tile * kKeyTile;
     __syncthreads();  // the previous tile's k and v have been read (and q is staged)
-    stage_tile<DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
-    stage_tile<DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
-    __syncthreads();
+    stage_tile<DP, DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<DP, DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
+    wait_for_staged_tiles();
 
     // Scores of the warp's 16 rows against the tile's 64 keys: 8 N-tiles of 8 keys.
     float sc[8][4];

@@ -90,8 +90,11 @@ KernelTable::PoolScratch make_pool_scratch() {
   s.linear_backward = [](int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16, bool has_dbias) {
     return linear_backward_workspace_bytes(M, K, N, gemm_input(p), has_w_bf16, has_dbias);
   };
-  s.attention_backward = [](int64_t B, int64_t S, int64_t Hq, Precision p) {
-    return p == Precision::BF16 ? attention_backward_bf16_workspace_bytes(B, S, Hq) : size_t{0};
+  s.attention_forward = [](int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, Precision p) {
+    return p == Precision::BF16 ? attention_forward_bf16_workspace_bytes(B, S, Hq, Hkv, D) : size_t{0};
+  };
+  s.attention_backward = [](int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, Precision p) {
+    return p == Precision::BF16 ? attention_backward_bf16_workspace_bytes(B, S, Hq, Hkv, D) : size_t{0};
   };
   s.embedding_backward = &embedding_backward_pool_bytes;
   s.rmsnorm_backward = &rmsnorm_backward_workspace_bytes;
@@ -147,15 +150,18 @@ KernelTable make_table() {
   k.attention_forward = [](float* o, float* lse, const float* q, const float* kk, const float* v, int64_t B,
                            int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale, const int32_t* doc_start,
                            int64_t window, Precision p) {
-    (p == Precision::BF16 ? attention_forward_bf16 : attention_forward)(o, lse, q, kk, v, B, S, Hq, Hkv, D, scale,
-                                                                         doc_start, window, stream());
+    if (p == Precision::BF16) {
+      Scratch ws(attention_forward_bf16_workspace_bytes(B, S, Hq, Hkv, D));
+      attention_forward_bf16(o, lse, q, kk, v, ws.get(), B, S, Hq, Hkv, D, scale, doc_start, window, stream());
+    } else
+      attention_forward(o, lse, q, kk, v, B, S, Hq, Hkv, D, scale, doc_start, window, stream());
   };
   k.attention_backward = [](float* dq, float* dk, float* dv, const float* dout, const float* q, const float* kk,
                             const float* v, const float* o, const float* lse, int64_t B, int64_t S, int64_t Hq,
                             int64_t Hkv, int64_t D, float scale, const int32_t* doc_start, int64_t window,
                             Precision p) {
     if (p == Precision::BF16) {
-      Scratch ws(attention_backward_bf16_workspace_bytes(B, S, Hq));
+      Scratch ws(attention_backward_bf16_workspace_bytes(B, S, Hq, Hkv, D));
       attention_backward_bf16(dq, dk, dv, dout, q, kk, v, o, lse, ws.get(), B, S, Hq, Hkv, D, scale, doc_start, window,
                               stream());
     } else

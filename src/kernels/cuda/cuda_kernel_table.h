@@ -10,7 +10,7 @@
 // cross-entropy whole and streamed (kernels/cuda/head_cross_entropy_table.h). Entries
 // whose CPU signature has no workspace (the embedding's, RMSNorm's and the conv's backward,
 // the linear layers' bf16 roundings of their operands and dbias partials, the bf16
-// attention backward's row deltas) take their scratch from CUDA's stream-ordered pool
+// attention's packed operands and its backward's row deltas) take their scratch from CUDA's stream-ordered pool
 // (cudaMallocAsync), outside the plan's arena.
 #pragma once
 
