@@ -61,5 +61,36 @@ TEST(WarpEmulatedKernels, TensorCoreAttentionBackwardInColumnPassesGivesTheSameB
   test::check_column_passes_give_the_same_bits({1, 40, 1, 1, 200, 0, false}, run_backward_staged);  // D padded
 }
 
+// The kernels stage their next tiles while they compute with this one (cp.async): the same
+// bits whether the copies land as late as a GPU may land them or as early (the emulator's
+// two ends, warp_emulator.h: copy_landing). A missing wait shows at the late end, a
+// missing barrier before a restaging at the early end.
+TEST(WarpEmulatedKernels, TensorCoreAttentionGivesTheSameBitsWhereverItsCopiesLand) {
+  struct Restore {
+    ~Restore() { emu::copy_landing = emu::CopyLanding::kAtWait; }
+  } restore;
+  for (const TcCase& c : {TcCase{1, 200, 2, 1, 64, 0, false}, TcCase{1, 140, 2, 2, 128, 0, true}}) {
+    const test::BackwardInputs in = test::backward_inputs(c);
+    std::vector<float> out[2][5];  // o, lse, dq, dk, dv at each end
+    for (int end = 0; end < 2; ++end) {
+      emu::copy_landing = end == 0 ? emu::CopyLanding::kAtWait : emu::CopyLanding::kAtIssue;
+      std::vector<float>(&x)[5] = out[end];
+      x[0].resize(in.q.size()), x[1].resize(in.lse.size()), x[2].resize(in.q.size());
+      x[3].resize(in.k.size()), x[4].resize(in.k.size());
+      run_emulated(x[0], x[1], in.q, in.k, in.v, in.doc_start(), c);
+      run_backward_emulated(x[2], x[3], x[4], in.dout, in.q, in.k, in.v, in.o, in.lse, in.doc_start(), c);
+    }
+    const char* names[5] = {"o", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; ++i) {
+      size_t differ = 0;
+      for (size_t j = 0; j < out[0][i].size(); ++j)
+        differ += std::memcmp(&out[0][i][j], &out[1][i][j], sizeof(float)) != 0;
+      std::printf("  copies landing early vs late %s %s: %zu of %zu values differ in their bits\n",
+                  test::case_name(c).c_str(), names[i], differ, out[0][i].size());
+      EXPECT_EQ(differ, 0u) << test::case_name(c) << " " << names[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lt

@@ -4,8 +4,9 @@
 // calling thread; a block's fibers meet at __syncthreads on a barrier, a warp's at every
 // shuffle and product, where each lane posts its registers and reads the others' (the PTX
 // ISA's fragment layouts for mma.m16n8k16, as kernels/cuda/mma_bf16.cuh documents them).
-// A fiber that waits at a barrier yields to the next (round robin); blocks run one after
-// another. Fibers rather than OS threads: 128 threads meeting twice per product spent most
+// A fiber that waits at a barrier yields to the next of its warp; a warp runs until all of
+// its threads wait at the block's barrier, then the next warp (run_block says why); blocks
+// run one after another. Fibers rather than OS threads: 128 threads meeting twice per product spent most
 // of their time in futex wake-ups on a small machine (the emulated attention tests: 86 s on
 // 2 cores, now 30 s on one). Under AddressSanitizer every switch is announced to it
 // (__sanitizer_{start,finish}_switch_fiber), so it knows which stack is live; it still
@@ -134,12 +135,13 @@ inline WarpExchange& warp() { return t_block->warps[threadIdx.x >> 5]; }
 inline uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 inline float value(uint32_t u) { return std::bit_cast<float>(u); }
 
-// The running fiber passes the turn to the next live fiber of the block, or after the last
-// one back to the scheduler (a round's end); a finished fiber passes it for good.
+// The running fiber passes the turn to the next live fiber of its warp, or after the warp's
+// last one back to the scheduler (the end of the warp's round); a finished fiber passes it
+// for good.
 inline void pass_turn(bool finished) {
   Block& b = *t_block;
   Fiber& from = b.fibers[static_cast<size_t>(b.current)];
-  const int n = static_cast<int>(b.fibers.size());
+  const int n = (b.current / 32 + 1) * 32;  // the end of the warp
   int next = b.current + 1;
   while (next < n && b.fibers[static_cast<size_t>(next)].done) ++next;
   ucontext_t* to = &b.scheduler;
@@ -176,7 +178,9 @@ inline void fiber_main() {
   if (!b.scheduler_stack.bottom) b.scheduler_stack = from;  // the first fiber of all starts from the scheduler
   b.body();
   const Fiber& me = this_fiber();
-  if (!me.open_copies.empty() || !me.committed_copies.empty()) {
+  size_t pending = me.open_copies.size();
+  for (const std::vector<AsyncCopy>& group : me.committed_copies) pending += group.size();
+  if (pending > 0) {  // empty groups are fine: a kernel may commit one to keep its count of groups
     std::fprintf(stderr, "warp emulator: thread %u of block (%u, %u, %u) finished with asynchronous copies it never "
                          "waited for\n", threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z);
     std::abort();
@@ -198,21 +202,37 @@ inline void start_fibers(Block& block) {
   }
 }
 
-// Runs one block: rounds over its live fibers until all have finished.
+// One round of warp w: its live fibers in turn, each until it waits or finishes.
+inline void run_warp_round(Block& block, size_t w) {
+  size_t t = 32 * w;
+  while (t < 32 * (w + 1) && block.fibers[t].done) ++t;
+  if (t == 32 * (w + 1)) return;
+  Fiber& f = block.fibers[t];
+  block.current = static_cast<int>(t);
+  threadIdx = {static_cast<unsigned>(t), 0, 0};
+  void* fake_stack = nullptr;
+  switch_starts(&fake_stack, {f.stack.get(), Block::kStackBytes});
+  swapcontext(&block.scheduler, &f.context);
+  switch_finished(fake_stack, nullptr);
+}
+
+// Runs one block, a warp at a time: each warp runs until none of its threads can go on (all
+// wait at the block's barrier, or have finished), then the next. So between two barriers a
+// warp runs as far ahead of the others as a GPU may let it, and a kernel that lacks a
+// barrier (one warp overwrites shared memory that another has yet to read) fails its
+// checks here. A pass over the warps in which no thread arrives anywhere or finishes is a
+// deadlock.
 inline void run_block(Block& block, const LtEmuDim3& id) {
   blockIdx = id;
   start_fibers(block);
+  const size_t warps = block.fibers.size() / 32;
   for (size_t live = block.fibers.size(); live > 0;) {
     const uint64_t progress = block.progress;
-    size_t t = 0;
-    while (block.fibers[t].done) ++t;
-    Fiber& f = block.fibers[t];
-    block.current = static_cast<int>(t);
-    threadIdx = {static_cast<unsigned>(t), 0, 0};
-    void* fake_stack = nullptr;
-    switch_starts(&fake_stack, {f.stack.get(), Block::kStackBytes});
-    swapcontext(&block.scheduler, &f.context);
-    switch_finished(fake_stack, nullptr);
+    for (size_t w = 0; w < warps; ++w)
+      for (uint64_t before = progress - 1; before != block.progress;) {
+        before = block.progress;
+        run_warp_round(block, w);
+      }
     live = 0;
     for (const Fiber& g : block.fibers) live += g.done ? 0 : 1;
     if (live > 0 && block.progress == progress) {
@@ -239,11 +259,17 @@ void launch(unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem_byte
 
 }  // namespace lt::emu
 
-// cp.async.cg.shared.global (16 bytes), cp.async.commit_group and cp.async.wait_group N:
-// a copy lands in shared memory only when its thread waits for its group, as late as the
-// GPU may land it, so a kernel that reads a tile before waiting reads stale bytes (and
-// fails its checks); the alignment the GPU would fault on aborts.
+// cp.async.cg.shared.global (16 bytes), cp.async.commit_group and cp.async.wait_group N.
+// A copy may land on a GPU any time between its issue and its thread's wait; the emulator
+// lands it at one end or the other (copy_landing): at the wait, as late as it may, so a
+// kernel that reads a tile before waiting for it reads stale bytes; or at the issue, as
+// early as it may, so a kernel that restages a tile before every warp has read it (a
+// missing barrier) overwrites bytes a warp behind still reads (the fibers of a block run
+// unevenly: a warp's last lane runs ahead of the rest between barriers). Either fails the
+// kernel's checks; tests compare the two. The alignment the GPU would fault on aborts.
 namespace lt::emu {
+enum class CopyLanding { kAtWait, kAtIssue };
+inline CopyLanding copy_landing = CopyLanding::kAtWait;
 inline void require_aligned_16(const void* p, const char* what) {
   if (reinterpret_cast<uintptr_t>(p) % 16 == 0) return;
   std::fprintf(stderr, "warp emulator: the %s of a 16-byte cp.async at %p is not 16-byte aligned\n", what, p);
@@ -253,6 +279,10 @@ inline void require_aligned_16(const void* p, const char* what) {
 inline void cp_async_16(void* to, const void* from) {
   lt::emu::require_aligned_16(to, "destination");
   lt::emu::require_aligned_16(from, "source");
+  if (lt::emu::copy_landing == lt::emu::CopyLanding::kAtIssue) {
+    std::memcpy(to, from, 16);
+    return;
+  }
   lt::emu::AsyncCopy c{to, {}};
   std::memcpy(c.bytes, from, 16);
   lt::emu::this_fiber().open_copies.push_back(c);

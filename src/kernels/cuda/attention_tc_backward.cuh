@@ -73,7 +73,8 @@ __device__ inline void stage_row_deltas(float* staged, const float* delta, int64
 // product sums them, so the passes give the same bits as the one-pass kernel; the block's
 // own columns are staged last (restaged where they are not the last pass's) for the
 // products that write them. The price: q and dO (dq) or k and v (dk/dv) are staged again
-// for every tile instead of once.
+// for every tile instead of once, and the staging waits for its copies (the one-pass
+// kernels stage the next tile while they compute with this one).
 template <int DP, int kStage>
 inline constexpr int kPasses = DP / kStage;
 
@@ -102,13 +103,19 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const uint16
   const int col0 = static_cast<int>(blockIdx.y % kChunks) * kC;
   const int64_t hk = h / (s.Hq / s.Hkv);
   const int warp = threadIdx.x >> 5;
-  if constexpr (kN == 1) {  // q and dO stay staged
+  stage_row_deltas(delta, row_deltas, b, q0, h, s);
+  const QueryRows rows = query_rows(s, b, q0);
+  if constexpr (kN == 1) {
+    // q and dO stay staged; a tile's v is copied in while the block computes the previous
+    // tile's scores, ds and ds k, its k while it computes the tile's dp. Each thread's groups
+    // of copies, oldest first, at the top of an iteration: [v], [k].
     stage_tile<DP, DP>(qw, q, b, q0, s.Hq, h, 0, s);
     stage_tile<DP, DP>(dow, dout, b, q0, s.Hq, h, 0, s);
+    stage_tile<DP, DP>(vw, v, b, rows.tile_first * kKeyTile, s.Hkv, hk, 0, s);
+    cp_async_commit();
+    stage_tile<DP, DP>(kw, k, b, rows.tile_first * kKeyTile, s.Hkv, hk, 0, s);
+    cp_async_commit();
   }
-  stage_row_deltas(delta, row_deltas, b, q0, h, s);
-
-  const QueryRows rows = query_rows(s, b, q0);
   float row_lse[2];
   for (int x = 0; x < 2; ++x)
     row_lse[x] = rows.row[x] < s.S ? lse[(b * s.Hq + h) * s.S + rows.row[x]] : 0.f;
@@ -119,28 +126,35 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const uint16
 
   for (int64_t tile = rows.tile_first; tile <= rows.tile_last; ++tile) {
     const int64_t k0 = tile * kKeyTile;
+    const bool more = tile < rows.tile_last;  // the same for the whole block
     // Scores q k^T and dp = dO v^T of the warp's 16 rows against the tile's 64 keys.
     float sc[8][4], dp[8][4];
-    zero_tiles(sc);
-    zero_tiles(dp);
+    if constexpr (kN == 1) {
+      wait_for_staged_tiles_but_the_newest();  // the tile's v (and q, dO and the deltas)
+      tile_product<DP>(dp, dow, vw, warp * 16);
+      stage_next_tile<DP, DP>(more, vw, v, b, k0 + kKeyTile, s.Hkv, hk, 0, s);
+      wait_for_staged_tiles_but_the_newest();  // the tile's k
+      tile_product<DP>(sc, qw, kw, warp * 16);
+    } else {  // column passes, each staging its columns of all four tiles
+      zero_tiles(sc);
+      zero_tiles(dp);
 #pragma unroll
-    for (int pass = 0; pass < kN; ++pass) {
-      const int c0 = pass * kStage;
-      __syncthreads();  // the previous tile or pass is read (and q, dO and the deltas are staged)
-      if constexpr (kN > 1) {
+      for (int pass = 0; pass < kN; ++pass) {
+        const int c0 = pass * kStage;
+        __syncthreads();  // the previous tile or pass is read (and the deltas are staged)
         stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, c0, s);
         stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, c0, s);
+        stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, c0, s);
+        stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, c0, s);
+        wait_for_staged_tiles();
+        add_tile_product<kStage>(sc, qw, kw, warp * 16);
+        add_tile_product<kStage>(dp, dow, vw, warp * 16);
       }
-      stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, c0, s);
-      stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, c0, s);
-      wait_for_staged_tiles();
-      add_tile_product<kStage>(sc, qw, kw, warp * 16);
-      add_tile_product<kStage>(dp, dow, vw, warp * 16);
-    }
-    if (kN > 1 && col0 != (kN - 1) * kStage) {  // the block's columns of k for ds k
-      __syncthreads();
-      stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, col0, s);
-      wait_for_staged_tiles();
+      if (col0 != (kN - 1) * kStage) {  // the block's columns of k for ds k
+        __syncthreads();
+        stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, col0, s);
+        wait_for_staged_tiles();
+      }
     }
     // ds = p (dp - delta), p from the saved lse; 0 where the key is not seen.
 #pragma unroll
@@ -154,6 +168,7 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const uint16
       }
     // acc += ds k (the block's columns), ds rounded to bf16.
     accumulate_product<kStage>(acc, sc, kw, col0 % kStage);
+    if constexpr (kN == 1) stage_next_tile<DP, DP>(more, kw, k, b, k0 + kKeyTile, s.Hkv, hk, 0, s);
   }
 
 #pragma unroll
@@ -167,6 +182,18 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const uint16
         const int64_t d = col0 + accumulator_column(ct, e);
         if (d < s.D) out[d] = acc[ct][2 * x + e] * s.scale;
       }
+  }
+}
+
+// What dk/dv needs of query rows q0 .. q0 + 63 of head h besides their q and dO tiles: the
+// first key each sees, its lse and its delta (past S: sees no key).
+__device__ inline void stage_query_rows(int64_t* query_first, float* query_lse, float* delta, const float* lse,
+                                        const float* row_deltas, int64_t b, int64_t q0, int64_t h, const TcShape& s) {
+  stage_row_deltas(delta, row_deltas, b, q0, h, s);
+  for (int r = threadIdx.x; r < kBlockRows; r += kThreads) {
+    const int64_t i = q0 + r;
+    query_first[r] = i < s.S ? first_visible_key(s, b, i) : i + 1;
+    query_lse[r] = i < s.S ? lse[(b * s.Hq + h) * s.S + i] : 0.f;
   }
 }
 
@@ -196,15 +223,22 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
   const int col0 = static_cast<int>(blockIdx.y % kChunks) * kC;
   const int64_t group = s.Hq / s.Hkv;
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
-  if constexpr (kN == 1) {  // k and v stay staged
-    stage_tile<DP, DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
-    stage_tile<DP, DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
-  }
   const int64_t key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   // The query tiles that see some key of the block: from the block's first key (causal)
   // to the last query that sees its last key (last_seeing_query never decreases in j).
   const int64_t last_key = (k0 + kKeyTile < s.S ? k0 + kKeyTile : s.S) - 1;
   const int64_t qtile_first = k0 / kBlockRows, qtile_last = last_seeing_query(s, b, last_key) / kBlockRows;
+  if constexpr (kN == 1) {
+    // k and v stay staged; a query tile's q is copied in while the block computes the
+    // previous tile's dv, its dO while it computes the tile's scores. Each thread's groups
+    // of copies, oldest first, at the top of an iteration: [q], [dO].
+    stage_tile<DP, DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<DP, DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<DP, DP>(qw, q, b, qtile_first * kBlockRows, s.Hq, hk * group, 0, s);
+    cp_async_commit();
+    stage_tile<DP, DP>(dow, dout, b, qtile_first * kBlockRows, s.Hq, hk * group, 0, s);
+    cp_async_commit();
+  }
 
   float dk_acc[kCTiles][4], dv_acc[kCTiles][4];  // columns col0 + ct*8 + 2t, +1 of keys g and g + 8
 #pragma unroll
@@ -215,37 +249,41 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
     for (int64_t qt = qtile_first; qt <= qtile_last; ++qt) {
       const int64_t q0 = qt * kBlockRows;
+      // The next query tile (the same for the whole block): this head's next, or the next
+      // head's first.
+      const bool more = qt < qtile_last || h + 1 < (hk + 1) * group;
+      const int64_t next_h = qt < qtile_last ? h : h + 1;
+      const int64_t next_q0 = (qt < qtile_last ? qt + 1 : qtile_first) * kBlockRows;
       // s^T = k q^T and dp^T = v dO^T: the warp's 16 keys against the tile's 64 queries.
       float st[8][4], dpt[8][4];
-      zero_tiles(st);
-      zero_tiles(dpt);
-  #pragma unroll
-    for (int pass = 0; pass < kN; ++pass) {
-        const int c0 = pass * kStage;
-        __syncthreads();  // the previous query tile or pass is read (and k, v are staged)
-        if constexpr (kN > 1) {
+      if constexpr (kN == 1) {
+        stage_query_rows(query_first, query_lse, delta, lse, row_deltas, b, q0, h, s);
+        wait_for_staged_tiles_but_the_newest();  // the tile's q (and k, v and the rows' values)
+        tile_product<DP>(st, kw, qw, warp * 16);
+        wait_for_staged_tiles();  // the tile's dO
+        tile_product<DP>(dpt, vw, dow, warp * 16);
+      } else {  // column passes, each staging its columns of all four tiles
+        zero_tiles(st);
+        zero_tiles(dpt);
+#pragma unroll
+        for (int pass = 0; pass < kN; ++pass) {
+          const int c0 = pass * kStage;
+          __syncthreads();  // the previous query tile or pass is read
           stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, c0, s);
           stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, c0, s);
+          stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, c0, s);
+          stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, c0, s);
+          if (pass == 0) stage_query_rows(query_first, query_lse, delta, lse, row_deltas, b, q0, h, s);
+          wait_for_staged_tiles();
+          add_tile_product<kStage>(st, kw, qw, warp * 16);
+          add_tile_product<kStage>(dpt, vw, dow, warp * 16);
         }
-        stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, c0, s);
-        stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, c0, s);
-        if (pass == 0) {
-          stage_row_deltas(delta, row_deltas, b, q0, h, s);
-          for (int r = threadIdx.x; r < kBlockRows; r += kThreads) {
-            const int64_t i = q0 + r;
-            query_first[r] = i < s.S ? first_visible_key(s, b, i) : i + 1;  // past S: sees no key
-            query_lse[r] = i < s.S ? lse[(b * s.Hq + h) * s.S + i] : 0.f;
-          }
+        if (col0 != (kN - 1) * kStage) {  // the block's columns of q and dO for the products below
+          __syncthreads();
+          stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, col0, s);
+          stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, col0, s);
+          wait_for_staged_tiles();
         }
-        wait_for_staged_tiles();
-        add_tile_product<kStage>(st, kw, qw, warp * 16);
-        add_tile_product<kStage>(dpt, vw, dow, warp * 16);
-      }
-      if (kN > 1 && col0 != (kN - 1) * kStage) {  // the block's columns of q and dO for the products below
-        __syncthreads();
-        stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, col0, s);
-        stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, col0, s);
-        wait_for_staged_tiles();
       }
       // p^T and ds^T = p^T (dp^T - delta); 0 where the query does not see the key.
 #pragma unroll
@@ -258,9 +296,11 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
           st[nt][e] = p;
           dpt[nt][e] = p * (dpt[nt][e] - delta[r]);
         }
-      // dv += p^T dO and dk += ds^T q (the block's columns), p^T and ds^T rounded to bf16.
-      accumulate_product<kStage>(dv_acc, st, dow, col0 % kStage);
+      // dk += ds^T q and dv += p^T dO (the block's columns), ds^T and p^T rounded to bf16.
       accumulate_product<kStage>(dk_acc, dpt, qw, col0 % kStage);
+      if constexpr (kN == 1) stage_next_tile<DP, DP>(more, qw, q, b, next_q0, s.Hq, next_h, 0, s);
+      accumulate_product<kStage>(dv_acc, st, dow, col0 % kStage);
+      if constexpr (kN == 1) stage_next_tile<DP, DP>(more, dow, dout, b, next_q0, s.Hq, next_h, 0, s);
     }
 
 #pragma unroll

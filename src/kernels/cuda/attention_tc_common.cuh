@@ -179,6 +179,12 @@ __device__ inline void wait_for_staged_tiles() {
   cp_async_wait<0>();
   __syncthreads();
 }
+// The same for all but each thread's newest committed group, which may still be in flight:
+// where a kernel stages its next tile while it computes with this one.
+__device__ inline void wait_for_staged_tiles_but_the_newest() {
+  cp_async_wait<1>();
+  __syncthreads();
+}
 
 // Packs x ([B*S, H, D] fp32) into packed (PackedOperands' layout, H heads) as bf16, nearest
 // even. Grid: (rows / 64, H, B); a thread converts 8 columns of a row at a time: two
@@ -227,6 +233,20 @@ __device__ void stage_tile(uint32_t* tile, const uint16_t* packed, int64_t b, in
 #pragma unroll
   for (int step = 0; step < kKeyTile / kRowsAStep; ++step)
     cp_async_16(to + step * kRowsAStep * kTileWords<kCols>, from + step * kRowsAStep * DP);
+}
+
+// Where a kernel stages its next tile while it computes with this one: once every warp has
+// read the tile (the barrier), the next one's copies go into its place, as a group of their
+// own; after the last tile an empty group, so that every iteration commits as many groups
+// and the waits count the same (more is the same for the whole block).
+template <int kCols, int DP>
+__device__ void stage_next_tile(bool more, uint32_t* tile, const uint16_t* packed, int64_t b, int64_t row0,
+                                int64_t H, int64_t h, int col0, const TcShape& s) {
+  if (more) {
+    __syncthreads();
+    stage_tile<kCols, DP>(tile, packed, b, row0, H, h, col0, s);
+  }
+  cp_async_commit();
 }
 
 // The A fragment (16 x 16: rows row0 + g, + 8; columns 16 kk + 2t, + 1, + 8, + 9) of a

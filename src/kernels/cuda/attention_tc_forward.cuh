@@ -26,9 +26,16 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, h = blockIdx.y, b = blockIdx.z;
   const int64_t hk = h / (s.Hq / s.Hkv);
   const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
-  stage_tile<DP, DP>(qw, q, b, q0, s.Hq, h, 0, s);
-
   const QueryRows rows = query_rows(s, b, q0);
+
+  // Staging runs ahead of the products: a tile's k is copied in while the block computes
+  // the previous tile's softmax and P v, its v while it computes the tile's scores. Each
+  // thread's groups of copies, oldest first, at the top of an iteration: [k], [v].
+  stage_tile<DP, DP>(qw, q, b, q0, s.Hq, h, 0, s);
+  stage_tile<DP, DP>(kw, k, b, rows.tile_first * kKeyTile, s.Hkv, hk, 0, s);
+  cp_async_commit();
+  stage_tile<DP, DP>(vw, v, b, rows.tile_first * kKeyTile, s.Hkv, hk, 0, s);
+  cp_async_commit();
 
   float acc[kDTiles][4];  // output columns dt*8 + 2t, +1 of rows g ([0], [1]) and g + 8 ([2], [3])
 #pragma unroll
@@ -38,14 +45,13 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
 
   for (int64_t tile = rows.tile_first; tile <= rows.tile_last; ++tile) {
     const int64_t k0 = tile * kKeyTile;
-    __syncthreads();  // the previous tile's k and v have been read (and q is staged)
-    stage_tile<DP, DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
-    stage_tile<DP, DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
-    wait_for_staged_tiles();
+    const bool more = tile < rows.tile_last;  // the same for the whole block
+    wait_for_staged_tiles_but_the_newest();    // q and the tile's k
 
     // Scores of the warp's 16 rows against the tile's 64 keys: 8 N-tiles of 8 keys.
     float sc[8][4];
     tile_product<DP>(sc, qw, kw, warp * 16);
+    stage_next_tile<DP, DP>(more, kw, k, b, k0 + kKeyTile, s.Hkv, hk, 0, s);
 
     // Mask and scale; the tile's row maxima over the quad of threads sharing a row.
     float tile_max[2] = {-INFINITY, -INFINITY};
@@ -80,7 +86,9 @@ __global__ void __launch_bounds__(kThreads) forward_tc_kernel(float* o, float* l
       }
 
     // acc += P V, P rounded to bf16.
+    wait_for_staged_tiles_but_the_newest();  // the tile's v
     accumulate_product<DP>(acc, sc, vw, 0);
+    stage_next_tile<DP, DP>(more, vw, v, b, k0 + kKeyTile, s.Hkv, hk, 0, s);
   }
 
 #pragma unroll
