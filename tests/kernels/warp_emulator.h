@@ -349,4 +349,36 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
   for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16 across the warp (kernels/cuda/
+// mma_bf16.cuh says what each lane gives and gets): every lane posts its row's address, then
+// reads its elements from the rows the others posted.
+inline void ldmatrix_x4_emulated(uint32_t (&r)[4], const void* row, bool trans) {
+  emu::WarpExchange& w = emu::warp();
+  const int l = emu::lane();
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    std::fprintf(stderr, "warp emulator: lane %d's ldmatrix row at %p is not 16-byte aligned\n", l, row);
+    std::abort();
+  }
+  const uint64_t address = reinterpret_cast<uintptr_t>(row);
+  w.words[l][0] = static_cast<uint32_t>(address);
+  w.words[l][1] = static_cast<uint32_t>(address >> 32);
+  w.sync.arrive_and_wait();
+  const auto element = [&](int matrix, int i, int j) {  // row i, column j of the matrix
+    const int from = 8 * matrix + i;
+    const uintptr_t a = static_cast<uintptr_t>(w.words[from][0]) | (static_cast<uintptr_t>(w.words[from][1]) << 32);
+    uint16_t e;
+    std::memcpy(&e, reinterpret_cast<const unsigned char*>(a) + 2 * j, 2);
+    return static_cast<uint32_t>(e);
+  };
+  uint32_t got[4];
+  for (int m = 0; m < 4; ++m) {
+    const int g = l / 4, c = 2 * (l % 4);
+    got[m] = trans ? element(m, c, g) | element(m, c + 1, g) << 16 : element(m, g, c) | element(m, g, c + 1) << 16;
+  }
+  w.sync.arrive_and_wait();  // every lane has read the posts
+  for (int m = 0; m < 4; ++m) r[m] = got[m];
+}
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4_emulated(r, row, false); }
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ldmatrix_x4_emulated(r, row, true); }
+
 }  // namespace lt::cuda

@@ -1,7 +1,8 @@
-// The warp emulator's asynchronous copies (tests/kernels/warp_emulator.h): a copy lands when
-// its thread waits for its group and no sooner, so a kernel that reads a staged tile before
+// The warp emulator (tests/kernels/warp_emulator.h): its asynchronous copies land when their
+// thread waits for their group and no sooner, so a kernel that reads a staged tile before
 // waiting reads stale bytes under the emulator (as it may on a GPU) and fails its checks;
-// copies never waited for, and misaligned ones, abort with what went wrong.
+// copies never waited for, and misaligned ones, abort with what went wrong. Its ldmatrix
+// gives the mma fragments that the PTX ISA documents.
 #include "kernels/warp_emulator.h"  // first: it stands in for CUDA
 
 #include <gtest/gtest.h>
@@ -75,6 +76,42 @@ TEST(WarpEmulatorDeathTest, CopiesNeverWaitedForAndMisalignedOnesAbort) {
                "finished with asynchronous copies it never waited for");
   EXPECT_DEATH(emu::launch(1, 1, 1, 32, 16 * 33, &misaligned_kernel, p),
                "destination of a 16-byte cp.async .* is not 16-byte aligned");
+}
+
+// A 16 x 16 bf16 matrix (element (r, c) holds r * 16 + c, rows 24 elements apart: 48 bytes,
+// so every row is 16-byte aligned) read by one warp as four 8 x 8 matrices (lane l gives
+// row l % 16 at column 8 (l / 16)), plain and transposed.
+void ldmatrix_kernel(uint32_t* plain, uint32_t* transposed) {
+  LT_DYNAMIC_SMEM(smem);
+  uint16_t* m = reinterpret_cast<uint16_t*>(smem);
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int i = lane; i < 16 * 24; i += 32) m[i] = static_cast<uint16_t>(i / 24 * 16 + i % 24);
+  __syncthreads();
+  uint32_t a[4], b[4];
+  cuda::ldmatrix_x4(a, m + (lane & 15) * 24 + (lane >> 4) * 8);
+  cuda::ldmatrix_x4_trans(b, m + (lane & 15) * 24 + (lane >> 4) * 8);
+  for (int r = 0; r < 4; ++r) plain[4 * lane + r] = a[r], transposed[4 * lane + r] = b[r];
+}
+
+// Plain: mma.m16n8k16's A fragment (PTX ISA, kernels/cuda/mma_bf16.cuh): lane 4g + t holds
+// (g, 2t), (g, 2t + 1) in a[0], row g + 8 in a[1], columns + 8 in a[2] and a[3]. Transposed:
+// B fragments of the matrix read as [k][n]: b[0] holds (k = 2t, n = g), (2t + 1, g), b[1]
+// k + 8, b[2] n + 8, b[3] both.
+TEST(WarpEmulator, LdmatrixGivesTheMmaFragments) {
+  std::vector<uint32_t> plain(128), transposed(128);
+  emu::launch(1, 1, 1, 32, 16 * 24 * 2, &ldmatrix_kernel, plain.data(), transposed.data());
+  const auto pair = [](int r0, int c0, int r1, int c1) {
+    return static_cast<uint32_t>(r0 * 16 + c0) | static_cast<uint32_t>(r1 * 16 + c1) << 16;
+  };
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int r = 0; r < 4; ++r) {
+      const int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
+      EXPECT_EQ(plain[4 * lane + r], pair(row, col, row, col + 1)) << "lane " << lane << " a[" << r << "]";
+      const int k = 2 * t + 8 * (r & 1), n = g + 8 * (r >> 1);
+      EXPECT_EQ(transposed[4 * lane + r], pair(k, n, k + 1, n)) << "lane " << lane << " b[" << r << "]";
+    }
+  }
 }
 
 }  // namespace

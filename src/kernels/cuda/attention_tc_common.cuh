@@ -4,8 +4,8 @@
 // thread is a fiber, and mma_bf16, the warp shuffles and the block barrier are
 // emulated with the PTX ISA's fragment layouts (LT_WARP_EMULATION). Nothing here may use
 // CUDA beyond __device__ / __global__ functions, threadIdx / blockIdx, __syncthreads,
-// __shfl_xor_sync, mma_bf16, LT_DYNAMIC_SMEM, the asynchronous copies (cp_async_*) and the
-// two vector accesses below (all of which have emulated twins).
+// __shfl_xor_sync, mma_bf16, ldmatrix_x4(_trans), LT_DYNAMIC_SMEM, the asynchronous copies
+// (cp_async_*) and the two vector accesses below (all of which have emulated twins).
 #pragma once
 
 #include <cmath>
@@ -249,35 +249,30 @@ __device__ void stage_next_tile(bool more, uint32_t* tile, const uint16_t* packe
   cp_async_commit();
 }
 
-// The A fragment (16 x 16: rows row0 + g, + 8; columns 16 kk + 2t, + 1, + 8, + 9) of a
-// row-major tile, and a B fragment (16 x 8: k = 16 kk + 2t, + 1, + 8, + 9; n = n0 + g) of a
-// tile stored [n][k]; stride in words (mma_bf16's layouts).
+// Fragments from the row-major shared-memory tiles (stride: a row, in words), a warp-wide
+// ldmatrix each (mma_bf16.cuh: lane l gives row l % 8 of matrix l / 8):
+//  - load_a: the A fragment of rows row0 .. + 15, columns 16 kk .. + 15 (matrices: rows
+//    0-7 and 8-15 at columns 0-7, then at columns 8-15);
+//  - load_b_pair: the B fragments (b0, b1 of each) of two products whose B is a tile
+//    stored [n][k] (the score products: k^T, q^T, v^T, dO^T read as stored): n = n0 .. + 7
+//    and n0 + 8 .. + 15, k = 16 kk .. + 15;
+//  - load_b_pair_from_rows: the same where the tile is stored [k][n] (the products summing
+//    over keys or queries: P v, dS k, P^T dO, dS^T q), transposed on the way, so they read
+//    the row-major tiles that the score products read instead of transposed copies that
+//    would cost a second staging and, at D 128, more shared memory than consumer GPUs give a
+//    block (99 KB).
+// A row stride of 4 mod 32 words puts a matrix's 8 rows of 16 bytes in 32 different banks.
 __device__ inline void load_a(uint32_t (&a)[4], const uint32_t* tile, int stride, int row0, int kk) {
-  const int lane = threadIdx.x & 31, r = row0 + (lane >> 2), c = kk * 8 + (lane & 3);
-  a[0] = tile[r * stride + c];
-  a[1] = tile[(r + 8) * stride + c];
-  a[2] = tile[r * stride + c + 4];
-  a[3] = tile[(r + 8) * stride + c + 4];
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x4(a, tile + (row0 + (lane & 15)) * stride + kk * 8 + (lane >> 4) * 4);
 }
-__device__ inline void mma_tile(float (&d)[4], const uint32_t (&a)[4], const uint32_t* tile, int stride, int n0,
-                                int kk) {
-  const int lane = threadIdx.x & 31, w = (n0 + (lane >> 2)) * stride + kk * 8 + (lane & 3);
-  mma_bf16(d, a, tile[w], tile[w + 4]);
+__device__ inline void load_b_pair(uint32_t (&b)[4], const uint32_t* tile, int stride, int n0, int kk) {
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x4(b, tile + (n0 + (lane >> 4) * 8 + (lane & 7)) * stride + kk * 8 + ((lane >> 3) & 1) * 4);
 }
-// The same product with the B fragment taken from a tile stored [k][n] (the k of its two
-// halves a row apart, so read as bf16 and packed): what lets the products whose sum runs
-// over keys or queries (P v, dS k, P^T dO, dS^T q) read the row-major tiles that the
-// score products read, instead of transposed copies that would cost a second staging
-// and, at D 128, more shared memory than consumer GPUs give a block (99 KB). With a row
-// stride of 4 mod 32 words, a warp's 32 reads fall in 16 banks, two lanes to a word.
-__device__ inline void mma_tile_from_rows(float (&d)[4], const uint32_t (&a)[4], const uint32_t* tile, int stride,
-                                          int n0, int kk) {
-  const uint16_t* half = reinterpret_cast<const uint16_t*>(tile);
-  const int lane = threadIdx.x & 31, k = kk * 16 + 2 * (lane & 3), n = n0 + (lane >> 2), row = 2 * stride;
-  const auto pair = [&](int k0) {
-    return static_cast<uint32_t>(half[k0 * row + n]) | (static_cast<uint32_t>(half[(k0 + 1) * row + n]) << 16);
-  };
-  mma_bf16(d, a, pair(k), pair(k + 8));
+__device__ inline void load_b_pair_from_rows(uint32_t (&b)[4], const uint32_t* tile, int stride, int n0, int kk) {
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x4_trans(b, tile + (kk * 16 + (lane & 15)) * stride + (n0 + (lane >> 4) * 8) / 2);
 }
 // Two accumulator tiles side by side (columns 16 kc .. 16 kc + 15 of a 16-row product) as
 // the A fragment of the next product, rounded to bf16: the accumulator's layout puts each
@@ -299,7 +294,12 @@ __device__ inline void add_tile_product(float (&x)[8][4], const uint32_t* a_tile
     uint32_t a[4];
     load_a(a, a_tile, kTileWords<kCols>, row0, kk);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) mma_tile(x[nt], a, b_tile, kTileWords<kCols>, nt * 8, kk);
+    for (int nt = 0; nt < 8; nt += 2) {
+      uint32_t b[4];
+      load_b_pair(b, b_tile, kTileWords<kCols>, nt * 8, kk);
+      mma_bf16(x[nt], a, b[0], b[1]);
+      mma_bf16(x[nt + 1], a, b[2], b[3]);
+    }
   }
 }
 __device__ inline void zero_tiles(float (&x)[8][4]) {
@@ -323,8 +323,14 @@ __device__ inline void accumulate_product(float (&acc)[kTiles][4], const float (
   for (int kc = 0; kc < 4; ++kc) {
     uint32_t a[4];
     accumulators_as_a(a, x[2 * kc], x[2 * kc + 1]);
+    static_assert(kTiles % 2 == 0, "column tiles go in pairs");
 #pragma unroll
-    for (int ct = 0; ct < kTiles; ++ct) mma_tile_from_rows(acc[ct], a, b_tile, kTileWords<DP>, col0 + ct * 8, kc);
+    for (int ct = 0; ct < kTiles; ct += 2) {
+      uint32_t b[4];
+      load_b_pair_from_rows(b, b_tile, kTileWords<DP>, col0 + ct * 8, kc);
+      mma_bf16(acc[ct], a, b[0], b[1]);
+      mma_bf16(acc[ct + 1], a, b[2], b[3]);
+    }
   }
 }
 

@@ -12,10 +12,10 @@
 // q, k and v are packed as bf16 once, into the workspace, and their tiles staged from there
 // into shared memory by cp.async, each while the block computes with the tile before it
 // (row-major, once each: the products that sum over keys read their B fragments down the
-// rows), the products run as mma.sync m16n8k16 (sm_80 and later), and each warp keeps its
-// scores, probabilities and output rows in registers (the PTX ISA's documented fragment
-// layouts), so no score matrix is written anywhere. D is padded with zeros to 64, 128 or
-// 256 as it is packed.
+// rows, ldmatrix and ldmatrix.trans), the products run as mma.sync m16n8k16 (sm_80 and
+// later), and each warp keeps its scores, probabilities and output rows in registers (the
+// PTX ISA's documented fragment layouts), so no score matrix is written anywhere. D is
+// padded with zeros to 64, 128 or 256 as it is packed.
 // Bits repeat run to run (no atomics, one order); they differ from attention_cuda.h's.
 // Shared memory a block (KB, D padded to 64 / 128 / 256): forward 27 / 51 / 99, backward
 // 37 / 69 / 133, or 69 at D 256 in column passes, which the launcher picks where a block
