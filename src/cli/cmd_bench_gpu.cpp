@@ -139,8 +139,8 @@ struct Row {
 };
 
 void run_bench_gpu(const GpuBenchArgs& a) {
-  if (a.precision != "bf16" && a.precision != "fp32")
-    throw Error("unknown precision '" + a.precision + "'", "--precision", "use bf16 or fp32");
+  if (a.precision != "bf16" && a.precision != "f32")  // spelled as train, step and the train config spell it
+    throw Error("unknown precision '" + a.precision + "'", "--precision", "use bf16 or f32");
   if (a.base.steps < 1) throw Error("--steps must be at least 1", "--steps", "give a positive count");
   const Precision precision = a.precision == "bf16" ? Precision::BF16 : Precision::F32;
   std::unique_ptr<Backend> backend = make_backend(a.backend);
@@ -228,7 +228,7 @@ void add_bench_gpu_command(CLI::App& app) {
   gpu->add_option("--batch", a->batch, "batch (0: the largest both plans fit)")->capture_default_str();
   gpu->add_option("--max-batch", a->max_batch, "the batch search's limit")->capture_default_str();
   gpu->add_option("--steps", a->base.steps, "measured steps per plan, after one warm-up")->capture_default_str();
-  gpu->add_option("--precision", a->precision, "bf16 or fp32 matmuls")->capture_default_str();
+  gpu->add_option("--precision", a->precision, "bf16 or f32 matmuls")->capture_default_str();
   gpu->add_option("--compute-budget-gb", a->compute_budget_gb, "compute tier to plan for, GB (0: the device's free)");
   gpu->add_option("--hardware", a->hardware, "plan with this profile instead of measuring the backend now");
   gpu->add_option("--offload-dir", a->base.offload_dir, "directory for the NVMe tier");

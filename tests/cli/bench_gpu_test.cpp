@@ -58,6 +58,8 @@ TEST(BenchGpu, WhatItCannotRunIsAClearError) {
   EXPECT_NE(precision.exit_code, 0);
   EXPECT_NE(precision.output.find("unknown precision 'fp16' (in --precision)"), std::string::npos)
       << precision.output;
+  EXPECT_NE(precision.output.find("use bf16 or f32"), std::string::npos)  // as train and step spell it
+      << precision.output;
   // The cuda backend where it cannot run: its reason (no CUDA, no device, or no trial asked for).
   if (const std::string why = cuda_backend_unavailable_reason(); !why.empty()) {
     const test::ShellResult cuda = test::run_shell(bench_gpu(base + "--backend cuda"));

@@ -30,8 +30,10 @@ std::string device_description() {
     return std::string("no CUDA device: ") + cudaGetErrorString(e);
   }
   if (n == 0) return "no CUDA device: the driver reports none";
+  int device = 0;
+  LT_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp p{};
-  LT_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  LT_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
   char gib[32];
   std::snprintf(gib, sizeof gib, "%.1f", static_cast<double>(p.totalGlobalMem) / (1ull << 30));
   return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " + gib + " GiB)";

@@ -12,7 +12,8 @@ namespace lt::cuda {
 
 // Number of CUDA devices (0 when there is no driver or no GPU).
 int device_count();
-// "NVIDIA H200 (sm_90, 139.8 GiB)" for device 0, or why there is none.
+// "NVIDIA H200 (sm_90, 139.8 GiB)" for the current device (the one this thread's kernels
+// run on: 0 unless cudaSetDevice chose another), or why there is none.
 std::string device_description();
 // Waits for all work on the current device.
 void device_synchronize();
