@@ -16,13 +16,10 @@ namespace lt::test {
 
 namespace emulated_detail {
 
-// The grids of attention_tc_cuda.cu's launches: blocks of 64 query rows (forward, the row
-// deltas, dq) or of 64 keys (dk/dv).
-inline unsigned query_blocks(const cuda::tc::TcShape& s) {
-  return static_cast<unsigned>((s.S + cuda::tc::kBlockRows - 1) / cuda::tc::kBlockRows);
-}
-inline unsigned key_blocks(const cuda::tc::TcShape& s) {
-  return static_cast<unsigned>((s.S + cuda::tc::kKeyTile - 1) / cuda::tc::kKeyTile);
+// Runs kernel(args...) over a grid of the launcher's (attention_tc_common.cuh: TcGrid).
+template <class Kernel, class... Args>
+void launch(const cuda::tc::TcGrid& g, size_t smem_bytes, Kernel kernel, Args... args) {
+  emu::launch(g.x, g.y, g.z, cuda::tc::kThreads, smem_bytes, kernel, args...);
 }
 
 // The launcher's workspace (attention_tc_common.cuh: PackedOperands), 16-byte aligned as
@@ -39,8 +36,7 @@ struct Workspace {
 template <int DP>
 uint16_t* pack(void* workspace, size_t offset, const float* x, int64_t H, const cuda::tc::TcShape& s) {
   uint16_t* to = cuda::tc::PackedOperands::at(workspace, offset);
-  emu::launch(static_cast<unsigned>(s.rows / cuda::tc::kKeyTile), static_cast<unsigned>(H),
-              static_cast<unsigned>(s.B), cuda::tc::kThreads, 0, &cuda::tc::pack_kernel<DP>, to, x, H, s);
+  launch(cuda::tc::key_block_grid(s, H), 0, &cuda::tc::pack_kernel<DP>, to, x, H, s);
   return to;
 }
 
@@ -50,28 +46,25 @@ void forward(float* o, float* lse, const float* q, const float* k, const float* 
   Workspace ws(p.bytes);
   const uint16_t *pq = pack<DP>(ws.data(), p.q, q, s.Hq, s), *pk = pack<DP>(ws.data(), p.k, k, s.Hkv, s),
                  *pv = pack<DP>(ws.data(), p.v, v, s.Hkv, s);
-  emu::launch(query_blocks(s), static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::forward_smem_bytes<DP>(), &cuda::tc::forward_tc_kernel<DP>, o, lse, pq, pk, pv, s);
+  launch(cuda::tc::query_block_grid(s, s.Hq), cuda::tc::forward_smem_bytes<DP>(), &cuda::tc::forward_tc_kernel<DP>,
+         o, lse, pq, pk, pv, s);
 }
 
 template <int DP, int kStage>
 void backward_staged(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                      const float* v, const float* o, const float* lse, const cuda::tc::TcShape& s) {
-  constexpr unsigned chunks = DP / cuda::tc::kChunk<DP>;
+  constexpr int chunks = DP / cuda::tc::kChunk<DP>;
   const cuda::tc::PackedOperands p = cuda::tc::packed_operands(s, true);
   Workspace ws(p.bytes);
   float* deltas = reinterpret_cast<float*>(cuda::tc::PackedOperands::at(ws.data(), p.deltas));
-  emu::launch(query_blocks(s), static_cast<unsigned>(s.Hq), static_cast<unsigned>(s.B), cuda::tc::kThreads, 0,
-              &cuda::tc::row_deltas_kernel, deltas, dout, o, s);
+  launch(cuda::tc::query_block_grid(s, s.Hq), 0, &cuda::tc::row_deltas_kernel, deltas, dout, o, s);
   const uint16_t *pdout = pack<DP>(ws.data(), p.dout, dout, s.Hq, s), *pq = pack<DP>(ws.data(), p.q, q, s.Hq, s),
                  *pk = pack<DP>(ws.data(), p.k, k, s.Hkv, s), *pv = pack<DP>(ws.data(), p.v, v, s.Hkv, s);
   const float* row_deltas = deltas;
-  emu::launch(query_blocks(s), static_cast<unsigned>(s.Hq) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::dq_smem_bytes<DP, kStage>(), &cuda::tc::dq_tc_kernel<DP, kStage>, dq, pdout, pq, pk, pv, lse,
-              row_deltas, s);
-  emu::launch(key_blocks(s), static_cast<unsigned>(s.Hkv) * chunks, static_cast<unsigned>(s.B), cuda::tc::kThreads,
-              cuda::tc::dkv_smem_bytes<DP, kStage>(), &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, pdout, pq, pk, pv,
-              lse, row_deltas, s);
+  launch(cuda::tc::query_block_grid(s, s.Hq * chunks), cuda::tc::dq_smem_bytes<DP, kStage>(),
+         &cuda::tc::dq_tc_kernel<DP, kStage>, dq, pdout, pq, pk, pv, lse, row_deltas, s);
+  launch(cuda::tc::key_block_grid(s, s.Hkv * chunks), cuda::tc::dkv_smem_bytes<DP, kStage>(),
+         &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, pdout, pq, pk, pv, lse, row_deltas, s);
 }
 template <int DP>
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,

@@ -62,6 +62,22 @@ inline TcShape tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D
   return TcShape{B, S, Hq, Hkv, D, scale, doc_start, window, (S + kKeyTile - 1) / kKeyTile * kKeyTile};
 }
 
+// The launches' grids (x, y, z), host side, for attention_tc_cuda.cu and the warp
+// emulator's tests alike: a block per 64 query rows (the forward, the row deltas, dq) or
+// per 64 keys (dk/dv, and the packing of an operand: a block per key tile of packed rows)
+// of each of `heads` (heads, or heads x column chunks) in each batch row.
+struct TcGrid {
+  unsigned x, y, z;
+};
+inline TcGrid query_block_grid(const TcShape& s, int64_t heads) {
+  return {static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(heads),
+          static_cast<unsigned>(s.B)};
+}
+inline TcGrid key_block_grid(const TcShape& s, int64_t heads) {
+  return {static_cast<unsigned>((s.S + kKeyTile - 1) / kKeyTile), static_cast<unsigned>(heads),
+          static_cast<unsigned>(s.B)};
+}
+
 // The kernels read q, k, v (and dO) packed: bf16 bits, [B][H][rows][DP], zero past S and
 // D, each converted once by pack_kernel before the attention's kernels run, instead of
 // converted from fp32 every time a block stages a tile (a key tile is staged by every
@@ -187,7 +203,7 @@ __device__ inline void wait_for_staged_tiles_but_the_newest() {
 }
 
 // Packs x ([B*S, H, D] fp32) into packed (PackedOperands' layout, H heads) as bf16, nearest
-// even. Grid: (rows / 64, H, B); a thread converts 8 columns of a row at a time: two
+// even. Grid: key_block_grid(s, H) (rows / 64 blocks); a thread converts 8 columns of a row at a time: two
 // 16-byte loads where D is a multiple of 4 and x 16-byte aligned (then so is every row),
 // else scalar loads; one 16-byte store.
 template <int DP>

@@ -21,11 +21,16 @@ using tc::forward_tc_kernel;
 using tc::kBlockRows;
 using tc::kChunk;
 using tc::kKeyTile;
+using tc::key_block_grid;
 using tc::kThreads;
 using tc::pack_kernel;
 using tc::PackedOperands;
+using tc::query_block_grid;
 using tc::row_deltas_kernel;
+using tc::TcGrid;
 using tc::TcShape;
+
+dim3 as_dim3(const TcGrid& g) { return dim3(g.x, g.y, g.z); }
 
 // The most dynamic shared memory a block of the current device can take.
 size_t shared_memory_per_block() {
@@ -47,8 +52,7 @@ void require_shared_memory(const char* pass, int64_t D, size_t need, size_t have
 // x ([B*S, H, D] fp32) packed as bf16 into `to` (attention_tc_common.cuh).
 template <int DP>
 void pack(uint16_t* to, const float* x, int64_t H, const TcShape& s, cudaStream_t st) {
-  const dim3 grid(static_cast<unsigned>(s.rows / kKeyTile), static_cast<unsigned>(H), static_cast<unsigned>(s.B));
-  pack_kernel<DP><<<grid, kThreads, 0, st>>>(to, x, H, s);
+  pack_kernel<DP><<<as_dim3(key_block_grid(s, H)), kThreads, 0, st>>>(to, x, H, s);
   LT_CUDA_CHECK_LAUNCH(pack_kernel);
 }
 
@@ -64,9 +68,7 @@ void launch_forward(float* o, float* lse, const float* q, const float* k, const 
   pack<DP>(pq, q, s.Hq, s, st);
   pack<DP>(pk, k, s.Hkv, s, st);
   pack<DP>(pv, v, s.Hkv, s, st);
-  const dim3 grid(static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(s.Hq),
-                  static_cast<unsigned>(s.B));
-  forward_tc_kernel<DP><<<grid, kThreads, bytes, st>>>(o, lse, pq, pk, pv, s);
+  forward_tc_kernel<DP><<<as_dim3(query_block_grid(s, s.Hq)), kThreads, bytes, st>>>(o, lse, pq, pk, pv, s);
   LT_CUDA_CHECK_LAUNCH(forward_tc_kernel);
 }
 
@@ -87,14 +89,11 @@ void launch_backward_staged(float* dq, float* dk, float* dv, const PackedBackwar
       cudaFuncSetAttribute(dq_tc_kernel<DP, kStage>, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_bytes));
   LT_CUDA_CHECK(
       cudaFuncSetAttribute(dkv_tc_kernel<DP, kStage>, cudaFuncAttributeMaxDynamicSharedMemorySize, dkv_bytes));
-  const dim3 dq_grid(static_cast<unsigned>((s.S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(s.Hq * kChunks),
-                     static_cast<unsigned>(s.B));
-  dq_tc_kernel<DP, kStage><<<dq_grid, kThreads, dq_bytes, st>>>(dq, in.dout, in.q, in.k, in.v, lse, row_deltas, s);
+  dq_tc_kernel<DP, kStage><<<as_dim3(query_block_grid(s, s.Hq * kChunks)), kThreads, dq_bytes, st>>>(
+      dq, in.dout, in.q, in.k, in.v, lse, row_deltas, s);
   LT_CUDA_CHECK_LAUNCH(dq_tc_kernel);
-  const dim3 dkv_grid(static_cast<unsigned>((s.S + kKeyTile - 1) / kKeyTile), static_cast<unsigned>(s.Hkv * kChunks),
-                      static_cast<unsigned>(s.B));
-  dkv_tc_kernel<DP, kStage>
-      <<<dkv_grid, kThreads, dkv_bytes, st>>>(dk, dv, in.dout, in.q, in.k, in.v, lse, row_deltas, s);
+  dkv_tc_kernel<DP, kStage><<<as_dim3(key_block_grid(s, s.Hkv * kChunks)), kThreads, dkv_bytes, st>>>(
+      dk, dv, in.dout, in.q, in.k, in.v, lse, row_deltas, s);
   LT_CUDA_CHECK_LAUNCH(dkv_tc_kernel);
 }
 
@@ -164,9 +163,7 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
   if (B * S * Hq == 0) return;
   const cudaStream_t st = as_stream(stream);
   float* row_deltas = reinterpret_cast<float*>(PackedOperands::at(workspace, tc::packed_operands(s, true).deltas));
-  const dim3 rows_grid(static_cast<unsigned>((S + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(Hq),
-                       static_cast<unsigned>(B));
-  row_deltas_kernel<<<rows_grid, kThreads, 0, st>>>(row_deltas, dout, o, s);
+  row_deltas_kernel<<<as_dim3(query_block_grid(s, Hq)), kThreads, 0, st>>>(row_deltas, dout, o, s);
   LT_CUDA_CHECK_LAUNCH(row_deltas_kernel);
   if (D <= 64) launch_backward<64>(dq, dk, dv, dout, q, k, v, lse, row_deltas, workspace, s, st, staging);
   else if (D <= 128) launch_backward<128>(dq, dk, dv, dout, q, k, v, lse, row_deltas, workspace, s, st, staging);
