@@ -6,12 +6,13 @@
 // ISA's fragment layouts for mma.m16n8k16, as kernels/cuda/mma_bf16.cuh documents them).
 // A fiber that waits at a barrier yields to the next of its warp; a warp runs until all of
 // its threads wait at the block's barrier, then the next warp (run_block says why); blocks
-// run one after another. Fibers rather than OS threads: 128 threads meeting twice per product spent most
-// of their time in futex wake-ups on a small machine (the emulated attention tests: 86 s on
-// 2 cores, now 30 s on one). Under AddressSanitizer every switch is announced to it
-// (__sanitizer_{start,finish}_switch_fiber), so it knows which stack is live; it still
-// warns once that it "doesn't fully support makecontext/swapcontext" (its interceptor
-// always does).
+// run one after another. A warp-wide exchange (a shuffle, a product, an ldmatrix) is one
+// barrier of the warp's fibers (exchange()). Fibers rather than OS threads: 128 threads
+// meeting twice per product spent most of their time in futex wake-ups on a small machine
+// (the emulated attention tests: 86 s on 2 cores, then 30 s on one). Under
+// AddressSanitizer every switch is announced to it (__sanitizer_{start,finish}_switch_fiber),
+// so it knows which stack is live; it still warns once that it "doesn't fully support
+// makecontext/swapcontext" (its interceptor always does).
 //
 // What this does not check: the hardware's own rounding inside a product (here each
 // product is summed in double and rounded once to fp32, which the kernels' tests' bounds
@@ -87,10 +88,11 @@ struct Barrier {
   uint64_t generation = 0;
 };
 
-// What one warp's lanes post for an exchange: up to 6 words each (a product's A and B fragments).
+// What one warp's lanes post for an exchange: up to 6 words each (a product's A and B
+// fragments), in two slots that exchanges take in turn (exchange() says why).
 struct WarpExchange {
   Barrier sync{32};
-  uint32_t words[32][6] = {};
+  uint32_t words[2][32][6] = {};
 };
 
 // A cp.async of 16 bytes that has not landed: its bytes, read at issue (the kernels copy
@@ -131,6 +133,20 @@ inline thread_local Block* t_block = nullptr;
 
 inline int lane() { return static_cast<int>(threadIdx.x & 31); }
 inline WarpExchange& warp() { return t_block->warps[threadIdx.x >> 5]; }
+
+// A warp-wide exchange (a shuffle, a product, an ldmatrix): this lane posts n words, waits
+// for the other 31, and gets every lane's posts ([lane][word]). One barrier an exchange:
+// exchanges alternate between two slots (by the barrier's generation, which every lane sees
+// alike when it posts), and a lane can post into this exchange's slot again only after the
+// next exchange's barrier, which every lane reaches only after reading this one's posts.
+using Posts = const uint32_t (*)[6];
+inline Posts exchange(const uint32_t* mine, int n) {
+  WarpExchange& w = warp();
+  const size_t slot = w.sync.generation & 1;
+  for (int i = 0; i < n; ++i) w.words[slot][lane()][i] = mine[i];
+  w.sync.arrive_and_wait();
+  return w.words[slot];
+}
 
 inline uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 inline float value(uint32_t u) { return std::bit_cast<float>(u); }
@@ -308,13 +324,8 @@ inline void __syncthreads() { lt::emu::t_block->sync.arrive_and_wait(); }
 
 // Every lane of the warp must call it (the kernels' shuffles are all full-warp).
 inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
-  lt::emu::WarpExchange& w = lt::emu::warp();
-  const int l = lt::emu::lane();
-  w.words[l][0] = lt::emu::bits(v);
-  w.sync.arrive_and_wait();
-  const float got = lt::emu::value(w.words[l ^ lane_mask][0]);
-  w.sync.arrive_and_wait();  // read before anyone posts again
-  return got;
+  const uint32_t mine = lt::emu::bits(v);
+  return lt::emu::value(lt::emu::exchange(&mine, 1)[lt::emu::lane() ^ lane_mask][0]);
 }
 
 namespace lt::cuda {
@@ -323,20 +334,17 @@ namespace lt::cuda {
 // holds A(g, 2t..2t+1) in a[0], A(g+8, ..) in a[1], columns + 8 in a[2], a[3]; B(2t..2t+1,
 // g) in b0, rows + 8 in b1; D(g, 2t..2t+1) in d[0..1], D(g+8, ..) in d[2..3].
 inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  emu::WarpExchange& w = emu::warp();
   const int l = emu::lane(), g = l >> 2, t = l & 3;
-  for (int r = 0; r < 4; ++r) w.words[l][r] = a[r];
-  w.words[l][4] = b0;
-  w.words[l][5] = b1;
-  w.sync.arrive_and_wait();
+  const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+  const emu::Posts posts = emu::exchange(mine, 6);
   auto half = [](uint32_t word, int k) { return emu::value((k & 1 ? word >> 16 : word & 0xffffu) << 16); };
   auto A = [&](int row, int k) {  // the lane and register holding A(row, k)
     const int owner = (row & 7) * 4 + (k & 7) / 2, reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-    return half(w.words[owner][reg], k);
+    return half(posts[owner][reg], k);
   };
   auto B = [&](int k, int col) {
     const int owner = col * 4 + (k & 7) / 2, reg = 4 + (k >= 8 ? 1 : 0);
-    return half(w.words[owner][reg], k);
+    return half(posts[owner][reg], k);
   };
   float out[4];
   for (int e = 0; e < 4; ++e) {
@@ -345,7 +353,6 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
     for (int k = 0; k < 16; ++k) s += static_cast<double>(A(row, k)) * B(k, col);
     out[e] = static_cast<float>(s);
   }
-  w.sync.arrive_and_wait();  // every lane has read the posts
   for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 
@@ -353,30 +360,25 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
 // mma_bf16.cuh says what each lane gives and gets): every lane posts its row's address, then
 // reads its elements from the rows the others posted.
 inline void ldmatrix_x4_emulated(uint32_t (&r)[4], const void* row, bool trans) {
-  emu::WarpExchange& w = emu::warp();
   const int l = emu::lane();
   if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
     std::fprintf(stderr, "warp emulator: lane %d's ldmatrix row at %p is not 16-byte aligned\n", l, row);
     std::abort();
   }
   const uint64_t address = reinterpret_cast<uintptr_t>(row);
-  w.words[l][0] = static_cast<uint32_t>(address);
-  w.words[l][1] = static_cast<uint32_t>(address >> 32);
-  w.sync.arrive_and_wait();
+  const uint32_t mine[2] = {static_cast<uint32_t>(address), static_cast<uint32_t>(address >> 32)};
+  const emu::Posts posts = emu::exchange(mine, 2);
   const auto element = [&](int matrix, int i, int j) {  // row i, column j of the matrix
     const int from = 8 * matrix + i;
-    const uintptr_t a = static_cast<uintptr_t>(w.words[from][0]) | (static_cast<uintptr_t>(w.words[from][1]) << 32);
+    const uintptr_t a = static_cast<uintptr_t>(posts[from][0]) | (static_cast<uintptr_t>(posts[from][1]) << 32);
     uint16_t e;
     std::memcpy(&e, reinterpret_cast<const unsigned char*>(a) + 2 * j, 2);
     return static_cast<uint32_t>(e);
   };
-  uint32_t got[4];
   for (int m = 0; m < 4; ++m) {
     const int g = l / 4, c = 2 * (l % 4);
-    got[m] = trans ? element(m, c, g) | element(m, c + 1, g) << 16 : element(m, g, c) | element(m, g, c + 1) << 16;
+    r[m] = trans ? element(m, c, g) | element(m, c + 1, g) << 16 : element(m, g, c) | element(m, g, c + 1) << 16;
   }
-  w.sync.arrive_and_wait();  // every lane has read the posts
-  for (int m = 0; m < 4; ++m) r[m] = got[m];
 }
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4_emulated(r, row, false); }
 inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ldmatrix_x4_emulated(r, row, true); }
