@@ -37,8 +37,9 @@ TEST(CudaBackend, TrainSaysWhyItCannotRunOnCuda) {
   const std::string why = cuda_backend_unavailable_reason();
   ASSERT_FALSE(why.empty()) << "no training step has run on a GPU: the cuda backend must not claim to run";
 #ifdef LT_HAVE_CUDA
-  if (why.find("no CUDA device") == std::string::npos)  // a GPU is here: the refusal names the switch
+  if (why.find("no CUDA device") == std::string::npos) {  // a GPU is here: the refusal names the switch
     EXPECT_NE(why.find(kCudaTrialEnv), std::string::npos) << why;
+  }
 #endif
 #ifndef LT_HAVE_CUDA
   EXPECT_NE(why.find("built without CUDA"), std::string::npos) << why;

@@ -31,8 +31,9 @@ TEST(HybridPlan, WindowsCarryEachLayersOwnCosts) {
       if (w.kind != WindowKind::Forward) continue;
       EXPECT_DOUBLE_EQ(w.compute_s, cm.layer(w.layer).forward_s) << w.name;
       for (const Transfer& t : w.transfers) {
-        if (t.tensor == "w." + std::to_string(w.layer + 1))
+        if (t.tensor == "w." + std::to_string(w.layer + 1)) {
           EXPECT_DOUBLE_EQ(t.bytes, cm.layer(w.layer + 1).weight_bytes) << w.name;
+        }
       }
     }
     // Weight and gradient slots hold the largest layer, each allocated where the plan uses
@@ -44,10 +45,12 @@ TEST(HybridPlan, WindowsCarryEachLayersOwnCosts) {
       return it == w.alloc.end() ? -1.0 : it->bytes;
     };
     for (const Window& w : p.windows) {
-      if (w.kind == WindowKind::Forward && w.layer + 1 < p.num_layers)
+      if (w.kind == WindowKind::Forward && w.layer + 1 < p.num_layers) {
         EXPECT_DOUBLE_EQ(allocation(w, "w." + std::to_string(w.layer + 1)), cm.slot_weight_bytes()) << w.name;
-      if (w.kind == WindowKind::Backward)
+      }
+      if (w.kind == WindowKind::Backward) {
         EXPECT_DOUBLE_EQ(allocation(w, "g." + std::to_string(w.layer)), cm.slot_grad_bytes()) << w.name;
+      }
     }
     // An independent check of the step: the event-driven simulation.
     const EventSimResult ev = simulate_events(p);

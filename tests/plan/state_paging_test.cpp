@@ -183,9 +183,10 @@ void expect_paged_parts(const Plan& p, const PlanRequest& req, bool master, bool
     int drained = -1, grad_write = -1;
     for (int w = 0; w < static_cast<int>(p.windows.size()); ++w)
       for (const Transfer& t : p.windows[w].transfers) {
-        if (t.tensor == "os." + std::to_string(j))
+        if (t.tensor == "os." + std::to_string(j)) {
           EXPECT_DOUBLE_EQ(t.bytes, t.link == Link::NvmeRead ? back + gj : back)
               << t.tensor << " in " << p.windows[w].name;
+        }
         if (t.tensor == "g." + std::to_string(j) && t.link == Link::D2H) drained = w;
         if (t.tensor == "gs." + std::to_string(j)) {
           EXPECT_EQ(t.link, Link::NvmeWrite);
