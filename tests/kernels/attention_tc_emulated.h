@@ -60,11 +60,10 @@ void backward_staged(float* dq, float* dk, float* dv, const float* dout, const f
   launch(cuda::tc::query_block_grid(s, s.Hq), 0, &cuda::tc::row_deltas_kernel, deltas, dout, o, s);
   const uint16_t *pdout = pack<DP>(ws.data(), p.dout, dout, s.Hq, s), *pq = pack<DP>(ws.data(), p.q, q, s.Hq, s),
                  *pk = pack<DP>(ws.data(), p.k, k, s.Hkv, s), *pv = pack<DP>(ws.data(), p.v, v, s.Hkv, s);
-  const float* row_deltas = deltas;
   launch(cuda::tc::query_block_grid(s, s.Hq * chunks), cuda::tc::dq_smem_bytes<DP, kStage>(),
-         &cuda::tc::dq_tc_kernel<DP, kStage>, dq, pdout, pq, pk, pv, lse, row_deltas, s);
+         &cuda::tc::dq_tc_kernel<DP, kStage>, dq, pdout, pq, pk, pv, lse, static_cast<const float*>(deltas), s);
   launch(cuda::tc::key_block_grid(s, s.Hkv * chunks), cuda::tc::dkv_smem_bytes<DP, kStage>(),
-         &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, pdout, pq, pk, pv, lse, row_deltas, s);
+         &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, pdout, pq, pk, pv, lse, static_cast<const float*>(deltas), s);
 }
 template <int DP>
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,

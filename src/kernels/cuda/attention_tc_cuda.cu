@@ -18,9 +18,7 @@ using tc::dq_smem_bytes;
 using tc::dq_tc_kernel;
 using tc::forward_smem_bytes;
 using tc::forward_tc_kernel;
-using tc::kBlockRows;
 using tc::kChunk;
-using tc::kKeyTile;
 using tc::key_block_grid;
 using tc::kThreads;
 using tc::pack_kernel;
@@ -97,13 +95,16 @@ void launch_backward_staged(float* dq, float* dk, float* dv, const PackedBackwar
   LT_CUDA_CHECK_LAUNCH(dkv_tc_kernel);
 }
 
-// Packs the operands, then whole-D tiles where the device's blocks hold them, else column
-// passes (the same bits, attention_tc_backward.cuh).
+// Each row's delta and the packed operands, then whole-D tiles where the device's blocks
+// hold them, else column passes (the same bits, attention_tc_backward.cuh).
 template <int DP>
 void launch_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                     const float* v, const float* lse, const float* row_deltas, void* workspace, const TcShape& s,
+                     const float* v, const float* o, const float* lse, void* workspace, const TcShape& s,
                      cudaStream_t st, TcBackwardStaging staging) {
   const PackedOperands p = tc::packed_operands(s, true);
+  float* row_deltas = reinterpret_cast<float*>(PackedOperands::at(workspace, p.deltas));
+  row_deltas_kernel<<<as_dim3(query_block_grid(s, s.Hq)), kThreads, 0, st>>>(row_deltas, dout, o, s);
+  LT_CUDA_CHECK_LAUNCH(row_deltas_kernel);
   uint16_t *pdout = PackedOperands::at(workspace, p.dout), *pq = PackedOperands::at(workspace, p.q),
            *pk = PackedOperands::at(workspace, p.k), *pv = PackedOperands::at(workspace, p.v);
   pack<DP>(pdout, dout, s.Hq, s, st);
@@ -162,12 +163,9 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
   const TcShape s = make_tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
   if (B * S * Hq == 0) return;
   const cudaStream_t st = as_stream(stream);
-  float* row_deltas = reinterpret_cast<float*>(PackedOperands::at(workspace, tc::packed_operands(s, true).deltas));
-  row_deltas_kernel<<<as_dim3(query_block_grid(s, Hq)), kThreads, 0, st>>>(row_deltas, dout, o, s);
-  LT_CUDA_CHECK_LAUNCH(row_deltas_kernel);
-  if (D <= 64) launch_backward<64>(dq, dk, dv, dout, q, k, v, lse, row_deltas, workspace, s, st, staging);
-  else if (D <= 128) launch_backward<128>(dq, dk, dv, dout, q, k, v, lse, row_deltas, workspace, s, st, staging);
-  else launch_backward<256>(dq, dk, dv, dout, q, k, v, lse, row_deltas, workspace, s, st, staging);
+  if (D <= 64) launch_backward<64>(dq, dk, dv, dout, q, k, v, o, lse, workspace, s, st, staging);
+  else if (D <= 128) launch_backward<128>(dq, dk, dv, dout, q, k, v, o, lse, workspace, s, st, staging);
+  else launch_backward<256>(dq, dk, dv, dout, q, k, v, o, lse, workspace, s, st, staging);
 }
 
 }  // namespace lt::cuda
