@@ -33,37 +33,37 @@ struct Workspace {
   std::vector<Piece> pieces;
 };
 
+// Packs the job's operands (and dO's deltas) as the launcher does.
 template <int DP>
-uint16_t* pack(void* workspace, size_t offset, const float* x, int64_t H, const cuda::tc::TcShape& s) {
-  uint16_t* to = cuda::tc::PackedOperands::at(workspace, offset);
-  launch(cuda::tc::key_block_grid(s, H), 0, &cuda::tc::pack_kernel<DP>, to, x, H, s);
-  return to;
+cuda::tc::PackJob pack(Workspace& ws, const cuda::tc::TcShape& s, const float* q, const float* k, const float* v,
+                       const float* dout = nullptr, const float* o = nullptr) {
+  const cuda::tc::PackJob job = cuda::tc::pack_job(ws.data(), s, q, k, v, dout, o);
+  launch(cuda::tc::key_block_grid(s, job.total_heads()), 0, &cuda::tc::pack_kernel<DP>, job, s);
+  return job;
 }
 
 template <int DP>
 void forward(float* o, float* lse, const float* q, const float* k, const float* v, const cuda::tc::TcShape& s) {
-  const cuda::tc::PackedOperands p = cuda::tc::packed_operands(s, false);
-  Workspace ws(p.bytes);
-  const uint16_t *pq = pack<DP>(ws.data(), p.q, q, s.Hq, s), *pk = pack<DP>(ws.data(), p.k, k, s.Hkv, s),
-                 *pv = pack<DP>(ws.data(), p.v, v, s.Hkv, s);
+  Workspace ws(cuda::tc::packed_operands(s, false).bytes);
+  using J = cuda::tc::PackJob;
+  const J job = pack<DP>(ws, s, q, k, v);
   launch(cuda::tc::query_block_grid(s, s.Hq), cuda::tc::forward_smem_bytes<DP>(), &cuda::tc::forward_tc_kernel<DP>,
-         o, lse, pq, pk, pv, s);
+         o, lse, job.to[J::kQ], job.to[J::kK], job.to[J::kV], s);
 }
 
 template <int DP, int kStage>
 void backward_staged(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                      const float* v, const float* o, const float* lse, const cuda::tc::TcShape& s) {
   constexpr int chunks = DP / cuda::tc::kChunk<DP>;
-  const cuda::tc::PackedOperands p = cuda::tc::packed_operands(s, true);
-  Workspace ws(p.bytes);
-  float* deltas = reinterpret_cast<float*>(cuda::tc::PackedOperands::at(ws.data(), p.deltas));
-  launch(cuda::tc::query_block_grid(s, s.Hq), 0, &cuda::tc::row_deltas_kernel, deltas, dout, o, s);
-  const uint16_t *pdout = pack<DP>(ws.data(), p.dout, dout, s.Hq, s), *pq = pack<DP>(ws.data(), p.q, q, s.Hq, s),
-                 *pk = pack<DP>(ws.data(), p.k, k, s.Hkv, s), *pv = pack<DP>(ws.data(), p.v, v, s.Hkv, s);
+  Workspace ws(cuda::tc::packed_operands(s, true).bytes);
+  using J = cuda::tc::PackJob;
+  const J job = pack<DP>(ws, s, q, k, v, dout, o);
+  const uint16_t *pdout = job.to[J::kDout], *pq = job.to[J::kQ], *pk = job.to[J::kK], *pv = job.to[J::kV];
+  const float* deltas = job.deltas;
   launch(cuda::tc::query_block_grid(s, s.Hq * chunks), cuda::tc::dq_smem_bytes<DP, kStage>(),
-         &cuda::tc::dq_tc_kernel<DP, kStage>, dq, pdout, pq, pk, pv, lse, static_cast<const float*>(deltas), s);
+         &cuda::tc::dq_tc_kernel<DP, kStage>, dq, pdout, pq, pk, pv, lse, deltas, s);
   launch(cuda::tc::key_block_grid(s, s.Hkv * chunks), cuda::tc::dkv_smem_bytes<DP, kStage>(),
-         &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, pdout, pq, pk, pv, lse, static_cast<const float*>(deltas), s);
+         &cuda::tc::dkv_tc_kernel<DP, kStage>, dk, dv, pdout, pq, pk, pv, lse, deltas, s);
 }
 template <int DP>
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,

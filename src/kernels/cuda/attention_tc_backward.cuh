@@ -13,7 +13,7 @@
 // run: attention_tc_common.cuh), and so are the probabilities (for dv) and the score
 // gradients (for dq and dk) before their products; the scores, the probabilities,
 // dp = dO . v and delta = sum_d bf16(dO) o stay fp32, from the forward's fp32 o and lse
-// (delta computed once per row by a third kernel that runs first, row_deltas_kernel).
+// (delta computed once per row where dO is packed, pack_kernel).
 #pragma once
 
 #include "kernels/cuda/attention_tc_common.cuh"
@@ -22,8 +22,6 @@ LT_TC_NAMESPACE_BEGIN
 
 template <int DP>
 inline constexpr int kChunk = DP < 128 ? DP : 128;  // output columns per block
-
-__device__ inline float round_to_bf16(float x) { return bf16_bits_to_f32(f32_to_bf16_bits(x)); }
 
 // The last query that sees key j: causal rows past j while they stay within the window
 // and in j's document (doc_start[i] <= j, true from j on and then false: a binary search).
@@ -40,23 +38,6 @@ __device__ inline int64_t last_seeing_query(const TcShape& s, int64_t b, int64_t
     last = lo;
   }
   return last;
-}
-
-// delta[(b Hq + h) S + i] = sum_d bf16(dO[i][d]) o[i][d] for every query row, once, before
-// the dq and dk/dv kernels read it (dk/dv would otherwise recompute a query tile's deltas,
-// reading o and dO again, in every key block that sees the tile). Grid: (query tiles, Hq,
-// B); each warp 16 rows, its lanes over d, then the warp's shuffle tree.
-__global__ void __launch_bounds__(kThreads) row_deltas_kernel(float* delta, const float* dout, const float* o,
-                                                              TcShape s) {
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, h = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int r = warp * 16; r < warp * 16 + 16 && q0 + r < s.S; ++r) {
-    const int64_t off = ((b * s.S + q0 + r) * s.Hq + h) * s.D;
-    float acc = 0.f;
-    for (int64_t d = lane; d < s.D; d += 32) acc = fmaf(round_to_bf16(dout[off + d]), o[off + d], acc);
-    for (int m = 16; m >= 1; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-    if (lane == 0) delta[(b * s.Hq + h) * s.S + q0 + r] = acc;
-  }
 }
 
 // The deltas of query rows row0 .. row0 + 63 of head h into shared memory (0 past S).

@@ -79,9 +79,9 @@ inline TcGrid key_block_grid(const TcShape& s, int64_t heads) {
 }
 
 // The kernels read q, k, v (and dO) packed: bf16 bits, [B][H][rows][DP], zero past S and
-// D, each converted once by pack_kernel before the attention's kernels run, instead of
-// converted from fp32 every time a block stages a tile (a key tile is staged by every
-// query block and head that sees it). Staging is then a copy of 16-byte pieces (a tile row
+// D, converted once by pack_kernel (one launch for all of them) before the attention's
+// kernels run, instead of converted from fp32 every time a block stages a tile (a key tile
+// is staged by every query block and head that sees it). Staging is then a copy of 16-byte pieces (a tile row
 // of DP bf16 is 128-512 bytes), reading half the bytes. The workspace holds them in this
 // order (byte offsets, each a multiple of 256); the backward also holds dO and, first,
 // each query row's delta (B x S x Hq floats).
@@ -202,31 +202,101 @@ __device__ inline void wait_for_staged_tiles_but_the_newest() {
   __syncthreads();
 }
 
-// Packs x ([B*S, H, D] fp32) into packed (PackedOperands' layout, H heads) as bf16, nearest
-// even. Grid: key_block_grid(s, H) (rows / 64 blocks); a thread converts 8 columns of a row at a time: two
-// 16-byte loads where D is a multiple of 4 and x 16-byte aligned (then so is every row),
-// else scalar loads; one 16-byte store.
+__device__ inline float round_to_bf16(float x) { return bf16_bits_to_f32(f32_to_bf16_bits(x)); }
+
+// What one launch of pack_kernel packs: q, k, v and, for the backward, dO, each x
+// ([B*S, heads, D] fp32) into its place `to` in the workspace; with dO also each query
+// row's delta = sum_d bf16(dO) o, which both backward kernels read (dk/dv would otherwise
+// recompute a query tile's deltas in every key block that sees it), from o ([B*S, Hq, D])
+// read beside dO, into deltas ([B][Hq][S]). Block row y of the grid packs head y of the
+// operands' heads counted in turn.
+struct PackJob {
+  static constexpr int kQ = 0, kK = 1, kV = 2, kDout = 3, kMaxOperands = 4;  // the operands, in turn
+  const float* x[kMaxOperands];
+  uint16_t* to[kMaxOperands];
+  int64_t heads[kMaxOperands];
+  int operands;  // 3 (the forward) or 4 (the backward, with dO)
+  const float* o;
+  float* deltas;
+  int64_t total_heads() const {
+    int64_t n = 0;
+    for (int i = 0; i < operands; ++i) n += heads[i];
+    return n;
+  }
+};
+// Host side, for the launcher and the emulated tests alike: the forward's job (dout null)
+// or the backward's, into `workspace` laid out as packed_operands(s, dout != nullptr).
+inline PackJob pack_job(void* workspace, const TcShape& s, const float* q, const float* k, const float* v,
+                        const float* dout = nullptr, const float* o = nullptr) {
+  const PackedOperands p = packed_operands(s, dout != nullptr);
+  PackJob job{{q, k, v, dout},
+              {PackedOperands::at(workspace, p.q), PackedOperands::at(workspace, p.k),
+               PackedOperands::at(workspace, p.v), dout ? PackedOperands::at(workspace, p.dout) : nullptr},
+              {s.Hq, s.Hkv, s.Hkv, s.Hq},
+              dout ? 4 : 3,
+              o,
+              dout ? reinterpret_cast<float*>(PackedOperands::at(workspace, p.deltas)) : nullptr};
+  return job;
+}
+
+// Eight values of a row from column c on (fewer where the row ends before c + 8; v zeroed
+// by the caller): two 16-byte loads where `vector` (D a multiple of 4 and the rows 16-byte
+// aligned: then c < D and both multiples of 4 put the first four in the row, and the next
+// four too or none), else scalar loads.
+__device__ inline void load_octet(float (&v)[8], const float* src, int c, int64_t D, bool vector) {
+  if (vector) {
+    load_float4(*reinterpret_cast<float(*)[4]>(v), src);
+    if (c + 4 < D) load_float4(*reinterpret_cast<float(*)[4]>(v + 4), src + 4);
+  } else {
+    for (int j = 0; j < 8 && c + j < D; ++j) v[j] = src[j];
+  }
+}
+
+// Packs the job's operands (PackedOperands' layout) as bf16, nearest even. Grid: rows / 64
+// blocks of 64 packed rows, job.total_heads(), B. A thread converts 8 columns of a row at
+// a time, one 16-byte store; the DP / 8 threads of a row are adjacent lanes of one warp, so
+// dO's deltas are their 8-column partial sums added by a shuffle tree.
 template <int DP>
-__global__ void __launch_bounds__(kThreads) pack_kernel(uint16_t* packed, const float* x, int64_t H, TcShape s) {
+__global__ void __launch_bounds__(kThreads) pack_kernel(PackJob job, TcShape s) {
   constexpr int kOctets = DP / 8;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kKeyTile, h = blockIdx.y, b = blockIdx.z;
+  static_assert(32 % kOctets == 0 && (kKeyTile * kOctets) % kThreads == 0,
+                "a row's threads share a warp, and every thread takes as many rows");
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kKeyTile, b = blockIdx.z;
+  // Block row y's operand n and head h, by constant indices only (indexing the parameters
+  // by n would copy them to the stack, ptxas: a 120-byte frame).
+  int n = 0;
+  int64_t h = blockIdx.y, H = job.heads[0];
+  const float* x = job.x[0];
+  uint16_t* to = job.to[0];
+#pragma unroll
+  for (int next = 1; next < PackJob::kMaxOperands; ++next)
+    if (n == next - 1 && h >= H) {
+      h -= H;
+      n = next, H = job.heads[next], x = job.x[next], to = job.to[next];
+    }
+  const bool dout = n == PackJob::kDout;  // the same for the whole block
   const bool vector = s.D % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool vector_o = s.D % 4 == 0 && reinterpret_cast<uintptr_t>(job.o) % 16 == 0;
   for (int e = threadIdx.x; e < kKeyTile * kOctets; e += kThreads) {
     const int r = e / kOctets, c = e % kOctets * 8;
     const int64_t i = row0 + r;
+    const bool in_row = i < s.S && c < s.D;
     float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (i < s.S && c < s.D) {
-      const float* src = x + ((b * s.S + i) * H + h) * s.D + c;
-      if (vector) {  // c < D and both multiples of 4: the first four are in the row, the next four too or none
-        load_float4(*reinterpret_cast<float(*)[4]>(v), src);
-        if (c + 4 < s.D) load_float4(*reinterpret_cast<float(*)[4]>(v + 4), src + 4);
-      } else {
-        for (int j = 0; j < 8 && c + j < s.D; ++j) v[j] = src[j];
-      }
-    }
+    const int64_t at = ((b * s.S + i) * H + h) * s.D + c;
+    if (in_row) load_octet(v, x + at, c, s.D, vector);
     const uint32_t w[4] = {pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
                            pack_bf16(v[6], v[7])};
-    store_words4(packed + ((b * H + h) * s.rows + i) * DP + c, w);
+    store_words4(to + ((b * H + h) * s.rows + i) * DP + c, w);
+    if (dout) {
+      float ov[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (in_row) load_octet(ov, job.o + at, c, s.D, vector_o);
+      float delta = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) delta = fmaf(round_to_bf16(v[j]), ov[j], delta);
+#pragma unroll
+      for (int m = kOctets / 2; m >= 1; m >>= 1) delta += __shfl_xor_sync(0xffffffffu, delta, m);
+      if (c == 0 && i < s.S) job.deltas[(b * s.Hq + h) * s.S + i] = delta;
+    }
   }
 }
 

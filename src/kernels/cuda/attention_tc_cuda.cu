@@ -22,9 +22,8 @@ using tc::kChunk;
 using tc::key_block_grid;
 using tc::kThreads;
 using tc::pack_kernel;
-using tc::PackedOperands;
+using tc::PackJob;
 using tc::query_block_grid;
-using tc::row_deltas_kernel;
 using tc::TcGrid;
 using tc::TcShape;
 
@@ -47,10 +46,10 @@ void require_shared_memory(const char* pass, int64_t D, size_t need, size_t have
                            "needs less), or on a GPU with more (A100, H100)");
 }
 
-// x ([B*S, H, D] fp32) packed as bf16 into `to` (attention_tc_common.cuh).
+// The job's operands packed as bf16 into the workspace (attention_tc_common.cuh).
 template <int DP>
-void pack(uint16_t* to, const float* x, int64_t H, const TcShape& s, cudaStream_t st) {
-  pack_kernel<DP><<<as_dim3(key_block_grid(s, H)), kThreads, 0, st>>>(to, x, H, s);
+void pack(const PackJob& job, const TcShape& s, cudaStream_t st) {
+  pack_kernel<DP><<<as_dim3(key_block_grid(s, job.total_heads())), kThreads, 0, st>>>(job, s);
   LT_CUDA_CHECK_LAUNCH(pack_kernel);
 }
 
@@ -60,25 +59,19 @@ void launch_forward(float* o, float* lse, const float* q, const float* k, const 
   constexpr int bytes = static_cast<int>(forward_smem_bytes<DP>());
   require_shared_memory("forward", s.D, bytes, shared_memory_per_block());
   LT_CUDA_CHECK(cudaFuncSetAttribute(forward_tc_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  const PackedOperands p = tc::packed_operands(s, false);
-  uint16_t *pq = PackedOperands::at(workspace, p.q), *pk = PackedOperands::at(workspace, p.k),
-           *pv = PackedOperands::at(workspace, p.v);
-  pack<DP>(pq, q, s.Hq, s, st);
-  pack<DP>(pk, k, s.Hkv, s, st);
-  pack<DP>(pv, v, s.Hkv, s, st);
-  forward_tc_kernel<DP><<<as_dim3(query_block_grid(s, s.Hq)), kThreads, bytes, st>>>(o, lse, pq, pk, pv, s);
+  const PackJob job = tc::pack_job(workspace, s, q, k, v);
+  pack<DP>(job, s, st);
+  forward_tc_kernel<DP><<<as_dim3(query_block_grid(s, s.Hq)), kThreads, bytes, st>>>(
+      o, lse, job.to[PackJob::kQ], job.to[PackJob::kK], job.to[PackJob::kV], s);
   LT_CUDA_CHECK_LAUNCH(forward_tc_kernel);
 }
 
-// The backward's operands, packed (pointers into its workspace).
-struct PackedBackward {
-  const uint16_t *dout, *q, *k, *v;
-};
-
 // have: the device's shared memory a block (shared_memory_per_block).
 template <int DP, int kStage>
-void launch_backward_staged(float* dq, float* dk, float* dv, const PackedBackward& in, const float* lse,
-                            const float* row_deltas, const TcShape& s, cudaStream_t st, size_t have) {
+void launch_backward_staged(float* dq, float* dk, float* dv, const PackJob& in, const float* lse, const TcShape& s,
+                            cudaStream_t st, size_t have) {
+  const uint16_t *dout = in.to[PackJob::kDout], *q = in.to[PackJob::kQ], *k = in.to[PackJob::kK],
+                 *v = in.to[PackJob::kV];
   constexpr int kChunks = DP / kChunk<DP>;
   constexpr int dq_bytes = static_cast<int>(dq_smem_bytes<DP, kStage>());
   constexpr int dkv_bytes = static_cast<int>(dkv_smem_bytes<DP, kStage>());
@@ -88,36 +81,27 @@ void launch_backward_staged(float* dq, float* dk, float* dv, const PackedBackwar
   LT_CUDA_CHECK(
       cudaFuncSetAttribute(dkv_tc_kernel<DP, kStage>, cudaFuncAttributeMaxDynamicSharedMemorySize, dkv_bytes));
   dq_tc_kernel<DP, kStage><<<as_dim3(query_block_grid(s, s.Hq * kChunks)), kThreads, dq_bytes, st>>>(
-      dq, in.dout, in.q, in.k, in.v, lse, row_deltas, s);
+      dq, dout, q, k, v, lse, in.deltas, s);
   LT_CUDA_CHECK_LAUNCH(dq_tc_kernel);
   dkv_tc_kernel<DP, kStage><<<as_dim3(key_block_grid(s, s.Hkv * kChunks)), kThreads, dkv_bytes, st>>>(
-      dk, dv, in.dout, in.q, in.k, in.v, lse, row_deltas, s);
+      dk, dv, dout, q, k, v, lse, in.deltas, s);
   LT_CUDA_CHECK_LAUNCH(dkv_tc_kernel);
 }
 
-// Each row's delta and the packed operands, then whole-D tiles where the device's blocks
+// The packed operands and each row's delta, then whole-D tiles where the device's blocks
 // hold them, else column passes (the same bits, attention_tc_backward.cuh).
 template <int DP>
 void launch_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                      const float* v, const float* o, const float* lse, void* workspace, const TcShape& s,
                      cudaStream_t st, TcBackwardStaging staging) {
-  const PackedOperands p = tc::packed_operands(s, true);
-  float* row_deltas = reinterpret_cast<float*>(PackedOperands::at(workspace, p.deltas));
-  row_deltas_kernel<<<as_dim3(query_block_grid(s, s.Hq)), kThreads, 0, st>>>(row_deltas, dout, o, s);
-  LT_CUDA_CHECK_LAUNCH(row_deltas_kernel);
-  uint16_t *pdout = PackedOperands::at(workspace, p.dout), *pq = PackedOperands::at(workspace, p.q),
-           *pk = PackedOperands::at(workspace, p.k), *pv = PackedOperands::at(workspace, p.v);
-  pack<DP>(pdout, dout, s.Hq, s, st);
-  pack<DP>(pq, q, s.Hq, s, st);
-  pack<DP>(pk, k, s.Hkv, s, st);
-  pack<DP>(pv, v, s.Hkv, s, st);
-  const PackedBackward in{pdout, pq, pk, pv};
+  const PackJob job = tc::pack_job(workspace, s, q, k, v, dout, o);
+  pack<DP>(job, s, st);
   const size_t have = shared_memory_per_block();
   const bool whole = dq_smem_bytes<DP>() <= have && dkv_smem_bytes<DP>() <= have;
   if (staging == TcBackwardStaging::kColumnPasses || !whole)
-    launch_backward_staged<DP, kChunk<DP>>(dq, dk, dv, in, lse, row_deltas, s, st, have);
+    launch_backward_staged<DP, kChunk<DP>>(dq, dk, dv, job, lse, s, st, have);
   else
-    launch_backward_staged<DP, DP>(dq, dk, dv, in, lse, row_deltas, s, st, have);
+    launch_backward_staged<DP, DP>(dq, dk, dv, job, lse, s, st, have);
 }
 
 TcShape make_tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, float scale,
@@ -129,9 +113,9 @@ TcShape make_tc_shape(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, 
   if (Hkv < 1 || Hq % Hkv != 0)
     throw std::runtime_error(what + std::to_string(Hq) + " query heads are not a multiple of " +
                              std::to_string(Hkv) + " kv heads");
-  if (2 * Hq > 65535 || B > 65535)  // the grids' y (heads x column chunks) and z
+  if (4 * Hq > 65535 || B > 65535)  // the grids' y (the packing's heads: at most 2 Hq + 2 Hkv) and z
     throw std::runtime_error(what + std::to_string(B) + " rows of " + std::to_string(Hq) +
-                             " heads: at most 65535 of each per call");
+                             " query heads: at most 65535 rows and 16383 heads per call");
   return tc::tc_shape(B, S, Hq, Hkv, D, scale, doc_start, window);
 }
 
