@@ -53,9 +53,11 @@ __device__ inline void stage_row_deltas(float* staged, const float* delta, int64
 // column passes, each staging its columns of all four tiles, in the order a whole-D
 // product sums them, so the passes give the same bits as the one-pass kernel; the block's
 // own columns are staged last (restaged where they are not the last pass's) for the
-// products that write them. The price: q and dO (dq) or k and v (dk/dv) are staged again
-// for every tile instead of once, and the staging waits for its copies (the one-pass
-// kernels stage the next tile while they compute with this one).
+// products that write them. Each score product's operands are copied in while the block
+// computes the other's (a pass's q and k during the previous pass's dO v^T, its dO and v
+// during its q k^T; the same with k, q and v, dO in dk/dv), as the one-pass kernels copy
+// the next tile in. The price: q and dO (dq) or k and v (dk/dv) are staged again for every
+// tile instead of once.
 template <int DP, int kStage>
 inline constexpr int kPasses = DP / kStage;
 
@@ -96,6 +98,17 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const uint16
     cp_async_commit();
     stage_tile<DP, DP>(kw, k, b, rows.tile_first * kKeyTile, s.Hkv, hk, 0, s);
     cp_async_commit();
+  } else {
+    // A pass's q and k are copied in while the block computes the previous pass's dp (or,
+    // for a tile's first pass, the previous tile's ds k), its dO and v while it computes
+    // the pass's scores. Each thread's groups of copies, oldest first, at the top of a
+    // pass: [q, k], [dO, v].
+    stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, 0, s);
+    stage_tile<kStage, DP>(kw, k, b, rows.tile_first * kKeyTile, s.Hkv, hk, 0, s);
+    cp_async_commit();
+    stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, 0, s);
+    stage_tile<kStage, DP>(vw, v, b, rows.tile_first * kKeyTile, s.Hkv, hk, 0, s);
+    cp_async_commit();
   }
   float row_lse[2];
   for (int x = 0; x < 2; ++x)
@@ -121,21 +134,28 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const uint16
       zero_tiles(dp);
 #pragma unroll
       for (int pass = 0; pass < kN; ++pass) {
-        const int c0 = pass * kStage;
-        __syncthreads();  // the previous tile or pass is read (and the deltas are staged)
-        stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, c0, s);
-        stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, c0, s);
-        stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, c0, s);
-        stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, c0, s);
-        wait_for_staged_tiles();
+        const int c1 = (pass + 1) * kStage;  // the next pass's columns
+        wait_for_staged_tiles_but_the_newest();  // the pass's q and k (and the deltas)
         add_tile_product<kStage>(sc, qw, kw, warp * 16);
+        __syncthreads();  // q and k are read: the next pass's, or the next tile's q and the block's k
+        if (c1 < DP) {
+          stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, c1, s);
+          stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, c1, s);
+        } else {
+          if (more) stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, 0, s);
+          if (col0 != pass * kStage) stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, col0, s);
+        }
+        cp_async_commit();
+        wait_for_staged_tiles_but_the_newest();  // the pass's dO and v
         add_tile_product<kStage>(dp, dow, vw, warp * 16);
+        if (c1 < DP) {
+          __syncthreads();
+          stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, c1, s);
+          stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, c1, s);
+          cp_async_commit();
+        }
       }
-      if (col0 != (kN - 1) * kStage) {  // the block's columns of k for ds k
-        __syncthreads();
-        stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, col0, s);
-        wait_for_staged_tiles();
-      }
+      if (col0 != (kN - 1) * kStage) wait_for_staged_tiles();  // the block's columns of k, for ds k
     }
     // ds = p (dp - delta), p from the saved lse; 0 where the key is not seen.
 #pragma unroll
@@ -149,7 +169,16 @@ __global__ void __launch_bounds__(kThreads) dq_tc_kernel(float* dq, const uint16
       }
     // acc += ds k (the block's columns), ds rounded to bf16.
     accumulate_product<kStage>(acc, sc, kw, col0 % kStage);
-    if constexpr (kN == 1) stage_next_tile<DP, DP>(more, kw, k, b, k0 + kKeyTile, s.Hkv, hk, 0, s);
+    if constexpr (kN == 1) {
+      stage_next_tile<DP, DP>(more, kw, k, b, k0 + kKeyTile, s.Hkv, hk, 0, s);
+    } else {  // the next tile's first pass: its k, then its dO and v (the next q is on its way)
+      stage_next_tile<kStage, DP>(more, kw, k, b, k0 + kKeyTile, s.Hkv, hk, 0, s);
+      if (more) {
+        stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, 0, s);
+        stage_tile<kStage, DP>(vw, v, b, k0 + kKeyTile, s.Hkv, hk, 0, s);
+      }
+      cp_async_commit();
+    }
   }
 
 #pragma unroll
@@ -219,6 +248,17 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
     cp_async_commit();
     stage_tile<DP, DP>(dow, dout, b, qtile_first * kBlockRows, s.Hq, hk * group, 0, s);
     cp_async_commit();
+  } else {
+    // A pass's k and q are copied in while the block computes the previous pass's dp^T (or,
+    // for a query tile's first pass, the previous tile's dk), its v and dO while it computes
+    // the pass's scores. Each thread's groups of copies, oldest first, at the top of a pass:
+    // [k, q], [v, dO] (for a tile's first pass: [k, q restaged], [v, dO restaged], [q], [dO]).
+    stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<kStage, DP>(qw, q, b, qtile_first * kBlockRows, s.Hq, hk * group, 0, s);
+    cp_async_commit();
+    stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
+    stage_tile<kStage, DP>(dow, dout, b, qtile_first * kBlockRows, s.Hq, hk * group, 0, s);
+    cp_async_commit();
   }
 
   float dk_acc[kCTiles][4], dv_acc[kCTiles][4];  // columns col0 + ct*8 + 2t, +1 of keys g and g + 8
@@ -246,25 +286,34 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
       } else {  // column passes, each staging its columns of all four tiles
         zero_tiles(st);
         zero_tiles(dpt);
+        stage_query_rows(query_first, query_lse, delta, lse, row_deltas, b, q0, h, s);
 #pragma unroll
         for (int pass = 0; pass < kN; ++pass) {
-          const int c0 = pass * kStage;
-          __syncthreads();  // the previous query tile or pass is read
-          stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, c0, s);
-          stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, c0, s);
-          stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, c0, s);
-          stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, c0, s);
-          if (pass == 0) stage_query_rows(query_first, query_lse, delta, lse, row_deltas, b, q0, h, s);
-          wait_for_staged_tiles();
+          const int c1 = (pass + 1) * kStage;  // the next pass's columns
+          wait_for_staged_tiles_but_the_newest();  // the pass's k and q (and the rows' values)
           add_tile_product<kStage>(st, kw, qw, warp * 16);
+          __syncthreads();  // k and q are read: the next pass's, or the block's q and the next tile's k
+          if (c1 < DP) {
+            stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, c1, s);
+            stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, c1, s);
+          } else {
+            if (more) stage_tile<kStage, DP>(kw, k, b, k0, s.Hkv, hk, 0, s);
+            if (col0 != pass * kStage) stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, col0, s);
+          }
+          cp_async_commit();
+          wait_for_staged_tiles_but_the_newest();  // the pass's v and dO
           add_tile_product<kStage>(dpt, vw, dow, warp * 16);
+          __syncthreads();  // v and dO are read: the next pass's, or the next tile's v and the block's dO
+          if (c1 < DP) {
+            stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, c1, s);
+            stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, c1, s);
+          } else {
+            if (more) stage_tile<kStage, DP>(vw, v, b, k0, s.Hkv, hk, 0, s);
+            if (col0 != pass * kStage) stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, col0, s);
+          }
+          cp_async_commit();
         }
-        if (col0 != (kN - 1) * kStage) {  // the block's columns of q and dO for the products below
-          __syncthreads();
-          stage_tile<kStage, DP>(qw, q, b, q0, s.Hq, h, col0, s);
-          stage_tile<kStage, DP>(dow, dout, b, q0, s.Hq, h, col0, s);
-          wait_for_staged_tiles();
-        }
+        if (col0 != (kN - 1) * kStage) wait_for_staged_tiles_but_the_newest();  // the block's columns of q
       }
       // p^T and ds^T = p^T (dp^T - delta); 0 where the query does not see the key.
 #pragma unroll
@@ -279,9 +328,12 @@ __global__ void __launch_bounds__(kThreads) dkv_tc_kernel(float* dk, float* dv, 
         }
       // dk += ds^T q and dv += p^T dO (the block's columns), ds^T and p^T rounded to bf16.
       accumulate_product<kStage>(dk_acc, dpt, qw, col0 % kStage);
-      if constexpr (kN == 1) stage_next_tile<DP, DP>(more, qw, q, b, next_q0, s.Hq, next_h, 0, s);
+      stage_next_tile<kStage, DP>(more, qw, q, b, next_q0, s.Hq, next_h, 0, s);
+      if constexpr (kN > 1) {
+        if (col0 != (kN - 1) * kStage) wait_for_staged_tiles_but_the_newest();  // the block's columns of dO
+      }
       accumulate_product<kStage>(dv_acc, st, dow, col0 % kStage);
-      if constexpr (kN == 1) stage_next_tile<DP, DP>(more, dow, dout, b, next_q0, s.Hq, next_h, 0, s);
+      stage_next_tile<kStage, DP>(more, dow, dout, b, next_q0, s.Hq, next_h, 0, s);
     }
 
 #pragma unroll
