@@ -228,7 +228,7 @@ class CudaBackend final : public Backend {
     reset_kernel_scratch_peak();  // the pool is the device's: an earlier backend's calls are not this one's
   }
   ~CudaBackend() override {
-    cuda::set_kernel_table_stream(nullptr);
+    cuda::release_kernel_table_stream(stream(Stream::Compute));
     cudaSetDevice(device_);
     for (cudaStream_t s : streams_) cudaStreamSynchronize(s);
     cudaEventDestroy(compute_issued_);

@@ -103,7 +103,6 @@ size_t kernel_pool_scratch_bytes(const ModelConfig& c, int64_t batch, int64_t se
     take(pool.attention_forward(batch, seq, c.num_heads, c.num_kv_heads, c.head_dim, p));
   if (pool.attention_backward)
     take(pool.attention_backward(batch, seq, c.num_heads, c.num_kv_heads, c.head_dim, p));
-  if (pool.embedding_backward) take(pool.embedding_backward(T));
   return most;
 }
 
@@ -237,20 +236,25 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   }
 }
 
-StreamingExecutor::~StreamingExecutor() {
-  // Copies still running write into buffers about to be freed (only after a failed step
-  // that could not drain; abort_step() normally has).
+// Everything issued so far is done: the copies (synchronize) and the kernels, which on a
+// GPU may still run after a fault, reading the arena and the step's inputs in pinned host
+// memory that the next step rewrites (cpu and emu: the kernels ran on this thread).
+void StreamingExecutor::drain_backend() noexcept {
   try {
     backend_.synchronize();
+    backend_.wait_host(backend_.record(Backend::Stream::Compute));
   } catch (...) {
   }
 }
 
+StreamingExecutor::~StreamingExecutor() {
+  // Work still running reads or writes buffers about to be freed (only after a failed step
+  // that could not drain; abort_step() normally has).
+  drain_backend();
+}
+
 void StreamingExecutor::abort_step() noexcept {
-  try {
-    backend_.synchronize();
-  } catch (...) {
-  }
+  drain_backend();
   if (nvme_) {
     // Requests in flight still read or write staging buffers: finish them all. Their own
     // failures come from the same fault as the one being thrown; print, never drop them.

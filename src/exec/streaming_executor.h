@@ -226,6 +226,7 @@ class StreamingExecutor {
   StreamingStepResult run_step(ModelParameters& params, ModelParameters& grads, const int32_t* input_ids,
                                const int32_t* labels, const StepOptions& options);
   void abort_step() noexcept;  // after a failed step: drain, forget tickets, reset the arena
+  void drain_backend() noexcept;  // every copy and kernel issued so far is done
   // A compute-tier tensor by its typed id (StreamSchedule::arena_index, resolved once):
   // asserts it is live now.
   float* buf(ArenaTensor tensor, int index = 0) const { return live_(tensor, index); }

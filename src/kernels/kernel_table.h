@@ -166,14 +166,15 @@ struct KernelTable {
   // stream-ordered pool (cudaMallocAsync), outside the executor's arena, and gives it back
   // when the call's kernels are done, so a plan counts the most that any one call of a step
   // takes (exec/streaming_executor.h: kernel_pool_scratch_bytes). Null: the entry takes
-  // none on the compute tier (the CPU's, whose scratch is the host's stack and heap).
+  // none on the compute tier (the CPU's, whose scratch is the host's stack and heap). Not
+  // here: the embedding's backward, which takes the pool's scratch too (its sort) but which
+  // the streaming executor runs on the host (exec/gradient_sink.cpp).
   struct PoolScratch {
     size_t (*linear_forward)(int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16) = nullptr;
     size_t (*linear_backward)(int64_t M, int64_t K, int64_t N, Precision p, bool has_w_bf16,
                               bool has_dbias) = nullptr;
     size_t (*attention_forward)(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, Precision p) = nullptr;
     size_t (*attention_backward)(int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, Precision p) = nullptr;
-    size_t (*embedding_backward)(int64_t T) = nullptr;
     size_t (*rmsnorm_backward)(int64_t T, int64_t C) = nullptr;
     size_t (*causal_conv1d_silu_backward)(const CausalConvShape& s) = nullptr;
   };

@@ -179,5 +179,46 @@ TEST(CudaKernels, MatmulMatchesFloat64) {
         }
 }
 
+// Activations packed back to back by element count are only 4-byte aligned; cuBLASLt must
+// be told (Gemm::run), or its heuristic may pick an algorithm that needs 16 or 256 bytes.
+TEST(CudaKernels, MatmulTakesOperandsFourBytesPastAnAlignment) {
+  LT_REQUIRE_CUDA_DEVICE();
+  const int64_t M = 33, N = 20, K = 37;
+  cuda::Gemm gemm;
+  for (GemmInput input : {GemmInput::BF16, GemmInput::F32})
+    for (bool tb : {false, true}) {
+      const std::vector<float> a = test::normal_floats(M * K, 1.0f, 44), b = test::normal_floats(K * N, 1.0f, 45);
+      const std::vector<float> c0 = test::normal_floats(M * N, 1.0f, 46);
+      // Each operand one float past the start of its allocation (cudaMalloc's is 256-byte aligned).
+      DeviceBuffer da((M * K + 1) * 4), db((K * N + 1) * 4), dc((M * N + 1) * 4);
+      da.upload(a.data(), a.size() * 4, 4);
+      db.upload(b.data(), b.size() * 4, 4);
+      dc.upload(c0.data(), c0.size() * 4, 4);
+      const DeviceBuffer ws(cuda::matmul_workspace_bytes(M, N, K, input));
+      cuda::matmul(gemm, dc.as<float>() + 1, da.as<float>() + 1, false, db.as<float>() + 1, tb, M, N, K, true, input,
+                   ws.data());
+      cuda::device_synchronize();
+      std::vector<float> got(M * N);
+      dc.download(got.data(), got.size() * 4, 4);
+      const Product want =
+          reference_product(as_multiplied(a, input), false, as_multiplied(b, input), tb, M, N, K, &c0);
+      const std::string what = std::string(input == GemmInput::BF16 ? "bf16" : "fp32") +
+                               " matmul, operands 4-byte aligned" + (tb ? " B^T" : "");
+      test::expect_within(got, want.value, want.bound, what.c_str());
+    }
+}
+
+// What the heuristic is told: the largest power of two dividing the address, at most 256.
+TEST(CudaKernels, GemmOperandAlignmentIsTheLargestPowerOfTwoDividingTheAddressUpTo256) {
+  alignas(512) static unsigned char block[1024];
+  EXPECT_EQ(cuda::gemm_operand_alignment(block), 256u);
+  EXPECT_EQ(cuda::gemm_operand_alignment(block + 256), 256u);
+  EXPECT_EQ(cuda::gemm_operand_alignment(block + 4), 4u);
+  EXPECT_EQ(cuda::gemm_operand_alignment(block + 2), 2u);
+  EXPECT_EQ(cuda::gemm_operand_alignment(block + 48), 16u);
+  EXPECT_EQ(cuda::gemm_operand_alignment(block + 128), 128u);
+  EXPECT_EQ(cuda::gemm_operand_alignment(block + 1), 1u);
+}
+
 }  // namespace
 }  // namespace lt

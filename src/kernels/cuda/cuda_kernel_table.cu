@@ -69,16 +69,6 @@ Gemm& table_gemm() {
   return gemm;
 }
 
-// The embedding's backward: cub sizes its sort's storage for the device it runs on. A plan
-// made where there is none (for a GPU elsewhere) counts an estimate instead: the sort's
-// second copies of the keys and values, and 1 MiB for its histograms and tile states.
-size_t embedding_backward_pool_bytes(int64_t T) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) return embedding_backward_workspace_bytes(T);
-  (void)cudaGetLastError();
-  return 5 * align_workspace(static_cast<size_t>(T) * sizeof(int32_t)) + (size_t{1} << 20);
-}
-
 // What the entries without a workspace argument take from the pool per call (the table
 // hands these out, so that a plan counts what the calls below take). Made once: every
 // linear layer's call sizes its scratch here.
@@ -96,7 +86,6 @@ KernelTable::PoolScratch make_pool_scratch() {
   s.attention_backward = [](int64_t B, int64_t S, int64_t Hq, int64_t Hkv, int64_t D, Precision p) {
     return p == Precision::BF16 ? attention_backward_bf16_workspace_bytes(B, S, Hq, Hkv, D) : size_t{0};
   };
-  s.embedding_backward = &embedding_backward_pool_bytes;
   s.rmsnorm_backward = &rmsnorm_backward_workspace_bytes;
   s.causal_conv1d_silu_backward = [](const CausalConvShape& c) {
     return causal_conv1d_backward_workspace_bytes(c.batch, c.seq, c.channels, c.kernel);
@@ -284,6 +273,7 @@ KernelTable make_table() {
 }  // namespace
 
 void set_kernel_table_stream(void* s) { g_stream.store(s, std::memory_order_relaxed); }
+void release_kernel_table_stream(void* s) { g_stream.compare_exchange_strong(s, nullptr, std::memory_order_relaxed); }
 
 const KernelTable& kernel_table() {
   static const KernelTable table = make_table();

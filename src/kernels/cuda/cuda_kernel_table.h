@@ -20,6 +20,9 @@ namespace lt::cuda {
 
 // A cudaStream_t; null: the default stream. Process-wide: one cuda backend at a time.
 void set_kernel_table_stream(void* stream);
+// Back to the default stream, unless another stream has been set since `stream` (a backend
+// going away must not take the stream of one that came after it).
+void release_kernel_table_stream(void* stream);
 const KernelTable& kernel_table();
 
 }  // namespace lt::cuda

@@ -32,7 +32,18 @@ struct PreferenceHandle {
   ~PreferenceHandle() { if (h) cublaslt().preference_destroy(h); }
 };
 
+void prefer_alignment(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t which, const void* p) {
+  const uint32_t bytes = gemm_operand_alignment(p);
+  LT_CUBLAS_CHECK(cublaslt().preference_set_attribute(pref, which, &bytes, sizeof bytes));
+}
+
 }  // namespace
+
+uint32_t gemm_operand_alignment(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t lowest_bit = address & (~address + 1);  // the largest power of two that divides it (0: none)
+  return lowest_bit == 0 || lowest_bit > 256 ? 256u : static_cast<uint32_t>(lowest_bit);
+}
 
 struct Gemm::Impl {
   cublasLtHandle_t handle = nullptr;
@@ -90,6 +101,14 @@ void Gemm::run(const GemmArgs& g, void* stream) {
   LT_CUBLAS_CHECK(cublaslt().preference_create(&pref.h));
   LT_CUBLAS_CHECK(cublaslt().preference_set_attribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                        &impl_->workspace_bytes, sizeof impl_->workspace_bytes));
+  // The heuristic assumes 256-byte aligned operands unless told otherwise, and may then
+  // pick an algorithm that fails or faults on ours (activations packed back to back by
+  // element count are 4-byte aligned at worst): tell it each one's alignment. cuBLASLt's
+  // A is our B, its B our A, its C and D our C.
+  prefer_alignment(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.b);
+  prefer_alignment(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.a);
+  prefer_alignment(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.c);
+  prefer_alignment(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.c);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   LT_CUBLAS_CHECK(cublaslt().algo_get_heuristic(impl_->handle, desc.h, first.h, second.h, out.h, out.h, pref.h, 1,

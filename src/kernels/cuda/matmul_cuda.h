@@ -27,6 +27,10 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;  // beta 1: accumulate onto C (a weight gradient)
 };
 
+// What Gemm::run tells cuBLASLt of an operand's alignment: the largest power of two that
+// divides its address, at most 256 (cuBLASLt's default assumption).
+uint32_t gemm_operand_alignment(const void* p);
+
 // A cuBLASLt handle and its device workspace; one per stream that runs products.
 class Gemm {
  public:
