@@ -32,7 +32,9 @@ void check_head(cuda::GemmInput input, int64_t T, int64_t C, int64_t V, int64_t 
   const float scale = 1.0f / static_cast<float>(T);
 
   DeviceBuffer dx_in = bf ? to_device(x16) : to_device(x), dw_in = bf ? to_device(w16) : to_device(w);
-  DeviceBuffer dtg = to_device(targets), ddw = to_device(dw0), ddx(T * C * 4), dloss(8);
+  // dx starts as NaN: the first sub-chunk's product must overwrite it, the later ones add.
+  DeviceBuffer dtg = to_device(targets), ddw = to_device(dw0), ddx = to_device(std::vector<float>(T * C, NAN));
+  DeviceBuffer dloss(8);
   DeviceBuffer ws(cuda::head_cross_entropy_workspace_bytes(T, V, vocab_chunk, input));
   cuda::Gemm gemm;
   cuda::HeadCrossEntropyArgs a;

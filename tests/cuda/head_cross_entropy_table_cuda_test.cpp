@@ -9,6 +9,7 @@
 //  - the sub-chunk shrinks to keep one sub-chunk's logits within max_logit_bytes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -60,7 +61,7 @@ class CudaHeadTable : public test::CudaTableTest {
     std::vector<float> wr = pr.w;
     const std::vector<uint16_t> w16 = test::round_to_bf16(wr);
     const DeviceBuffer wb = to_device(w16);
-    DeviceBuffer dx(pr.T * pr.C * 4), dw = to_device(pr.dw0);
+    DeviceBuffer dx = to_device(std::vector<float>(pr.T * pr.C, NAN)), dw = to_device(pr.dw0);  // dx: overwritten
     DeviceBuffer ws(k().head_cross_entropy_workspace_bytes(pr.T, pr.C, pr.V, p, false, opt));
     sync();  // the uploads (default stream) before the table's stream reads them
     HeadOut o;
@@ -76,7 +77,7 @@ class CudaHeadTable : public test::CudaTableTest {
   // its own (the executor's slots), starting from dw0's rows.
   HeadOut streamed(const HeadProblem& pr, Precision p, int64_t rows) {
     const DeviceBuffer x = to_device(pr.x), w = to_device(pr.w), tg = to_device(pr.targets);
-    DeviceBuffer dx(pr.T * pr.C * 4);
+    DeviceBuffer dx = to_device(std::vector<float>(pr.T * pr.C, NAN));  // overwritten by the first chunk
     DeviceBuffer ws(k().head_cross_entropy_workspace_bytes(pr.T, pr.C, pr.V, p, true, {}));
     sync();
     auto ce = k().head_cross_entropy_stream(x.as<float>(), tg.as<int32_t>(), pr.T, pr.C, pr.V, 1.0f / pr.T, p, {},
@@ -108,7 +109,8 @@ HeadOut direct(const HeadProblem& pr, Precision p, int64_t vocab_chunk) {
   if (bf) x16 = test::round_to_bf16(x), w16 = test::round_to_bf16(w);
   const DeviceBuffer dxin = bf ? to_device(x16) : to_device(x), dwin = bf ? to_device(w16) : to_device(w);
   const DeviceBuffer tg = to_device(pr.targets);
-  DeviceBuffer dx(pr.T * pr.C * 4), dw = to_device(pr.dw0), loss(8);
+  // dx starts as NaN: overwritten by the first sub-chunk.
+  DeviceBuffer dx = to_device(std::vector<float>(pr.T * pr.C, NAN)), dw = to_device(pr.dw0), loss(8);
   const cuda::GemmInput input = bf ? cuda::GemmInput::BF16 : cuda::GemmInput::F32;
   DeviceBuffer ws(cuda::head_cross_entropy_workspace_bytes(pr.T, pr.V, vocab_chunk, input));
   cuda::Gemm gemm;

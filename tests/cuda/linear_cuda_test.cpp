@@ -73,7 +73,9 @@ void check_linear(const LinearCase& c) {
 
   const DeviceBuffer dx_in = to_device(x), dw_in = to_device(w), dbias_in = to_device(bias), ddy = to_device(dy);
   const DeviceBuffer dw_bits = to_device(w_bits);
-  const DeviceBuffer y(M * N * 4), dx = to_device(dx0), dw = to_device(dw0), dbias = to_device(dbias0);
+  // y starts as NaN: the forward must write every value (dx starts as dx0: overwritten unless dx+=).
+  const DeviceBuffer y = to_device(std::vector<float>(M * N, NAN));
+  const DeviceBuffer dx = to_device(dx0), dw = to_device(dw0), dbias = to_device(dbias0);
   const uint16_t* w16 = c.give_w_bf16 ? dw_bits.as<uint16_t>() : nullptr;
   cuda::Gemm gemm;
   {
@@ -129,7 +131,7 @@ TEST(CudaKernels, LinearMatchesFloat64) {
   LT_REQUIRE_CUDA_DEVICE();
   check_linear({300, 200, 136, GemmInput::BF16, true, true, false});
   check_linear({300, 200, 136, GemmInput::BF16, false, false, true});
-  check_linear({67, 136, 200, GemmInput::F32, false, true, true});
+  check_linear({67, 136, 300, GemmInput::F32, false, true, true});  // N > 256: dbias's second block column
 }
 
 TEST(CudaKernels, LinearBackwardSkipsWhatIsNotAsked) {
@@ -205,6 +207,26 @@ TEST(CudaKernels, MatmulTakesOperandsFourBytesPastAnAlignment) {
       const std::string what = std::string(input == GemmInput::BF16 ? "bf16" : "fp32") +
                                " matmul, operands 4-byte aligned" + (tb ? " B^T" : "");
       test::expect_within(got, want.value, want.bound, what.c_str());
+    }
+}
+
+// K 0: the empty sum, as on the CPU (kernels/cpu/matmul.cpp): C = 0, or C unchanged when
+// accumulating.
+TEST(CudaKernels, MatmulOverAnEmptySumGivesZeroOrLeavesCAsItWas) {
+  LT_REQUIRE_CUDA_DEVICE();
+  const int64_t M = 5, N = 7;
+  cuda::Gemm gemm;
+  const std::vector<float> c0 = test::normal_floats(M * N, 1.0f, 47);
+  for (GemmInput input : {GemmInput::BF16, GemmInput::F32})
+    for (bool accumulate : {false, true}) {
+      const DeviceBuffer dc = to_device(c0), ws(cuda::matmul_workspace_bytes(M, N, 0, input));
+      const DeviceBuffer a(4), b(4);  // no values are read
+      cuda::matmul(gemm, dc.as<float>(), a.as<float>(), false, b.as<float>(), false, M, N, 0, accumulate, input,
+                   ws.data());
+      cuda::device_synchronize();
+      const std::vector<float> got = to_host<float>(dc, M * N);
+      for (int64_t i = 0; i < M * N; ++i)
+        EXPECT_EQ(test::bits_of(got[i]), test::bits_of(accumulate ? c0[i] : 0.0f)) << i << (accumulate ? " +=" : "");
     }
 }
 

@@ -78,7 +78,9 @@ __global__ void logits_grad_kernel(Out* grad, const float* logits, TokenState st
     const int64_t t = i / n, j = i - t * n;
     const int32_t y = targets[t];
     float g = 0.f;
-    if (counted(y, V)) g = grad_scale * (expf(logits[i] - st.lse[t]) - (y == v0 + j ? 1.f : 0.f));
+    // The CPU's expression (kernels/cpu/cross_entropy_simd.cpp), so that the one rounding
+    // before bf16's is the same: grad_scale p - grad_scale, not grad_scale (p - 1).
+    if (counted(y, V)) g = grad_scale * expf(logits[i] - st.lse[t]) - (y == v0 + j ? grad_scale : 0.f);
     store(grad + i, g);
   }
 }

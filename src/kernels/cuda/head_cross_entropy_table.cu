@@ -44,6 +44,15 @@ HeadWorkspace layout(void* base, int64_t T, int64_t C, int64_t V, int64_t vc, Pr
 
 const uint16_t* bits(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
 
+// The CPU's head takes its own scratch when given none; the GPU's cannot (its kernels would
+// write at offsets from null, an illegal address that ends the CUDA context).
+void* given(void* workspace) {
+  if (!workspace)
+    throw std::runtime_error("head_cross_entropy (cuda): no workspace given; pass one of "
+                             "head_cross_entropy_workspace_bytes of device memory");
+  return workspace;
+}
+
 // The GEMM input for the head rows [v0, v0 + n): fp32 rows, the bf16 copy's rows, or the
 // fp32 rows rounded into the workspace (queued on the stream before the GEMM that reads them).
 const void* rows_for(const HeadWorkspace& ws, Precision p, const float* w, const bf16* w_bf16, int64_t v0, int64_t n,
@@ -77,7 +86,7 @@ class CudaStreamedHead final : public HeadCrossEntropyStream {
   CudaStreamedHead(Gemm& gemm, const float* x, const int32_t* targets, int64_t T, int64_t C, int64_t V,
                    float grad_scale, Precision p, const CrossEntropyOptions& opt, void* workspace, void* stream)
       : C_(C), V_(V), p_(p), vc_(table_head_vocab_chunk(T, V, p, opt)), stream_(stream),
-        ws_(layout(workspace, T, C, V, vc_, p)),
+        ws_(layout(given(workspace), T, C, V, vc_, p)),
         passes_(gemm, x_for(ws_, p, x, T, C, stream), targets, T, C, V, input_of(p), grad_scale, vc_, ws_.passes,
                 stream) {}
 

@@ -70,8 +70,15 @@ Gemm::~Gemm() {
 
 void Gemm::run(const GemmArgs& g, void* stream) {
   if (g.m <= 0 || g.n <= 0) return;
-  if (g.k <= 0 || !g.a || !g.b || !g.c)
+  if (g.k < 0 || !g.c || (g.k > 0 && (!g.a || !g.b)))
     throw std::runtime_error("Gemm::run: K " + std::to_string(g.k) + " and A, B, C must be given");
+  if (g.k == 0) {  // the empty sum, as on the CPU: C = beta C
+    if (g.beta == 0.0f)
+      LT_CUDA_CHECK(cudaMemsetAsync(g.c, 0, static_cast<size_t>(g.m * g.n) * sizeof(float), as_stream(stream)));
+    else if (g.beta != 1.0f)
+      throw std::runtime_error("Gemm::run: K 0 with beta other than 0 or 1");
+    return;
+  }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. A row-major matrix
   // read as column-major is its transpose, so cuBLASLt's first operand is B as stored
   // (transposed when trans_b), its second A, and C is [N, M] column-major with ld N.
