@@ -73,8 +73,10 @@ ModelConfig bench_gpu_model(const GpuBenchArgs& a) {
 void set_rates(PlanRequest& req, Backend& backend, const GpuBenchArgs& a, Precision precision) {
   HardwareProfile& hw = req.hardware;
   if (!a.hardware.empty()) {
+    const bool no_nvme = hw.nvme_capacity_bytes == 0;  // bench_request found no io_uring
     hw = load_hardware_profile(a.hardware);
-    std::printf("rates: profile %s\n", a.hardware.c_str());
+    if (no_nvme) hw.nvme_capacity_bytes = 0;
+    std::printf("rates: profile %s%s\n", a.hardware.c_str(), no_nvme ? " (without its NVMe tier)" : "");
   } else {
     // 8192^3 on a GPU (a launch is noise next to it); a CPU's tier gets a GEMM it does in
     // a fraction of a second.

@@ -305,6 +305,14 @@ size_t NvmeStore::outstanding() const {
   return impl_->requests.size();
 }
 
+std::string io_uring_unavailable_reason() {
+  io_uring ring;
+  const int err = io_uring_queue_init(1, &ring, 0);
+  if (err < 0) return "io_uring_queue_init failed with " + errno_text(-err);
+  io_uring_queue_exit(&ring);
+  return "";
+}
+
 size_t NvmeStore::slot_count() const { return impl_->slots.size(); }
 
 size_t NvmeStore::slot_index(const std::string& name) const {

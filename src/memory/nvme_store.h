@@ -46,6 +46,10 @@ struct NvmeStoreOptions {
   bool direct_io = true;             // false: buffered I/O (tests; filesystems without O_DIRECT)
 };
 
+// Why io_uring cannot be used here (a ring is set up and torn down), or "" where it can:
+// for callers that would rather plan without the NVMe tier than fail (bench gpu).
+std::string io_uring_unavailable_reason();
+
 class NvmeStore {
  public:
   static constexpr size_t kAlignment = 4096;
