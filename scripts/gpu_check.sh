@@ -182,10 +182,21 @@ fi
 # optimizer as on the CPU. The trial and the bench plan with it; where it fails, the trial
 # plans with the shipped H200 profile and the bench measures the GPU itself.
 profile=
+# The disk test and the NVMe tier need O_DIRECT, which some filesystems refuse (tmpfs, some
+# overlays): the first directory that takes it, else $work (and the profile says why not).
+disk=$work
+for d in "$work" "$PWD/.device" /var/tmp "$HOME"; do
+  if dd if=/dev/zero of="$d/o_direct_probe" bs=4096 count=1 oflag=direct 2>/dev/null; then
+    disk=$d
+    rm -f "$d/o_direct_probe"
+    break
+  fi
+  rm -f "$d/o_direct_probe"
+done
 if [[ -n "$engine" ]]; then
-  note "profile --backend cuda"
+  note "profile --backend cuda (disk test in $disk)"
   bounded 120 env LD_LIBRARY_PATH="$libs" "$engine" profile --backend cuda --out "$work/cuda_profile.json" \
-    --dir "$work" --nvme-mb 512 --reps 5
+    --dir "$disk" --nvme-mb 512 --reps 5
   rc=$?
   verdict "profile --backend cuda" $rc
   if [[ $rc -eq 0 ]]; then
@@ -230,7 +241,7 @@ fi
 # tokens. Its lines reach the log as they are printed (a crash in the second row keeps
 # the first).
 if [[ -n "$engine" ]]; then
-  bench_args=(bench gpu --max-batch 16 --steps 3 --offload-dir "$work")
+  bench_args=(bench gpu --max-batch 16 --steps 3 --offload-dir "$disk")
   [[ -n "$profile" ]] && bench_args+=(--hardware "$profile")
   note "${bench_args[*]}"
   bounded 240 env LT_CUDA_TRIAL=1 LD_LIBRARY_PATH="$libs" stdbuf -oL -eL "$engine" "${bench_args[@]}" 2>&1 |
