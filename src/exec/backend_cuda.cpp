@@ -215,25 +215,24 @@ class CopyTimer {
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
-    LT_CUDA(cudaSetDevice(device));
-    for (cudaStream_t& s : streams_) LT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    LT_CUDA(cudaEventCreateWithFlags(&compute_issued_, cudaEventDisableTiming));
-    cuda::set_kernel_table_stream(stream(Stream::Compute));
-    // The kernels' scratch pool keeps what it reserved: by default it gives memory back to
-    // the driver at every synchronization, and every step (each wait for a layer's copies)
-    // would map it again. The plan counts the most one call takes (KernelTable::PoolScratch).
-    LT_CUDA(cudaDeviceGetDefaultMemPool(&pool_, device));
-    uint64_t keep = UINT64_MAX;
-    LT_CUDA(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
-    reset_kernel_scratch_peak();  // the pool is the device's: an earlier backend's calls are not this one's
+    try {
+      LT_CUDA(cudaSetDevice(device));
+      for (cudaStream_t& s : streams_) LT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      LT_CUDA(cudaEventCreateWithFlags(&compute_issued_, cudaEventDisableTiming));
+      cuda::set_kernel_table_stream(stream(Stream::Compute));
+      // The kernels' scratch pool keeps what it reserved: by default it gives memory back to
+      // the driver at every synchronization, and every step (each wait for a layer's copies)
+      // would map it again. The plan counts the most one call takes (KernelTable::PoolScratch).
+      LT_CUDA(cudaDeviceGetDefaultMemPool(&pool_, device));
+      uint64_t keep = UINT64_MAX;
+      LT_CUDA(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
+      reset_kernel_scratch_peak();  // the pool is the device's: an earlier backend's calls are not this one's
+    } catch (...) {
+      release();  // no destructor runs after a constructor throws
+      throw;
+    }
   }
-  ~CudaBackend() override {
-    cuda::release_kernel_table_stream(stream(Stream::Compute));
-    cudaSetDevice(device_);
-    for (cudaStream_t s : streams_) cudaStreamSynchronize(s);
-    cudaEventDestroy(compute_issued_);
-    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
-  }
+  ~CudaBackend() override { release(); }
   const char* name() const override { return "cuda"; }
   bool host_is_compute() const override { return false; }
 
@@ -331,6 +330,17 @@ class CudaBackend final : public Backend {
  private:
   static int index(Stream s) { return static_cast<int>(s); }
   cudaStream_t stream(Stream s) const { return streams_[index(s)]; }
+  // The streams and the event, once their work is done (those created: the constructor's
+  // failure calls this too).
+  void release() noexcept {
+    if (stream(Stream::Compute)) cuda::release_kernel_table_stream(stream(Stream::Compute));
+    cudaSetDevice(device_);
+    for (cudaStream_t s : streams_)
+      if (s) cudaStreamSynchronize(s);
+    if (compute_issued_) cudaEventDestroy(compute_issued_);
+    for (cudaStream_t s : streams_)
+      if (s) cudaStreamDestroy(s);
+  }
   uint64_t issued(Stream s) const { return issued_[index(s)]; }
   StreamMarks& marks(Stream s) const { return marks_[index(s)]; }
   // After the compute work issued so far (backend.h; a CPU backend's compute is done when

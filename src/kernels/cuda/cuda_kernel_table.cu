@@ -28,19 +28,21 @@ void* stream() { return g_stream.load(std::memory_order_relaxed); }
 
 // Scratch for one kernel call, from the stream-ordered pool: taken and given back on the
 // table's stream, so it is free for reuse only after the kernel that used it.
+// (The stream is the one of the taking: the table's may change before the giving back.)
 class Scratch {
  public:
-  explicit Scratch(size_t bytes) {
-    if (bytes) LT_CUDA_CHECK(cudaMallocAsync(&p_, bytes, as_stream(stream())));
+  explicit Scratch(size_t bytes) : stream_(as_stream(stream())) {
+    if (bytes) LT_CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_));
   }
   ~Scratch() {
-    if (p_) cudaFreeAsync(p_, as_stream(stream()));
+    if (p_) cudaFreeAsync(p_, stream_);
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   void* get() const { return p_; }
 
  private:
+  cudaStream_t stream_;
   void* p_ = nullptr;
 };
 
