@@ -107,6 +107,15 @@ class EventPool {
     return e;
   }
   void give(cudaEvent_t e) { free_.push_back(e); }
+  // An event recorded on s now (given back if the record fails).
+  cudaEvent_t take_recorded(cudaStream_t s) {
+    cudaEvent_t e = take();
+    if (const cudaError_t err = cudaEventRecord(e, s); err != cudaSuccess) {
+      give(e);
+      check(err, "cudaEventRecord");
+    }
+    return e;
+  }
 
  private:
   unsigned flags_;
@@ -125,9 +134,7 @@ class StreamMarks {
     forget_done();
     if (count <= done_) return;  // find() answers "done" without an event
     if (!marks_.empty() && marks_.back().count == count) return;
-    cudaEvent_t e = pool_.take();
-    LT_CUDA(cudaEventRecord(e, s));
-    marks_.push_back({count, e});
+    marks_.push_back({count, pool_.take_recorded(s)});
   }
   // The event at `count`, or null when its work is known to be done.
   cudaEvent_t find(uint64_t count) const {
@@ -170,17 +177,20 @@ class CopyTimer {
   ~CopyTimer() {
     for (const Pair& p : pending_) cudaEventDestroy(p.start), cudaEventDestroy(p.end);
   }
-  cudaEvent_t start(cudaStream_t s) {
-    cudaEvent_t e = pool_.take();
-    LT_CUDA(cudaEventRecord(e, s));
-    return e;
-  }
+  cudaEvent_t start(cudaStream_t s) { return pool_.take_recorded(s); }
   void end(cudaStream_t s, cudaEvent_t started) {
-    cudaEvent_t e = pool_.take();
-    LT_CUDA(cudaEventRecord(e, s));
+    cudaEvent_t e;
+    try {
+      e = pool_.take_recorded(s);
+    } catch (...) {
+      abandon(started);
+      throw;
+    }
     pending_.push_back({started, e});
     collect(false);
   }
+  // A start whose copy was never issued.
+  void abandon(cudaEvent_t started) { pool_.give(started); }
   // Adds the finished pairs (all of them, waiting, when `wait`).
   double seconds(bool wait) {
     collect(wait);
@@ -351,7 +361,10 @@ class CudaBackend final : public Backend {
     LT_CUDA(cudaEventRecord(compute_issued_, stream(Stream::Compute)));
     LT_CUDA(cudaStreamWaitEvent(stream(s), compute_issued_, 0));  // the record as of now
     cudaEvent_t started = timer.start(stream(s));
-    LT_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream(s)));
+    if (const cudaError_t err = cudaMemcpyAsync(dst, src, bytes, kind, stream(s)); err != cudaSuccess) {
+      timer.abandon(started);
+      check(err, "cudaMemcpyAsync");
+    }
     timer.end(stream(s), started);
     ++issued_[index(s)];
   }
