@@ -3,6 +3,8 @@
 // warp emulator in tests/kernels/attention_tc_emulated_test.cpp).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "cuda_test_util.h"
 #include "kernels/attention_tc_checks.h"
 #include "kernels/cuda/attention_tc_cuda.h"
@@ -15,12 +17,16 @@ using cuda::to_device;
 using cuda::to_host;
 using test::TcCase;
 
+DeviceBuffer nan_buffer(size_t n) { return to_device(std::vector<float>(n, NAN)); }
+
 void run_on_gpu(std::vector<float>& o, std::vector<float>& lse, const std::vector<float>& q,
                 const std::vector<float>& k, const std::vector<float>& v, const int32_t* doc, const TcCase& c) {
   const DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v);
   const DeviceBuffer ddoc = doc ? to_device(std::vector<int32_t>(doc, doc + c.B * c.S)) : DeviceBuffer();
-  const DeviceBuffer d_o(o.size() * 4), d_lse(lse.size() * 4),
-      ws(cuda::attention_forward_bf16_workspace_bytes(c.B, c.S, c.Hq, c.Hkv, c.D));
+  // The outputs start as NaN: a value the kernel does not write shows (cudaMalloc would
+  // likely hand back the previous run's blocks, and their values).
+  const DeviceBuffer d_o = nan_buffer(o.size()), d_lse = nan_buffer(lse.size()),
+                     ws(cuda::attention_forward_bf16_workspace_bytes(c.B, c.S, c.Hq, c.Hkv, c.D));
   cuda::attention_forward_bf16(d_o.as<float>(), d_lse.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>(),
                                ws.data(), c.B, c.S, c.Hq, c.Hkv, c.D, test::case_scale(c),
                                doc ? ddoc.as<int32_t>() : nullptr, c.window);
@@ -35,7 +41,7 @@ void run_backward_staged(bool column_passes, std::vector<float>& dq, std::vector
   const DeviceBuffer ddo = to_device(dout), dq_in = to_device(q), dk_in = to_device(k), dv_in = to_device(v),
                      d_o = to_device(o), d_lse = to_device(lse);
   const DeviceBuffer ddoc = doc ? to_device(std::vector<int32_t>(doc, doc + c.B * c.S)) : DeviceBuffer();
-  const DeviceBuffer d_dq(dq.size() * 4), d_dk(dk.size() * 4), d_dv(dv.size() * 4);
+  const DeviceBuffer d_dq = nan_buffer(dq.size()), d_dk = nan_buffer(dk.size()), d_dv = nan_buffer(dv.size());
   const DeviceBuffer ws(cuda::attention_backward_bf16_workspace_bytes(c.B, c.S, c.Hq, c.Hkv, c.D));
   cuda::attention_backward_bf16(d_dq.as<float>(), d_dk.as<float>(), d_dv.as<float>(), ddo.as<float>(),
                                 dq_in.as<float>(), dk_in.as<float>(), dv_in.as<float>(), d_o.as<float>(),

@@ -210,6 +210,27 @@ TEST(CudaKernels, MatmulTakesOperandsFourBytesPastAnAlignment) {
     }
 }
 
+// A layer's bf16 weight copy is read in place at an element offset (2-byte aligned at worst):
+// cuBLASLt must be told, and must have an algorithm for it.
+TEST(CudaKernels, LinearReadsABf16WeightTwoBytesPastAnAlignment) {
+  LT_REQUIRE_CUDA_DEVICE();
+  const int64_t M = 48, K = 40, N = 24;
+  const std::vector<float> x = test::normal_floats(M * K, 1.0f, 48), w = test::normal_floats(N * K, 0.5f, 49);
+  std::vector<float> w_rounded = w;
+  const std::vector<uint16_t> w_bits = test::round_to_bf16(w_rounded);
+  DeviceBuffer dw_bits((N * K + 1) * 2);  // the copy one element past the allocation's start
+  dw_bits.upload(w_bits.data(), w_bits.size() * 2, 2);
+  const DeviceBuffer dx = to_device(x), dw = to_device(w), y = to_device(std::vector<float>(M * N, NAN));
+  const DeviceBuffer ws(cuda::linear_forward_workspace_bytes(M, K, N, GemmInput::BF16, true));
+  cuda::Gemm gemm;
+  cuda::linear_forward(gemm, y.as<float>(), dx.as<float>(), dw.as<float>(), dw_bits.as<uint16_t>() + 1, nullptr, M,
+                       K, N, GemmInput::BF16, ws.data());
+  cuda::device_synchronize();
+  const Product want =
+      reference_product(as_multiplied(x, GemmInput::BF16), false, test::widen(w_rounded), true, M, N, K, nullptr);
+  test::expect_within(to_host<float>(y, M * N), want.value, want.bound, "bf16 linear, weight copy 2-byte aligned");
+}
+
 // K 0: the empty sum, as on the CPU (kernels/cpu/matmul.cpp): C = 0, or C unchanged when
 // accumulating.
 TEST(CudaKernels, MatmulOverAnEmptySumGivesZeroOrLeavesCAsItWas) {

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "kernels/attention_tc_checks.h"
@@ -17,8 +19,12 @@ namespace {
 
 using test::TcCase;
 
+// The outputs start as NaN, so that a value the kernels do not write shows.
+void poison(std::vector<float>& x) { std::fill(x.begin(), x.end(), std::nanf("")); }
+
 void run_emulated(std::vector<float>& o, std::vector<float>& lse, const std::vector<float>& q,
                   const std::vector<float>& k, const std::vector<float>& v, const int32_t* doc, const TcCase& c) {
+  poison(o), poison(lse);
   test::emulated_attention_forward_bf16(o.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.S, c.Hq, c.Hkv,
                                         c.D, test::case_scale(c), doc, c.window);
 }
@@ -27,6 +33,7 @@ void run_backward_staged(bool column_passes, std::vector<float>& dq, std::vector
                          const std::vector<float>& dout, const std::vector<float>& q, const std::vector<float>& k,
                          const std::vector<float>& v, const std::vector<float>& o, const std::vector<float>& lse,
                          const int32_t* doc, const TcCase& c) {
+  poison(dq), poison(dk), poison(dv);
   test::emulated_attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
                                          o.data(), lse.data(), c.B, c.S, c.Hq, c.Hkv, c.D, test::case_scale(c), doc,
                                          c.window, column_passes);
