@@ -77,14 +77,15 @@ class SlotAndDrain final : public GradientSink {
     pending_.push_back({host_layer(j), slot, n, s_.grad_drain_w[j], j, sum});
   }
   void drain(int w) override {
-    size_t k = 0;
-    while (k < pending_.size() && pending_[k].window == w) {
-      const Pending& g = pending_[k++];
+    while (!pending_.empty() && pending_.front().window == w) {
+      const Pending g = pending_.front();
       if (slot_sums_) slot_sums_->before_drain(g.sum);
+      // Ordered: a failure from here on leaves abandon() the sums not yet ordered (a sum's
+      // ticket is spent once ordered).
+      pending_.erase(pending_.begin());
       land(g.host, g.slot, g.n, true, UpdateTarget{UpdateTarget::Kind::Layer, g.layer});
     }
-    LT_ASSERT(k == pending_.size() || pending_[k].window > w, "a gradient drain the plan's window passed");
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(k));
+    LT_ASSERT(pending_.empty() || pending_.front().window > w, "a gradient drain the plan's window passed");
   }
   size_t in_flight() const override { return landings_.size(); }
   double finish(double sq, size_t n) override {
@@ -139,8 +140,9 @@ class SlotAndDrain final : public GradientSink {
     embed_backward(host_kernels_, grads_->embedding(), ids, dx0_.as<float>(), s_.tokens, c_);
   }
   void abandon() override {
-    // A slot's sum still running writes the arena: wait for it. Its own error, if it has
-    // one, is dropped: the step's goes on up.
+    // A slot's sum still running writes the arena: wait for it (those drain() ordered are
+    // waited for with the copies, abort_step). Its own error, if it has one, is dropped:
+    // the step's goes on up.
     if (slot_sums_ && !pending_.empty()) {
       try {
         for (const Pending& g : pending_) slot_sums_->before_drain(g.sum);

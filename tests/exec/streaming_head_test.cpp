@@ -272,6 +272,60 @@ TEST_F(StreamingHead, TheSlotSumsReachTheLayersAndTheHeadBeforeTheyDrain) {
   EXPECT_THROW(ex.step(params, grads, ids.data(), labels.data(), o), Error);
 }
 
+// A failed step orders every layer's slot sum it started before the arena is reused, each
+// once (a real sum's ticket is spent once ordered, and ordering it again throws): here
+// ordering the second layer's sum fails, the step fails, and abandoning it orders the
+// layers' sums not yet ordered, not the first again.
+struct FailingOnce final : SlotSums {
+  std::map<int64_t, int> ordered;  // the layers' sums, by ticket: how many times
+  int64_t started = 0, layer_calls = 0;
+  int64_t start(const UpdateTarget& target, float*, int64_t) override {
+    if (target.kind == UpdateTarget::Kind::Layer) ordered[started + 1] = 0;
+    return ++started;
+  }
+  void before_drain(int64_t ticket) override {
+    if (!ordered.count(ticket)) return;  // the head's
+    if (++layer_calls == 2) throw Error("a slot's sum failed");
+    if (ordered.at(ticket)++ > 0) throw Error("sum ticket " + std::to_string(ticket) + " ordered again");
+  }
+};
+
+TEST_F(StreamingHead, AFailedStepOrdersEverySlotSumItStartedOnce) {
+  const ModelConfig c = big_vocab_config();
+  ModelParameters params(c), grads(c);
+  test::init_parameters(params, 11);
+  std::vector<int32_t> ids, labels;
+  test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, 0);
+  auto emu = make_emu_backend(2, 2);
+  StreamingOptions so;
+  so.offload_dir = dir_;
+  so.direct_io = false;
+  // Layers 3 and 2 drain in one window (the plan's drains are one a window; a later one
+  // may hold several), so that the first ordering of a window has been done when the
+  // second fails.
+  Plan p = decided_plan(c, 0, true);
+  Transfer* g3 = nullptr;
+  Window* with_g2 = nullptr;
+  for (Window& w : p.windows)
+    for (Transfer& t : w.transfers) {
+      if (t.tensor == "g.3" && t.link == Link::D2H) g3 = &t;
+      if (t.tensor == "g.2" && t.link == Link::D2H) with_g2 = &w;
+    }
+  ASSERT_TRUE(g3 && with_g2);
+  const Transfer moved = *g3;
+  for (Window& w : p.windows)
+    std::erase_if(w.transfers, [](const Transfer& t) { return t.tensor == "g.3" && t.link == Link::D2H; });
+  with_g2->transfers.insert(with_g2->transfers.begin(), moved);
+  StreamingExecutor ex(p, *emu, so);
+  FailingOnce sums;
+  StepOptions o;
+  o.slot_sums = &sums;
+  const std::string m = test::error_of([&] { ex.step(params, grads, ids.data(), labels.data(), o); });
+  EXPECT_NE(m.find("a slot's sum failed"), std::string::npos) << m;
+  ASSERT_GE(sums.ordered.size(), 2u);
+  for (const auto& [ticket, times] : sums.ordered) EXPECT_EQ(times, 1) << "sum ticket " << ticket;
+}
+
 TEST_F(StreamingHead, ChunksOfPartialSubChunksAreAnError) {
   const ModelConfig c = big_vocab_config();
   Plan p = decided_plan(c, kHeadChunkQuantum, false);
