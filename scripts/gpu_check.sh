@@ -138,6 +138,16 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
     break
   fi
 done
+# NCCL (opened at run time, never carried): the system's, else the one PyTorch's wheels carry.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so'; then
+  d=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+  if [[ -n "$d" ]] && ls "$d"/libnccl.so* >/dev/null 2>&1; then
+    export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+    note "NCCL from $d"
+  else
+    note "no NCCL found: DeviceCollectives' NCCL tests will skip, saying so"
+  fi
+fi
 
 tests=.device/lt_cuda_tests
 if ! "$tests" --gtest_list_tests >/dev/null 2>&1; then
