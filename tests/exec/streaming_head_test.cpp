@@ -55,6 +55,13 @@ class StreamingHead : public ::testing::Test {
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+  // The executor's options for these steps: the NVMe tier in dir_, buffered.
+  StreamingOptions buffered_options() const {
+    StreamingOptions so;
+    so.offload_dir = dir_;
+    so.direct_io = false;
+    return so;
+  }
   std::filesystem::path dir_;
 };
 
@@ -109,9 +116,7 @@ TEST_F(StreamingHead, MilpPlanUnderACapBelowTheWholeHeadTrainsWithinItsMemory) {
   std::vector<int32_t> ids, labels;
   test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, 0);
   auto emu = make_emu_backend(2, 2);
-  StreamingOptions so;
-  so.offload_dir = dir_;
-  so.direct_io = false;
+  const StreamingOptions so = buffered_options();
   StreamingExecutor ex(p, *emu, so);
   const StreamingStepResult r = ex.step(params, grads, ids.data(), labels.data());
   EXPECT_LE(ex.measured_peak_bytes(), ex.planned_peak_bytes());
@@ -163,9 +168,7 @@ TEST_F(StreamingHead, AccumulatedGradientsEqualTheWholeHeads) {
     ModelParameters params(c), grads(c);
     test::init_parameters(params, 7);
     auto emu = make_emu_backend(3, 3);
-    StreamingOptions so;
-    so.offload_dir = dir_;
-    so.direct_io = false;
+    const StreamingOptions so = buffered_options();
     StreamingExecutor ex(p, *emu, so);
     std::vector<int32_t> ids, labels;
     std::vector<double> sq;
@@ -226,9 +229,7 @@ TEST_F(StreamingHead, TheSlotSumsReachTheLayersAndTheHeadBeforeTheyDrain) {
       auto step = [&](SlotSums* sums) {
         ModelParameters grads(c);
         auto emu = make_emu_backend(2, 2);
-        StreamingOptions so;
-        so.offload_dir = dir_;
-        so.direct_io = false;
+        const StreamingOptions so = buffered_options();
         StreamingExecutor ex(p, *emu, so);
         StepOptions o;
         o.slot_sums = sums;
@@ -297,9 +298,7 @@ TEST_F(StreamingHead, AFailedStepOrdersEverySlotSumItStartedOnce) {
   std::vector<int32_t> ids, labels;
   test::make_batch(ids, labels, kBatch * kSeq, c.vocab_size, 0);
   auto emu = make_emu_backend(2, 2);
-  StreamingOptions so;
-  so.offload_dir = dir_;
-  so.direct_io = false;
+  const StreamingOptions so = buffered_options();
   // Layers 3 and 2 drain in one window (the plan's drains are one a window; a later one
   // may hold several), so that the first ordering of a window has been done when the
   // second fails.
@@ -394,9 +393,7 @@ TEST_F(StreamingHead, TheTablesHeadOptionsReachTheCrossEntropy) {
     EXPECT_LT(want, step_scratch(c, kBatch, kSeq, cpu_kernel_table(), Precision::F32, streamed).head);
     ModelParameters params(c), grads(c);
     test::init_parameters(params, 7);
-    StreamingOptions so;
-    so.offload_dir = dir_;
-    so.direct_io = false;
+    const StreamingOptions so = buffered_options();
     StreamingExecutor ex(decided_plan(c, streamed ? kHeadChunkQuantum : 0, false), backend, so);
     std::vector<int32_t> ids, labels;
     test::make_batch(ids, labels, T, V, 0);
