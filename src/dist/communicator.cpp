@@ -85,6 +85,7 @@ Communicator::Communicator() {
         rank_, size_);
   MPI_Comm_rank(host, &local_rank_);
   MPI_Comm_size(host, &local_size_);
+  check(MPI_Allreduce(&rank_, &host_id_, 1, MPI_INT, MPI_MIN, host), "MPI_Allreduce", rank_, size_);
   MPI_Comm_free(&host);
 #else
   if (launched > 1) {

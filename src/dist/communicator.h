@@ -38,6 +38,9 @@ class Communicator {
   // they are: which of the host's GPUs is this rank's.
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
+  // The lowest world rank on this rank's host: equal exactly for the ranks that share a
+  // host (MPI's shared-memory split, not host names, which containers may repeat).
+  int host_id() const { return host_id_; }
   // "1 process" or "2 ranks over MPI (Open MPI v4.1.4), 2 on this host".
   std::string describe() const;
 
@@ -95,7 +98,7 @@ class Communicator {
 
  private:
   int rank_ = 0, size_ = 1;
-  int local_rank_ = 0, local_size_ = 1;
+  int local_rank_ = 0, local_size_ = 1, host_id_ = 0;
   bool mpi_ = false;  // this object initialized MPI
   bool serialized_threads_ = false;
   static constexpr int kReduceTag = 1;  // reduce_to's messages (send/recv use tag 0)

@@ -3,6 +3,8 @@
 // say so are.
 #include "exec/backend_cuda.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 
 #ifdef LT_HAVE_CUDA
@@ -403,6 +405,18 @@ int cuda_device_count() {
   return n;
 }
 
+uint64_t cuda_device_pci_key(int device) {
+  int domain = 0, bus = 0, slot = 0;
+  if (device < 0 || device >= cuda_device_count() ||
+      cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return 1 + (uint64_t(uint32_t(domain)) << 16 | uint64_t(bus & 0xff) << 8 | uint64_t(slot & 0xff));
+}
+
 std::string cuda_backend_unavailable_reason() {
   const std::string no_device = no_device_reason();
   if (!no_device.empty()) return no_device;
@@ -441,6 +455,8 @@ std::string cuda_device_missing_reason() { return cuda_backend_unavailable_reaso
 
 int cuda_device_count() { return 0; }
 
+uint64_t cuda_device_pci_key(int) { return 0; }
+
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw Error(cuda_backend_unavailable_reason(), "cuda backend",
               "install the CUDA toolkit (nvcc) and reconfigure; see the README's GPU section");
@@ -454,3 +470,15 @@ const KernelTable& cuda_backend_kernel_table() {
 }  // namespace lt
 
 #endif
+
+namespace lt {
+
+std::string pci_address(uint64_t key) {
+  const uint64_t place = key - 1;
+  char text[32];
+  std::snprintf(text, sizeof text, "%04x:%02x:%02x", unsigned(place >> 16), unsigned(place >> 8 & 0xff),
+                unsigned(place & 0xff));
+  return text;
+}
+
+}  // namespace lt

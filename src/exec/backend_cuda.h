@@ -11,6 +11,7 @@
 // their own: their experts have no device kernels.)
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,13 @@ inline constexpr const char* kCudaTrialEnv = "LT_CUDA_TRIAL";
 std::string cuda_device_missing_reason();
 // The CUDA devices this process sees: 0 without CUDA in the build or a driver.
 int cuda_device_count();
+// Where CUDA device `device` (in this process's numbering) sits on its host's PCI bus:
+// 1 + (domain << 16 | bus << 8 | device), the same whatever numbering CUDA_VISIBLE_DEVICES
+// gives a process; 0 without CUDA in the build, or no such device. Asks the driver only
+// (no context is made on the device).
+uint64_t cuda_device_pci_key(int device);
+// "0000:3b:00" for a key of cuda_device_pci_key.
+std::string pci_address(uint64_t key);
 
 // The backend on CUDA device `device`. lt::Error when this build has no CUDA or there is
 // no such device. For tests and benches of the backend itself until its kernel table

@@ -171,14 +171,24 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
 
 bool slot_sums_planned(const TrainConfig& cfg, const RankPlanning& dp) {
   if (dp.ranks < 2 || cfg.backend == "cpu" || cfg.grad_accum > 1) return false;
-  return cfg.backend != "cuda" || (DeviceCollectives::unavailable_reason().empty() &&
-                                   gpus_shared_reason(dp.ranks_on_host, cuda_device_count()).empty());
+  return cfg.backend != "cuda" || (DeviceCollectives::unavailable_reason().empty() && dp.gpus_shared.empty());
 }
 
-std::string gpus_shared_reason(int ranks_on_host, int devices) {
-  if (devices <= 0 || ranks_on_host <= devices) return "";
-  return std::to_string(ranks_on_host) + " ranks on this host share its " + std::to_string(devices) + " GPU" +
-         (devices > 1 ? "s" : "") + ", and NCCL sums between one rank per GPU";
+std::string gpus_shared_reason(const std::vector<int>& hosts, const std::vector<uint64_t>& gpus) {
+  LT_ASSERT(hosts.size() == gpus.size(), "gpus_shared_reason: one host and one GPU per rank");
+  for (size_t a = 0; a < gpus.size(); ++a)
+    for (size_t b = a + 1; b < gpus.size(); ++b)
+      if (gpus[a] != 0 && gpus[a] == gpus[b] && hosts[a] == hosts[b])
+        return "ranks " + std::to_string(a) + " and " + std::to_string(b) + " share the GPU at PCI " +
+               pci_address(gpus[a]) + " of their host, and NCCL sums between one rank per GPU";
+  return "";
+}
+
+std::string ranks_gpus_shared_reason(Communicator& comm, const std::string& backend) {
+  const uint64_t gpu = backend == "cuda" ? cuda_device_pci_key(rank_device(backend, &comm)) : 0;
+  const std::vector<uint64_t> gpus = comm.all_gather(gpu);
+  const std::vector<uint64_t> host_ids = comm.all_gather(static_cast<uint64_t>(comm.host_id()));
+  return gpus_shared_reason(std::vector<int>(host_ids.begin(), host_ids.end()), gpus);
 }
 
 double profile_thread_share(const HardwareProfile& hw) {
@@ -586,8 +596,10 @@ std::string StreamedTraining::set_up_gradient_sums() {
   const std::string to_whom = sharded() ? ", each to its owner" : "";
   if (backend_->native_stream(Backend::Stream::Compute)) {
     // DeviceCollectives joins every rank: all of them must be able to, or none tries.
+    // (Both asked on every rank: the second is a collective.)
+    const std::string shared = ranks_gpus_shared_reason(*comm_, cfg_.backend);
     std::string why = DeviceCollectives::unavailable_reason();
-    if (why.empty()) why = gpus_shared_reason(comm_->local_size(), cuda_device_count());
+    if (why.empty()) why = shared;
     const double able = comm_->sum_in_rank_order(why.empty() ? 1.0 : 0.0);
     if (able < comm_->size())
       return "on the host after they drain (" +

@@ -100,7 +100,8 @@ struct RankPlanning {
   int ranks = 1;
   bool sharded = false;
   double network_bw = 0;  // bytes/s
-  int ranks_on_host = 1;  // the planning rank's host's (Communicator::local_size)
+  // Why the ranks cannot each sum on a GPU of their own (ranks_gpus_shared_reason), or "".
+  std::string gpus_shared;
 };
 Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& ranks = {});
 // The share of a profile's measured rates this process reaches: its threads over the
@@ -111,11 +112,16 @@ double profile_thread_share(const HardwareProfile& hw);
 // the backend exists. On cuda it needs DeviceCollectives, on every rank, and a GPU of its
 // own for each rank of a host.
 bool slot_sums_planned(const TrainConfig& cfg, const RankPlanning& ranks);
-// Why `ranks_on_host` ranks cannot each sum on a GPU of their own among `devices`, or ""
-// (also "" for no device: DeviceCollectives::unavailable_reason says that). Ranks take
-// their host's GPUs in turn, so more ranks than GPUs put two on one device, and NCCL
-// joins one rank per GPU.
-std::string gpus_shared_reason(int ranks_on_host, int devices);
+// Why the ranks cannot each sum on a GPU of their own, or "": rank r runs on host hosts[r]
+// (Communicator::host_id) and GPU gpus[r] (cuda_device_pci_key; 0 for none, which
+// DeviceCollectives::unavailable_reason explains). Two ranks of one host on one GPU share
+// it, and NCCL joins one rank per GPU. GPUs are told apart by their PCI place, not their
+// numbers: a launcher that gives each rank one GPU through CUDA_VISIBLE_DEVICES shows every
+// rank its own as device 0.
+std::string gpus_shared_reason(const std::vector<int>& hosts, const std::vector<uint64_t>& gpus);
+// The same for this run's ranks, each on the GPU it takes for `backend` ("" for any other
+// backend). A collective: every rank calls it.
+std::string ranks_gpus_shared_reason(Communicator& comm, const std::string& backend);
 // The request plan_this_run solves (also what a re-plan of its plan solves again).
 PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& ranks = {});
 

@@ -291,7 +291,7 @@ TrainSummary run_training(const TrainConfig& cfg, Communicator* comm_arg) {
   } else if (cfg.compute_budget_gb > 0) {
     // One plan for all ranks: rank 0 solves it (a time-limited solve may end elsewhere on
     // another rank) and the others read what it wrote.
-    RankPlanning rp{ranks, sharded, 0, comm ? comm->local_size() : 1};
+    RankPlanning rp{ranks, sharded, 0, comm ? ranks_gpus_shared_reason(*comm, cfg.backend) : ""};
     if (comm) {  // the plan counts the ranks' exchange: at the profile's link rate, or this one
       rp.network_bw = measure_rank_link_bw(*comm);
       if (writer) {

@@ -570,13 +570,22 @@ namespace {
 // plan counts it): in the slots on emu, and on cuda only where NCCL can join the ranks,
 // one rank per GPU; on the host on cpu, with more micro-batches, or on one rank.
 TEST(StreamedTrainingRanks, SlotSumsWhereTheRanksCanSumInTheirSlots) {
-  EXPECT_EQ(gpus_shared_reason(1, 1), "");
-  EXPECT_EQ(gpus_shared_reason(2, 4), "");
-  EXPECT_EQ(gpus_shared_reason(4, 0), "");  // no GPU: DeviceCollectives says why
-  EXPECT_EQ(gpus_shared_reason(2, 1), "2 ranks on this host share its 1 GPU, and NCCL sums between one rank per GPU");
-  EXPECT_EQ(gpus_shared_reason(3, 2), "3 ranks on this host share its 2 GPUs, and NCCL sums between one rank per GPU");
+  // Rank r on host hosts[r], GPU gpus[r] (a PCI key; 0: none).
+  const uint64_t gpu_a = 1 + (0x3b << 8), gpu_b = 1 + (0x5e << 8);
+  EXPECT_EQ(gpus_shared_reason({0}, {gpu_a}), "");
+  EXPECT_EQ(gpus_shared_reason({0, 0}, {gpu_a, gpu_b}), "");  // one GPU each (device 0 each, under CUDA_VISIBLE_DEVICES)
+  EXPECT_EQ(gpus_shared_reason({0, 1}, {gpu_a, gpu_a}), "");  // the same PCI place on two hosts
+  EXPECT_EQ(gpus_shared_reason({0, 0, 0}, {0, 0, 0}), "");    // no GPU: DeviceCollectives says why
+  EXPECT_EQ(gpus_shared_reason({0, 0, 2, 2}, {gpu_a, gpu_b, gpu_b, gpu_b}),
+            "ranks 2 and 3 share the GPU at PCI 0000:5e:00 of their host, and NCCL sums between one rank per GPU");
+  EXPECT_EQ(pci_address(1 + (uint64_t(0x10001) << 16 | 0xff << 8 | 0x1f)), "10001:ff:1f");
+  {
+    Communicator one;  // a world of one, whatever the backend
+    EXPECT_EQ(one.host_id(), 0);
+    EXPECT_EQ(ranks_gpus_shared_reason(one, "cuda"), "");
+  }
   TrainConfig cfg;
-  const RankPlanning two{2, true, 0, 2}, one{1, false, 0, 1};
+  const RankPlanning two{2, true, 0, ""}, one{1, false, 0, ""};
   cfg.backend = "emu";
   EXPECT_TRUE(slot_sums_planned(cfg, two));
   EXPECT_FALSE(slot_sums_planned(cfg, one));
@@ -587,8 +596,9 @@ TEST(StreamedTrainingRanks, SlotSumsWhereTheRanksCanSumInTheirSlots) {
   EXPECT_FALSE(slot_sums_planned(cfg, two));
   cfg.backend = "cuda";
   const bool nccl = DeviceCollectives::unavailable_reason().empty();
-  EXPECT_EQ(slot_sums_planned(cfg, two), nccl && cuda_device_count() >= 2)
-      << (nccl ? "" : DeviceCollectives::unavailable_reason());
+  EXPECT_EQ(slot_sums_planned(cfg, two), nccl) << (nccl ? "" : DeviceCollectives::unavailable_reason());
+  const RankPlanning sharing{2, true, 0, "ranks 0 and 1 share the GPU at PCI 0000:3b:00 of their host"};
+  EXPECT_FALSE(slot_sums_planned(cfg, sharing));
 }
 
 }  // namespace
