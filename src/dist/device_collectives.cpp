@@ -8,6 +8,8 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstdlib>
+
 #include <map>
 #include <vector>
 #endif
@@ -141,6 +143,12 @@ DeviceCollectives::DeviceCollectives(Communicator& ranks, int device)
     for (int r = 1; r < size_; ++r) ranks.send(r, &id, sizeof id);
   else
     ranks.recv(0, &id, sizeof id);
+  // NCCL 2.22 and later connect the ranks' buffers at each kind of collective's first call
+  // (NCCL_RUNTIME_CONNECT=1): device memory taken mid-step, after the executor's arena, that
+  // the plan never saw, and a transport that fails (a container's small /dev/shm) failing
+  // there. Connected here instead, the buffers come before the arena (whose check sees the
+  // device's free memory then) and a failure is the set-up's. A user's own setting stays.
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   check(nccl().comm_init_rank(&impl_->comm, size_, id, rank_), "ncclCommInitRank");
   impl_->device = device;
 }

@@ -27,7 +27,9 @@ namespace lt {
 class DeviceCollectives {
  public:
   // Joins every rank of `ranks` (a collective: all of them construct it together), on CUDA
-  // device `device`. lt::Error naming what is missing (unavailable_reason()) otherwise.
+  // device `device`, connecting NCCL's buffers now rather than at the first sum (unless the
+  // environment sets NCCL_RUNTIME_CONNECT): make it before the arena. lt::Error naming what
+  // is missing (unavailable_reason()) otherwise.
   DeviceCollectives(Communicator& ranks, int device);
   ~DeviceCollectives();
   DeviceCollectives(const DeviceCollectives&) = delete;
