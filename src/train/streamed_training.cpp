@@ -707,7 +707,12 @@ std::vector<std::string> StreamedTraining::describe() const {
                                                                                           : "gradients") +
                  ", " + format_bytes(off_host) + ", on NVMe)";
   const int device = backend_->device_index();
-  const std::string backend_name = cfg_.backend + (device >= 0 ? " (device " + std::to_string(device) + ")" : "");
+  // The device's PCI address too: under CUDA_VISIBLE_DEVICES every rank's may be device 0.
+  const uint64_t pci = device >= 0 ? cuda_device_pci_key(device) : 0;
+  const std::string backend_name =
+      cfg_.backend + (device >= 0 ? " (device " + std::to_string(device) +
+                                        (pci ? ", PCI " + pci_address(pci) : std::string()) + ")"
+                                  : "");
   char plan_line[512], memory_line[512];
   std::snprintf(plan_line, sizeof plan_line,
                 "plan: %s (%s policy, predicted %.4f s per micro-batch), %s backend, streaming; boundaries gpu %.1f "
