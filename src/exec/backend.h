@@ -75,12 +75,19 @@ class Backend {
     double h2d_s = 0, d2h_s = 0;
   };
   virtual LinkBusy link_busy() const { return {}; }
-  // Called by the executor after the kernels of each layer and head window, with their
-  // duration as the host issued them; a backend that plays a slower compute tier (emu)
-  // waits here, and one whose kernels run asynchronously (cuda) waits for them to finish,
-  // so that the window's times (the trace, the probe's layer times, the re-planner's
-  // measures) are the kernels' own, not their launches'. Default: nothing.
-  virtual void compute_done(double seconds) { (void)seconds; }
+  // A layer or head window's kernels, as the executor issues them: compute_begin() before
+  // the first, compute_issued(seconds) after the last, with the time the host took to issue
+  // them (less its waits for copies), and compute_done(), which returns once they are done,
+  // saying how long after compute_issued that was. A backend that plays a slower compute
+  // tier (emu) stretches them by its factor; one whose kernels run asynchronously (cuda)
+  // times them on its compute stream. Between compute_issued and compute_done the executor
+  // runs the window's host work that its kernels do not read (optimizer updates), beside
+  // them, and the window's times (the trace, the probe's layer times, the re-planner's
+  // measures) keep the kernels' own apart from it. Default: kernels that ran as the host
+  // issued them (0).
+  virtual void compute_begin() {}
+  virtual void compute_issued(double seconds) { (void)seconds; }
+  virtual double compute_done() { return 0; }
 
   // The two kinds of memory the executor takes (memory/buffer_type.h): the compute
   // tier's, where its arena lives, and the host tier's, where its host buffers (its

@@ -14,10 +14,12 @@
 #include "kernels/cuda/cuda_kernel_table.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace lt {
@@ -231,6 +233,7 @@ class CudaBackend final : public Backend {
       LT_CUDA(cudaSetDevice(device));
       for (cudaStream_t& s : streams_) LT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       LT_CUDA(cudaEventCreateWithFlags(&compute_issued_, cudaEventDisableTiming));
+      for (cudaEvent_t* e : {&window_begin_, &window_end_}) LT_CUDA(cudaEventCreateWithFlags(e, cudaEventDefault));
       cuda::set_kernel_table_stream(stream(Stream::Compute));
       // The kernels' scratch pool keeps what it reserved: by default it gives memory back to
       // the driver at every synchronization, and every step (each wait for a layer's copies)
@@ -318,9 +321,28 @@ class CudaBackend final : public Backend {
     LT_CUDA(cudaMemGetInfo(&free, &total));
     return {total, free};
   }
-  // The window's kernels are done when it returns (backend.h). No lock: the stream is
-  // fixed, and the other thread's copies must not wait behind this wait.
-  void compute_done(double) override { LT_CUDA(cudaStreamSynchronize(stream(Stream::Compute))); }
+  // A window's kernels (backend.h), timed by events on the compute stream, which is idle
+  // at compute_begin (the last window's compute_done waited for it), so the first event
+  // runs as it is recorded and the second when the kernels end. No lock: the stream is
+  // fixed, and the other thread's copies must not wait behind these.
+  void compute_begin() override {
+    LT_CUDA(cudaEventRecord(window_begin_, stream(Stream::Compute)));
+    window_issue_start_ = std::chrono::steady_clock::now();
+    window_begun_ = true;
+  }
+  void compute_issued(double) override {
+    LT_CUDA(cudaEventRecord(window_end_, stream(Stream::Compute)));
+    window_issue_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_issue_start_).count();
+    window_timed_ = std::exchange(window_begun_, false);  // both events recorded
+  }
+  double compute_done() override {
+    LT_CUDA(cudaStreamSynchronize(stream(Stream::Compute)));
+    if (!window_timed_) return 0;
+    window_timed_ = false;
+    float ms = 0;
+    LT_CUDA(cudaEventElapsedTime(&ms, window_begin_, window_end_));
+    return std::max(0.0, ms / 1e3 - window_issue_s_);  // the kernels' span past the host's issuing
+  }
   void fill_compute(void* dst, int byte, size_t bytes) override {
     if (!bytes) return;
     std::lock_guard lock(mu_);
@@ -349,7 +371,8 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     for (cudaStream_t s : streams_)
       if (s) cudaStreamSynchronize(s);
-    if (compute_issued_) cudaEventDestroy(compute_issued_);
+    for (cudaEvent_t e : {compute_issued_, window_begin_, window_end_})
+      if (e) cudaEventDestroy(e);
     for (cudaStream_t s : streams_)
       if (s) cudaStreamDestroy(s);
   }
@@ -379,6 +402,11 @@ class CudaBackend final : public Backend {
   mutable StreamMarks marks_[3];
   mutable CopyTimer h2d_timer_, d2h_timer_;
   cudaEvent_t compute_issued_ = nullptr;  // re-recorded before each copy, which waits for it
+  // A window's kernels: events around them, and the host's time issuing them.
+  cudaEvent_t window_begin_ = nullptr, window_end_ = nullptr;
+  std::chrono::steady_clock::time_point window_issue_start_{};
+  double window_issue_s_ = 0;
+  bool window_begun_ = false, window_timed_ = false;
 };
 
 std::string no_device_reason() {

@@ -4,7 +4,8 @@
 // each copy last at least bytes / GB/s, so a small machine can play a GPU whose PCIe is
 // slow next to its compute (an H800's ratio) and the simulator can be checked against it.
 // A compute slowdown makes each layer window's kernels last longer (the executor reports
-// their time through compute_done), for a compute tier slower than this CPU. Both can be
+// their time through compute_issued; the host work the executor runs before compute_done
+// goes on beside the stretch), for a compute tier slower than this CPU. Both can be
 // changed while a run goes on (EmuBackend in exec/backend.h), and each lane times its
 // copies (link_busy), so a run can measure the rates it really got.
 #include <atomic>
@@ -149,9 +150,18 @@ class Emu final : public EmuBackend {
     (s == Stream::H2D ? h2d_ : d2h_).push_wait(std::move(ready));
   }
   LinkBusy link_busy() const override { return {h2d_.busy_s(), d2h_.busy_s()}; }
-  void compute_done(double seconds) override {
+  // The kernels ran as the host issued them; a tier f times slower is busy (f - 1) times
+  // longer, while the executor's host work goes on.
+  void compute_issued(double seconds) override {
     const double f = slowdown_.load();
-    if (f > 1 && seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>((f - 1) * seconds));
+    stretch_s_ = f > 1 && seconds > 0 ? (f - 1) * seconds : 0;
+    stretch_end_ = std::chrono::steady_clock::now() +
+                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(stretch_s_));
+  }
+  double compute_done() override {
+    std::this_thread::sleep_until(stretch_end_);
+    return stretch_s_;
   }
 
   void set_link_rates(double h2d_gbps, double d2h_gbps) override {
@@ -170,6 +180,9 @@ class Emu final : public EmuBackend {
  private:
   CopyLane h2d_, d2h_;
   std::atomic<double> slowdown_{1};
+  // The window's stretch (compute_issued to compute_done, on the executor's thread).
+  double stretch_s_ = 0;
+  std::chrono::steady_clock::time_point stretch_end_{};
 };
 
 }  // namespace

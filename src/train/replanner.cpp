@@ -114,7 +114,8 @@ StepMeasures measure_step(const Plan& p, const StreamingStepResult& r, LinkUse h
     // is recorded when it ends, after those.
     double d = e.end_s - e.start_s;
     for (size_t q = k; q-- > 0 && r.events[q].start_s >= e.start_s;)
-      if (r.events[q].window == e.window) d -= r.events[q].end_s - r.events[q].start_s;
+      if (r.events[q].window == e.window && r.events[q].lane != ExecLane::Host)  // updates run beside the kernels
+        d -= r.events[q].end_s - r.events[q].start_s;
     d = std::max(0.0, d);
     switch (w.kind) {
       case WindowKind::Forward:

@@ -250,6 +250,8 @@ TEST(CudaBackend, CopiesStartAfterTheComputeIssuedBeforeThem) {
 // compute_done() returns once the compute stream's work is done (backend.h: the executor
 // times its windows by it): a fill of 1 GiB, then compute_done, then a synchronous copy on
 // CUDA's default stream, which does not wait for the backend's (non-blocking) streams.
+// Between compute_begin and compute_issued it also says how long the kernels ran past
+// their issuing (a fill of 1 GiB takes longer than its launch); without them, 0.
 TEST(CudaBackend, ComputeDoneWaitsForTheKernels) {
   LT_REQUIRE_GPU();
 #ifdef LT_HAVE_CUDA
@@ -260,12 +262,22 @@ TEST(CudaBackend, ComputeDoneWaitsForTheKernels) {
   std::vector<uint8_t> host(tail);
   for (int r = 0; r < 8; ++r) {
     const uint8_t filled = static_cast<uint8_t>(0x21 * (r + 1));
+    const bool timed = r % 2 == 0;
+    if (timed) b->compute_begin();
     b->fill_compute(dev.data(), filled, bytes);
-    b->compute_done(0);
+    if (timed) b->compute_issued(0);
+    const double past_issue = b->compute_done();
     ASSERT_EQ(cudaMemcpy(host.data(), dev.data() + bytes - tail, tail, cudaMemcpyDeviceToHost), cudaSuccess);
     size_t wrong = 0;
     for (uint8_t v : host) wrong += v != filled;
     EXPECT_EQ(wrong, 0u) << "round " << r << ": compute_done returned before the fill issued before it";
+    if (timed) {
+      EXPECT_GT(past_issue, 0.0) << "round " << r << ": a 1 GiB fill ran no longer than its launch";
+      EXPECT_LT(past_issue, 1.0) << "round " << r;
+      std::printf("round %d: the 1 GiB fill ran %.3f ms past its issuing\n", r, past_issue * 1e3);
+    } else {
+      EXPECT_EQ(past_issue, 0.0) << "round " << r << ": untimed, compute_done has no kernels' time to give";
+    }
   }
 #endif
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -42,7 +44,21 @@ struct Trajectory {
   std::vector<std::vector<float>> grads;  // after each step
   std::vector<float> final_params;
   std::vector<std::vector<std::byte>> layer_states;  // per layer, after the last update
+  int updates_beside_kernels = 0;  // the streamed run's updates traced after their window's kernels began
 };
+
+// The step's optimizer updates that ran after their window's kernels were issued (the
+// executor's updates beside the kernels: the update's event starts at or after the
+// window's compute event).
+inline int updates_beside_kernels(const StreamingStepResult& r) {
+  int n = 0;
+  for (const ExecEvent& u : r.events) {
+    if (u.lane != ExecLane::Host || u.name.rfind("optimizer ", 0) != 0) continue;
+    for (const ExecEvent& k : r.events)
+      if (k.lane == ExecLane::Compute && k.name == u.window && u.start_s >= k.start_s) ++n;
+  }
+  return n;
+}
 
 // AdamW over the lazy-update targets, one optimizer tensor per target range: fp32 states,
 // or the hybrid 8-bit one. The layers in `paged` keep their states in the bytes the
@@ -118,6 +134,9 @@ struct RunOptions {
   bool eight_bit = false;
   Precision precision = Precision::F32;
   bool document_mask = false;  // packed documents (make_doc_starts), block-diagonal attention
+  // A slow host optimizer: each update starts this late, so a weight copy issued before
+  // it (wrongly) has long copied the old weights when it writes the new.
+  int update_delay_ms = 0;
 };
 
 // Step `step`'s documents: each row cut into documents of 1 to 6 tokens, differently per
@@ -200,6 +219,7 @@ inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const st
   for (int s = 0; s < kSteps; ++s) {
     float clip = 1;
     LazyUpdateHook hook = [&](const UpdateTarget& t, std::span<std::byte> state) {
+      if (ro.update_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ro.update_delay_ms));
       opt.update(params, grads, t, clip, s, state);
       if (bf16* cc = copy.data(params))
         for (auto [off, n] : target_ranges(params, t)) convert_f32_to_bf16(cc + off, params.data() + off, n);
@@ -214,6 +234,7 @@ inline Trajectory run_streaming(const ModelConfig& c, const Plan& plan, const st
     const std::vector<int32_t> docs = make_doc_starts(kBatch, kSeq, s);
     if (ro.document_mask) o.doc_start = docs.data();
     StreamingStepResult r = ex.step(params, grads, ids.data(), labels.data(), o);
+    tr.updates_beside_kernels += updates_beside_kernels(r);
     tr.loss.push_back(r.loss);
     tr.grad_sq.push_back(r.grad_sq_sum);
     tr.grads.emplace_back(grads.data(), grads.data() + grads.numel());
