@@ -113,6 +113,11 @@ class GradientSink {
   // After a failed step, once the backend is drained: nothing in flight or pending.
   virtual void abandon() = 0;
 
+  // Whether a zeroed step's layer gradients reach the host block as one copy of each
+  // layer's whole block (from its slot), over whatever the block held: zeroing it before
+  // the step would only cost the host a pass over it.
+  bool copies_whole_layers() const { return sums_slots(); }
+
  protected:
   virtual bool sums_slots() const { return false; }  // gradients go through slots (slot_sums apply)
   void finished(const UpdateTarget& t) const {

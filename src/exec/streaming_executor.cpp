@@ -309,6 +309,9 @@ void StreamingExecutor::run_update(size_t t_index) {
   // Paged gradients never come to the gradient block (they go to the pager's staging, and
   // backward zeroes it there): nothing to zero.
   if (!o.zero_grads || (target.kind == UpdateTarget::Kind::Layer && pager_->grads_paged(target.layer))) return;
+  // Nor a layer's whose drain copies its whole block over the host's (a separate compute
+  // tier's, GradientSink::copies_whole_layers): a 7B model's would be 28 GB of host writes.
+  if (target.kind == UpdateTarget::Kind::Layer && grads_->copies_whole_layers()) return;
   for (auto [off, n] : target_ranges(grads, target))
     std::memset(grads.data() + off, 0, static_cast<size_t>(n) * sizeof(float));
 }
