@@ -205,8 +205,8 @@ for d in "$work" "$PWD/.device" /var/tmp "$HOME"; do
 done
 if [[ -n "$engine" ]]; then
   note "profile --backend cuda (disk test in $disk)"
-  bounded 120 env LD_LIBRARY_PATH="$libs" "$engine" profile --backend cuda --out "$work/cuda_profile.json" \
-    --dir "$disk" --nvme-mb 512 --reps 5
+  bounded 120 env LD_LIBRARY_PATH="$libs" stdbuf -oL -eL "$engine" profile --backend cuda \
+    --out "$work/cuda_profile.json" --dir "$disk" --nvme-mb 512 --reps 5
   rc=$?
   verdict "profile --backend cuda" $rc
   if [[ $rc -eq 0 ]]; then
@@ -224,7 +224,7 @@ if [[ -n "$engine" ]]; then
   for backend in cpu cuda; do
     note "trial: train --backend $backend --compute-budget-gb 0.1 --steps 3 --hardware $hardware"
     trial_log="$work/trial-$backend.log"
-    bounded 120 env LT_CUDA_TRIAL=1 LD_LIBRARY_PATH="$libs" "$engine" train --backend "$backend" \
+    bounded 120 env LT_CUDA_TRIAL=1 LD_LIBRARY_PATH="$libs" stdbuf -oL -eL "$engine" train --backend "$backend" \
       --compute-budget-gb 0.1 --steps 3 --log-every 1 --eval-problems 0 --hardware "$hardware" \
       --output-dir "$work/trial-$backend" > "$trial_log" 2>&1
     rc=$?

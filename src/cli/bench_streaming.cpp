@@ -232,6 +232,7 @@ Measured run_plan_on(Backend& backend, const Plan& plan, const StreamingBenchArg
   m.step_s = *std::min_element(times.begin(), times.end());
   m.peak = ex.measured_peak_bytes();
   m.arena_planned_peak = ex.planned_peak_bytes();
+  m.arena_extent = ex.arena_bytes();
   return m;
 }
 

@@ -54,6 +54,7 @@ Measured measure_layer_times_on(Backend& backend, PlanRequest& req, const Stream
 struct Measured {
   double step_s = 0;  // the fastest measured step: other processes only ever add time
   size_t peak = 0, arena_planned_peak = 0;
+  size_t arena_extent = 0;  // the compute-tier block the executor held: its layout's extent
   double optimizer_s = 0;  // train: the update hook's time in the fastest step
   std::vector<double> warmup_times, step_times;  // every step, in run order
   // The fastest step's windows and events. The profile's layer times come from here, so

@@ -196,16 +196,19 @@ void run_bench_gpu(const GpuBenchArgs& a) {
     r.median_s = median(r.m.step_times);
     r.tflops = flops / r.median_s / 1e12;
     r.pred_err = std::fabs(r.median_s - r.plan.predicted_step_s) / r.median_s;
-    // The device's peak: the arena's and, beside it, the kernels' pool scratch (the plan
-    // counts both).
+    // The device's peak: the arena block the executor held (its layout's extent, at least
+    // the live bytes' peak: a layout may leave gaps) and, beside it, the kernels' pool
+    // scratch (the plan counts both).
     const size_t pool = backend->kernel_scratch_peak();
-    const double peak = static_cast<double>(r.m.peak + pool);
+    const double peak = static_cast<double>(std::max(r.m.peak, r.m.arena_extent) + pool);
     r.peak_ok = peak <= r.plan.predicted_peak.gpu;
     const Plan::TierCounts tc = r.plan.tier_counts();
     std::printf("%-9s boundaries gpu %.0f cpu %.0f nvme %.0f recomputed %.0f | step median %.4f s of %zu "
-                "(predicted %.4f s, err %.1f%%) | %.3g TFLOPS | peak %.3g GB (kernels' pool %.3g), planned %.3g GB%s\n",
+                "(predicted %.4f s, err %.1f%%) | %.3g TFLOPS | peak %.3g GB (arena %.3g, live %.3g, kernels' pool "
+                "%.3g), planned %.3g GB%s\n",
                 r.policy, tc.gpu, tc.cpu, tc.nvme, tc.recompute, r.median_s, r.m.step_times.size(),
-                r.plan.predicted_step_s, 100 * r.pred_err, r.tflops, peak / 1e9, pool / 1e9,
+                r.plan.predicted_step_s, 100 * r.pred_err, r.tflops, peak / 1e9, r.m.arena_extent / 1e9,
+                r.m.peak / 1e9, pool / 1e9,
                 r.plan.predicted_peak.gpu / 1e9, r.peak_ok ? "" : " (OVER)");
   }
   std::printf("RESULT gpu tflops_milp=%.2f tflops_megatrain=%.2f ratio=%.3f pred_err=%.3f peak_ok=%s\n",

@@ -141,9 +141,12 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   // shares the host with others, or --threads) computes and updates at its share. Linear:
   // the GEMMs and the AdamW loop split their work over the threads (an estimate, since
   // memory-bound work gains less from more threads than compute does).
+  // A GPU's rates are the device's: only the host optimizer's scale there.
   if (const double share = profile_thread_share(req.hardware); share < 1) {
-    req.hardware.peak_flops *= share;
-    req.hardware.bf16_peak_flops *= share;
+    if (req.hardware.backend != "cuda") {
+      req.hardware.peak_flops *= share;
+      req.hardware.bf16_peak_flops *= share;
+    }
     req.hardware.host_optimizer_params_per_s *= share;
   }
   req.batch = cfg.batch;
@@ -199,9 +202,11 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankP
   const PlanRequest req = run_plan_request(cfg, model, dp);
   const int ranks = dp.ranks;
   if (req.hardware.threads > num_threads())
-    std::printf("plan: the %s profile's compute and optimizer rates ran on %d threads; this process has %d, so the "
-                "plan counts %d/%d of them\n",
-                req.hardware.name.c_str(), req.hardware.threads, num_threads(), num_threads(), req.hardware.threads);
+    std::printf("plan: the %s profile's %s ran on %d threads; this process has %d, so the plan counts %d/%d of "
+                "them\n",
+                req.hardware.name.c_str(),
+                req.hardware.backend == "cuda" ? "host optimizer rate" : "compute and optimizer rates",
+                req.hardware.threads, num_threads(), num_threads(), req.hardware.threads);
   Plan p = make_plan(req, "milp");
   if (!p.feasible) {
     // The MILP keeps the host state within its share of the host budget; the keep-all plan

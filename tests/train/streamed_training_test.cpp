@@ -538,6 +538,31 @@ TEST_F(StreamedTraining, PlansTheScratchOfItsBackendsKernels) {
   }
 }
 
+// A profile measured on more threads than this process has: the plan counts the share
+// for what those threads ran (a CPU's GEMMs and the host optimizer), but a GPU's matmul
+// rates are the device's, whatever threads the host gives the process.
+TEST_F(StreamedTraining, AThreadShareScalesTheHostsRatesNotTheGpus) {
+  test::TempDir out("streamed-thread-share");
+  TrainConfig c = self_planned(out.str());
+  const ModelConfig mc = load_model_config(reference_.checkpoint_dir);
+  for (const char* backend : {"cpu", "cuda"}) {
+    SCOPED_TRACE(backend);
+    HardwareProfile hw = test::streaming_cpu_profile();
+    hw.backend = backend;
+    hw.threads = 4 * num_threads();
+    hw.bf16_peak_flops = 2 * hw.peak_flops;
+    const std::string path = out.str() + "/" + backend + ".json";
+    std::ofstream(path) << hardware_profile_to_json(hw).dump(2);
+    c.backend = backend;
+    c.hardware = path;
+    const HardwareProfile got = run_plan_request(c, mc).hardware;
+    const double gpu_share = std::string(backend) == "cuda" ? 1.0 : 0.25;
+    EXPECT_DOUBLE_EQ(got.peak_flops, hw.peak_flops * gpu_share);
+    EXPECT_DOUBLE_EQ(got.bf16_peak_flops, hw.bf16_peak_flops * gpu_share);
+    EXPECT_DOUBLE_EQ(got.host_optimizer_params_per_s, hw.host_optimizer_params_per_s * 0.25);
+  }
+}
+
 // A cuda run planned with a CPU's profile would take half the host's RAM for the device.
 TEST_F(StreamedTraining, ACudaRunRefusesACpuProfile) {
   test::TempDir out("streamed-cuda-cpu-profile");
