@@ -178,11 +178,17 @@ void run_bench_gpu(const GpuBenchArgs& a) {
   sa.batch = static_cast<int>(req.batch);
 
   const double tokens = static_cast<double>(req.batch) * static_cast<double>(req.seq);
-  const double flops = 6.0 * static_cast<double>(active_params(req.model)) * tokens;
   std::printf("bench gpu: %s on the %s backend, batch %lld x seq %lld, %s, compute budget %.3g GB, %s\n",
               req.model_name.c_str(), backend->name(), static_cast<long long>(req.batch),
               static_cast<long long>(req.seq), a.precision.c_str(), cap / 1e9,
               a.train ? "8-bit AdamW in the lazy-update hook" : "no optimizer");
+  // MegaTrain's convention (N: every parameter), which its published TFLOPS use; with
+  // few layers the input embedding, a lookup, is a larger share of N than in the model.
+  const double n_params = static_cast<double>(active_params(req.model)), flops = 6.0 * n_params * tokens;
+  const double lookup = req.model.tie_word_embeddings ? 0 : embedding_weight_spec(req.model).numel();
+  std::printf("TFLOPS: 6 x N x tokens / step, N = %.4g B parameters (MegaTrain's convention: all of them; the input "
+              "embedding's %.3g B, a lookup, are %.0f%% of N here)\n",
+              n_params / 1e9, lookup / 1e9, 100 * lookup / n_params);
   if (a.probe) probe_layer_times(req, *backend, sa);
   Row rows[2] = {{"milp", {}, {}}, {"megatrain", {}, {}}};
   for (Row& r : rows) {
