@@ -198,7 +198,6 @@ StreamingExecutor::StreamingExecutor(const Plan& plan, Backend& backend, const S
   }
   for (int j = 0; j < sched_.L; ++j) saved_layout_.push_back(block_saved_layout(config_, j, batch_, seq_));
   for (const UpdateTarget& t : sched_.targets) update_event_.push_back("optimizer " + t.name());
-  updated_beside_.assign(static_cast<size_t>(sched_.L), 0);
 
   // Host parts and NVMe slots of the offloaded boundaries.
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
@@ -320,7 +319,9 @@ bool StreamingExecutor::update_beside_kernels(size_t t, int w) const {
   const UpdateTarget& target = sched_.targets[t];
   if (plan_.windows[w].kind != WindowKind::Forward || target.kind != UpdateTarget::Kind::Layer) return false;
   const int j = target.layer;
-  return sched_.forward_w[j] != w && !pager_->paged(j) && !pager_->grads_paged(j) && !copies_->paged(j);
+  const bool moves = sched_.forward_w[j] == w || sched_.fwd_load_w[j] == w || sched_.rc_load_w[j] == w ||
+                     sched_.bwd_load_w[j] == w;
+  return !moves && !pager_->paged(j) && !pager_->grads_paged(j) && !copies_->paged(j);
 }
 
 // Queues the weight copies planned to arrive in window w (none on host views); waits for
@@ -330,12 +331,11 @@ void StreamingExecutor::load_weights(int w, int which) {
   // What this window's compute reads goes first on the link, and only that is waited
   // for; prefetches for later windows queue behind it and run under the compute.
   auto issue = [&](bool for_this_window) {
-    if (sched_.head_load_w == w && (sched_.head == w) == for_this_window && !(which & kAfterBesideUpdates)) {
+    if (sched_.head_load_w == w && (sched_.head == w) == for_this_window) {
       if (sched_.head_chunk_rows > 0) weights_->load_head_chunk(0);  // with the final norm
       else weights_->load_head();
     }
     for (int j = 0; j < sched_.L; ++j) {
-      if (!for_this_window && (updated_beside_[j] != 0) != ((which & kAfterBesideUpdates) != 0)) continue;
       if (sched_.fwd_load_w[j] == w && (sched_.forward_w[j] == w) == for_this_window)
         weights_->load_layer(ArenaTensor::Weights, j);
       if (sched_.rc_load_w[j] == w && (sched_.recompute_w[j] == w) == for_this_window)
@@ -394,7 +394,6 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   grads_->begin_step(grads, options.zero_grads, options.gradient_final, options.slot_sums);
   t0_ = std::chrono::steady_clock::now();
   events_ = &state_.result.events;
-  std::fill(updated_beside_.begin(), updated_beside_.end(), 0);  // a failed step's may be left
   if (ctx_.precision == Precision::BF16 && options.compute_copy == nullptr)
     throw Error("a bf16 step without the bf16 compute copy", "streaming executor",
                 "pass StepOptions::compute_copy (and keep it current in the update hook)");
@@ -449,12 +448,8 @@ void StreamingExecutor::begin_window(int w) {
   }
   pager_->start_reads(w, now());
   copies_->start_reads(w, now());
-  for (size_t t = 0; t < sched_.targets.size(); ++t) {
-    if (sched_.update_w[t] != w) continue;
-    const bool beside = update_beside_kernels(t, w);  // after the kernels are issued (end_window)
-    if (beside) updated_beside_[static_cast<size_t>(sched_.targets[t].layer)] = 1;
-    else run_update(t);
-  }
+  for (size_t t = 0; t < sched_.targets.size(); ++t)  // the others after the kernels are issued (end_window)
+    if (sched_.update_w[t] == w && !update_beside_kernels(t, w)) run_update(t);
   pager_->start_writes(w, now());
   pager_->start_grad_writes(w, *state_.grads, now());
   copies_->start_writes(w, now());
@@ -534,14 +529,9 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
     for (auto e = result.events.rbegin(); e != result.events.rend() && e->start_s >= compute_start; ++e)
       kernels -= e->end_s - e->start_s;
     backend_.compute_issued(std::max(0.0, kernels));
-    // The updates that run beside the kernels (on a GPU, while they run), then the
-    // prefetches of their layers' weights, which copy what they wrote.
-    if (std::find(updated_beside_.begin(), updated_beside_.end(), 1) != updated_beside_.end()) {
-      for (size_t t = 0; t < sched_.targets.size(); ++t)
-        if (sched_.update_w[t] == w && update_beside_kernels(t, w)) run_update(t);
-      load_weights(w, kPrefetches | kAfterBesideUpdates);
-      std::fill(updated_beside_.begin(), updated_beside_.end(), 0);
-    }
+    // The updates that run beside the kernels (on a GPU, while they run).
+    for (size_t t = 0; t < sched_.targets.size(); ++t)
+      if (sched_.update_w[t] == w && update_beside_kernels(t, w)) run_update(t);
     compute_end += backend_.compute_done();  // when the kernels ended, not the updates
   }
   if (win.kind != WindowKind::Prologue0 && win.kind != WindowKind::Load && events_)

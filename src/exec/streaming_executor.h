@@ -254,9 +254,7 @@ class StreamingExecutor {
   void end_window(int w, double start_s, double compute_start_s);
   // which: kOwnLoads (what window w's compute reads, waited for) and/or kPrefetches (for
   // later windows, left running). Queues the weight source's copies planned for window w.
-  // With kAfterBesideUpdates, only the prefetches of the layers whose updates ran beside
-  // window w's kernels (which wait for those updates); without it, all the others.
-  enum : int { kOwnLoads = 1, kPrefetches = 2, kAfterBesideUpdates = 4 };
+  enum : int { kOwnLoads = 1, kPrefetches = 2 };
   void load_weights(int w, int which = kOwnLoads | kPrefetches);
   // The HEAD window's compute (streaming_head.cpp): the loss sum over the predicted
   // tokens; d_hidden gets the head's input gradient, dx.0 the final norm's; the head's
@@ -265,9 +263,10 @@ class StreamingExecutor {
   // Target t's update hook (with its paged state), then its gradient zeroed.
   void run_update(size_t t);
   // Whether target t's update, due in window w, runs beside w's kernels (issued first)
-  // rather than before them: a layer's, in a forward window that computes with another
-  // layer, when nothing of the layer pages to NVMe (those writes queue before the kernels).
-  // Its weights' prefetch in w then waits for it (kAfterBesideUpdates).
+  // rather than before them: a layer's, in a forward window that neither computes with the
+  // layer nor copies its weights (a copy issued after the kernels would wait for them: a
+  // prefetch of the layer keeps its update first), when nothing of the layer pages to NVMe
+  // (those writes queue before the kernels).
   bool update_beside_kernels(size_t t, int w) const;
 
   Plan plan_;
@@ -303,7 +302,6 @@ class StreamingExecutor {
   LiveArena live_;
   std::vector<BlockSavedLayout> saved_layout_;  // per layer
   std::vector<std::string> update_event_;      // per update target: its trace name
-  std::vector<char> updated_beside_;           // per layer: its update runs beside this window's kernels
   HostPool host_;
   std::unique_ptr<StepInputs> inputs_;  // the RoPE tables, targets and documents the kernels read (in host_)
   // Chosen once for the backend: where compute reads weights, where gradients go.
