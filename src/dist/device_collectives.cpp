@@ -135,6 +135,13 @@ DeviceCollectives::DeviceCollectives(Communicator& ranks, int device)
     : impl_(std::make_unique<Impl>()), size_(ranks.size()), rank_(ranks.rank()) {
   if (const std::string why = unavailable_reason(); !why.empty())
     throw Error(why, kWhere, "run on a machine with an NVIDIA GPU, its driver and NCCL " LT_NCCL_STRINGIFY(NCCL_MAJOR));
+  // NCCL 2.22 and later connect the ranks' buffers at each kind of collective's first call
+  // (NCCL_RUNTIME_CONNECT=1): device memory taken mid-step, after the executor's arena, that
+  // the plan never saw, and a transport that fails (a container's small /dev/shm) failing
+  // there. Connected here instead, the buffers come before the arena (whose check sees the
+  // device's free memory then) and a failure is the set-up's. A user's own setting stays.
+  // Set before any NCCL call, on every rank (NCCL reads its settings once).
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   check(cudaSetDevice(device), "cudaSetDevice");
   // Rank 0 makes the id; the others take it from rank 0 over MPI before joining.
   ncclUniqueId id{};
@@ -143,12 +150,6 @@ DeviceCollectives::DeviceCollectives(Communicator& ranks, int device)
     for (int r = 1; r < size_; ++r) ranks.send(r, &id, sizeof id);
   else
     ranks.recv(0, &id, sizeof id);
-  // NCCL 2.22 and later connect the ranks' buffers at each kind of collective's first call
-  // (NCCL_RUNTIME_CONNECT=1): device memory taken mid-step, after the executor's arena, that
-  // the plan never saw, and a transport that fails (a container's small /dev/shm) failing
-  // there. Connected here instead, the buffers come before the arena (whose check sees the
-  // device's free memory then) and a failure is the set-up's. A user's own setting stays.
-  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   check(nccl().comm_init_rank(&impl_->comm, size_, id, rank_), "ncclCommInitRank");
   impl_->device = device;
 }

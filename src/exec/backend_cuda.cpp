@@ -321,9 +321,11 @@ class CudaBackend final : public Backend {
     LT_CUDA(cudaMemGetInfo(&free, &total));
     return {total, free};
   }
-  // A window's kernels (backend.h), timed by events on the compute stream, which is idle
-  // at compute_begin (the last window's compute_done waited for it), so the first event
-  // runs as it is recorded and the second when the kernels end. No lock: the stream is
+  // A window's kernels (backend.h), timed by events on the compute stream. The last
+  // window's compute_done left it idle, but the window's own copies queued before
+  // compute_begin (its weights, its boundary fetches) may hold it: the first event then
+  // runs when they land, so the span is the kernels' own, without the wait for the copies
+  // (as on emu, whose host waits for them before compute_begin). No lock: the stream is
   // fixed, and the other thread's copies must not wait behind these.
   void compute_begin() override {
     LT_CUDA(cudaEventRecord(window_begin_, stream(Stream::Compute)));

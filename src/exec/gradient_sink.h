@@ -35,7 +35,7 @@
 namespace lt {
 
 // Called with each update target once its gradient in the host block is complete for the
-// step (no kernel or copy writes it again until the next step zeroes it): each layer and the
+// step (no kernel or copy writes it again until the next step zeroes or overwrites it): each layer and the
 // head (its final norm, and an untied lm_head) as their norms are summed, in that order;
 // the executor calls it for the embedding (with a tied lm_head) last.
 using GradientFinal = std::function<void(const UpdateTarget&)>;
@@ -65,8 +65,9 @@ class GradientSink {
   using Trace = std::function<void(const std::string& name, ExecLane lane, double start_s, double bytes)>;
 
   virtual ~GradientSink() = default;
-  // The step's gradient block; zero_grads: the step's targets were zeroed before their
-  // first gradients (a slot's sum may then be copied over the host's, else it is added).
+  // The step's gradient block; zero_grads: the step's sums start from zero (a slot's sum is
+  // then copied over the host's, which need not have been zeroed: copies_whole_layers;
+  // else it is added to what the host block holds).
   // final: null, or called as above. slot_sums: null, or as above (a separate compute
   // tier's sink only; lt::Error for the host's).
   void begin_step(ModelParameters& grads, bool zero_grads, const GradientFinal* final,

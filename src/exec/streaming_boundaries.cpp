@@ -25,24 +25,38 @@ float* StreamingExecutor::boundary_input(int b) {
 }
 
 // Right after boundary b is produced: copy its non-compute parts out (the compute part
-// stays where it is), then start the NVMe write from host staging.
+// stays where it is). The copies run after the window's kernels on a GPU (a copy waits for
+// the compute issued before it), so the host waits for them only once its own work of the
+// window is done too (finish_boundary_stores).
 void StreamingExecutor::store_boundary(int b) {
   const BoundarySchedule& bs = sched_.boundaries[b];
   if (!bs.offloaded()) return;
   Parked& p = *parked_[b];
   const size_t row = static_cast<size_t>(C_) * sizeof(float);
   const std::byte* x = reinterpret_cast<const std::byte*>(whole_boundary(ArenaTensor::Boundary, b));
-  const double t = now();
+  p.store_issued_s = now();
   backend_.copy_to_host(p.host.data(), x + bs.cpu_row * row, bs.cpu_tokens * row);
   backend_.copy_to_host(p.staging.data(), x + bs.nvme_row * row, bs.nvme_tokens * row);
   p.nvme_rows_read = false;
-  backend_.wait_host(backend_.record(Backend::Stream::D2H));  // the host parts go on to NVMe
-  event(p.out_event, ExecLane::D2H, t, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
-  if (bs.nvme_tokens > 0) {
-    // The write runs on the store's thread; its event spans issue to the wait that retires it.
-    p.write = nvme_->write(p.slot, 0, p.staging.data(), bs.nvme_tokens * row);
-    p.write_issued_s = now();
+  p.stored = backend_.record(Backend::Stream::D2H);
+  storing_.push_back(b);
+}
+
+// The window's boundary copies out have landed: the host parts go on to NVMe.
+void StreamingExecutor::finish_boundary_stores() {
+  for (const int b : storing_) {
+    const BoundarySchedule& bs = sched_.boundaries[b];
+    Parked& p = *parked_[b];
+    const size_t row = static_cast<size_t>(C_) * sizeof(float);
+    backend_.wait_host(p.stored);
+    event(p.out_event, ExecLane::D2H, p.store_issued_s, static_cast<double>((bs.cpu_tokens + bs.nvme_tokens) * row));
+    if (bs.nvme_tokens > 0) {
+      // The write runs on the store's thread; its event spans issue to the wait that retires it.
+      p.write = nvme_->write(p.slot, 0, p.staging.data(), bs.nvme_tokens * row);
+      p.write_issued_s = now();
+    }
   }
+  storing_.clear();
 }
 
 void StreamingExecutor::start_nvme_read(int b) {

@@ -394,6 +394,7 @@ StreamingStepResult StreamingExecutor::run_step(ModelParameters& params, ModelPa
   grads_->begin_step(grads, options.zero_grads, options.gradient_final, options.slot_sums);
   t0_ = std::chrono::steady_clock::now();
   events_ = &state_.result.events;
+  storing_.clear();  // a failed step's, drained by abort_step
   if (ctx_.precision == Precision::BF16 && options.compute_copy == nullptr)
     throw Error("a bf16 step without the bf16 compute copy", "streaming executor",
                 "pass StepOptions::compute_copy (and keep it current in the update hook)");
@@ -523,8 +524,8 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
   StreamingStepResult& result = state_.result;
   double compute_end = now();
   if (has_kernels(win.kind)) {
-    // A slower compute tier (emu) stretches the kernels' own time, not the waits for the
-    // boundary copies issued among them (store_boundary's, traced as their own events).
+    // A slower compute tier (emu) stretches the kernels' own time, not the waits for
+    // copies among them (traced as their own events).
     double kernels = compute_end - compute_start;
     for (auto e = result.events.rbegin(); e != result.events.rend() && e->start_s >= compute_start; ++e)
       kernels -= e->end_s - e->start_s;
@@ -536,6 +537,7 @@ void StreamingExecutor::end_window(int w, double start, double compute_start) {
   }
   if (win.kind != WindowKind::Prologue0 && win.kind != WindowKind::Load && events_)
     events_->push_back({win.name, win.name, ExecLane::Compute, compute_start, compute_end, 0});
+  finish_boundary_stores();  // after the kernels and the updates beside them
   // The window's barrier: its copies to the compute tier are done before its frees.
   // A gradient copied out during this window's compute (the head's) drains under the
   // next one (its slot lives through that window, as the plan's g.head transfer does);

@@ -13,7 +13,9 @@
 //    their squared norm summed as each layer's arrive (fixed order: head, layers L-1..0,
 //    embedding — so the sum is the same for every plan);
 //  - the lazy optimizer hook: each target (embed, layer j, head) is updated at its planned
-//    window, at the latest just before the step first reads it, then its gradient is zeroed;
+//    window, at the latest just before the step first reads it (a layer's, where the window
+//    neither computes with nor copies the layer, beside the window's kernels), then its
+//    gradient is zeroed (unless this step's drain copies over it: a separate compute tier);
 //    a layer whose optimizer state the plan pages from NVMe gets it in host staging
 //    (exec/state_pager.h), read before and written back after its update.
 //
@@ -196,7 +198,8 @@ class StreamingExecutor {
   // request it started and resets the compute tier, so the executor can run the next step
   // or be destroyed. It never writes `params` itself (only the update hook does), so a
   // failed step leaves the parameters exactly as the hook left them; `grads` then holds a
-  // partial sum and must be zeroed again (zero_grads) before it is used.
+  // partial sum (or, on a separate compute tier, some layers' previous gradients) and must
+  // be zeroed again (zero_grads) before it is used.
   StreamingStepResult step(ModelParameters& params, ModelParameters& grads, const int32_t* input_ids,
                            const int32_t* labels, const StepOptions& options = {});
 
@@ -238,6 +241,7 @@ class StreamingExecutor {
   float* whole_boundary(ArenaTensor rows, int b);
   float* boundary_input(int b);  // boundary b on the compute tier during backward
   void store_boundary(int b);
+  void finish_boundary_stores();  // end_window: waits for store_boundary's copies, starts the NVMe writes
   void start_nvme_read(int b);
   void fetch_boundary(int b, size_t k);  // its k-th fetch (BoundarySchedule::fetches)
   double now() const;
@@ -260,7 +264,8 @@ class StreamingExecutor {
   // tokens; d_hidden gets the head's input gradient, dx.0 the final norm's; the head's
   // gradients go to the sink, their squares into `sq` in the norm order.
   double run_head(int w, const int32_t* targets, float grad_scale, double& sq);
-  // Target t's update hook (with its paged state), then its gradient zeroed.
+  // Target t's update hook (with its paged state), then its gradient zeroed where the step
+  // adds into it.
   void run_update(size_t t);
   // Whether target t's update, due in window w, runs beside w's kernels (issued first)
   // rather than before them: a layer's, in a forward window that neither computes with the
@@ -308,6 +313,7 @@ class StreamingExecutor {
   std::unique_ptr<WeightSource> weights_;
   std::unique_ptr<GradientSink> grads_;
   std::vector<std::unique_ptr<Parked>> parked_;
+  std::vector<int> storing_;  // boundaries whose copies out this window issued (store_boundary)
   Backend::Event loads_before_window_;  // the h2d stream before the window's weight loads
   // Declared before the store, so the store (which waits for requests in flight) goes
   // first and the pager's staging buffers outlive every request that uses them.

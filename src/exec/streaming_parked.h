@@ -17,7 +17,8 @@ struct StreamingExecutor::Parked {
   size_t slot = 0;
   NvmeStore::Ticket write = 0, read = 0;
   bool nvme_rows_read = false;  // this step's NVMe read has landed in staging
-  double write_issued_s = 0, read_issued_s = 0;
+  Backend::Event stored{};  // its copies out of the compute tier (store_boundary), until they land
+  double write_issued_s = 0, read_issued_s = 0, store_issued_s = 0;
   // Trace names: a.<b>.out, a.<b>.in, a.<b>.nvme write, a.<b>.nvme read.
   std::string out_event, in_event, nvme_write_event, nvme_read_event;
 };

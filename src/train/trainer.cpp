@@ -127,14 +127,13 @@ RunData load_data(const TrainConfig& cfg, const std::string& checkpoint_or_model
 }
 
 // The matmul peak that MFU is measured against: the profile's bf16 rate for bf16 runs when
-// it has one, else its peak, at this process's share of the profile's threads; 0 when the
-// profile cannot be read (MFU is then not shown).
+// it has one, else its peak, at this process's share of the profile's threads (a CPU's: a
+// GPU's rate is the device's); 0 when the profile cannot be read (MFU is then not shown).
 double profile_peak_flops(const TrainConfig& cfg) {
   try {
     const HardwareProfile hw = load_hardware_profile(cfg.hardware);
-    // This process's share when it runs on fewer threads than the profile measured.
     return (cfg.precision == "bf16" && hw.bf16_peak_flops > 0 ? hw.bf16_peak_flops : hw.peak_flops) *
-           profile_thread_share(hw);
+           (hw.backend == "cuda" ? 1.0 : profile_thread_share(hw));
   } catch (const Error&) {
     return 0;
   }
