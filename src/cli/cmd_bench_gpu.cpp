@@ -214,8 +214,7 @@ void run_bench_gpu(const GpuBenchArgs& a) {
     const Plan::TierCounts tc = r.plan.tier_counts();
     std::printf("%-9s boundaries gpu %.0f cpu %.0f nvme %.0f recomputed %.0f | step median %.4f s of %zu "
                 "(fastest %.4f s, predicted %.4f s, err %.1f%%) | %.3g TFLOPS | peak %.3g GB (arena %.3g, live %.3g, "
-                "kernels' pool "
-                "%.3g), planned %.3g GB%s\n",
+                "kernels' pool %.3g), planned %.3g GB%s\n",
                 r.policy, tc.gpu, tc.cpu, tc.nvme, tc.recompute, r.median_s, r.m.step_times.size(), r.m.step_s,
                 r.plan.predicted_step_s, 100 * r.pred_err, r.tflops, peak / 1e9, r.m.arena_extent / 1e9,
                 r.m.peak / 1e9, pool / 1e9,

@@ -141,14 +141,11 @@ PlanRequest run_plan_request(const TrainConfig& cfg, const ModelConfig& model, c
   // shares the host with others, or --threads) computes and updates at its share. Linear:
   // the GEMMs and the AdamW loop split their work over the threads (an estimate, since
   // memory-bound work gains less from more threads than compute does).
-  // A GPU's rates are the device's: only the host optimizer's scale there.
-  if (const double share = profile_thread_share(req.hardware); share < 1) {
-    if (req.hardware.backend != "cuda") {
-      req.hardware.peak_flops *= share;
-      req.hardware.bf16_peak_flops *= share;
-    }
-    req.hardware.host_optimizer_params_per_s *= share;
-  }
+  // A GPU's matmul rates are the device's (profile_compute_share).
+  const double compute_share = profile_compute_share(req.hardware);
+  req.hardware.peak_flops *= compute_share;
+  req.hardware.bf16_peak_flops *= compute_share;
+  req.hardware.host_optimizer_params_per_s *= profile_thread_share(req.hardware);
   req.batch = cfg.batch;
   req.seq = cfg.seq_len;
   req.gpu_cap_bytes = cfg.compute_budget_gb * 1e9;
@@ -196,6 +193,10 @@ std::string ranks_gpus_shared_reason(Communicator& comm, const std::string& back
 
 double profile_thread_share(const HardwareProfile& hw) {
   return hw.threads > num_threads() ? static_cast<double>(num_threads()) / hw.threads : 1.0;
+}
+
+double profile_compute_share(const HardwareProfile& hw) {
+  return hw.backend == "cuda" ? 1.0 : profile_thread_share(hw);
 }
 
 Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankPlanning& dp) {

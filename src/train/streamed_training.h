@@ -107,6 +107,9 @@ Plan plan_this_run(const TrainConfig& cfg, const ModelConfig& model, const RankP
 // The share of a profile's measured rates this process reaches: its threads over the
 // profile's (1 when it has as many or more, or the profile does not say).
 double profile_thread_share(const HardwareProfile& hw);
+// The share of its matmul rates: the thread share of a CPU's; 1 for a GPU's, whose rates are
+// the device's whatever threads the host gives this process.
+double profile_compute_share(const HardwareProfile& hw);
 // Whether a run of cfg on these ranks sums the gradients in the compute-tier slots
 // (StreamedTraining's rule, which the plan counts: PlanRequest::slot_sums), decided before
 // the backend exists. On cuda it needs DeviceCollectives, on every rank, and a GPU of its

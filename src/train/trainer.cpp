@@ -133,7 +133,7 @@ double profile_peak_flops(const TrainConfig& cfg) {
   try {
     const HardwareProfile hw = load_hardware_profile(cfg.hardware);
     return (cfg.precision == "bf16" && hw.bf16_peak_flops > 0 ? hw.bf16_peak_flops : hw.peak_flops) *
-           (hw.backend == "cuda" ? 1.0 : profile_thread_share(hw));
+           profile_compute_share(hw);
   } catch (const Error&) {
     return 0;
   }
